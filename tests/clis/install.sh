@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Install the pinned agent CLIs used by agent-bridge's real-CLI tests (tests/realcli.py).
+#
+#   tests/clis/install.sh            # npm packages (package-lock.json) + Hermes venv
+#   SKIP_HERMES=1 tests/clis/install.sh
+#   SKIP_NPM=1    tests/clis/install.sh
+#
+# Idempotent: each part is skipped when its stamp matches (node_modules/.agent-bridge-stamp holds
+# the hash of package.json + package-lock.json; .hermes-venv/.agent-bridge-stamp the pip spec).
+# Needs node/npm and python3 (>= 3.11) with network access to the npm registry and PyPI only.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+
+HERMES_SPEC="hermes-agent[acp]==0.19.0"
+PYTHON="${PYTHON:-python3}"
+
+log() { printf '[tests/clis] %s\n' "$*"; }
+
+install_npm() {
+  local want stamp=node_modules/.agent-bridge-stamp
+  want="$(cat package.json package-lock.json | sha256sum | cut -d' ' -f1)"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    log "npm: node_modules is up to date with package-lock.json (skip)"
+    return
+  fi
+  log "npm: npm ci --no-audit --no-fund (in $here)"
+  if ! npm ci --no-audit --no-fund; then
+    # Registry mirrors that only carry linux-x64 platform packages make the lock miss the
+    # other platforms' optional packages, and `npm ci` refuses it as "out of sync".
+    # `npm install --no-save` installs the same locked versions without rewriting the lock.
+    log "npm: npm ci failed; retrying with npm install --no-save --no-audit --no-fund"
+    npm install --no-save --no-audit --no-fund
+  fi
+  echo "$want" >"$stamp"
+  log "npm: installed; versions:"
+  local bin
+  for bin in \
+    node_modules/@anthropic-ai/claude-code-linux-x64/claude \
+    node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex \
+    node_modules/.bin/gemini \
+    node_modules/opencode-linux-x64/bin/opencode \
+    node_modules/@kilocode/cli-linux-x64/bin/kilo \
+    node_modules/.bin/pi \
+    node_modules/.bin/qwen \
+    node_modules/@factory/cli-linux-x64/bin/droid; do
+    if [[ -x "$bin" ]]; then
+      printf '  %-80s %s\n' "$bin" "$(HOME="$(mktemp -d)" "$bin" --version 2>/dev/null | tail -1)"
+    else
+      printf '  %-80s MISSING\n' "$bin"
+    fi
+  done
+}
+
+install_hermes() {
+  local venv=.hermes-venv stamp=.hermes-venv/.agent-bridge-stamp
+  if [[ -x "$venv/bin/hermes" && -f "$stamp" && "$(cat "$stamp")" == "$HERMES_SPEC" ]]; then
+    log "hermes: $venv has $HERMES_SPEC (skip)"
+    return
+  fi
+  log "hermes: creating $venv with $PYTHON and installing $HERMES_SPEC"
+  rm -rf "$venv"
+  "$PYTHON" -m venv "$venv"
+  "$venv/bin/pip" install --disable-pip-version-check --no-input -q "$HERMES_SPEC"
+  echo "$HERMES_SPEC" >"$stamp"
+  log "hermes: installed $("$venv/bin/pip" show hermes-agent 2>/dev/null | grep '^Version')"
+}
+
+if [[ -z "${SKIP_NPM:-}" ]]; then install_npm; else log "npm: SKIP_NPM set (skip)"; fi
+if [[ -z "${SKIP_HERMES:-}" ]]; then install_hermes; else log "hermes: SKIP_HERMES set (skip)"; fi
+log "done"
