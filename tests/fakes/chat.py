@@ -44,6 +44,9 @@ class FakeChat(FakeServer):
             return ModelCall()
         if rec.method == "GET" and rec.path in ("/v1/models", "/models"):
             return StaticJson(openai_model_list(self.model_name))
+        if rec.method == "GET" and rec.path.startswith("/v1/models/"):
+            model_id = rec.path.removeprefix("/v1/models/")
+            return StaticJson({"id": model_id, "object": "model", "created": 0, "owned_by": "fake"})
         return None
 
     def inspect(self, rec: RecordedRequest) -> ModelView:
