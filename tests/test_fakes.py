@@ -11,7 +11,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from fakes import (
+
+from tests.fakes import (
     CallTool,
     FakeAnthropic,
     FakeChat,

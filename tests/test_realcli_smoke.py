@@ -10,8 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import realcli
-from fakes import FakeAnthropic, FakeChat, FakeGemini, FakeResponses, FakeServer, Reply
+
+from tests import realcli
+from tests.fakes import FakeAnthropic, FakeChat, FakeGemini, FakeResponses, FakeServer, Reply
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(120)]
 

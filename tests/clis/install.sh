@@ -26,16 +26,23 @@ install_npm() {
     return
   fi
   log "npm: npm ci --no-audit --no-fund (in $here)"
-  if ! npm ci --no-audit --no-fund; then
+  local ci_log
+  ci_log="$(mktemp)"
+  if ! npm ci --no-audit --no-fund >"$ci_log" 2>&1; then
     # Registry mirrors that only carry linux-x64 platform packages make the lock miss the
     # other platforms' optional packages, and `npm ci` refuses it as "out of sync".
     # `npm install --no-save` installs the same locked versions without rewriting the lock.
-    log "npm: npm ci failed; retrying with npm install --no-save --no-audit --no-fund"
+    log "npm: npm ci failed ($(grep -m1 -E 'npm error (code|[A-Za-z`])' "$ci_log" || true))"
+    log "npm: retrying with npm install --no-save --no-audit --no-fund"
     npm install --no-save --no-audit --no-fund
+  else
+    cat "$ci_log"
   fi
+  rm -f "$ci_log"
   echo "$want" >"$stamp"
   log "npm: installed; versions:"
-  local bin
+  local bin scratch
+  scratch="$(mktemp -d)"
   for bin in \
     node_modules/@anthropic-ai/claude-code-linux-x64/claude \
     node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex \
@@ -46,11 +53,12 @@ install_npm() {
     node_modules/.bin/qwen \
     node_modules/@factory/cli-linux-x64/bin/droid; do
     if [[ -x "$bin" ]]; then
-      printf '  %-80s %s\n' "$bin" "$(HOME="$(mktemp -d)" "$bin" --version 2>/dev/null | tail -1)"
+      printf '  %-80s %s\n' "$bin" "$(HOME="$scratch" "$bin" --version 2>&1 | tail -1)"
     else
       printf '  %-80s MISSING\n' "$bin"
     fi
   done
+  rm -rf "$scratch"
 }
 
 install_hermes() {

@@ -2,7 +2,7 @@
 
 Example::
 
-    from fakes import CallTool, FakeAnthropic, Reply
+    from tests.fakes import CallTool, FakeAnthropic, Reply
 
     with FakeAnthropic() as srv:
         srv.script(
