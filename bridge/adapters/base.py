@@ -1,0 +1,373 @@
+"""The adapter contract every agent integration implements, built-in or dropped in.
+
+A subclass implements four coroutines (``start``, ``send``, ``stream``, ``stop``), declares
+its identity and capabilities as class attributes, and says explicitly whether it provides
+models and usage. The contract is checked when the class is created, so a broken adapter
+fails at import with a ``TypeError`` naming what is missing instead of misbehaving later.
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from bridge.blocks import AgentInfoBlock, Block, Command, UsageBlock
+from bridge.process import run_capture
+
+CheckLevel = Literal["info", "warn", "error"]
+HandoffMode = Literal["per_turn", "persistent", "none"]
+
+#: Keywords the daemon may pass to ``__init__``; each is passed only if declared.
+INIT_KEYWORDS: tuple[str, ...] = (
+    "cwd",
+    "model",
+    "binary",
+    "resume_session_id",
+    "on_session_id",
+    "effort",
+    "env",
+    "options",
+)
+
+#: The bridge's own slash commands, appended to every agent's command list.
+COMMON_COMMANDS: tuple[Command, ...] = (
+    Command(name="/status", description="Session state, writer, queue, model and usage"),
+    Command(name="/model", description="Use another model from the next turn: /model <id>"),
+    Command(name="/stop", description="Interrupt the running turn"),
+    Command(name="/terminal", description="Continue this session in a terminal"),
+    Command(name="/help", description="List the commands available in this session"),
+)
+
+CAPABILITIES: tuple[str, ...] = (
+    "images",
+    "documents",
+    "thinking",
+    "permissions",
+    "subagents",
+    "interrupt",
+    "input_during_turn",
+    "terminal",
+)
+
+DETECT_TIMEOUT_S = 5.0
+
+
+class DetectedAgent(msgspec.Struct, kw_only=True):
+    """What ``detect()`` found: whether the agent can run here, with which binary and version."""
+
+    available: bool = True
+    binary: str | None = None
+    version: str | None = None
+    error: str | None = None
+
+
+class Check(msgspec.Struct, kw_only=True):
+    """One finding of an environment check (the protocol's CHECK object)."""
+
+    code: str
+    level: CheckLevel = "info"
+    message: str
+    detail: str | None = None
+    hint: str | None = None
+
+
+class ModelInfo(msgspec.Struct, kw_only=True):
+    id: str
+    label: str
+
+
+class ExternalSession(msgspec.Struct, kw_only=True):
+    """A session the user started in the agent's own terminal CLI, found on disk."""
+
+    agent_session_id: str
+    cwd: str
+    title: str = ""
+    updated_at: float = 0.0
+    owned: bool = False
+    owner_pid: int | None = None
+
+
+class ResumeCommand(msgspec.Struct, kw_only=True):
+    """How to continue a session in a terminal: argv run in cwd."""
+
+    argv: list[str]
+    cwd: str
+
+
+class AdapterConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The ``[agents.<id>]`` table of config.toml."""
+
+    binary: str | None = None
+    model: str | None = None
+    effort: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    args: list[str] = msgspec.field(default_factory=list)
+    turn_timeout: float | None = None
+    idle_timeout: float | None = None
+    enabled: bool = True
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def overall_status(checks: list[Check]) -> Literal["pass", "warn", "fail"]:
+    levels = {c.level for c in checks}
+    if "error" in levels:
+        return "fail"
+    if "warn" in levels:
+        return "warn"
+    return "pass"
+
+
+_REQUIRED_ATTRS = ("agent_id", "display_name", "provides_models", "provides_usage")
+_REQUIRED_COROUTINES = ("start", "send", "stream", "stop")
+
+
+def _declared_below_base(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if klass is BaseAdapter:
+            return False
+        if name in klass.__dict__:
+            return True
+    return False
+
+
+class BaseAdapter:
+    """Subclass this to connect an agent. See docs/writing-an-adapter.md."""
+
+    # Identity. ``agent_id`` and ``display_name`` are required.
+    agent_id: ClassVar[str]
+    display_name: ClassVar[str]
+    cli_binary: ClassVar[str | None] = None
+    doc: ClassVar[str] = ""
+
+    # Capabilities, reported to clients in ``agent_info`` and ``agents.list``.
+    cap_images: ClassVar[bool] = False
+    cap_documents: ClassVar[bool] = False
+    cap_thinking: ClassVar[bool] = False
+    cap_permissions: ClassVar[bool] = False
+    cap_subagents: ClassVar[bool] = False
+    cap_interrupt: ClassVar[bool] = False
+    cap_input_during_turn: ClassVar[bool] = False
+    cap_terminal: ClassVar[bool] = False
+
+    # Explicit opt-outs: every subclass must say True or False itself.
+    provides_models: ClassVar[bool]
+    provides_usage: ClassVar[bool]
+
+    #: How a terminal can take the session over: "per_turn", "persistent" or "none".
+    handoff: ClassVar[HandoffMode] = "none"
+
+    #: Set when the class comes from the adapters directory or an entry point.
+    source: ClassVar[str] = "builtin"
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if abstract:
+            return
+        problems = contract_problems(cls)
+        if problems:
+            raise TypeError(f"{cls.__name__} breaks the adapter contract: " + "; ".join(problems))
+
+    # ---- the four coroutines -------------------------------------------------------------
+
+    async def start(self, session_id: str) -> AgentInfoBlock:
+        raise NotImplementedError
+
+    async def send(self, text: str, attachments: list[Any] | None = None) -> None:
+        raise NotImplementedError
+
+    def stream(self) -> AsyncIterator[Block]:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    # ---- required only with the matching capability --------------------------------------
+
+    async def interrupt(self) -> None:
+        raise NotImplementedError
+
+    async def respond_permission(self, request_id: str, option_id: str) -> None:
+        raise NotImplementedError
+
+    async def list_models(self) -> list[ModelInfo]:
+        return []
+
+    async def get_usage(self) -> UsageBlock | None:
+        return None
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    @classmethod
+    def capabilities(cls) -> dict[str, bool]:
+        return {name: bool(getattr(cls, f"cap_{name}")) for name in CAPABILITIES}
+
+    def make_agent_info(
+        self,
+        name: str | None = None,
+        version: str | None = None,
+        commands: list[Command] | None = None,
+        model: str | None = None,
+    ) -> AgentInfoBlock:
+        own = list(commands or [])
+        taken = {c.name for c in own}
+        own.extend(c for c in COMMON_COMMANDS if c.name not in taken)
+        return AgentInfoBlock(
+            agent=self.agent_id,
+            name=name or self.display_name,
+            version=version,
+            capabilities=self.capabilities(),
+            commands=own,
+            model=model,
+        )
+
+    # ---- detection and environment -----------------------------------------------------------
+
+    @classmethod
+    def detect(cls, binary: str | None = None) -> DetectedAgent | None:
+        """Find the CLI (``shutil.which``) and ask its ``--version`` with a timeout."""
+        wanted = binary or cls.cli_binary
+        if wanted is None:
+            return DetectedAgent(available=True)
+        path = shutil.which(wanted)
+        if path is None:
+            return None
+        result = run_capture([path, "--version"], timeout=DETECT_TIMEOUT_S)
+        if result.timed_out:
+            return DetectedAgent(
+                available=True, binary=path, error=f"--version timed out after {DETECT_TIMEOUT_S}s"
+            )
+        text = (result.stdout or result.stderr).strip().splitlines()
+        return DetectedAgent(available=True, binary=path, version=text[0][:200] if text else None)
+
+    @classmethod
+    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
+        """Structured findings about whether this agent can run here. Never raises."""
+        binary = config.binary if config else None
+        if cls.cli_binary is None and binary is None:
+            return [Check(code="no_binary_needed", message=f"{cls.display_name} needs no CLI")]
+        found = cls.detect(binary)
+        name = binary or cls.cli_binary
+        if found is None:
+            return [
+                Check(
+                    code="binary_missing",
+                    level="error",
+                    message=f"`{name}` was not found on PATH",
+                    hint=f"Install {cls.display_name} or set [agents.{cls.agent_id}] binary",
+                )
+            ]
+        checks = [Check(code="binary_found", message=f"found {found.binary}", detail=found.version)]
+        if found.error:
+            checks.append(Check(code="version_probe", level="warn", message=found.error))
+        return checks
+
+    # ---- terminal handoff hooks (optional; default: not supported) -----------------------------
+
+    @classmethod
+    def scan_external_sessions(cls) -> list[ExternalSession]:
+        return []
+
+    @classmethod
+    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
+        return False
+
+    @classmethod
+    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
+        return None
+
+    @classmethod
+    def latest_sid_for_cwd(cls, cwd: str) -> str | None:
+        return None
+
+    @classmethod
+    def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
+        return None
+
+
+def contract_problems(cls: type) -> list[str]:
+    """Everything that keeps ``cls`` from being a usable adapter, in plain words."""
+    problems: list[str] = []
+    for attr in _REQUIRED_ATTRS:
+        if not _declared_below_base(cls, attr):
+            problems.append(f"class attribute `{attr}` is not set")
+    agent_id = getattr(cls, "agent_id", None)
+    if _declared_below_base(cls, "agent_id") and (
+        not isinstance(agent_id, str) or not agent_id or not agent_id.replace("-", "_").isidentifier()
+    ):
+        problems.append("`agent_id` must be a non-empty name of letters, digits, '-' or '_'")
+    for attr in ("provides_models", "provides_usage"):
+        if _declared_below_base(cls, attr) and not isinstance(getattr(cls, attr), bool):
+            problems.append(f"`{attr}` must be True or False")
+    for name in _REQUIRED_COROUTINES:
+        if not _declared_below_base(cls, name):
+            problems.append(f"`{name}()` is not implemented")
+    for name in ("start", "send", "stop", "interrupt", "respond_permission"):
+        fn = getattr(cls, name, None)
+        if _declared_below_base(cls, name) and not inspect.iscoroutinefunction(fn):
+            problems.append(f"`{name}()` must be `async def`")
+    if _declared_below_base(cls, "stream"):
+        fn = cls.stream  # type: ignore[attr-defined]
+        if not (inspect.isasyncgenfunction(fn) or _returns_async_iterator(fn)):
+            problems.append("`stream()` must be an async generator (`async def` with `yield`)")
+    if getattr(cls, "cap_interrupt", False) and not _declared_below_base(cls, "interrupt"):
+        problems.append("`cap_interrupt = True` but `interrupt()` is not implemented")
+    if getattr(cls, "cap_permissions", False) and not _declared_below_base(
+        cls, "respond_permission"
+    ):
+        problems.append("`cap_permissions = True` but `respond_permission()` is not implemented")
+    if getattr(cls, "provides_models", False) is True and not _declared_below_base(
+        cls, "list_models"
+    ):
+        problems.append("`provides_models = True` but `list_models()` is not implemented")
+    if getattr(cls, "provides_usage", False) is True and not _declared_below_base(cls, "get_usage"):
+        problems.append("`provides_usage = True` but `get_usage()` is not implemented")
+    if getattr(cls, "handoff", "none") not in ("per_turn", "persistent", "none"):
+        problems.append("`handoff` must be 'per_turn', 'persistent' or 'none'")
+    return problems
+
+
+def _returns_async_iterator(fn: Callable[..., Any]) -> bool:
+    """A plain ``def stream(self)`` that returns an async iterator is accepted too."""
+    hints = getattr(fn, "__annotations__", {})
+    ret = str(hints.get("return", ""))
+    return "AsyncIterator" in ret or "AsyncGenerator" in ret
+
+
+def init_keywords(cls: type[BaseAdapter]) -> set[str] | None:
+    """The keywords ``cls.__init__`` declares, or None when it takes ``**kwargs``."""
+    try:
+        sig = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return set()
+    params = list(sig.parameters.values())[1:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    }
+
+
+def instantiate(cls: type[BaseAdapter], values: Mapping[str, Any]) -> BaseAdapter:
+    """Create an adapter, passing only the keywords its ``__init__`` declares."""
+    declared = init_keywords(cls)
+    kwargs = {
+        k: v for k, v in values.items() if k in INIT_KEYWORDS and (declared is None or k in declared)
+    }
+    return cls(**kwargs)
+
+
+def cwd_matches(stored: str | None, wanted: str | None) -> bool:
+    """Resume only in the directory a session was created in (both resolved)."""
+    if not stored or not wanted:
+        return False
+    try:
+        return Path(stored).resolve() == Path(wanted).resolve()
+    except OSError:
+        return stored == wanted

@@ -1,0 +1,316 @@
+"""The ``agent-bridge`` command. ``serve`` runs the daemon; the rest are protocol clients."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import sys
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from bridge import __version__, paths
+from bridge.config import Config, ConfigError, load_config
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _config(args: argparse.Namespace) -> Config:
+    path = Path(args.config).expanduser() if getattr(args, "config", None) else None
+    return load_config(path, required=path is not None)
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    from bridge.client import ClientError
+
+    try:
+        return asyncio.run(coro)
+    except ClientError as exc:
+        print(f"agent-bridge: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+# ---- serve ---------------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from bridge.daemon import ServeOptions, serve
+    from bridge.logs import configure_logging
+
+    config = _config(args)
+    configure_logging(config.log.level, config.log.format)
+    options = ServeOptions(
+        host=args.host, port=args.port, unix=args.unix, insecure=args.insecure
+    )
+    return serve(config, options)
+
+
+# ---- token and pairing -----------------------------------------------------------------------
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from bridge.auth import load_or_create_token
+
+    print(load_or_create_token(paths.token_file()))
+    return 0
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    from bridge.auth import load_or_create_token, rotate_token
+    from bridge.client import read_runtime_info
+    from bridge.pairing import pairing_host, pairing_url, qr_text, web_url
+
+    config = _config(args)
+    token = rotate_token(paths.token_file()) if args.rotate else load_or_create_token(
+        paths.token_file()
+    )
+    info = read_runtime_info() or {}
+    host = str(info.get("host") or config.server.host)
+    port = int(info.get("port") or config.server.port)
+    tls = bool(info.get("tls", bool(config.server.tls_cert)))
+    shown = pairing_host(host)
+    url = pairing_url(shown, port, token, tls)
+    if args.json:
+        print(json.dumps({"url": url, "web": web_url(shown, port, token, tls), "host": shown,
+                          "port": port, "tls": tls, "rotated": args.rotate}))
+        return 0
+    if args.rotate:
+        print("A new token was made; clients holding the old one are disconnected.")
+    if not info:
+        print("(the daemon is not running; showing the configured address)")
+    print(url)
+    print(f"web client: {web_url(shown, port, token, tls)}")
+    if not args.no_qr:
+        print(qr_text(url))
+    return 0
+
+
+# ---- client commands -------------------------------------------------------------------------
+
+
+async def _client() -> Any:
+    from bridge.client import BridgeClient
+
+    return await BridgeClient.connect()
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        client = await _client()
+        try:
+            result = await client.request("agents.list")
+        finally:
+            await client.close()
+        agents = result["agents"]
+        if args.json:
+            print(json.dumps(agents, indent=2))
+            return 0
+        print(f"{'AGENT':<12} {'AVAILABLE':<9} {'VERSION':<28} {'HANDOFF':<10} CAPABILITIES")
+        for a in agents:
+            caps = ",".join(k for k, v in a["capabilities"].items() if v) or "-"
+            version = (a.get("version") or a.get("error") or "-")[:28]
+            print(
+                f"{a['agent']:<12} {'yes' if a['available'] else 'no':<9} {version:<28} "
+                f"{a['handoff']:<10} {caps}"
+            )
+        return 0
+
+    return _run(go())
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        client = await _client()
+        try:
+            result = await client.request(
+                "sessions.list", include_external=not args.no_external
+            )
+        finally:
+            await client.close()
+        sessions = result["sessions"]
+        if args.json:
+            print(json.dumps(sessions, indent=2))
+            return 0
+        print(f"{'SESSION':<38} {'AGENT':<9} {'STATE':<8} {'SEQ':>6}  TITLE / CWD")
+        for s in sessions:
+            title = s.get("title") or "-"
+            print(
+                f"{s['session']:<38} {s['agent']:<9} {s['state']:<8} {s['last_seq']:>6}  "
+                f"{title[:40]}  {s['cwd']}"
+            )
+        return 0
+
+    return _run(go())
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        client = await _client()
+        try:
+            result = await client.request(
+                "session.send", session=args.session, text=args.text,
+                client_msg_id=args.client_msg_id or f"cli-{uuid.uuid4().hex[:12]}",
+            )
+        finally:
+            await client.close()
+        print("queued" if result["queued"] else "sent")
+        return 0
+
+    return _run(go())
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from bridge.render import Renderer
+
+    renderer = Renderer(color=not args.no_color and sys.stdout.isatty())
+
+    async def go() -> int:
+        client = await _client()
+        try:
+            result = await client.request(
+                "session.subscribe", session=args.session, after_seq=args.after_seq
+            )
+            sys.stdout.write(
+                renderer.paint("dim", f"-- {args.session}: {result['state']}, "
+                                      f"{result['last_seq']} events\n")
+            )
+            async for frame in client.frames():
+                if frame.get("session") != args.session:
+                    continue
+                sys.stdout.write(renderer.frame(frame))
+                sys.stdout.flush()
+        finally:
+            await client.close()
+        return 0
+
+    return _run(go())
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a bridge session in this terminal: hand it off, then exec the agent's CLI."""
+
+    async def go() -> dict[str, Any]:
+        client = await _client()
+        try:
+            result: dict[str, Any] = await client.request("session.handoff", session=args.session)
+            return result
+        finally:
+            await client.close()
+
+    from bridge.client import ClientError
+
+    try:
+        result = asyncio.run(go())
+    except ClientError as exc:
+        print(f"agent-bridge: {exc.message}", file=sys.stderr)
+        return 1
+    argv = [str(a) for a in result["argv"]]
+    print(f"cd {shlex.quote(result['cwd'])} && {shlex.join(argv)}", file=sys.stderr)
+    if args.print_only:
+        print(shlex.join(argv))
+        return 0
+    os.chdir(result["cwd"])
+    os.execvp(argv[0], argv)  # noqa: S606 - the agent's own CLI, argv from the daemon
+
+
+# ---- parser ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-bridge",
+        description="Connect coding-agent CLIs to phone and desktop apps over WebSocket.",
+    )
+    parser.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--config", help="config file (default: the XDG config dir)")
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("serve", cmd_serve, "Run the daemon in the foreground")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="TCP port (0 picks a free one)")
+    p.add_argument("--unix", help="Unix socket path ('off' to disable)")
+    p.add_argument(
+        "--insecure", action="store_true",
+        help="allow a non-loopback address without TLS (logs a warning)",
+    )
+
+    add("token", cmd_token, "Print the daemon's token, creating it if needed")
+
+    p = add("pair", cmd_pair, "Print the URL and QR code a phone connects with")
+    p.add_argument("--rotate", action="store_true", help="make a new token first")
+    p.add_argument("--no-qr", action="store_true", help="print no QR code")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("agents", cmd_agents, "List adapters, detection and capabilities")
+    p.add_argument("--json", action="store_true")
+
+    p = add("sessions", cmd_sessions, "List sessions (bridge and terminal)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-external", action="store_true", help="hide terminal sessions")
+
+    p = add("send", cmd_send, "Send a message to a session")
+    p.add_argument("session")
+    p.add_argument("text")
+    p.add_argument("--client-msg-id", help="idempotency key (a retry with it sends once)")
+
+    p = add("watch", cmd_watch, "Watch a session live, history first")
+    p.add_argument("session")
+    p.add_argument("--after-seq", type=int, default=0, help="replay only events after this")
+    p.add_argument("--no-color", action="store_true")
+
+    p = add("resume", cmd_resume, "Continue a session in this terminal")
+    p.add_argument("session")
+    p.add_argument("--print-only", action="store_true", help="print the command, don't run it")
+
+    for extend in _EXTENSIONS:
+        extend(sub, add)
+    return parser
+
+
+#: Other modules add subcommands here (adapters, doctor, service).
+_EXTENSIONS: list[Callable[[Any, Callable[..., argparse.ArgumentParser]], None]] = []
+
+
+def _load_extensions() -> None:
+    import importlib
+
+    for name in ("bridge.cli_adapters", "bridge.doctor", "bridge.service"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        register = getattr(module, "register_cli", None)
+        if register is not None and register not in _EXTENSIONS:
+            _EXTENSIONS.append(register)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _load_extensions()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return handler(args)
+    except ConfigError as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

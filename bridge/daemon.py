@@ -1,0 +1,192 @@
+"""Assembles the daemon: config, store, adapters, hub and server, and runs it until a signal.
+
+Start-up order matters: the store is open and the hub has recovered before the server
+accepts connections, and only then is readiness announced (stdout line, systemd READY=1).
+Shutdown runs the other way: interrupt turns, stop adapters, flush the store, close clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bridge import __version__, notify, paths
+from bridge.config import Config, ConfigError
+from bridge.logs import get_logger
+from bridge.redact import remember_env_secrets
+from bridge.registry import Registry, load_builtin_classes
+from bridge.server import BridgeServer, is_loopback
+from bridge.sessions import Hub
+from bridge.store import MemoryStore, SqliteStore, Store
+
+log = get_logger("bridge.daemon")
+
+RETENTION_EVERY_S = 3600.0
+
+
+@dataclass
+class ServeOptions:
+    host: str | None = None
+    port: int | None = None
+    unix: str | None = None
+    insecure: bool = False
+
+
+def runtime_info_path() -> Path:
+    return paths.state_dir() / "daemon.json"
+
+
+def check_bind(config: Config) -> None:
+    conf = config.server
+    if not is_loopback(conf.host) and not conf.tls_cert:
+        if not conf.insecure:
+            raise ConfigError(
+                f"refusing to listen on {conf.host} without TLS: set server.tls_cert and "
+                "server.tls_key, or pass --insecure if you really mean it"
+            )
+        log.warning(
+            "insecure_bind",
+            host=conf.host,
+            message="listening beyond loopback without TLS: tokens and traffic are readable "
+            "on the network",
+        )
+
+
+def make_store(config: Config) -> Store:
+    if config.store.backend == "memory":
+        return MemoryStore()
+    return SqliteStore(config.db_path)
+
+
+class Daemon:
+    def __init__(self, config: Config, options: ServeOptions | None = None) -> None:
+        opts = options or ServeOptions()
+        if opts.host is not None:
+            config.server.host = opts.host
+        if opts.port is not None:
+            config.server.port = opts.port
+        if opts.unix is not None:
+            config.server.unix_socket = opts.unix
+        if opts.insecure:
+            config.server.insecure = True
+        self.config = config
+        self.store = make_store(config)
+        self.registry = Registry(config)
+        self.hub = Hub(config, self.registry, self.store)
+        self.server = BridgeServer(config, self.hub, self.registry, paths.token_file())
+        self._stop = asyncio.Event()
+        self._extras: list[Any] = []
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def _register_adapters(self) -> None:
+        for cls in load_builtin_classes():
+            self.registry.register(cls, "builtin", notify=False)
+        from bridge import acp_config
+
+        for cls in acp_config.adapters_from_config(self.config):
+            self.registry.register(cls, "config", notify=False)
+
+    async def _start_extras(self) -> None:
+        from bridge import loader, web
+
+        self._extras.append(await loader.start(self.registry, self.config))
+        handler = web.http_handler(self.server)
+        if handler is not None:
+            self.server.http_handlers.append(handler)
+
+    def _write_runtime_info(self) -> None:
+        assert self.server.tcp_address is not None
+        host, port = self.server.tcp_address
+        info = {
+            "pid": os.getpid(),
+            "version": __version__,
+            "url": self.server.url,
+            "host": host,
+            "port": port,
+            "tls": bool(self.config.server.tls_cert),
+            "unix": str(self.server.unix_path) if self.server.unix_path else None,
+        }
+        path = runtime_info_path()
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info), encoding="utf-8")
+        tmp.replace(path)
+
+    def _status_text(self) -> str:
+        states: dict[str, int] = {}
+        for s in self.hub.sessions.values():
+            states[s.rec.state] = states.get(s.rec.state, 0) + 1
+        parts = [f"{n} {state}" for state, n in sorted(states.items())] or ["no sessions"]
+        return f"{len(self.server.connections)} clients; sessions: " + ", ".join(parts)
+
+    async def run(self) -> None:
+        check_bind(self.config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        self.store.open(loop)
+        self._register_adapters()
+        await self._start_extras()
+        await self.hub.start()
+        conf = self.config.server
+        await self.server.start(conf.host, conf.port, self.config.unix_socket_path)
+        self._write_runtime_info()
+        print(f"listening on {self.server.url}", flush=True)
+        log.info("listening", url=self.server.url, unix=str(self.server.unix_path or ""),
+                 version=__version__)
+        notifier = notify.Notifier.from_env()
+        notifier.ready(self._status_text())
+        watchdog = asyncio.create_task(notifier.run_watchdog(self._status_text))
+        retention = asyncio.create_task(self._retention())
+        try:
+            await self._stop.wait()
+        finally:
+            notifier.stopping()
+            log.info("shutting_down")
+            watchdog.cancel()
+            retention.cancel()
+            await self.shutdown()
+
+    async def _retention(self) -> None:
+        conf = self.config.store
+        while True:
+            self.store.prune(conf.max_events_per_session, conf.max_age_days * 86400)
+            await asyncio.sleep(RETENTION_EVERY_S)
+
+    async def shutdown(self) -> None:
+        self.registry.cancel_detection()
+        for extra in self._extras:
+            with contextlib.suppress(Exception):
+                await extra.close()
+        await self.hub.shutdown()
+        await self.server.close()
+        await self.store.close()
+        with contextlib.suppress(OSError):
+            runtime_info_path().unlink()
+        log.info("stopped")
+
+
+def serve(config: Config, options: ServeOptions) -> int:
+    remember_env_secrets()
+    daemon = Daemon(config, options)
+    try:
+        asyncio.run(daemon.run())
+    except ConfigError as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"agent-bridge: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return 0

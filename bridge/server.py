@@ -1,0 +1,592 @@
+"""The WebSocket endpoint: handshake, authentication, limits, and request dispatch.
+
+Each connection has one bounded outbox drained by one sender task, so every frame it gets
+(answers, events, state) keeps its order, and a client that stops reading fills only its own
+outbox and is cut off with 4408 without slowing the agent or anyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import ssl
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from websockets.asyncio.server import Server, ServerConnection, serve, unix_serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request as HttpRequest
+from websockets.http11 import Response as HttpResponse
+
+from bridge import __version__
+from bridge.adapters.base import overall_status
+from bridge.auth import load_or_create_token, token_matches
+from bridge.config import Config
+from bridge.logs import get_logger
+from bridge.protocol import (
+    CLOSE_PROTOCOL,
+    CLOSE_SHUTDOWN,
+    CLOSE_TOO_SLOW,
+    CLOSE_UNAUTHORIZED,
+    PROTOCOL_VERSION,
+    SUBPROTOCOL_JSON,
+    SUBPROTOCOL_MSGPACK,
+    AgentsChanged,
+    AgentsCheck,
+    AgentsList,
+    EncodedFrame,
+    Err,
+    Hello,
+    ModelsList,
+    Ok,
+    Outgoing,
+    Ping,
+    ProtocolError,
+    Request,
+    RequestId,
+    SessionAttach,
+    SessionClose,
+    SessionCreate,
+    SessionHandoff,
+    SessionInterrupt,
+    SessionPermission,
+    SessionSend,
+    SessionsList,
+    SessionSubscribe,
+    SessionUnsubscribe,
+    UsageGet,
+    decode_request,
+)
+from bridge.registry import Registry
+from bridge.sessions import Hub, HubError
+
+log = get_logger("bridge.server")
+
+WS_PATH = "/v1/ws"
+TOKEN_CHECK_S = 1.0
+
+HttpHandler = Callable[[ServerConnection, HttpRequest], HttpResponse | None]
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _json_response(status: int, body: dict[str, Any]) -> HttpResponse:
+    data = json.dumps(body).encode()
+    headers = Headers(
+        [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(data))),
+            ("Cache-Control", "no-store"),
+        ]
+    )
+    return HttpResponse(status, HTTPStatus(status).phrase, headers, data)
+
+
+class TokenBucket:
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.capacity = float(burst)
+        self.tokens = float(burst)
+        self.stamp = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class Connection:
+    """One client: its outbox, its sender task, its authentication."""
+
+    def __init__(self, ws: ServerConnection, server: BridgeServer, *, trusted: bool) -> None:
+        self.ws = ws
+        self.server = server
+        self.msgpack = ws.subprotocol == SUBPROTOCOL_MSGPACK
+        self.trusted = trusted
+        self.authenticated = False
+        self.token_used: str | None = None
+        self._outbox: deque[Outgoing] = deque()
+        self._cap = server.config.limits.send_queue_frames
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._closed = False
+        self.bucket = TokenBucket(
+            server.config.limits.requests_per_second, server.config.limits.request_burst
+        )
+        self.peer = _peer(ws)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def push(self, item: Outgoing) -> None:
+        if self._closed:
+            return
+        if len(self._outbox) >= self._cap:
+            log.warning("client_too_slow", peer=self.peer, queued=len(self._outbox))
+            self.close(CLOSE_TOO_SLOW, "too far behind; reconnect and replay with after_seq")
+            return
+        self._outbox.append(item)
+        if len(self._outbox) >= self._cap // 2:
+            self._space.clear()
+        self._wake.set()
+
+    async def put(self, item: Outgoing) -> None:
+        while not self._closed and len(self._outbox) >= self._cap // 2:
+            self._space.clear()
+            await self._space.wait()
+        self.push(item)
+
+    def reply(self, request_id: RequestId, result: Any) -> None:
+        self.push(EncodedFrame(Ok(id=request_id, result=result)))
+
+    def error(self, request_id: RequestId, code: str, message: str) -> None:
+        self.push(EncodedFrame(Err(id=request_id, code=code, message=message)))
+
+    def close(self, code: int, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._outbox.clear()
+        self._wake.set()
+        self._space.set()
+        asyncio.get_running_loop().create_task(self.ws.close(code, reason))
+
+    async def drain_then_close(self, code: int, reason: str, timeout: float = 2.0) -> None:
+        """Send what is queued (an error answer, say), then close."""
+        deadline = time.monotonic() + timeout
+        while self._outbox and not self._closed and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self.close(code, reason)
+
+    async def sender(self) -> None:
+        ws = self.ws
+        text = not self.msgpack
+        try:
+            while not self._closed:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._outbox and not self._closed:
+                    item = self._outbox.popleft()
+                    if len(self._outbox) < self._cap // 4:
+                        self._space.set()
+                    await ws.send(item.encoded(self.msgpack), text=text)
+        except ConnectionClosed:
+            pass
+        finally:
+            self._closed = True
+            self._space.set()
+
+
+def _peer(ws: ServerConnection) -> str:
+    try:
+        addr = ws.remote_address
+    except Exception:
+        return "?"
+    if isinstance(addr, tuple) and addr:
+        return str(addr[0])
+    return "unix"
+
+
+class BridgeServer:
+    def __init__(self, config: Config, hub: Hub, registry: Registry, token_path: Path) -> None:
+        self.config = config
+        self.hub = hub
+        self.registry = registry
+        self.token_path = token_path
+        self.token = load_or_create_token(token_path)
+        self._token_mtime = self._mtime()
+        self.connections: set[Connection] = set()
+        self._servers: list[Server] = []
+        self._auth_failures: dict[str, deque[float]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.http_handlers: list[HttpHandler] = []
+        self.tcp_address: tuple[str, int] | None = None
+        self.unix_path: Path | None = None
+        registry.on_change(self.broadcast_agents_changed)
+        self._handlers: dict[type, Callable[[Connection, Any], Awaitable[Any]]] = {
+            AgentsList: self._agents_list,
+            AgentsCheck: self._agents_check,
+            ModelsList: self._models_list,
+            SessionsList: self._sessions_list,
+            SessionCreate: self._session_create,
+            SessionAttach: self._session_attach,
+            SessionSubscribe: self._session_subscribe,
+            SessionUnsubscribe: self._session_unsubscribe,
+            SessionSend: self._session_send,
+            SessionInterrupt: self._session_interrupt,
+            SessionPermission: self._session_permission,
+            SessionHandoff: self._session_handoff,
+            SessionClose: self._session_close,
+            UsageGet: self._usage_get,
+            Ping: self._ping,
+        }
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        conf = self.config.server
+        if not conf.tls_cert:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(conf.tls_cert, conf.tls_key)
+        return ctx
+
+    def _serve_kwargs(self) -> dict[str, Any]:
+        conf = self.config.server
+        return {
+            "process_request": self._process_request,
+            "select_subprotocol": self._select_subprotocol,
+            "subprotocols": [SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK],
+            "max_size": self.config.limits.max_frame_bytes,
+            "ping_interval": conf.ping_interval,
+            "ping_timeout": conf.ping_timeout,
+            "max_queue": 64,
+            "write_limit": 256 * 1024,
+            "server_header": f"agent-bridge/{__version__}",
+        }
+
+    async def start(self, host: str, port: int, unix_path: Path | None) -> None:
+        tls = self._ssl_context()
+        tcp = await serve(
+            self._handle_tcp, host, port, ssl=tls, **self._serve_kwargs()
+        )
+        self._servers.append(tcp)
+        sock = next(iter(tcp.sockets))
+        self.tcp_address = (host, sock.getsockname()[1])
+        if unix_path is not None:
+            unix_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with contextlib.suppress(FileNotFoundError):
+                unix_path.unlink()
+            unix = await unix_serve(self._handle_unix, str(unix_path), **self._serve_kwargs())
+            unix_path.chmod(0o600)
+            self._servers.append(unix)
+            self.unix_path = unix_path
+        self._spawn(self._watch_token())
+
+    @property
+    def url(self) -> str:
+        assert self.tcp_address is not None
+        host, port = self.tcp_address
+        scheme = "wss" if self.config.server.tls_cert else "ws"
+        shown = f"[{host}]" if ":" in host else host
+        return f"{scheme}://{shown}:{port}{WS_PATH}"
+
+    async def close(self) -> None:
+        for conn in list(self.connections):
+            conn.close(CLOSE_SHUTDOWN, "daemon shutting down")
+        await asyncio.sleep(0)
+        for srv in self._servers:
+            srv.close(close_connections=False)
+        for srv in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(srv.wait_closed(), 5.0)
+        for task in list(self._tasks):
+            task.cancel()
+        if self.unix_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.unix_path.unlink()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ---- token rotation ---------------------------------------------------------------------
+
+    def _mtime(self) -> float:
+        try:
+            return self.token_path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    async def _watch_token(self) -> None:
+        while True:
+            await asyncio.sleep(TOKEN_CHECK_S)
+            mtime = self._mtime()
+            if mtime == self._token_mtime:
+                continue
+            self._token_mtime = mtime
+            try:
+                token = load_or_create_token(self.token_path)
+            except Exception as exc:
+                log.error("token_reload_failed", error=str(exc))
+                continue
+            if token == self.token:
+                continue
+            self.token = token
+            log.info("token_rotated")
+            for conn in list(self.connections):
+                if conn.token_used is not None and not token_matches(token, conn.token_used):
+                    conn.close(CLOSE_UNAUTHORIZED, "the token was rotated")
+
+    # ---- handshake ----------------------------------------------------------------------------
+
+    def _select_subprotocol(
+        self, _conn: ServerConnection, offered: Any
+    ) -> str | None:
+        for name in offered:
+            if name in (SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK):
+                return str(name)
+        return None
+
+    def _auth_throttled(self, peer: str) -> bool:
+        window = self._auth_failures.get(peer)
+        if not window:
+            return False
+        cutoff = time.monotonic() - 60
+        while window and window[0] < cutoff:
+            window.popleft()
+        return len(window) >= self.config.limits.auth_failures_per_minute
+
+    def _auth_failed(self, peer: str) -> None:
+        self._auth_failures.setdefault(peer, deque()).append(time.monotonic())
+        if len(self._auth_failures) > 10_000:
+            self._auth_failures.clear()
+
+    def origin_allowed(self, origin: str, host_header: str | None) -> bool:
+        allowed = self.config.server.allowed_origins
+        if origin in allowed or "*" in allowed:
+            return True
+        # The daemon's own web client, served from this host:port, is always allowed.
+        if host_header:
+            for scheme in ("http", "https"):
+                if origin == f"{scheme}://{host_header}":
+                    return True
+        return False
+
+    def _process_request(
+        self, connection: ServerConnection, request: HttpRequest
+    ) -> HttpResponse | None:
+        path = request.path.split("?", 1)[0]
+        if path == "/healthz":
+            return _json_response(200, {"ok": True, "version": __version__})
+        if path != WS_PATH:
+            for handler in self.http_handlers:
+                response = handler(connection, request)
+                if response is not None:
+                    return response
+            return _json_response(404, {"ok": False, "error": "not found"})
+        origin = request.headers.get("Origin")
+        if origin is not None and not self.origin_allowed(origin, request.headers.get("Host")):
+            return _json_response(403, {"ok": False, "error": "origin not allowed"})
+        if len(self.connections) >= self.config.limits.max_connections:
+            return _json_response(503, {"ok": False, "error": "too many connections"})
+        peer = _peer(connection)
+        if self._auth_throttled(peer):
+            return _json_response(429, {"ok": False, "error": "too many failed logins"})
+        return None
+
+    async def _handle_tcp(self, ws: ServerConnection) -> None:
+        await self._handle(ws, trusted=False)
+
+    async def _handle_unix(self, ws: ServerConnection) -> None:
+        await self._handle(ws, trusted=True)
+
+    async def _handle(self, ws: ServerConnection, *, trusted: bool) -> None:
+        conn = Connection(ws, self, trusted=trusted)
+        header = ws.request.headers.get("Authorization") if ws.request else None
+        header_token: str | None = None
+        if header is not None:
+            scheme, _, value = header.partition(" ")
+            header_token = value.strip() if scheme.lower() == "bearer" else ""
+            if not token_matches(self.token, header_token):
+                self._auth_failed(conn.peer)
+                await ws.close(CLOSE_UNAUTHORIZED, "unauthorized")
+                return
+            conn.authenticated = True
+            conn.token_used = header_token
+        self.connections.add(conn)
+        sender = asyncio.create_task(conn.sender())
+        try:
+            if await self._handshake(conn):
+                await self._serve(conn)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.connections.discard(conn)
+            self.hub.drop_connection(conn)
+            conn.close(1000, "")
+            sender.cancel()
+            with contextlib.suppress(BaseException):
+                await sender
+
+    async def _handshake(self, conn: Connection) -> bool:
+        ws = conn.ws
+        timeout = self.config.server.hello_timeout
+        try:
+            raw = await asyncio.wait_for(ws.recv(), timeout)
+        except TimeoutError:
+            code = CLOSE_PROTOCOL if (conn.authenticated or conn.trusted) else CLOSE_UNAUTHORIZED
+            await ws.close(code, "no hello in time")
+            return False
+        try:
+            req = decode_request(raw, conn.msgpack)
+        except ProtocolError as exc:
+            conn.error(exc.request_id, "bad_request", f"the first frame must be hello: {exc}")
+            await conn.drain_then_close(CLOSE_PROTOCOL, "expected hello")
+            return False
+        if not isinstance(req, Hello):
+            conn.error(req.id, "bad_request", "the first frame must be hello")
+            await conn.drain_then_close(CLOSE_PROTOCOL, "expected hello")
+            return False
+        if not (conn.authenticated or conn.trusted):
+            if not token_matches(self.token, req.token):
+                self._auth_failed(conn.peer)
+                # Slow down guessing: the close waits longer the more a peer fails.
+                failures = len(self._auth_failures.get(conn.peer, ()))
+                await asyncio.sleep(min(2.0, 0.1 * failures))
+                await ws.close(CLOSE_UNAUTHORIZED, "unauthorized")
+                return False
+            conn.authenticated = True
+            conn.token_used = req.token
+        elif req.token is not None and not conn.authenticated:
+            conn.token_used = req.token if token_matches(self.token, req.token) else None
+        if req.protocol != PROTOCOL_VERSION:
+            conn.error(
+                req.id, "bad_request",
+                f"this daemon speaks protocol {PROTOCOL_VERSION}, not {req.protocol}",
+            )
+            await conn.drain_then_close(CLOSE_PROTOCOL, "unsupported protocol")
+            return False
+        conn.authenticated = True
+        conn.reply(
+            req.id,
+            {"protocol": PROTOCOL_VERSION, "server": {"name": "agent-bridge", "version": __version__}},
+        )
+        return True
+
+    async def _serve(self, conn: Connection) -> None:
+        async for raw in conn.ws:
+            if conn.closed:
+                return
+            try:
+                req = decode_request(raw, conn.msgpack)
+            except ProtocolError as exc:
+                conn.error(exc.request_id, exc.code, str(exc))
+                continue
+            if not conn.bucket.take():
+                conn.error(req.id, "rate_limited", "too many requests; slow down")
+                continue
+            self._spawn(self._dispatch(conn, req))
+
+    async def _dispatch(self, conn: Connection, req: Request) -> None:
+        if isinstance(req, Hello):
+            conn.error(req.id, "bad_request", "hello was already received")
+            return
+        handler = self._handlers.get(type(req))
+        if handler is None:
+            conn.error(req.id, "unknown_method", f"unknown request `{type(req).__name__}`")
+            return
+        try:
+            result = await handler(conn, req)
+        except HubError as exc:
+            conn.error(req.id, exc.code, str(exc))
+        except Exception as exc:
+            log.exception("request_failed", method=type(req).__name__)
+            conn.error(req.id, "internal", f"internal error: {type(exc).__name__}")
+        else:
+            if result is not _ALREADY_ANSWERED:
+                conn.reply(req.id, result)
+
+    def broadcast_agents_changed(self) -> None:
+        frame = EncodedFrame(AgentsChanged())
+        for conn in list(self.connections):
+            if conn.authenticated and not conn.closed:
+                conn.push(frame)
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    async def _agents_list(self, _conn: Connection, _req: AgentsList) -> Any:
+        await self.registry.wait_detected(1.0)
+        return {"agents": [self.registry.agent_object(e) for e in self.registry.entries()]}
+
+    async def _agents_check(self, _conn: Connection, req: AgentsCheck) -> Any:
+        if self.registry.get(req.agent) is None:
+            raise HubError("not_found", f"no agent `{req.agent}`")
+        checks = await self.registry.check(req.agent)
+        return {
+            "status": overall_status(checks),
+            "checks": checks,
+            "tested_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        }
+
+    async def _models_list(self, _conn: Connection, req: ModelsList) -> Any:
+        return {"models": await self.hub.models(req.agent)}
+
+    async def _sessions_list(self, _conn: Connection, req: SessionsList) -> Any:
+        return {"sessions": await self.hub.list_sessions(req.include_external)}
+
+    async def _session_create(self, _conn: Connection, req: SessionCreate) -> Any:
+        session, info = await self.hub.create(req.agent, req.cwd, req.model, req.effort, req.resume)
+        return {"session": session, "info": info}
+
+    async def _session_attach(self, _conn: Connection, req: SessionAttach) -> Any:
+        return {"session": await self.hub.attach(req.agent, req.agent_session_id, req.cwd)}
+
+    async def _session_subscribe(self, conn: Connection, req: SessionSubscribe) -> Any:
+        if req.after_seq < 0:
+            raise HubError("bad_request", "`after_seq` must be 0 or more")
+        result, begin = self.hub.subscribe(req.session, conn, req.after_seq)
+        conn.reply(req.id, result)
+        begin()
+        return _ALREADY_ANSWERED
+
+    async def _session_unsubscribe(self, conn: Connection, req: SessionUnsubscribe) -> Any:
+        self.hub.unsubscribe(req.session, conn)
+        return {}
+
+    async def _session_send(self, _conn: Connection, req: SessionSend) -> Any:
+        queued = await self.hub.send(req.session, req.text, req.attachments, req.client_msg_id)
+        return {"queued": queued}
+
+    async def _session_interrupt(self, _conn: Connection, req: SessionInterrupt) -> Any:
+        await self.hub.interrupt(req.session)
+        return {}
+
+    async def _session_permission(self, _conn: Connection, req: SessionPermission) -> Any:
+        await self.hub.permission(req.session, req.request_id, req.option_id)
+        return {}
+
+    async def _session_handoff(self, _conn: Connection, req: SessionHandoff) -> Any:
+        import shlex
+
+        cmd = await self.hub.handoff(req.session)
+        return {"argv": cmd.argv, "cwd": cmd.cwd, "command": shlex.join(cmd.argv)}
+
+    async def _session_close(self, _conn: Connection, req: SessionClose) -> Any:
+        await self.hub.close(req.session)
+        return {}
+
+    async def _usage_get(self, _conn: Connection, req: UsageGet) -> Any:
+        usage = await self.hub.usage(req.session)
+        return {"usage": msgspec.to_builtins(usage) if usage is not None else None}
+
+    async def _ping(self, _conn: Connection, _req: Ping) -> Any:
+        return {}
+
+
+_ALREADY_ANSWERED = object()

@@ -1,0 +1,1172 @@
+"""The session hub: one state machine per session, ordered durable events, fan-out.
+
+Data flows one way: adapter -> ``TurnGuard`` (invariants) -> ``_emit`` (seq, store) ->
+``_committed`` (after the store commits) -> every subscription. The hub owns sessions and
+their state; the store owns durability; connections own their sockets and queues.
+
+States: ``idle`` (the bridge may write), ``running`` (a bridge turn is in progress),
+``parked`` (a terminal owns the session; messages queue, a mirror streams its activity),
+``ended`` (closed). Every change is pushed as a ``state`` frame and logged as a ``system``
+block with code ``state``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shlex
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from bridge.adapters.base import BaseAdapter, ResumeCommand, cwd_matches, instantiate
+from bridge.blocks import (
+    AgentInfoBlock,
+    AttachmentRef,
+    Block,
+    EndReason,
+    ErrorBlock,
+    PermissionRequestBlock,
+    SessionEndBlock,
+    SystemBlock,
+    UsageBlock,
+    UserBlock,
+    block_to_json,
+)
+from bridge.commands import SlashCommand, help_text, parse_command
+from bridge.config import Config
+from bridge.invariants import TurnGuard
+from bridge.logs import get_logger
+from bridge.protocol import (
+    Attachment,
+    EncodedEvent,
+    EncodedFrame,
+    Outgoing,
+    SessionObject,
+    SessionState,
+    StateFrame,
+    Writer,
+)
+from bridge.registry import AgentEntry, Registry
+from bridge.store import AttachmentData, MessageRecord, SessionRecord, Store, StoredEvent
+
+log = get_logger("bridge.sessions")
+
+UNCOMMITTED_HIGH = 4000
+UNCOMMITTED_LOW = 1000
+REPLAY_CHUNK = 1000
+PARK_POLL_S = 1.0
+EXTERNAL_CACHE_S = 5.0
+HANDOFF_WAIT_S = 300.0
+
+
+class HubError(Exception):
+    """A request the hub refuses; ``code`` is one of the protocol's error codes."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Subscriber(Protocol):
+    """What the hub needs of a connection."""
+
+    msgpack: bool
+
+    def push(self, item: Outgoing) -> None:
+        """Queue without waiting; a connection that cannot keep up closes itself (4408)."""
+
+    async def put(self, item: Outgoing) -> None:
+        """Queue, waiting while the connection's queue is full (used for replay)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z"
+    )
+
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
+
+
+def safe_attachment_name(name: str) -> str:
+    """A file name that cannot escape a directory: no separators, no leading dots."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    base = _UNSAFE_NAME.sub("_", base).strip().lstrip(".")
+    return base[:200] or "attachment"
+
+
+@dataclass
+class Subscription:
+    conn: Subscriber
+    session: Session
+    live: bool = False
+    backlog: list[EncodedEvent] = field(default_factory=list)
+    sent_seq: int = 0
+    task: asyncio.Task[None] | None = None
+
+    def offer(self, event: EncodedEvent, backlog_limit: int) -> None:
+        if self.conn.closed:
+            return
+        if self.live:
+            self.sent_seq = event.seq
+            self.conn.push(event)
+        elif len(self.backlog) < backlog_limit:
+            self.backlog.append(event)
+        else:
+            self.conn.push(event)  # let the connection's own overflow rule cut it off
+
+
+@dataclass
+class Turn:
+    guard: TurnGuard
+    task: asyncio.Task[None] | None = None
+    interrupting: bool = False
+    forced: bool = False
+    permission_options: dict[str, set[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Session:
+    rec: SessionRecord
+    next_seq: int = 1
+    queue: deque[MessageRecord] = field(default_factory=deque)
+    answered: dict[str, bool] = field(default_factory=dict)
+    subs: dict[int, Subscription] = field(default_factory=dict)
+    adapter: BaseAdapter | None = None
+    adapter_cls: type[BaseAdapter] | None = None
+    restart_adapter: bool = False
+    turn: Turn | None = None
+    runner: asyncio.Task[None] | None = None
+    watcher: asyncio.Task[None] | None = None
+    mirror: asyncio.Task[None] | None = None
+    uncommitted: int = 0
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+    usage: UsageBlock | None = None
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def id(self) -> str:
+        return self.rec.id
+
+    @property
+    def state(self) -> str:
+        return self.rec.state
+
+
+class Hub:
+    def __init__(self, config: Config, registry: Registry, store: Store) -> None:
+        self.config = config
+        self.registry = registry
+        self.store = store
+        self.sessions: dict[str, Session] = {}
+        self._external_cache: tuple[float, list[SessionObject]] = (0.0, [])
+        self._external_refresh: asyncio.Task[None] | None = None
+        self._closing = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        store.on_commit = self._committed
+
+    # ---- start-up and shutdown ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        sessions, messages, seqs = await asyncio.to_thread(self.store.load)
+        for rec in sessions:
+            s = Session(rec=rec, next_seq=max(rec.last_seq, seqs.get(rec.id, 0)) + 1)
+            s.idle.set()
+            self.sessions[rec.id] = s
+        for msg in messages:
+            s = self.sessions.get(msg.session)
+            if s is None:
+                continue
+            queued = msg.status == "queued"
+            s.answered[msg.client_msg_id] = queued
+            if queued:
+                s.queue.append(msg)
+        for s in self.sessions.values():
+            await self._recover(s)
+
+    async def _recover(self, s: Session) -> None:
+        """Close a turn the daemon died in, restore parking, and continue the queue."""
+        if s.rec.state == "running":
+            guard = TurnGuard(s.rec.agent_session_id)
+            after = 0
+            while True:
+                events = await self.store.read_events(s.id, after, REPLAY_CHUNK)
+                if not events:
+                    break
+                for ev in events:
+                    after = ev.seq
+                    try:
+                        from bridge.blocks import block_from_json
+
+                        block = block_from_json(ev.block_json)
+                    except Exception:  # noqa: S112 - an unreadable stored block is skipped
+                        continue
+                    if isinstance(block, UserBlock) and block.source == "bridge":
+                        guard = TurnGuard(s.rec.agent_session_id)
+                    guard.feed(block)
+            self._emit(
+                s,
+                ErrorBlock(
+                    code="daemon_restarted",
+                    message="the daemon stopped while this turn was running",
+                ),
+            )
+            for block in guard.finish("error", silent=True):
+                self._emit(s, block)
+            self._set_state(s, "idle", "bridge", "the daemon restarted during a turn")
+        elif s.rec.state == "parked":
+            self._start_watcher(s, handoff=s.rec.intent == "handoff")
+        self._kick(s)
+
+    async def shutdown(self) -> None:
+        """Interrupt running turns, stop every adapter, flush the store."""
+        self._closing = True
+        grace = self.config.adapters.stop_grace
+        running = [s for s in self.sessions.values() if s.turn is not None]
+        for s in running:
+            with contextlib.suppress(Exception):
+                await self._interrupt(s, "the daemon is shutting down")
+        if running:
+            await asyncio.wait(
+                [asyncio.create_task(s.idle.wait()) for s in running], timeout=grace + 1
+            )
+        for s in self.sessions.values():
+            for task in (s.runner, s.watcher, s.mirror):
+                if task is not None and not task.done():
+                    task.cancel()
+            await self._stop_adapter(s)
+        for task in list(self._tasks):
+            task.cancel()
+        await self.store.flush()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ---- events ------------------------------------------------------------------------------
+
+    def _emit(self, s: Session, block: Block) -> None:
+        """Number, store and (after commit) publish one block."""
+        seq = s.next_seq
+        s.next_seq += 1
+        now = time.time()
+        s.rec.last_seq = seq
+        s.rec.updated_at = now
+        if isinstance(block, UsageBlock):
+            s.usage = block
+        s.uncommitted += 1
+        if s.uncommitted >= UNCOMMITTED_HIGH:
+            s.drained.clear()
+        self.store.append_event(StoredEvent(s.id, seq, iso(now), block_to_json(block), now))
+
+    def _committed(self, batch: list[StoredEvent]) -> None:
+        limit = self.config.limits.send_queue_frames
+        for ev in batch:
+            s = self.sessions.get(ev.session)
+            if s is None:
+                continue
+            s.uncommitted -= 1
+            if s.uncommitted <= UNCOMMITTED_LOW:
+                s.drained.set()
+            if s.subs:
+                encoded = EncodedEvent(ev.session, ev.seq, ev.ts, ev.block_json)
+                for sub in list(s.subs.values()):
+                    sub.offer(encoded, limit)
+
+    async def _backpressure(self, s: Session) -> None:
+        if s.uncommitted >= UNCOMMITTED_HIGH:
+            await s.drained.wait()
+
+    def _push_state(self, s: Session) -> None:
+        frame = EncodedFrame(
+            StateFrame(
+                session=s.id,
+                state=s.rec.state,  # type: ignore[arg-type]
+                writer=s.rec.writer,  # type: ignore[arg-type]
+                queued=len(s.queue),
+            )
+        )
+        for sub in list(s.subs.values()):
+            if not sub.conn.closed:
+                sub.conn.push(frame)
+
+    def _set_state(self, s: Session, state: SessionState, writer: Writer, why: str) -> None:
+        if s.rec.state == state and s.rec.writer == writer:
+            return
+        old = s.rec.state
+        s.rec.state = state
+        s.rec.writer = writer
+        self._emit(
+            s,
+            SystemBlock(
+                code="state",
+                text=f"{old} -> {state} (writer: {writer}): {why}",
+                data={"state": state, "writer": writer, "queued": len(s.queue)},
+            ),
+        )
+        self.store.save_session(s.rec)
+        self._push_state(s)
+        if state == "running":
+            s.idle.clear()
+        else:
+            s.idle.set()
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def get(self, session_id: str) -> Session:
+        s = self.sessions.get(session_id)
+        if s is None:
+            raise HubError("not_found", f"no session `{session_id}`")
+        return s
+
+    def session_object(self, s: Session) -> SessionObject:
+        rec = s.rec
+        return SessionObject(
+            session=rec.id,
+            agent=rec.agent,
+            cwd=rec.cwd,
+            title=rec.title,
+            state=rec.state,  # type: ignore[arg-type]
+            writer=rec.writer,  # type: ignore[arg-type]
+            created_at=iso(rec.created_at),
+            updated_at=iso(rec.updated_at),
+            last_seq=s.next_seq - 1,
+            agent_session_id=rec.agent_session_id,
+            external=rec.external,
+            queued=len(s.queue),
+            model=rec.model,
+        )
+
+    async def list_sessions(self, include_external: bool) -> list[SessionObject]:
+        own = sorted(
+            (self.session_object(s) for s in self.sessions.values()),
+            key=lambda o: o.updated_at,
+            reverse=True,
+        )
+        if not include_external:
+            return own
+        return own + await self._external_sessions()
+
+    async def _external_sessions(self) -> list[SessionObject]:
+        stamp, cached = self._external_cache
+        if time.monotonic() - stamp > EXTERNAL_CACHE_S:
+            if self._external_refresh is None or self._external_refresh.done():
+                self._external_refresh = asyncio.create_task(self._scan_external())
+            if stamp == 0.0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._external_refresh), 2.0)
+                stamp, cached = self._external_cache
+        known = {(s.rec.agent, s.rec.agent_session_id) for s in self.sessions.values()}
+        return [o for o in cached if (o.agent, o.agent_session_id) not in known]
+
+    async def _scan_external(self) -> None:
+        found: list[SessionObject] = []
+        for entry in self.registry.entries():
+            cls = entry.cls
+            if _not_overridden(cls, "scan_external_sessions"):
+                continue
+            try:
+                items = await asyncio.wait_for(
+                    asyncio.to_thread(cls.scan_external_sessions), 10.0
+                )
+            except Exception as exc:
+                log.warning("scan_external_failed", agent=entry.agent_id, error=repr(exc))
+                continue
+            for item in items:
+                found.append(
+                    SessionObject(
+                        session=f"ext:{entry.agent_id}:{item.agent_session_id}",
+                        agent=entry.agent_id,
+                        cwd=item.cwd,
+                        title=item.title,
+                        state="parked" if item.owned else "idle",
+                        writer="terminal" if item.owned else "none",
+                        created_at=iso(item.updated_at),
+                        updated_at=iso(item.updated_at),
+                        last_seq=0,
+                        agent_session_id=item.agent_session_id,
+                        external=True,
+                    )
+                )
+        found.sort(key=lambda o: o.updated_at, reverse=True)
+        self._external_cache = (time.monotonic(), found)
+
+    # ---- create / attach / close -------------------------------------------------------------
+
+    def _entry(self, agent: str) -> AgentEntry:
+        entry = self.registry.get(agent)
+        if entry is None:
+            raise HubError("not_found", f"no agent `{agent}`")
+        if entry.detect_done and (entry.detected is None or not entry.detected.available):
+            raise HubError(
+                "agent_unavailable",
+                f"agent `{agent}` is not available here: "
+                + (self.registry.agent_object(entry).error or "not detected"),
+            )
+        if not entry.config.enabled:
+            raise HubError("agent_unavailable", f"agent `{agent}` is disabled in the config")
+        return entry
+
+    @staticmethod
+    def _check_cwd(cwd: str) -> str:
+        if not cwd or "\x00" in cwd:
+            raise HubError("bad_request", "`cwd` must be a directory path")
+        path = Path(cwd).expanduser()
+        if not path.is_absolute():
+            raise HubError("bad_request", f"`cwd` must be an absolute path, not `{cwd}`")
+        try:
+            resolved = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise HubError("bad_request", f"`cwd` `{cwd}` does not exist") from None
+        if not resolved.is_dir():
+            raise HubError("bad_request", f"`cwd` `{cwd}` is not a directory")
+        if not os.access(resolved, os.R_OK | os.X_OK):
+            raise HubError("bad_request", f"`cwd` `{cwd}` is not accessible")
+        return str(resolved)
+
+    def _new_record(
+        self,
+        agent: str,
+        cwd: str,
+        model: str | None,
+        effort: str | None,
+        agent_session_id: str | None,
+        external: bool,
+    ) -> Session:
+        if len(self.sessions) >= self.config.limits.max_sessions:
+            raise HubError(
+                "conflict", f"the daemon already holds {len(self.sessions)} sessions (the limit)"
+            )
+        now = time.time()
+        rec = SessionRecord(
+            id=f"s_{uuid.uuid4().hex[:16]}",
+            agent=agent,
+            cwd=cwd,
+            model=model,
+            effort=effort,
+            created_at=now,
+            updated_at=now,
+            agent_session_id=agent_session_id,
+            external=external,
+        )
+        s = Session(rec=rec)
+        s.idle.set()
+        return s
+
+    async def create(
+        self,
+        agent: str,
+        cwd: str,
+        model: str | None = None,
+        effort: str | None = None,
+        resume: str | None = None,
+    ) -> tuple[SessionObject, AgentInfoBlock]:
+        entry = self._entry(agent)
+        cwd = self._check_cwd(cwd)
+        s = self._new_record(
+            agent,
+            cwd,
+            model or entry.config.model,
+            effort or entry.config.effort,
+            resume,
+            external=False,
+        )
+        info = await self._start_adapter(s, entry)
+        self.sessions[s.id] = s
+        self.store.save_session(s.rec)
+        self._emit(s, info)
+        return self.session_object(s), info
+
+    async def attach(self, agent: str, agent_session_id: str, cwd: str) -> SessionObject:
+        entry = self._entry(agent)
+        cwd = self._check_cwd(cwd)
+        for s in self.sessions.values():
+            if s.rec.agent == agent and s.rec.agent_session_id == agent_session_id:
+                return self.session_object(s)
+        s = self._new_record(agent, cwd, entry.config.model, None, agent_session_id, True)
+        s.rec.title = f"{entry.cls.display_name} terminal session"
+        self.sessions[s.id] = s
+        self.store.save_session(s.rec)
+        self._emit(
+            s,
+            SystemBlock(
+                code="attached",
+                text=f"attached to {agent} session {agent_session_id} in {cwd}",
+            ),
+        )
+        if await self._externally_owned(s):
+            self._park(s, "a terminal process owns this session")
+        return self.session_object(s)
+
+    async def close(self, session_id: str) -> None:
+        s = self.get(session_id)
+        if s.rec.state == "ended":
+            return
+        if s.turn is not None:
+            await self._interrupt(s, "the session is being closed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(s.idle.wait(), self.config.adapters.stop_grace + 2)
+        for task in (s.runner, s.watcher, s.mirror):
+            if task is not None and not task.done():
+                task.cancel()
+        await self._stop_adapter(s)
+        dropped = len(s.queue)
+        for msg in s.queue:
+            msg.status = "dropped"
+            self.store.save_message(msg)
+        s.queue.clear()
+        why = "closed by a client" + (f"; {dropped} queued message(s) dropped" if dropped else "")
+        self._set_state(s, "ended", "none", why)
+
+    # ---- adapters ----------------------------------------------------------------------------
+
+    def _adapter_config(self, agent: str) -> Any:
+        return self.config.agent(agent)
+
+    async def _start_adapter(self, s: Session, entry: AgentEntry | None = None) -> AgentInfoBlock:
+        entry = entry or self.registry.get(s.rec.agent)
+        cls = s.adapter_cls if (s.adapter_cls and not s.restart_adapter) else None
+        if cls is None:
+            if entry is None:
+                raise HubError("agent_unavailable", f"agent `{s.rec.agent}` is not registered")
+            cls = entry.cls
+        conf = self._adapter_config(s.rec.agent)
+        resume = s.rec.agent_session_id if cwd_matches(s.rec.cwd, s.rec.cwd) else None
+        session_id = s.id
+
+        def on_session_id(agent_session_id: str) -> None:
+            self._on_agent_session_id(session_id, agent_session_id)
+
+        values = {
+            "cwd": s.rec.cwd,
+            "model": s.rec.model,
+            "effort": s.rec.effort,
+            "binary": conf.binary,
+            "resume_session_id": resume,
+            "on_session_id": on_session_id,
+            "env": dict(conf.env),
+            "options": dict(conf.options),
+        }
+        bound = structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent)
+        with bound:
+            try:
+                adapter = instantiate(cls, values)
+                info = await asyncio.wait_for(
+                    adapter.start(s.id), self.config.adapters.start_timeout
+                )
+            except HubError:
+                raise
+            except TimeoutError:
+                raise HubError(
+                    "agent_unavailable", f"agent `{s.rec.agent}` did not start in time"
+                ) from None
+            except Exception as exc:
+                log.warning("adapter_start_failed", error=repr(exc))
+                raise HubError(
+                    "agent_unavailable", f"agent `{s.rec.agent}` failed to start: {exc}"
+                ) from None
+        if not isinstance(info, AgentInfoBlock):
+            info = AgentInfoBlock(agent=cls.agent_id, name=cls.display_name)
+        s.adapter = adapter
+        s.adapter_cls = cls
+        s.restart_adapter = False
+        return info
+
+    def _on_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
+        s = self.sessions.get(session_id)
+        if s is None or not agent_session_id or s.rec.agent_session_id == agent_session_id:
+            return
+        s.rec.agent_session_id = agent_session_id
+        if s.turn is not None:
+            s.turn.guard.agent_session_id = agent_session_id
+        self.store.save_session(s.rec)
+
+    async def _stop_adapter(self, s: Session) -> None:
+        adapter, s.adapter = s.adapter, None
+        if adapter is None:
+            return
+        try:
+            await asyncio.wait_for(adapter.stop(), self.config.adapters.stop_grace + 2)
+        except Exception as exc:
+            log.warning("adapter_stop_failed", session=s.id, error=repr(exc))
+
+    # ---- sending -----------------------------------------------------------------------------
+
+    def _validate_attachments(
+        self, s: Session, attachments: list[Attachment]
+    ) -> list[AttachmentData]:
+        limits = self.config.limits
+        if len(attachments) > limits.max_attachments:
+            raise HubError(
+                "too_large", f"at most {limits.max_attachments} attachments per message"
+            )
+        cls = s.adapter_cls or (self.registry.get(s.rec.agent) or AgentEntry(BaseAdapter)).cls
+        out: list[AttachmentData] = []
+        for att in attachments:
+            if len(att.data) > limits.max_attachment_bytes:
+                raise HubError(
+                    "too_large",
+                    f"attachment `{safe_attachment_name(att.name)}` is over "
+                    f"{limits.max_attachment_bytes} bytes",
+                )
+            is_image = att.mime.lower().startswith("image/")
+            if is_image and not getattr(cls, "cap_images", False):
+                raise HubError("bad_request", "this agent does not accept images")
+            if not is_image and not getattr(cls, "cap_documents", False):
+                raise HubError("bad_request", "this agent does not accept documents")
+            out.append(
+                AttachmentData(name=safe_attachment_name(att.name), mime=att.mime, data=att.data)
+            )
+        return out
+
+    async def send(
+        self,
+        session_id: str,
+        text: str,
+        attachments: list[Attachment],
+        client_msg_id: str | None,
+    ) -> bool:
+        s = self.get(session_id)
+        msg_id = client_msg_id or f"m_{uuid.uuid4().hex[:16]}"
+        if client_msg_id is not None and msg_id in s.answered:
+            return s.answered[msg_id]
+        if s.rec.state == "ended":
+            raise HubError("conflict", "the session has ended")
+        command = parse_command(text) if not attachments else None
+        if command is not None:
+            s.answered[msg_id] = False
+            self.store.save_message(
+                MessageRecord(
+                    session=s.id, client_msg_id=msg_id, text=text, status="command",
+                    created_at=time.time(),
+                )
+            )
+            self._emit(s, UserBlock(id=msg_id, text=text, source="bridge"))
+            await self._run_command(s, command)
+            return False
+        if len(s.queue) >= self.config.limits.max_queued_messages:
+            raise HubError(
+                "rate_limited",
+                f"{len(s.queue)} messages are already waiting in this session (the limit)",
+            )
+        data = self._validate_attachments(s, attachments)
+        msg = MessageRecord(
+            session=s.id, client_msg_id=msg_id, text=text, attachments=data,
+            created_at=time.time(),
+        )
+        queued = s.rec.state != "idle" or bool(s.queue) or (
+            s.runner is not None and not s.runner.done()
+        )
+        s.answered[msg_id] = queued
+        if not s.rec.title:
+            s.rec.title = " ".join(text.split())[:80]
+        s.queue.append(msg)
+        self.store.save_message(msg)
+        if queued:
+            self._push_state(s)
+        self._kick(s)
+        return queued
+
+    def _kick(self, s: Session) -> None:
+        if self._closing or not s.queue or s.rec.state in ("parked", "ended"):
+            return
+        if s.runner is None or s.runner.done():
+            s.runner = self._spawn(self._run_queue(s))
+
+    async def _run_queue(self, s: Session) -> None:
+        with structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent):
+            while s.queue and not self._closing and s.rec.state == "idle":
+                if await self._externally_owned(s):
+                    self._park(s, "a terminal process owns this session")
+                    return
+                msg = s.queue.popleft()
+                try:
+                    await self._run_turn(s, msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("turn_crashed")
+                    if s.rec.state == "running":
+                        self._set_state(s, "idle", "bridge", "the turn failed")
+
+    async def _externally_owned(self, s: Session) -> bool:
+        cls = s.adapter_cls or (self.registry.get(s.rec.agent) or AgentEntry(BaseAdapter)).cls
+        if cls.handoff == "none":
+            return False
+        try:
+            return bool(
+                await asyncio.wait_for(
+                    asyncio.to_thread(
+                        cls.is_cwd_externally_owned, s.rec.cwd, s.rec.agent_session_id
+                    ),
+                    10.0,
+                )
+            )
+        except Exception as exc:
+            log.warning("ownership_check_failed", error=repr(exc))
+            return False
+
+    def _timeouts(self, agent: str) -> tuple[float, float]:
+        conf = self.config.agent(agent)
+        return (
+            conf.turn_timeout or self.config.adapters.turn_timeout,
+            conf.idle_timeout or self.config.adapters.idle_timeout,
+        )
+
+    async def _run_turn(self, s: Session, msg: MessageRecord) -> None:
+        turn = Turn(guard=TurnGuard(s.rec.agent_session_id))
+        s.turn = turn
+        msg.status = "started"
+        self.store.save_message(msg)
+        self._emit(
+            s,
+            UserBlock(
+                id=msg.client_msg_id,
+                text=msg.text,
+                attachments=[
+                    AttachmentRef(name=a.name, mime=a.mime, size=len(a.data))
+                    for a in msg.attachments
+                ],
+                source="bridge",
+            ),
+        )
+        self._set_state(s, "running", "bridge", "a turn started")
+        try:
+            if s.adapter is None or s.restart_adapter:
+                await self._stop_adapter(s)
+                try:
+                    info = await self._start_adapter(s)
+                except HubError as exc:
+                    self._emit(s, ErrorBlock(code="agent_unavailable", message=str(exc)))
+                    self._finish(s, turn, "error")
+                    return
+                self._emit(s, info)
+            turn.task = asyncio.create_task(self._consume(s, turn, msg))
+            try:
+                await asyncio.shield(turn.task)
+            except asyncio.CancelledError:
+                if not turn.task.done():
+                    turn.task.cancel()
+                raise
+        finally:
+            if not turn.guard.ended:
+                self._finish(s, turn, "interrupted" if turn.interrupting else "error")
+            s.turn = None
+            if s.rec.state == "running":
+                self._set_state(s, "idle", "bridge", "the turn ended")
+
+    def _finish(
+        self, s: Session, turn: TurnGuard | Turn, reason: EndReason, exit_code: int | None = None
+    ) -> None:
+        guard = turn.guard if isinstance(turn, Turn) else turn
+        for block in guard.finish(reason, exit_code, silent=True):
+            self._emit(s, block)
+
+    async def _consume(self, s: Session, turn: Turn, msg: MessageRecord) -> None:
+        adapter = s.adapter
+        assert adapter is not None
+        turn_timeout, idle_timeout = self._timeouts(s.rec.agent)
+        guard = turn.guard
+        stream: AsyncIterator[Block] | None = None
+        failure: tuple[str, str, EndReason] | None = None
+        try:
+            async with asyncio.timeout(turn_timeout):
+                await asyncio.wait_for(
+                    adapter.send(msg.text, list(msg.attachments) or None), idle_timeout
+                )
+                stream = aiter(adapter.stream())
+                while True:
+                    try:
+                        block = await asyncio.wait_for(anext(stream), idle_timeout)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        failure = (
+                            "idle_timeout",
+                            f"the agent produced nothing for {idle_timeout:g}s",
+                            "timeout",
+                        )
+                        break
+                    for out in self._accept(s, turn, block):
+                        self._emit(s, out)
+                    if guard.ended:
+                        break
+                    await self._backpressure(s)
+        except TimeoutError:
+            failure = ("turn_timeout", f"the turn ran longer than {turn_timeout:g}s", "timeout")
+        except asyncio.CancelledError:
+            if not turn.forced:
+                raise
+            failure = None
+        except Exception as exc:
+            log.warning("adapter_raised", error=repr(exc))
+            failure = ("adapter_error", f"{type(exc).__name__}: {exc}", "error")
+        finally:
+            if stream is not None and hasattr(stream, "aclose"):
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(stream.aclose(), 2.0)
+        if turn.forced and not guard.ended:
+            self._emit(s, ErrorBlock(code="interrupt_forced",
+                                     message="the agent did not stop in time; it was stopped"))
+            self._finish(s, turn, "interrupted")
+            await self._stop_adapter(s)
+        elif failure is not None and not guard.ended:
+            code, message, reason = failure
+            self._emit(s, ErrorBlock(code=code, message=message))
+            self._finish(s, turn, reason)
+            await self._stop_adapter(s)
+        elif not guard.ended:
+            for out in guard.finish("completed"):
+                self._emit(s, out)
+
+    def _accept(self, s: Session, turn: Turn, block: object) -> list[Block]:
+        from bridge.blocks import is_block
+
+        if not is_block(block):
+            return [
+                ErrorBlock(
+                    code="adapter_contract",
+                    message=f"the adapter yielded {type(block).__name__}, not a block",
+                )
+            ]
+        typed: Block = block  # type: ignore[assignment]
+        if isinstance(typed, PermissionRequestBlock):
+            turn.permission_options[typed.id] = {o.id for o in typed.options}
+        return turn.guard.feed(typed)
+
+    # ---- interrupt, permissions, commands ------------------------------------------------------
+
+    async def interrupt(self, session_id: str) -> None:
+        s = self.get(session_id)
+        await self._interrupt(s, "interrupted by a client")
+
+    async def _interrupt(self, s: Session, why: str) -> None:
+        turn = s.turn
+        if turn is None or turn.interrupting:
+            return
+        turn.interrupting = True
+        adapter = s.adapter
+        grace = self.config.adapters.stop_grace
+        if adapter is not None and getattr(adapter, "cap_interrupt", False):
+            try:
+                await asyncio.wait_for(adapter.interrupt(), grace)
+            except Exception as exc:
+                log.warning("adapter_interrupt_failed", session=s.id, error=repr(exc))
+                grace = 0.0
+        else:
+            grace = 0.0
+
+        async def force() -> None:
+            if grace:
+                await asyncio.sleep(grace)
+            if s.turn is turn and turn.task is not None and not turn.task.done():
+                turn.forced = True
+                turn.task.cancel()
+
+        self._spawn(force())
+
+    async def permission(self, session_id: str, request_id: str, option_id: str) -> None:
+        s = self.get(session_id)
+        turn = s.turn
+        if turn is None or request_id not in turn.guard.pending_permissions:
+            raise HubError("not_found", f"no pending permission request `{request_id}`")
+        options = turn.permission_options.get(request_id, set())
+        if options and option_id not in options:
+            raise HubError(
+                "bad_request",
+                f"`{option_id}` is not an option of this request ({', '.join(sorted(options))})",
+            )
+        adapter = s.adapter
+        if adapter is None:
+            raise HubError("conflict", "the agent is not running")
+        try:
+            await asyncio.wait_for(adapter.respond_permission(request_id, option_id), 10.0)
+        except Exception as exc:
+            raise HubError("conflict", f"the agent could not take the answer: {exc}") from None
+        turn.guard.pending_permissions.pop(request_id, None)
+
+    async def usage(self, session_id: str) -> UsageBlock | None:
+        s = self.get(session_id)
+        if s.adapter is not None and s.adapter.provides_usage:
+            with contextlib.suppress(Exception):
+                got = await asyncio.wait_for(s.adapter.get_usage(), 5.0)
+                if isinstance(got, UsageBlock):
+                    return got
+        return s.usage
+
+    async def _run_command(self, s: Session, command: SlashCommand) -> None:
+        name = command.name
+        if name == "help":
+            self._emit(s, SystemBlock(code="help", text=help_text()))
+        elif name == "status":
+            text = (
+                f"state: {s.rec.state}, writer: {s.rec.writer}, queued: {len(s.queue)}, "
+                f"agent session: {s.rec.agent_session_id or '-'}, model: {s.rec.model or '-'}"
+            )
+            self._emit(s, SystemBlock(code="status", text=text))
+            cls = s.adapter_cls or self._cls(s)
+            if cls.provides_usage:
+                usage = await self.usage(s.id)
+                if usage is not None:
+                    self._emit(s, usage)
+        elif name == "stop":
+            running = s.turn is not None
+            self._emit(
+                s,
+                SystemBlock(code="stop", text="interrupting" if running else "no turn is running"),
+            )
+            if running:
+                await self._interrupt(s, "/stop")
+        elif name == "model":
+            await self._command_model(s, command.argument)
+        elif name == "terminal":
+            try:
+                cmd = await self.handoff(s.id)
+            except HubError as exc:
+                self._emit(s, ErrorBlock(code=exc.code, message=str(exc)))
+            else:
+                self._emit(s, SystemBlock(code="terminal", text=shlex.join(cmd.argv),
+                                          data={"argv": cmd.argv, "cwd": cmd.cwd}))
+
+    def _cls(self, s: Session) -> type[BaseAdapter]:
+        entry = self.registry.get(s.rec.agent)
+        return s.adapter_cls or (entry.cls if entry else BaseAdapter)
+
+    async def _command_model(self, s: Session, model: str) -> None:
+        cls = self._cls(s)
+        if not getattr(cls, "provides_models", False):
+            self._emit(
+                s, ErrorBlock(code="model", message="this agent does not let you choose a model")
+            )
+            return
+        if not model:
+            self._emit(s, ErrorBlock(code="model", message="usage: /model <id>"))
+            return
+        s.rec.model = model
+        s.restart_adapter = True
+        self.store.save_session(s.rec)
+        self._emit(s, SystemBlock(code="model", text=f"model {model} from the next turn"))
+
+    async def models(self, agent: str) -> list[dict[str, str]]:
+        entry = self.registry.get(agent)
+        if entry is None:
+            raise HubError("not_found", f"no agent `{agent}`")
+        if not entry.cls.provides_models:
+            return []
+        try:
+            adapter = instantiate(entry.cls, {"binary": entry.config.binary,
+                                              "env": dict(entry.config.env),
+                                              "options": dict(entry.config.options)})
+            models = await asyncio.wait_for(adapter.list_models(), 15.0)
+        except Exception as exc:
+            raise HubError("agent_unavailable", f"could not list models: {exc}") from None
+        return [{"id": m.id, "label": m.label} for m in models]
+
+    # ---- single writer: parking, mirror, reattach, handoff ---------------------------------------
+
+    def _park(self, s: Session, why: str, *, handoff: bool = False) -> None:
+        self._set_state(s, "parked", "terminal", why)
+        self._start_watcher(s, handoff=handoff)
+
+    def _start_watcher(self, s: Session, *, handoff: bool) -> None:
+        if s.watcher is None or s.watcher.done():
+            s.watcher = self._spawn(self._watch_parked(s, handoff))
+
+    def _start_mirror(self, s: Session) -> None:
+        if s.mirror is not None and not s.mirror.done():
+            return
+        cls = self._cls(s)
+        sid = s.rec.agent_session_id
+        if sid is None:
+            return
+        try:
+            source = cls.make_transcript_mirror(s.rec.cwd, sid)
+        except Exception as exc:
+            log.warning("mirror_failed", session=s.id, error=repr(exc))
+            return
+        if source is not None:
+            s.mirror = self._spawn(self._run_mirror(s, source))
+
+    async def _run_mirror(self, s: Session, source: AsyncIterator[Block]) -> None:
+        try:
+            async for block in source:
+                if isinstance(block, UserBlock) and block.source != "terminal":
+                    block = UserBlock(
+                        id=block.id, text=block.text, attachments=block.attachments,
+                        source="terminal",
+                    )
+                self._emit(s, block)
+                await self._backpressure(s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("mirror_stopped", session=s.id, error=repr(exc))
+        finally:
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(BaseException):
+                    await aclose()
+
+    async def _watch_parked(self, s: Session, handoff: bool) -> None:
+        """Mirror while a terminal owns the session; take it back when the terminal lets go."""
+        taken = not handoff
+        started = time.monotonic()
+        try:
+            while s.rec.state == "parked" and not self._closing:
+                owned = await self._externally_owned(s)
+                if owned:
+                    if not taken:
+                        taken = True
+                        s.rec.intent = None
+                        self.store.save_session(s.rec)
+                        self._emit(s, SystemBlock(code="handoff",
+                                                  text="the terminal took the session"))
+                    self._start_mirror(s)
+                elif taken:
+                    await self._reattach(s, "the terminal released the session")
+                    return
+                elif time.monotonic() - started > HANDOFF_WAIT_S:
+                    await self._reattach(s, "no terminal took the session")
+                    return
+                await asyncio.sleep(PARK_POLL_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("watcher_failed", session=s.id)
+
+    async def _reattach(self, s: Session, why: str) -> None:
+        if s.mirror is not None and not s.mirror.done():
+            s.mirror.cancel()
+            with contextlib.suppress(BaseException):
+                await s.mirror
+        cls = self._cls(s)
+        try:
+            head = await asyncio.to_thread(cls.latest_sid_for_cwd, s.rec.cwd)
+        except Exception:
+            head = None
+        if head and head != s.rec.agent_session_id:
+            self._emit(s, SystemBlock(code="lineage",
+                                      text=f"continuing the newest session {head}"))
+            s.rec.agent_session_id = head
+        s.rec.intent = None
+        s.restart_adapter = True
+        self.store.save_session(s.rec)
+        self._set_state(s, "idle", "bridge", why)
+        self._kick(s)
+
+    async def handoff(self, session_id: str) -> ResumeCommand:
+        s = self.get(session_id)
+        if s.rec.state in ("parked", "ended"):
+            raise HubError("conflict", f"the session is {s.rec.state}")
+        cls = self._cls(s)
+        if cls.handoff == "none":
+            raise HubError("conflict", f"{cls.display_name} cannot continue in a terminal")
+        if not s.rec.agent_session_id:
+            raise HubError("conflict", "the agent has not reported a session id yet")
+        command = cls.terminal_resume_command(s.rec.agent_session_id, s.rec.cwd)
+        if command is None:
+            raise HubError("conflict", f"{cls.display_name} gave no command to resume with")
+        # The intent is durable before any process is stopped.
+        s.rec.intent = "handoff"
+        self.store.save_session(s.rec)
+        self._emit(
+            s,
+            SystemBlock(
+                code="handoff",
+                text=f"continue in a terminal: cd {shlex.quote(command.cwd)} && "
+                f"{shlex.join(command.argv)}",
+                data={"argv": command.argv, "cwd": command.cwd},
+            ),
+        )
+        if s.turn is not None:
+            await self._interrupt(s, "handoff to a terminal")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(s.idle.wait(), self.config.adapters.stop_grace + 5)
+        await self._stop_adapter(s)
+        self._park(s, "handed off to a terminal", handoff=True)
+        await self.store.flush()
+        return command
+
+    # ---- subscriptions -------------------------------------------------------------------------
+
+    def subscribe(
+        self, session_id: str, conn: Subscriber, after_seq: int
+    ) -> tuple[dict[str, Any], Callable[[], None]]:
+        s = self.get(session_id)
+        key = id(conn)
+        if key not in s.subs and len(s.subs) >= self.config.limits.max_subscribers_per_session:
+            raise HubError("conflict", "this session has too many subscribers")
+        old = s.subs.pop(key, None)
+        if old is not None and old.task is not None:
+            old.task.cancel()
+        sub = Subscription(conn=conn, session=s, sent_seq=max(0, after_seq))
+        s.subs[key] = sub
+        result = {"last_seq": s.next_seq - 1, "state": s.rec.state}
+
+        def begin() -> None:
+            sub.task = self._spawn(self._replay(sub, after_seq))
+
+        return result, begin
+
+    def unsubscribe(self, session_id: str, conn: Subscriber) -> None:
+        s = self.get(session_id)
+        sub = s.subs.pop(id(conn), None)
+        if sub is not None and sub.task is not None and not sub.task.done():
+            sub.task.cancel()
+
+    def drop_connection(self, conn: Subscriber) -> None:
+        for s in self.sessions.values():
+            sub = s.subs.pop(id(conn), None)
+            if sub is not None and sub.task is not None and not sub.task.done():
+                sub.task.cancel()
+
+    async def _replay(self, sub: Subscription, after_seq: int) -> None:
+        s = sub.session
+        conn = sub.conn
+        cursor = max(0, after_seq)
+        first = await self.store.first_seq(s.id)
+        if first is not None and first > cursor + 1:
+            block = SystemBlock(
+                level="warn",
+                code="gap",
+                text=f"events {cursor + 1} to {first - 1} were dropped by retention",
+                data={"from_seq": cursor + 1, "to_seq": first - 1},
+            )
+            await conn.put(EncodedEvent(s.id, first - 1, iso(time.time()), block_to_json(block)))
+            cursor = first - 1
+        while not conn.closed:
+            events = await self.store.read_events(s.id, cursor, REPLAY_CHUNK)
+            if not events:
+                break
+            for ev in events:
+                await conn.put(EncodedEvent(s.id, ev.seq, ev.ts, ev.block_json))
+                cursor = ev.seq
+        # Caught up: hand over to live delivery without an await, so nothing slips between.
+        sub.sent_seq = cursor
+        for ev in sub.backlog:
+            if ev.seq > sub.sent_seq:
+                conn.push(ev)
+                sub.sent_seq = ev.seq
+        sub.backlog.clear()
+        sub.live = True
+
+
+def _not_overridden(cls: type[BaseAdapter], name: str) -> bool:
+    mine = getattr(cls, name)
+    base = getattr(BaseAdapter, name)
+    return getattr(mine, "__func__", mine) is getattr(base, "__func__", base)

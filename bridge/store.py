@@ -1,0 +1,411 @@
+"""Durability: the session registry, queued messages and every session's event log.
+
+The default store is SQLite in WAL mode, written by one thread with group commit: events are
+appended without waiting, the writer commits whatever has accumulated in one transaction, and
+then hands the committed batch back to the event loop (``on_commit``), which is when the hub
+pushes the events to clients. So an event a client has seen is on disk, and a ``kill -9``
+loses at most events nobody saw. ``MemoryStore`` has the same interface without a disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from bridge.logs import get_logger
+
+log = get_logger("bridge.store")
+
+MAX_BATCH = 5000
+
+
+class SessionRecord(msgspec.Struct, kw_only=True):
+    id: str
+    agent: str
+    cwd: str
+    model: str | None = None
+    effort: str | None = None
+    title: str = ""
+    state: str = "idle"
+    writer: str = "bridge"
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    agent_session_id: str | None = None
+    external: bool = False
+    last_seq: int = 0
+    #: A handoff or other intent recorded before any process is stopped.
+    intent: str | None = None
+
+
+class AttachmentData(msgspec.Struct, kw_only=True):
+    name: str
+    mime: str
+    data: bytes
+
+
+class MessageRecord(msgspec.Struct, kw_only=True):
+    session: str
+    client_msg_id: str
+    text: str
+    attachments: list[AttachmentData] = msgspec.field(default_factory=list)
+    #: "queued" (waiting), "started" (its turn began), "command" (handled by the bridge)
+    status: str = "queued"
+    created_at: float = 0.0
+
+
+@dataclass(slots=True)
+class StoredEvent:
+    session: str
+    seq: int
+    ts: str
+    block_json: bytes
+    ts_unix: float = field(default_factory=time.time)
+
+
+CommitCallback = Callable[[list[StoredEvent]], None]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    ts TEXT NOT NULL,
+    ts_unix REAL NOT NULL,
+    block BLOB NOT NULL,
+    PRIMARY KEY (session, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS messages (
+    session TEXT NOT NULL,
+    client_msg_id TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (session, client_msg_id)
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_enc = msgspec.msgpack.Encoder()
+_dec_session = msgspec.msgpack.Decoder(SessionRecord)
+_dec_message = msgspec.msgpack.Decoder(MessageRecord)
+
+
+class Store:
+    """Interface shared by the SQLite and in-memory stores."""
+
+    on_commit: CommitCallback | None = None
+
+    def open(self, loop: asyncio.AbstractEventLoop) -> None:
+        raise NotImplementedError
+
+    def load(self) -> tuple[list[SessionRecord], list[MessageRecord], dict[str, int]]:
+        """Sessions, their messages (oldest first), and the highest stored seq per session."""
+        raise NotImplementedError
+
+    def append_event(self, event: StoredEvent) -> None:
+        raise NotImplementedError
+
+    def save_session(self, record: SessionRecord) -> None:
+        raise NotImplementedError
+
+    def save_message(self, record: MessageRecord) -> None:
+        raise NotImplementedError
+
+    def delete_session(self, session: str) -> None:
+        raise NotImplementedError
+
+    async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
+        raise NotImplementedError
+
+    async def first_seq(self, session: str) -> int | None:
+        raise NotImplementedError
+
+    def prune(self, max_events: int, max_age_s: float) -> None:
+        raise NotImplementedError
+
+    async def flush(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class MemoryStore(Store):
+    """Everything in memory: same semantics, nothing survives the process."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, list[StoredEvent]] = {}
+        self._sessions: dict[str, SessionRecord] = {}
+        self._messages: dict[tuple[str, str], MessageRecord] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[StoredEvent] = []
+        self._scheduled = False
+
+    def open(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def load(self) -> tuple[list[SessionRecord], list[MessageRecord], dict[str, int]]:
+        return [], [], {}
+
+    def append_event(self, event: StoredEvent) -> None:
+        self._events.setdefault(event.session, []).append(event)
+        self._pending.append(event)
+        if not self._scheduled and self._loop is not None:
+            self._scheduled = True
+            self._loop.call_soon(self._commit)
+
+    def _commit(self) -> None:
+        batch, self._pending, self._scheduled = self._pending, [], False
+        if self.on_commit is not None and batch:
+            self.on_commit(batch)
+
+    def save_session(self, record: SessionRecord) -> None:
+        self._sessions[record.id] = record
+
+    def save_message(self, record: MessageRecord) -> None:
+        self._messages[(record.session, record.client_msg_id)] = record
+
+    def delete_session(self, session: str) -> None:
+        self._sessions.pop(session, None)
+        self._events.pop(session, None)
+
+    async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
+        events = self._events.get(session, [])
+        lo, hi = 0, len(events)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if events[mid].seq <= after_seq:
+                lo = mid + 1
+            else:
+                hi = mid
+        return events[lo : lo + limit]
+
+    async def first_seq(self, session: str) -> int | None:
+        events = self._events.get(session)
+        return events[0].seq if events else None
+
+    def prune(self, max_events: int, max_age_s: float) -> None:
+        cutoff = time.time() - max_age_s
+        for session, events in self._events.items():
+            keep = [e for e in events[-max_events:] if e.ts_unix >= cutoff]
+            self._events[session] = keep
+
+    async def flush(self) -> None:
+        if self._pending:
+            self._commit()
+
+    async def close(self) -> None:
+        await self.flush()
+
+
+class _Op:
+    __slots__ = ("args", "kind")
+
+    def __init__(self, kind: str, args: Any) -> None:
+        self.kind = kind
+        self.args = args
+
+
+class SqliteStore(Store):
+    """SQLite (WAL) written off the event loop by one thread with group commit."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._read_lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._closed = False
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        return conn
+
+    def open(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        writer = self._connect()
+        writer.executescript(_SCHEMA)
+        self._reader = self._connect()
+        self._thread = threading.Thread(
+            target=self._run, args=(writer,), name="bridge-store", daemon=True
+        )
+        self._thread.start()
+
+    def load(self) -> tuple[list[SessionRecord], list[MessageRecord], dict[str, int]]:
+        assert self._reader is not None
+        with self._read_lock:
+            sessions = [
+                _dec_session.decode(row[0])
+                for row in self._reader.execute("SELECT data FROM sessions")
+            ]
+            messages = [
+                _dec_message.decode(row[0])
+                for row in self._reader.execute("SELECT data FROM messages")
+            ]
+            seqs = dict(
+                self._reader.execute("SELECT session, MAX(seq) FROM events GROUP BY session")
+            )
+        messages.sort(key=lambda m: m.created_at)
+        return sessions, messages, seqs
+
+    def append_event(self, event: StoredEvent) -> None:
+        self._queue.put(_Op("event", event))
+
+    def save_session(self, record: SessionRecord) -> None:
+        self._queue.put(_Op("session", (record.id, _enc.encode(record))))
+
+    def save_message(self, record: MessageRecord) -> None:
+        self._queue.put(
+            _Op("message", (record.session, record.client_msg_id, _enc.encode(record)))
+        )
+
+    def delete_session(self, session: str) -> None:
+        self._queue.put(_Op("delete", session))
+
+    def prune(self, max_events: int, max_age_s: float) -> None:
+        self._queue.put(_Op("prune", (max_events, time.time() - max_age_s)))
+
+    async def flush(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            return
+        assert self._loop is not None
+        done: asyncio.Future[None] = self._loop.create_future()
+        self._queue.put(_Op("flush", done))
+        await done
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.flush()
+        self._queue.put(_Op("stop", None))
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        if self._reader is not None:
+            self._reader.close()
+
+    async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
+        return await asyncio.to_thread(self._read_events, session, after_seq, limit)
+
+    def _read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
+        assert self._reader is not None
+        with self._read_lock:
+            rows = self._reader.execute(
+                "SELECT seq, ts, block, ts_unix FROM events WHERE session = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (session, after_seq, limit),
+            ).fetchall()
+        return [StoredEvent(session, seq, ts, bytes(block), ts_unix) for seq, ts, block, ts_unix in rows]
+
+    async def first_seq(self, session: str) -> int | None:
+        def query() -> int | None:
+            assert self._reader is not None
+            with self._read_lock:
+                row = self._reader.execute(
+                    "SELECT MIN(seq) FROM events WHERE session = ?", (session,)
+                ).fetchone()
+            return None if row is None else row[0]
+
+        return await asyncio.to_thread(query)
+
+    # ---- the writer thread -------------------------------------------------------------------
+
+    def _run(self, conn: sqlite3.Connection) -> None:
+        try:
+            while True:
+                batch = [self._queue.get()]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                if not self._write(conn, batch):
+                    return
+        finally:
+            conn.close()
+
+    def _write(self, conn: sqlite3.Connection, batch: Sequence[_Op]) -> bool:
+        events: list[StoredEvent] = []
+        waiters: list[asyncio.Future[None]] = []
+        keep_going = True
+        try:
+            conn.execute("BEGIN")
+            for op in batch:
+                if op.kind == "event":
+                    ev: StoredEvent = op.args
+                    events.append(ev)
+                elif op.kind == "session":
+                    conn.execute(
+                        "INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args
+                    )
+                elif op.kind == "message":
+                    conn.execute(
+                        "INSERT OR REPLACE INTO messages (session, client_msg_id, data)"
+                        " VALUES (?, ?, ?)",
+                        op.args,
+                    )
+                elif op.kind == "delete":
+                    for table in ("sessions", "events", "messages"):
+                        column = "id" if table == "sessions" else "session"
+                        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op.args,))  # noqa: S608
+                elif op.kind == "prune":
+                    self._prune(conn, *op.args)
+                elif op.kind == "flush":
+                    waiters.append(op.args)
+                elif op.kind == "stop":
+                    keep_going = False
+            if events:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO events (session, seq, ts, ts_unix, block)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    [(e.session, e.seq, e.ts, e.ts_unix, e.block_json) for e in events],
+                )
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            log.exception("store_write_failed", batch=len(batch))
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._committed, events, waiters)
+        return keep_going
+
+    def _committed(self, events: list[StoredEvent], waiters: list[asyncio.Future[None]]) -> None:
+        if events and self.on_commit is not None:
+            self.on_commit(events)
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    @staticmethod
+    def _prune(conn: sqlite3.Connection, max_events: int, cutoff: float) -> None:
+        conn.execute(
+            "DELETE FROM events WHERE (session, seq) IN ("
+            " SELECT e.session, e.seq FROM events e JOIN ("
+            "  SELECT session, MAX(seq) AS top FROM events GROUP BY session) m"
+            " ON e.session = m.session WHERE e.seq <= m.top - ?)",
+            (max_events,),
+        )
+        # The newest event of a session is always kept, so its numbering is never lost.
+        conn.execute(
+            "DELETE FROM events WHERE ts_unix < ? AND seq < ("
+            " SELECT MAX(seq) FROM events e2 WHERE e2.session = events.session)",
+            (cutoff,),
+        )
