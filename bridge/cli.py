@@ -45,9 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = _config(args)
     configure_logging(config.log.level, config.log.format)
-    options = ServeOptions(
-        host=args.host, port=args.port, unix=args.unix, insecure=args.insecure
-    )
+    options = ServeOptions(host=args.host, port=args.port, unix=args.unix, insecure=args.insecure)
     return serve(config, options)
 
 
@@ -67,8 +65,10 @@ def cmd_pair(args: argparse.Namespace) -> int:
     from bridge.pairing import pairing_host, pairing_url, qr_text, web_url
 
     config = _config(args)
-    token = rotate_token(paths.token_file()) if args.rotate else load_or_create_token(
-        paths.token_file()
+    token = (
+        rotate_token(paths.token_file())
+        if args.rotate
+        else load_or_create_token(paths.token_file())
     )
     info = read_runtime_info() or {}
     host = str(info.get("host") or config.server.host)
@@ -77,8 +77,18 @@ def cmd_pair(args: argparse.Namespace) -> int:
     shown = pairing_host(host)
     url = pairing_url(shown, port, token, tls)
     if args.json:
-        print(json.dumps({"url": url, "web": web_url(shown, port, token, tls), "host": shown,
-                          "port": port, "tls": tls, "rotated": args.rotate}))
+        print(
+            json.dumps(
+                {
+                    "url": url,
+                    "web": web_url(shown, port, token, tls),
+                    "host": shown,
+                    "port": port,
+                    "tls": tls,
+                    "rotated": args.rotate,
+                }
+            )
+        )
         return 0
     if args.rotate:
         print("A new token was made; clients holding the old one are disconnected.")
@@ -128,9 +138,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     async def go() -> int:
         client = await _client()
         try:
-            result = await client.request(
-                "sessions.list", include_external=not args.no_external
-            )
+            result = await client.request("sessions.list", include_external=not args.no_external)
         finally:
             await client.close()
         sessions = result["sessions"]
@@ -154,7 +162,9 @@ def cmd_send(args: argparse.Namespace) -> int:
         client = await _client()
         try:
             result = await client.request(
-                "session.send", session=args.session, text=args.text,
+                "session.send",
+                session=args.session,
+                text=args.text,
                 client_msg_id=args.client_msg_id or f"cli-{uuid.uuid4().hex[:12]}",
             )
         finally:
@@ -177,8 +187,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 "session.subscribe", session=args.session, after_seq=args.after_seq
             )
             sys.stdout.write(
-                renderer.paint("dim", f"-- {args.session}: {result['state']}, "
-                                      f"{result['last_seq']} events\n")
+                renderer.paint(
+                    "dim", f"-- {args.session}: {result['state']}, {result['last_seq']} events\n"
+                )
             )
             async for frame in client.frames():
                 if frame.get("session") != args.session:
@@ -241,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="TCP port (0 picks a free one)")
     p.add_argument("--unix", help="Unix socket path ('off' to disable)")
     p.add_argument(
-        "--insecure", action="store_true",
+        "--insecure",
+        action="store_true",
         help="allow a non-loopback address without TLS (logs a warning)",
     )
 

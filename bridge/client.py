@@ -79,14 +79,19 @@ class BridgeClient:
         try:
             if unix:
                 ws = await unix_connect(
-                    unix, uri="ws://localhost/v1/ws", subprotocols=[SUBPROTOCOL_JSON],  # type: ignore[list-item]
+                    unix,
+                    uri="ws://localhost/v1/ws",
+                    subprotocols=[SUBPROTOCOL_JSON],
                     max_size=None,
                 )
             else:
                 assert url is not None
                 ws = await connect(
-                    url, additional_headers=headers, subprotocols=[SUBPROTOCOL_JSON],  # type: ignore[list-item]
-                    max_size=None, open_timeout=10,
+                    url,
+                    additional_headers=headers,
+                    subprotocols=[SUBPROTOCOL_JSON],  # type: ignore[list-item]
+                    max_size=None,
+                    open_timeout=10,
                 )
         except (OSError, TimeoutError) as exc:
             raise DaemonNotRunning(f"cannot reach the daemon: {exc}") from exc

@@ -142,8 +142,12 @@ class Daemon:
         await self.server.start(conf.host, conf.port, self.config.unix_socket_path)
         self._write_runtime_info()
         print(f"listening on {self.server.url}", flush=True)
-        log.info("listening", url=self.server.url, unix=str(self.server.unix_path or ""),
-                 version=__version__)
+        log.info(
+            "listening",
+            url=self.server.url,
+            unix=str(self.server.unix_path or ""),
+            version=__version__,
+        )
         notifier = notify.Notifier.from_env()
         notifier.ready(self._status_text())
         watchdog = asyncio.create_task(notifier.run_watchdog(self._status_text))

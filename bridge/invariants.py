@@ -132,7 +132,9 @@ class TurnGuard:
             return [
                 self._contract(f"tool result for unknown tool call {block.tool_call_id}"),
                 ToolCallBlock(
-                    id=block.tool_call_id, name="unknown", status="running",
+                    id=block.tool_call_id,
+                    name="unknown",
+                    status="running",
                     parent_id=block.parent_id,
                 ),
                 block,

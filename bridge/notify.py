@@ -41,9 +41,10 @@ class Notifier:
         if target.startswith("@"):
             target = "\0" + target[1:]
         payload = "\n".join(fields).encode()
-        with contextlib.suppress(OSError), socket.socket(
-            socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
-        ) as sock:
+        with (
+            contextlib.suppress(OSError),
+            socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock,
+        ):
             sock.sendto(payload, target)
             return True
         return False

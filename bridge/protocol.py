@@ -367,8 +367,13 @@ class EncodedEvent:
         if self._msgpack is None:
             block = _json_any.decode(self.block_json)
             self._msgpack = _mp_enc.encode(
-                {"t": "event", "session": self.session, "seq": self.seq, "ts": self.ts,
-                 "block": block}
+                {
+                    "t": "event",
+                    "session": self.session,
+                    "seq": self.seq,
+                    "ts": self.ts,
+                    "block": block,
+                }
             )
         return self._msgpack
 

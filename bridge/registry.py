@@ -95,9 +95,7 @@ class Registry:
         notify: bool = True,
     ) -> AgentEntry:
         agent_id = cls.agent_id
-        entry = AgentEntry(
-            cls=cls, source=source, file=file, config=self.config.agent(agent_id)
-        )
+        entry = AgentEntry(cls=cls, source=source, file=file, config=self.config.agent(agent_id))
         self._entries[agent_id] = entry
         if source == "builtin":
             self.builtin_ids.add(agent_id)
@@ -139,7 +137,8 @@ class Registry:
         cls = entry.cls
         try:
             found = await asyncio.wait_for(
-                asyncio.to_thread(cls.detect, entry.config.binary) if _takes_binary(cls)
+                asyncio.to_thread(cls.detect, entry.config.binary)
+                if _takes_binary(cls)
                 else asyncio.to_thread(cls.detect),
                 self.config.adapters.detect_timeout,
             )
@@ -203,9 +202,7 @@ class Registry:
         except TimeoutError:
             return [Check(code="check_timeout", level="error", message="the check timed out")]
         except Exception as exc:
-            return [
-                Check(code="check_raised", level="error", message=f"the check raised {exc!r}")
-            ]
+            return [Check(code="check_raised", level="error", message=f"the check raised {exc!r}")]
 
 
 def _takes_binary(cls: type[BaseAdapter]) -> bool:

@@ -68,7 +68,7 @@ class Renderer:
             src = block.get("source", "bridge")
             return prefix + self.paint("cyan", f"> you ({src}): {block.get('text', '')}\n")
         if t == "tool_call":
-            status = block.get("status")
+            status = str(block.get("status"))
             color = {"running": "yellow", "done": "green", "error": "red"}.get(status, "yellow")
             args = json.dumps(block.get("input") or {}, ensure_ascii=False)
             if len(args) > 200:

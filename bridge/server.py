@@ -270,9 +270,7 @@ class BridgeServer:
 
     async def start(self, host: str, port: int, unix_path: Path | None) -> None:
         tls = self._ssl_context()
-        tcp = await serve(
-            self._handle_tcp, host, port, ssl=tls, **self._serve_kwargs()
-        )
+        tcp = await serve(self._handle_tcp, host, port, ssl=tls, **self._serve_kwargs())
         self._servers.append(tcp)
         sock = next(iter(tcp.sockets))
         self.tcp_address = (host, sock.getsockname()[1])
@@ -345,9 +343,7 @@ class BridgeServer:
 
     # ---- handshake ----------------------------------------------------------------------------
 
-    def _select_subprotocol(
-        self, _conn: ServerConnection, offered: Any
-    ) -> str | None:
+    def _select_subprotocol(self, _conn: ServerConnection, offered: Any) -> str | None:
         for name in offered:
             if name in (SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK):
                 return str(name)
@@ -467,16 +463,15 @@ class BridgeServer:
             conn.token_used = req.token if token_matches(self.token, req.token) else None
         if req.protocol != PROTOCOL_VERSION:
             conn.error(
-                req.id, "bad_request",
+                req.id,
+                "bad_request",
                 f"this daemon speaks protocol {PROTOCOL_VERSION}, not {req.protocol}",
             )
             await conn.drain_then_close(CLOSE_PROTOCOL, "unsupported protocol")
             return False
         conn.authenticated = True
-        conn.reply(
-            req.id,
-            {"protocol": PROTOCOL_VERSION, "server": {"name": "agent-bridge", "version": __version__}},
-        )
+        server = {"name": "agent-bridge", "version": __version__}
+        conn.reply(req.id, {"protocol": PROTOCOL_VERSION, "server": server})
         return True
 
     async def _serve(self, conn: Connection) -> None:

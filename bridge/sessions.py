@@ -36,7 +36,6 @@ from bridge.blocks import (
     EndReason,
     ErrorBlock,
     PermissionRequestBlock,
-    SessionEndBlock,
     SystemBlock,
     UsageBlock,
     UserBlock,
@@ -93,9 +92,7 @@ class Subscriber(Protocol):
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
-    )
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
@@ -187,9 +184,10 @@ class Hub:
             s.idle.set()
             self.sessions[rec.id] = s
         for msg in messages:
-            s = self.sessions.get(msg.session)
-            if s is None:
+            owner = self.sessions.get(msg.session)
+            if owner is None:
                 continue
+            s = owner
             queued = msg.status == "queued"
             s.answered[msg.client_msg_id] = queued
             if queued:
@@ -381,9 +379,7 @@ class Hub:
             if _not_overridden(cls, "scan_external_sessions"):
                 continue
             try:
-                items = await asyncio.wait_for(
-                    asyncio.to_thread(cls.scan_external_sessions), 10.0
-                )
+                items = await asyncio.wait_for(asyncio.to_thread(cls.scan_external_sessions), 10.0)
             except Exception as exc:
                 log.warning("scan_external_failed", agent=entry.agent_id, error=repr(exc))
                 continue
@@ -612,9 +608,7 @@ class Hub:
     ) -> list[AttachmentData]:
         limits = self.config.limits
         if len(attachments) > limits.max_attachments:
-            raise HubError(
-                "too_large", f"at most {limits.max_attachments} attachments per message"
-            )
+            raise HubError("too_large", f"at most {limits.max_attachments} attachments per message")
         cls = s.adapter_cls or (self.registry.get(s.rec.agent) or AgentEntry(BaseAdapter)).cls
         out: list[AttachmentData] = []
         for att in attachments:
@@ -652,7 +646,10 @@ class Hub:
             s.answered[msg_id] = False
             self.store.save_message(
                 MessageRecord(
-                    session=s.id, client_msg_id=msg_id, text=text, status="command",
+                    session=s.id,
+                    client_msg_id=msg_id,
+                    text=text,
+                    status="command",
                     created_at=time.time(),
                 )
             )
@@ -666,11 +663,14 @@ class Hub:
             )
         data = self._validate_attachments(s, attachments)
         msg = MessageRecord(
-            session=s.id, client_msg_id=msg_id, text=text, attachments=data,
+            session=s.id,
+            client_msg_id=msg_id,
+            text=text,
+            attachments=data,
             created_at=time.time(),
         )
-        queued = s.rec.state != "idle" or bool(s.queue) or (
-            s.runner is not None and not s.runner.done()
+        queued = (
+            s.rec.state != "idle" or bool(s.queue) or (s.runner is not None and not s.runner.done())
         )
         s.answered[msg_id] = queued
         if not s.rec.title:
@@ -821,8 +821,13 @@ class Hub:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(stream.aclose(), 2.0)
         if turn.forced and not guard.ended:
-            self._emit(s, ErrorBlock(code="interrupt_forced",
-                                     message="the agent did not stop in time; it was stopped"))
+            self._emit(
+                s,
+                ErrorBlock(
+                    code="interrupt_forced",
+                    message="the agent did not stop in time; it was stopped",
+                ),
+            )
             self._finish(s, turn, "interrupted")
             await self._stop_adapter(s)
         elif failure is not None and not guard.ended:
@@ -940,8 +945,14 @@ class Hub:
             except HubError as exc:
                 self._emit(s, ErrorBlock(code=exc.code, message=str(exc)))
             else:
-                self._emit(s, SystemBlock(code="terminal", text=shlex.join(cmd.argv),
-                                          data={"argv": cmd.argv, "cwd": cmd.cwd}))
+                self._emit(
+                    s,
+                    SystemBlock(
+                        code="terminal",
+                        text=shlex.join(cmd.argv),
+                        data={"argv": cmd.argv, "cwd": cmd.cwd},
+                    ),
+                )
 
     def _cls(self, s: Session) -> type[BaseAdapter]:
         entry = self.registry.get(s.rec.agent)
@@ -969,9 +980,14 @@ class Hub:
         if not entry.cls.provides_models:
             return []
         try:
-            adapter = instantiate(entry.cls, {"binary": entry.config.binary,
-                                              "env": dict(entry.config.env),
-                                              "options": dict(entry.config.options)})
+            adapter = instantiate(
+                entry.cls,
+                {
+                    "binary": entry.config.binary,
+                    "env": dict(entry.config.env),
+                    "options": dict(entry.config.options),
+                },
+            )
             models = await asyncio.wait_for(adapter.list_models(), 15.0)
         except Exception as exc:
             raise HubError("agent_unavailable", f"could not list models: {exc}") from None
@@ -1007,7 +1023,9 @@ class Hub:
             async for block in source:
                 if isinstance(block, UserBlock) and block.source != "terminal":
                     block = UserBlock(
-                        id=block.id, text=block.text, attachments=block.attachments,
+                        id=block.id,
+                        text=block.text,
+                        attachments=block.attachments,
                         source="terminal",
                     )
                 self._emit(s, block)
@@ -1034,8 +1052,9 @@ class Hub:
                         taken = True
                         s.rec.intent = None
                         self.store.save_session(s.rec)
-                        self._emit(s, SystemBlock(code="handoff",
-                                                  text="the terminal took the session"))
+                        self._emit(
+                            s, SystemBlock(code="handoff", text="the terminal took the session")
+                        )
                     self._start_mirror(s)
                 elif taken:
                     await self._reattach(s, "the terminal released the session")
@@ -1060,8 +1079,7 @@ class Hub:
         except Exception:
             head = None
         if head and head != s.rec.agent_session_id:
-            self._emit(s, SystemBlock(code="lineage",
-                                      text=f"continuing the newest session {head}"))
+            self._emit(s, SystemBlock(code="lineage", text=f"continuing the newest session {head}"))
             s.rec.agent_session_id = head
         s.rec.intent = None
         s.restart_adapter = True
@@ -1158,10 +1176,10 @@ class Hub:
                 cursor = ev.seq
         # Caught up: hand over to live delivery without an await, so nothing slips between.
         sub.sent_seq = cursor
-        for ev in sub.backlog:
-            if ev.seq > sub.sent_seq:
-                conn.push(ev)
-                sub.sent_seq = ev.seq
+        for pending in sub.backlog:
+            if pending.seq > sub.sent_seq:
+                conn.push(pending)
+                sub.sent_seq = pending.seq
         sub.backlog.clear()
         sub.live = True
 

@@ -271,9 +271,7 @@ class SqliteStore(Store):
         self._queue.put(_Op("session", (record.id, _enc.encode(record))))
 
     def save_message(self, record: MessageRecord) -> None:
-        self._queue.put(
-            _Op("message", (record.session, record.client_msg_id, _enc.encode(record)))
-        )
+        self._queue.put(_Op("message", (record.session, record.client_msg_id, _enc.encode(record))))
 
     def delete_session(self, session: str) -> None:
         self._queue.put(_Op("delete", session))
@@ -311,7 +309,9 @@ class SqliteStore(Store):
                 " ORDER BY seq LIMIT ?",
                 (session, after_seq, limit),
             ).fetchall()
-        return [StoredEvent(session, seq, ts, bytes(block), ts_unix) for seq, ts, block, ts_unix in rows]
+        return [
+            StoredEvent(session, seq, ts, bytes(block), ts_unix) for seq, ts, block, ts_unix in rows
+        ]
 
     async def first_seq(self, session: str) -> int | None:
         def query() -> int | None:

@@ -54,6 +54,10 @@ class Client:
         except Exception:
             pass
         finally:
+            for fut in self._answers.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError(f"closed with {self.ws.close_code}"))
+            self._answers.clear()
             await self.pushes.put({"t": "_closed", "code": self.ws.close_code})
 
     async def send_raw(self, data: str | bytes) -> None:

@@ -296,9 +296,8 @@ def contract_problems(cls: type) -> list[str]:
         if not _declared_below_base(cls, attr):
             problems.append(f"class attribute `{attr}` is not set")
     agent_id = getattr(cls, "agent_id", None)
-    if _declared_below_base(cls, "agent_id") and (
-        not isinstance(agent_id, str) or not agent_id or not agent_id.replace("-", "_").isidentifier()
-    ):
+    valid_id = isinstance(agent_id, str) and agent_id.replace("-", "_").isidentifier()
+    if _declared_below_base(cls, "agent_id") and not valid_id:
         problems.append("`agent_id` must be a non-empty name of letters, digits, '-' or '_'")
     for attr in ("provides_models", "provides_usage"):
         if _declared_below_base(cls, attr) and not isinstance(getattr(cls, attr), bool):
@@ -358,7 +357,9 @@ def instantiate(cls: type[BaseAdapter], values: Mapping[str, Any]) -> BaseAdapte
     """Create an adapter, passing only the keywords its ``__init__`` declares."""
     declared = init_keywords(cls)
     kwargs = {
-        k: v for k, v in values.items() if k in INIT_KEYWORDS and (declared is None or k in declared)
+        k: v
+        for k, v in values.items()
+        if k in INIT_KEYWORDS and (declared is None or k in declared)
     }
     return cls(**kwargs)
 

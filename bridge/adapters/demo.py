@@ -172,7 +172,10 @@ class DemoAdapter(BaseAdapter):
             )
             tool_id = f"tool-{uuid.uuid4().hex[:8]}"
             yield ToolCallBlock(
-                id=tool_id, name="Bash", title="List files", kind="execute",
+                id=tool_id,
+                name="Bash",
+                title="List files",
+                kind="execute",
                 input={"command": "ls"},
             )
             if await self._pause(delay):
@@ -182,8 +185,12 @@ class DemoAdapter(BaseAdapter):
                 return
             yield ToolResultBlock(tool_call_id=tool_id, content="README.md\nsrc/\ntests/\n")
             yield ToolCallBlock(
-                id=tool_id, name="Bash", title="List files", kind="execute",
-                input={"command": "ls"}, status="done",
+                id=tool_id,
+                name="Bash",
+                title="List files",
+                kind="execute",
+                input={"command": "ls"},
+                status="done",
             )
             write_id = f"tool-{uuid.uuid4().hex[:8]}"
             new_text = f"Hello from the demo agent.\nYou said: {text}\n"
@@ -228,8 +235,12 @@ class DemoAdapter(BaseAdapter):
                 )
                 yield ToolResultBlock(tool_call_id=write_id, content="wrote demo.txt")
                 yield ToolCallBlock(
-                    id=write_id, name="Write", title="Write demo.txt", kind="edit",
-                    input=write_input, status="done",
+                    id=write_id,
+                    name="Write",
+                    title="Write demo.txt",
+                    kind="edit",
+                    input=write_input,
+                    status="done",
                 )
             else:
                 yield ToolResultBlock(
