@@ -263,6 +263,7 @@ class BridgeServer:
             "max_size": self.config.limits.max_frame_bytes,
             "ping_interval": conf.ping_interval,
             "ping_timeout": conf.ping_timeout,
+            "close_timeout": 3,
             "max_queue": 64,
             "write_limit": 256 * 1024,
             "server_header": f"agent-bridge/{__version__}",

@@ -388,7 +388,7 @@ async def test_graceful_shutdown_closes_clients_with_1001(
     await c.request("session.subscribe", session=session)
     await c.request("session.send", session=session, text="slow tour")
     await c.events_until(lambda b: b["type"] == "thinking", session=session)
-    assert daemon.stop() == 0
+    assert await asyncio.to_thread(daemon.stop) == 0
     frames = await c.turn(session)
     assert blocks(frames, "session_end")[-1]["reason"] == "interrupted"
     await asyncio.wait_for(c.ws.wait_closed(), 10)
