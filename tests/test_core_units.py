@@ -41,7 +41,7 @@ from bridge.store import MessageRecord, SessionRecord, SqliteStore, StoredEvent
 def test_contract_is_enforced_at_class_creation() -> None:
     with pytest.raises(TypeError) as info:
 
-        class Broken(BaseAdapter):  # noqa: F841 - the class statement is the test
+        class Broken(BaseAdapter):
             agent_id = "broken"
             display_name = "Broken"
 
@@ -82,7 +82,7 @@ def test_capabilities_require_their_coroutines() -> None:
 def test_stream_must_be_an_async_generator() -> None:
     with pytest.raises(TypeError, match="async generator"):
 
-        class Sync(BaseAdapter):  # noqa: F841
+        class Sync(BaseAdapter):
             agent_id = "sync"
             display_name = "Sync"
             provides_models = False

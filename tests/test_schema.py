@@ -34,7 +34,9 @@ def test_schema_rejects_what_the_spec_forbids() -> None:
     assert not block.is_valid({"type": "tool_call", "id": "t", "name": "x", "status": "bogus"})
 
 
-async def test_every_frame_of_a_demo_session_validates(daemon: DaemonProcess, project: Path) -> None:
+async def test_every_frame_of_a_demo_session_validates(
+    daemon: DaemonProcess, project: Path
+) -> None:
     server = _validator("ServerFrame")
     c = await Client.open(daemon.url, daemon.token)
     created = await c.request("session.create", agent="demo", cwd=str(project))
