@@ -110,20 +110,22 @@ class Subscription:
     conn: Subscriber
     session: Session
     live: bool = False
-    backlog: list[EncodedEvent] = field(default_factory=list)
+    backlog: list[Outgoing] = field(default_factory=list)
     sent_seq: int = 0
     task: asyncio.Task[None] | None = None
 
-    def offer(self, event: EncodedEvent, backlog_limit: int) -> None:
+    def offer(self, item: Outgoing, backlog_limit: int) -> None:
+        """Deliver an event or state frame now, or after the replay when one is running."""
         if self.conn.closed:
             return
         if self.live:
-            self.sent_seq = event.seq
-            self.conn.push(event)
+            if isinstance(item, EncodedEvent):
+                self.sent_seq = item.seq
+            self.conn.push(item)
         elif len(self.backlog) < backlog_limit:
-            self.backlog.append(event)
+            self.backlog.append(item)
         else:
-            self.conn.push(event)  # let the connection's own overflow rule cut it off
+            self.conn.push(item)  # let the connection's own overflow rule cut it off
 
 
 @dataclass
@@ -150,6 +152,7 @@ class Session:
     watcher: asyncio.Task[None] | None = None
     mirror: asyncio.Task[None] | None = None
     uncommitted: int = 0
+    last_pending: StoredEvent | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
     usage: UsageBlock | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -270,7 +273,9 @@ class Hub:
         s.uncommitted += 1
         if s.uncommitted >= UNCOMMITTED_HIGH:
             s.drained.clear()
-        self.store.append_event(StoredEvent(s.id, seq, iso(now), block_to_json(block), now))
+        event = StoredEvent(s.id, seq, iso(now), block_to_json(block), now)
+        s.last_pending = event
+        self.store.append_event(event)
 
     def _committed(self, batch: list[StoredEvent]) -> None:
         limit = self.config.limits.send_queue_frames
@@ -281,10 +286,14 @@ class Hub:
             s.uncommitted -= 1
             if s.uncommitted <= UNCOMMITTED_LOW:
                 s.drained.set()
+            if s.last_pending is ev:
+                s.last_pending = None
             if s.subs:
                 encoded = EncodedEvent(ev.session, ev.seq, ev.ts, ev.block_json)
                 for sub in list(s.subs.values()):
                     sub.offer(encoded, limit)
+                    if ev.after is not None:
+                        sub.offer(ev.after, limit)
 
     async def _backpressure(self, s: Session) -> None:
         if s.uncommitted >= UNCOMMITTED_HIGH:
@@ -299,9 +308,13 @@ class Hub:
                 queued=len(s.queue),
             )
         )
+        # A state frame follows the events before it: it rides on the newest uncommitted one.
+        if s.last_pending is not None:
+            s.last_pending.after = frame
+            return
+        limit = self.config.limits.send_queue_frames
         for sub in list(s.subs.values()):
-            if not sub.conn.closed:
-                sub.conn.push(frame)
+            sub.offer(frame, limit)
 
     def _set_state(self, s: Session, state: SessionState, writer: Writer, why: str) -> None:
         if s.rec.state == state and s.rec.writer == writer:
@@ -1177,7 +1190,9 @@ class Hub:
         # Caught up: hand over to live delivery without an await, so nothing slips between.
         sub.sent_seq = cursor
         for pending in sub.backlog:
-            if pending.seq > sub.sent_seq:
+            if not isinstance(pending, EncodedEvent):
+                conn.push(pending)
+            elif pending.seq > sub.sent_seq:
                 conn.push(pending)
                 sub.sent_seq = pending.seq
         sub.backlog.clear()

@@ -70,6 +70,8 @@ class StoredEvent:
     ts: str
     block_json: bytes
     ts_unix: float = field(default_factory=time.time)
+    #: A frame to push right after this event (a state change), never stored.
+    after: Any = None
 
 
 CommitCallback = Callable[[list[StoredEvent]], None]

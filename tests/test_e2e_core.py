@@ -82,6 +82,11 @@ async def test_full_tour_every_block_type_in_order(daemon: DaemonProcess, projec
     assert states == ["running", "idle"]
     state_frames = [f for f in c.all_frames if f["t"] == "state"]
     assert [f["state"] for f in state_frames] == ["running", "idle"]
+    # each state frame comes right after the system event that records the change
+    for frame in state_frames:
+        before = c.all_frames[c.all_frames.index(frame) - 1]
+        assert before["t"] == "event" and before["block"].get("code") == "state"
+        assert before["block"]["data"]["state"] == frame["state"]
     await c.close()
 
 
