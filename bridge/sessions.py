@@ -110,11 +110,12 @@ class Subscription:
     conn: Subscriber
     session: Session
     live: bool = False
-    backlog: list[Outgoing] = field(default_factory=list)
+    #: (seq of the event the item follows, item) held back while the replay runs
+    backlog: list[tuple[int, Outgoing]] = field(default_factory=list)
     sent_seq: int = 0
     task: asyncio.Task[None] | None = None
 
-    def offer(self, item: Outgoing, backlog_limit: int) -> None:
+    def offer(self, item: Outgoing, after_seq: int, backlog_limit: int) -> None:
         """Deliver an event or state frame now, or after the replay when one is running."""
         if self.conn.closed:
             return
@@ -123,7 +124,7 @@ class Subscription:
                 self.sent_seq = item.seq
             self.conn.push(item)
         elif len(self.backlog) < backlog_limit:
-            self.backlog.append(item)
+            self.backlog.append((after_seq, item))
         else:
             self.conn.push(item)  # let the connection's own overflow rule cut it off
 
@@ -291,9 +292,9 @@ class Hub:
             if s.subs:
                 encoded = EncodedEvent(ev.session, ev.seq, ev.ts, ev.block_json)
                 for sub in list(s.subs.values()):
-                    sub.offer(encoded, limit)
+                    sub.offer(encoded, ev.seq, limit)
                     if ev.after is not None:
-                        sub.offer(ev.after, limit)
+                        sub.offer(ev.after, ev.seq, limit)
 
     async def _backpressure(self, s: Session) -> None:
         if s.uncommitted >= UNCOMMITTED_HIGH:
@@ -314,7 +315,7 @@ class Hub:
             return
         limit = self.config.limits.send_queue_frames
         for sub in list(s.subs.values()):
-            sub.offer(frame, limit)
+            sub.offer(frame, s.next_seq - 1, limit)
 
     def _set_state(self, s: Session, state: SessionState, writer: Writer, why: str) -> None:
         if s.rec.state == state and s.rec.writer == writer:
@@ -1189,11 +1190,17 @@ class Hub:
                 cursor = ev.seq
         # Caught up: hand over to live delivery without an await, so nothing slips between.
         sub.sent_seq = cursor
-        for pending in sub.backlog:
-            if not isinstance(pending, EncodedEvent):
-                conn.push(pending)
-            elif pending.seq > sub.sent_seq:
-                conn.push(pending)
+        # A state frame whose event the replay already sent is stale in place; the newest of
+        # them still tells the current state, so it goes first.
+        replayed = [item for after, item in sub.backlog if after <= cursor
+                    and not isinstance(item, EncodedEvent)]
+        if replayed:
+            conn.push(replayed[-1])
+        for after, pending in sub.backlog:
+            if after <= cursor:
+                continue
+            conn.push(pending)
+            if isinstance(pending, EncodedEvent):
                 sub.sent_seq = pending.seq
         sub.backlog.clear()
         sub.live = True
