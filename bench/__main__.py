@@ -1,0 +1,325 @@
+"""``python -m bench``: run every benchmark target, print the table (or ``--json``).
+
+Each figure of the daemon is measured next to the baseline (a bare ``websockets`` server
+pushing the same pre-encoded frames to the same clients) in the same run, on the same
+machine, and throughput figures are the best of ``--repeat`` runs for both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench import scenarios, startup
+from bench.targets import ROOT, BaselineTarget, DaemonTarget
+
+
+@dataclass
+class Row:
+    id: str
+    what: str
+    target: str
+    value: str
+    baseline: str
+    ratio: str
+    ok: bool | None  # None: could not be measured
+    note: str = ""
+    data: dict[str, Any] | None = None
+
+
+def machine_facts() -> dict[str, Any]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    except OSError:
+        mem_kib = 0
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        commit = "?"
+    versions = {}
+    for dist in ("websockets", "msgspec", "agent-bridge"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "?"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "commit": commit,
+        "loadavg_at_start": os.getloadavg(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def _best(results: list[scenarios.Throughput]) -> scenarios.Throughput:
+    return max(results, key=lambda r: r.blocks_per_s)
+
+
+async def _repeat(coro_fn: Any, times: int) -> scenarios.Throughput:
+    return _best([await coro_fn() for _ in range(times)])
+
+
+def _fmt(x: float, unit: str = "") -> str:
+    if x >= 100:
+        text = f"{x:,.0f}"
+    elif x >= 10:
+        text = f"{x:.1f}"
+    else:
+        text = f"{x:.2f}"
+    return text + unit
+
+
+def _progress(text: str) -> None:
+    print(f"[bench] {text}", file=sys.stderr, flush=True)
+
+
+async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
+    scale = 0.2 if args.quick else 1.0
+    rep = 1 if args.quick else args.repeat
+    n1 = int(50_000 * scale)
+    n2 = int(5_000 * scale)
+    idle_n = int(1000 * scale) if args.quick else 1000
+    missed = 10_000
+    rows: list[Row] = []
+    facts = machine_facts()
+
+    base = await BaselineTarget().start()
+    daemon = await DaemonTarget().start()
+    memory = None
+    try:
+        facts["adapter_registered_via"] = daemon.via
+        wanted = set(args.only) if args.only else None
+
+        def want(tid: str) -> bool:
+            return wanted is None or tid in wanted
+
+        # ---- T1 and T7: one session, one client, as fast as possible -----------------------
+        t1 = t1b = None
+        if want("T1") or want("T7"):
+            _progress("T1: one session to one client")
+            t1b = await _repeat(lambda: scenarios.throughput(base, n1), rep)
+            t1 = await _repeat(lambda: scenarios.throughput(daemon, n1), rep)
+            ratio = t1.blocks_per_s / t1b.blocks_per_s
+            rows.append(
+                Row(
+                    "T1",
+                    "1 session -> 1 client, blocks/s (store on)",
+                    ">= 20,000/s and >= 50% of baseline",
+                    _fmt(t1.blocks_per_s, "/s"),
+                    _fmt(t1b.blocks_per_s, "/s"),
+                    f"{ratio:.0%}",
+                    t1.blocks_per_s >= 20_000 and ratio >= 0.5,
+                    f"{n1:,} blocks of {scenarios.SIZE} B, best of {rep}",
+                    {"daemon": asdict(t1), "baseline": asdict(t1b)},
+                )
+            )
+        # ---- T2: fan-out to 100 subscribers -----------------------------------------------
+        if want("T2"):
+            _progress("T2: one session to 100 subscribers")
+            t2b = await _repeat(lambda: scenarios.throughput(base, n2, 100), rep)
+            t2 = await _repeat(lambda: scenarios.throughput(daemon, n2, 100), rep)
+            ratio = t2.frames_per_s / t2b.frames_per_s
+            rows.append(
+                Row(
+                    "T2",
+                    "1 session -> 100 subscribers, frames delivered/s",
+                    ">= 100,000/s",
+                    _fmt(t2.frames_per_s, "/s"),
+                    _fmt(t2b.frames_per_s, "/s"),
+                    f"{ratio:.0%}",
+                    t2.frames_per_s >= 100_000,
+                    f"{n2:,} blocks x 100 clients, best of {rep}",
+                    {"daemon": asdict(t2), "baseline": asdict(t2b)},
+                )
+            )
+        # ---- T3: latency ----------------------------------------------------------------------
+        if want("T3"):
+            _progress("T3: latency, 1 session")
+            secs = 2.0 if args.quick else 5.0
+            l1b = await scenarios.latency(base, 1, 200, secs)
+            l1 = await scenarios.latency(daemon, 1, 200, secs)
+            _progress("T3: latency, 100 sessions x 100 blocks/s")
+            lnb = await scenarios.latency(base, 100, 100, secs)
+            ln = await scenarios.latency(daemon, 100, 100, secs)
+            rows.append(
+                Row(
+                    "T3a",
+                    "latency, yield -> receive, 1 session at 200 blocks/s",
+                    "p50 <= 1 ms, p99 <= 5 ms",
+                    f"p50 {l1.p50_ms:.2f} / p99 {l1.p99_ms:.2f} ms",
+                    f"p50 {l1b.p50_ms:.2f} / p99 {l1b.p99_ms:.2f} ms",
+                    "",
+                    l1.p50_ms <= 1 and l1.p99_ms <= 5,
+                    f"{l1.samples:,} samples",
+                    {"daemon": asdict(l1), "baseline": asdict(l1b)},
+                )
+            )
+            rows.append(
+                Row(
+                    "T3b",
+                    "latency, 100 sessions each at 100 blocks/s",
+                    "p99 <= 20 ms",
+                    f"p50 {ln.p50_ms:.2f} / p99 {ln.p99_ms:.2f} ms",
+                    f"p50 {lnb.p50_ms:.2f} / p99 {lnb.p99_ms:.2f} ms",
+                    "",
+                    ln.p99_ms <= 20,
+                    f"{ln.samples:,} samples",
+                    {"daemon": asdict(ln), "baseline": asdict(lnb)},
+                )
+            )
+        # ---- T5: replay ------------------------------------------------------------------------
+        if want("T5"):
+            _progress("T5: replay of 10,000 missed events")
+            r = await scenarios.replay(daemon, missed)
+            rb = await scenarios.throughput(base, r.events)
+            rows.append(
+                Row(
+                    "T5",
+                    "reconnect that missed 10,000 events: all replayed",
+                    "<= 1 s",
+                    _fmt(r.seconds, " s"),
+                    _fmt(rb.seconds, " s"),
+                    f"{rb.seconds / r.seconds:.0%}",
+                    r.seconds <= 1.0,
+                    f"{r.events:,} events from the store; baseline pushes as many live",
+                    {"daemon": asdict(r), "baseline": asdict(rb)},
+                )
+            )
+        # ---- T7: store cost ------------------------------------------------------------------
+        if want("T7") and t1 is not None:
+            _progress("T7: the same as T1 with an in-memory store")
+            memory = await DaemonTarget(store="memory").start()
+            tm = await _repeat(lambda: scenarios.throughput(memory, n1), rep)
+            memory.stop()
+            memory = None
+            ratio = t1.blocks_per_s / tm.blocks_per_s
+            rows.append(
+                Row(
+                    "T7",
+                    "durable store cost: T1 with SQLite vs in-memory store",
+                    ">= 70%",
+                    _fmt(t1.blocks_per_s, "/s"),
+                    _fmt(tm.blocks_per_s, "/s (memory)"),
+                    f"{ratio:.0%}",
+                    ratio >= 0.7,
+                    "ratio = SQLite / memory",
+                    {"sqlite": asdict(t1), "memory": asdict(tm)},
+                )
+            )
+        # ---- T4: many idle sessions and clients --------------------------------------------
+        if want("T4"):
+            _progress(f"T4: {idle_n} idle sessions and clients")
+            ib = await scenarios.idle(base, idle_n, sessions=False)
+            i4 = await scenarios.idle(daemon, idle_n)
+            rows.append(
+                Row(
+                    "T4",
+                    f"{idle_n:,} idle sessions + {idle_n:,} clients: RSS; sessions.list",
+                    "RSS <= 300 MB; list <= 50 ms",
+                    f"{i4.rss_mb:.0f} MB; {i4.list_p50_ms:.1f} ms (max {i4.list_max_ms:.1f})",
+                    f"{ib.rss_mb:.0f} MB",
+                    "",
+                    i4.rss_mb <= 300 and i4.list_max_ms <= 50,
+                    "RSS after start-up, sessions, subscriptions; list of 20 calls",
+                    {"daemon": asdict(i4), "baseline": asdict(ib)},
+                )
+            )
+    finally:
+        base.stop()
+        daemon.stop()
+        if memory is not None:
+            memory.stop()
+
+    # ---- T6: start-up with 50 external adapters -----------------------------------------------
+    if not args.only or "T6" in args.only:
+        _progress("T6: start-up with 50 external adapters, slow --version probes")
+        s = await startup.measure(adapters=50, probe_s=3.0, runs=1 if args.quick else 3)
+        rows.append(
+            Row(
+                "T6",
+                "start to /healthz ready, 50 external adapters (slow --version)",
+                "<= 1 s",
+                _fmt(s.ready_s, " s"),
+                _fmt(s.empty_s, " s (no adapters)"),
+                "",
+                None if s.loaded < 50 else s.ready_s <= 1.0,
+                s.note,
+                asdict(s),
+            )
+        )
+    facts["loadavg_at_end"] = os.getloadavg()
+    order = {r: i for i, r in enumerate(("T1", "T2", "T3a", "T3b", "T4", "T5", "T6", "T7"))}
+    rows.sort(key=lambda r: order.get(r.id, 99))
+    return facts, rows
+
+
+def render(facts: dict[str, Any], rows: list[Row]) -> str:
+    head = ["#", "what", "target", "agent-bridge", "baseline", "ratio", "result"]
+    body = [
+        [
+            r.id,
+            r.what,
+            r.target,
+            r.value,
+            r.baseline,
+            r.ratio,
+            "n/a" if r.ok is None else ("met" if r.ok else "MISSED"),
+        ]
+        for r in rows
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    notes = [f"- {r.id}: {r.note}" for r in rows if r.note]
+    v = facts["versions"]
+    machine = (
+        f"Machine: {facts['cpu']}, {facts['cores']} cores, {facts['memory_gib']} GiB, "
+        f"Linux {facts['kernel']}, Python {facts['python']}, websockets {v['websockets']}, "
+        f"msgspec {v['msgspec']}; agent-bridge {v['agent-bridge']} at {facts['commit']}; "
+        f"load average {facts['loadavg_at_start'][0]:.2f} at start, "
+        f"{facts['loadavg_at_end'][0]:.2f} at end; {facts['time']}. "
+        f"Synthetic adapter loaded via {facts.get('adapter_registered_via', '?')}."
+    )
+    return "\n".join([*lines, "", *notes, "", machine])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
+    parser.add_argument("--repeat", type=int, default=3, help="throughput runs, best kept")
+    parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T7)")
+    args = parser.parse_args(argv)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    facts, rows = asyncio.run(run(args))
+    if args.json:
+        print(json.dumps({"machine": facts, "results": [asdict(r) for r in rows]}, indent=2))
+    else:
+        print(render(facts, rows))
+    return 0 if all(r.ok is not False for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

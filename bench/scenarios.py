@@ -1,0 +1,233 @@
+"""Measurements, each run the same way against the daemon and against the baseline."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from bench.client import LeanClient, decode_event, stamp_of
+from bench.targets import Target, rss_kib
+
+SIZE = 64
+
+
+@dataclass
+class Collector:
+    """What one client saw of one streaming turn."""
+
+    latencies: bool = False
+    count: int = 0
+    first_stamp: int = 0
+    last_recv: int = 0
+    last_seq: int = 0
+    lat_ns: list[int] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __call__(self, payload: bytes) -> None:
+        recv = time.monotonic_ns()
+        ev = decode_event(payload)
+        if ev.t != "event":
+            return
+        self.last_seq = ev.seq
+        kind = ev.block.get("type")
+        if kind == "text":
+            stamp = stamp_of(ev.block)
+            if stamp is None:
+                return
+            self.count += 1
+            self.last_recv = recv
+            if not self.first_stamp:
+                self.first_stamp = stamp
+            if self.latencies:
+                self.lat_ns.append(recv - stamp)
+        elif kind == "session_end":
+            self.done.set()
+
+
+@dataclass
+class Counter:
+    """A cheaper collector for fan-out: counts frames, parses only the first."""
+
+    count: int = 0
+    first_stamp: int = 0
+    last_recv: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __call__(self, payload: bytes) -> None:
+        if b'"type":"text"' in payload and b'"done":false' in payload:
+            self.count += 1
+            self.last_recv = time.monotonic_ns()
+            if not self.first_stamp:
+                stamp = stamp_of(decode_event(payload).block)
+                self.first_stamp = stamp or 0
+        elif b'"session_end"' in payload:
+            self.done.set()
+
+
+async def _clients(target: Target, n: int, concurrency: int = 50) -> list[LeanClient]:
+    out: list[LeanClient] = []
+    for i in range(0, n, concurrency):
+        out += await asyncio.gather(*(target.client() for _ in range(min(concurrency, n - i))))
+    return out
+
+
+async def _close(clients: list[LeanClient]) -> None:
+    await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+@dataclass
+class Throughput:
+    blocks_per_s: float  # per session, adapter yield to the last client's receive
+    frames_per_s: float  # delivered to all subscribers
+    seconds: float
+
+
+async def throughput(target: Target, n: int, subscribers: int = 1) -> Throughput:
+    clients = await _clients(target, subscribers)
+    try:
+        session = await target.new_session(clients[0])
+        sinks: list[Collector | Counter] = []
+        for c in clients:
+            sink: Collector | Counter = Collector() if subscribers == 1 else Counter()
+            c.on_frame = sink
+            sinks.append(sink)
+            await c.request("session.subscribe", session=session)
+        await target.stream(clients[0], session, n, 0, SIZE, subscribers)
+        await asyncio.wait_for(asyncio.gather(*(s.done.wait() for s in sinks)), 300)
+        first = min(s.first_stamp for s in sinks)
+        last = max(s.last_recv for s in sinks)
+        total = sum(s.count for s in sinks)
+        if any(s.count != n for s in sinks):
+            raise RuntimeError(f"lost frames: {[s.count for s in sinks]} of {n}")
+        seconds = (last - first) / 1e9
+        return Throughput(n / seconds, total / seconds, seconds)
+    finally:
+        await _close(clients)
+
+
+@dataclass
+class Latency:
+    p50_ms: float
+    p99_ms: float
+    samples: int
+
+
+async def latency(target: Target, sessions: int, rate: float, seconds: float) -> Latency:
+    clients = await _clients(target, sessions)
+    n = int(rate * seconds)
+    try:
+        sinks: list[Collector] = []
+        names: list[str] = []
+        for c in clients:
+            session = await target.new_session(c)
+            sink = Collector(latencies=True)
+            c.on_frame = sink
+            await c.request("session.subscribe", session=session)
+            sinks.append(sink)
+            names.append(session)
+        await asyncio.gather(
+            *(target.stream(c, s, n, rate, SIZE, 1) for c, s in zip(clients, names, strict=True))
+        )
+        await asyncio.wait_for(asyncio.gather(*(s.done.wait() for s in sinks)), seconds * 5 + 60)
+        lat = sorted(x for s in sinks for x in s.lat_ns)
+        if len(lat) != n * sessions:
+            raise RuntimeError(f"lost frames: {len(lat)} of {n * sessions}")
+        q = statistics.quantiles(lat, n=100, method="inclusive")
+        return Latency(q[49] / 1e6, q[98] / 1e6, len(lat))
+    finally:
+        await _close(clients)
+
+
+@dataclass
+class Idle:
+    rss_mb: float
+    list_p50_ms: float
+    list_max_ms: float
+
+
+async def idle(target: Target, count: int, *, sessions: bool = True) -> Idle:
+    clients = await _clients(target, count)
+    try:
+
+        async def prepare(c: LeanClient) -> None:
+            session = await target.new_session(c)
+            await c.request("session.subscribe", session=session)
+
+        for i in range(0, count, 50):
+            await asyncio.gather(*(prepare(c) for c in clients[i : i + 50]))
+        await asyncio.sleep(1.0)
+        rss = rss_kib(target.pid) / 1024
+        times: list[float] = []
+        if sessions:
+            await clients[0].request("sessions.list")  # warm-up (starts the external scan)
+            for _ in range(20):
+                t0 = time.perf_counter()
+                got = await clients[0].request("sessions.list")
+                times.append((time.perf_counter() - t0) * 1000)
+                if len(got["sessions"]) < count:
+                    raise RuntimeError(f"sessions.list listed {len(got['sessions'])}")
+        else:
+            times = [0.0]
+        return Idle(rss, statistics.median(times), max(times))
+    finally:
+        await _close(clients)
+
+
+@dataclass
+class Replay:
+    seconds: float
+    events: int
+
+
+async def replay(target: Target, missed: int) -> Replay:
+    """A client sees a few events, goes away while ``missed`` more happen, then comes back."""
+    a = await target.client()
+    watcher = await target.client()
+    try:
+        session = await target.new_session(a)
+        first = Collector()
+        a.on_frame = first
+        await a.request("session.subscribe", session=session)
+        await target.stream(a, session, 10, 0, SIZE, 1)
+        await asyncio.wait_for(first.done.wait(), 60)
+        await a.close()
+        seen = first.last_seq
+        # Another subscriber tells when the missed stretch is stored and published.
+        gone = Collector()
+        watcher.on_frame = gone
+        await watcher.request("session.subscribe", session=session, after_seq=seen)
+        await target.stream(watcher, session, missed, 0, SIZE, 1)
+        await asyncio.wait_for(gone.done.wait(), 120)
+        await asyncio.sleep(0.5)  # let the state change after the turn land too
+        back = await target.client()
+        try:
+            done = asyncio.Event()
+            got = {"n": 0, "last": 0}
+            target_seq = 0
+
+            def on_frame(payload: bytes) -> None:
+                ev = decode_event(payload)
+                if ev.t == "event":
+                    got["n"] += 1
+                    got["last"] = ev.seq
+                    if target_seq and ev.seq >= target_seq:
+                        done.set()
+
+            back.on_frame = on_frame
+            t0 = time.monotonic()
+            result = await back.request("session.subscribe", session=session, after_seq=seen)
+            target_seq = int(result["last_seq"])
+            if got["last"] >= target_seq:
+                done.set()
+            await asyncio.wait_for(done.wait(), 60)
+            seconds = time.monotonic() - t0
+            if got["n"] != target_seq - seen:
+                raise RuntimeError(f"replayed {got['n']} of {target_seq - seen}")
+            return Replay(seconds, got["n"])
+        finally:
+            await back.close()
+    finally:
+        await watcher.close()
+        await a.close()
