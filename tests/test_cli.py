@@ -1,0 +1,111 @@
+"""The command line: every command but `serve` is a client of the running daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.daemon import ROOT, DaemonProcess
+
+
+def cli(d: DaemonProcess, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", *args],
+        cwd=ROOT, env=d.env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_cli_commands_talk_to_the_daemon(daemon: DaemonProcess, project: Path) -> None:
+    version = cli(daemon, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("agent-bridge ")
+    token = cli(daemon, "token")
+    assert token.stdout.strip() == daemon.token
+    agents = cli(daemon, "agents")
+    assert agents.returncode == 0, agents.stderr
+    assert "demo" in agents.stdout and "AVAILABLE" in agents.stdout
+    listed = json.loads(cli(daemon, "agents", "--json").stdout)
+    assert any(a["agent"] == "demo" and a["available"] for a in listed)
+
+    # create a session through the protocol, then drive it from the CLI
+    import asyncio
+
+    from tests.wsclient import Client
+
+    async def create() -> str:
+        c = await Client.open(daemon.url, daemon.token)
+        result = await c.request("session.create", agent="demo", cwd=str(project))
+        await c.close()
+        return str(result["session"]["session"])
+
+    session = asyncio.run(create())
+    sent = cli(daemon, "send", session, "echo from the cli", "--client-msg-id", "cli-1")
+    assert sent.returncode == 0 and sent.stdout.strip() == "sent", sent.stderr
+    again = cli(daemon, "send", session, "echo from the cli", "--client-msg-id", "cli-1")
+    assert again.stdout.strip() == "sent"  # idempotent: no second turn
+
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "watch", session, "--no-color"],
+        cwd=ROOT, env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    out = ""
+    deadline = time.monotonic() + 30
+    assert watch.stdout is not None
+    try:
+        while "turn ended: completed" not in out and time.monotonic() < deadline:
+            ready, _, _ = select.select([watch.stdout], [], [], 1)
+            if ready:
+                out += watch.stdout.readline()
+    finally:
+        os.killpg(watch.pid, signal.SIGTERM)
+        watch.wait(10)
+    assert "> you (bridge): echo from the cli" in out
+    assert "assistant: You said: from the cli" in out
+    assert out.count("turn ended") == 1
+
+    sessions = cli(daemon, "sessions", "--no-external")
+    assert session in sessions.stdout and "echo from the cli" in sessions.stdout
+    as_json = json.loads(cli(daemon, "sessions", "--json", "--no-external").stdout)
+    assert as_json[0]["session"] == session and as_json[0]["last_seq"] >= 5
+
+    missing = cli(daemon, "send", "s_missing", "hi")
+    assert missing.returncode == 1 and "no session" in missing.stderr
+
+
+def test_cli_without_a_daemon_says_so(tmp_path: Path) -> None:
+    d = DaemonProcess(tmp_path / "home")  # never started
+    result = cli(d, "sessions")
+    assert result.returncode == 1
+    assert "not seem to be running" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_a_public_address_without_tls(tmp_path: Path) -> None:
+    d = DaemonProcess(tmp_path / "home")
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--host", "0.0.0.0", "--port", "0"],
+        cwd=ROOT, env=d.env, capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert "without TLS" in result.stderr and "--insecure" in result.stderr
+
+
+def test_serve_reports_a_bad_config_key(tmp_path: Path) -> None:
+    d = DaemonProcess(tmp_path / "home", config="[server]\nprot = 1\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--port", "0"],
+        cwd=ROOT, env=d.env, capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert "prot" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_insecure_public_bind_warns(daemon_factory: object) -> None:
+    d = daemon_factory(args=["--host", "0.0.0.0", "--insecure"]).start()  # type: ignore[operator]
+    assert "insecure_bind" in d.log_text()
