@@ -521,9 +521,15 @@ class BridgeServer:
         return {"agents": [self.registry.agent_object(e) for e in self.registry.entries()]}
 
     async def _agents_check(self, _conn: Connection, req: AgentsCheck) -> Any:
-        if self.registry.get(req.agent) is None:
+        from bridge import doctor
+
+        if req.agent == doctor.DAEMON_AGENT:
+            # The reserved pseudo-agent: the daemon's own checks, as `agent-bridge doctor` runs.
+            checks = await asyncio.to_thread(doctor.daemon_checks, self.config, listening=self.url)
+        elif self.registry.get(req.agent) is None:
             raise HubError("not_found", f"no agent `{req.agent}`")
-        checks = await self.registry.check(req.agent)
+        else:
+            checks = await self.registry.check(req.agent)
         return {
             "status": overall_status(checks),
             "checks": checks,
