@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from websockets.asyncio.server import Server, ServerConnection, serve, unix_serve
+from websockets.asyncio.server import Server, ServerConnection, broadcast, serve, unix_serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as HttpRequest
@@ -73,6 +73,10 @@ log = get_logger("bridge.server")
 
 WS_PATH = "/v1/ws"
 TOKEN_CHECK_S = 1.0
+#: Bytes a connection's socket buffer may hold before sending waits for the client.
+WRITE_LIMIT = 256 * 1024
+#: Frames a sender writes before it yields to the event loop.
+SEND_BURST = 256
 
 HttpHandler = Callable[[ServerConnection, HttpRequest], HttpResponse | None]
 
@@ -183,6 +187,7 @@ class Connection:
     async def sender(self) -> None:
         ws = self.ws
         text = not self.msgpack
+        burst = 0
         try:
             while not self._closed:
                 await self._wake.wait()
@@ -191,7 +196,19 @@ class Connection:
                     item = self._outbox.popleft()
                     if len(self._outbox) < self._cap // 4:
                         self._space.set()
-                    await ws.send(item.encoded(self.msgpack), text=text)
+                    data = item.encoded(self.msgpack)
+                    if ws.transport.get_write_buffer_size() < WRITE_LIMIT:
+                        # Written at once, as websockets.broadcast does; awaiting send() per
+                        # frame was most of the sender's cost (docs/benchmarks.md). send()
+                        # below waits for the socket once its buffer is full.
+                        broadcast((ws,), data, text=text)
+                        burst += 1
+                        if burst >= SEND_BURST:
+                            burst = 0
+                            await asyncio.sleep(0)  # let other connections and the hub run
+                    else:
+                        burst = 0
+                        await ws.send(data, text=text)
         except ConnectionClosed:
             pass
         finally:
@@ -265,7 +282,7 @@ class BridgeServer:
             "ping_timeout": conf.ping_timeout,
             "close_timeout": 3,
             "max_queue": 64,
-            "write_limit": 256 * 1024,
+            "write_limit": WRITE_LIMIT,
             "server_header": f"agent-bridge/{__version__}",
         }
 
