@@ -1,15 +1,759 @@
-"""External adapters from the adapters directory (filled in by the loader work)."""
+"""Adapters from outside the daemon: drop-in ``.py`` files (reloaded live) and entry points.
+
+Loading a drop-in file takes two steps, because a Python import cannot be cancelled from
+another thread: an endless loop at module level would otherwise pin a daemon thread forever.
+1. A probe subprocess (``python -m bridge.loader probe --file FILE``) imports the file under an
+   alarm of ``adapters.import_timeout`` seconds and reports the adapter classes it defines or,
+   in plain words, why it cannot; the probe is killed if it outlives the alarm by
+   ``PROBE_SLACK_S``. Nothing a broken file does at import reaches the daemon.
+2. Only a file the probe accepted is imported in the daemon: compiled from the very bytes that
+   were hashed, under its own module name (``agent_bridge_ext_<stem>_<n>``, so every version
+   is a separate module), in a daemon thread bounded by the same timeout. A thread that still
+   does not finish (the file changed for the worse in between) is abandoned and reported.
+
+Which class gets an agent id is decided from what is on disk alone, never from history:
+ids registered by others (built-ins, ``[acp.*]`` agents) are refused; drop-in files come first
+in file-name order, then entry points by (distribution, entry point name); the first claim of
+an id wins and every later claim is reported. A file that is not in effect (broken, refused,
+or the loser of a collision) appears in ``agents.list`` as an unavailable agent carrying the
+reason, under its declared id or, when that is taken, its file name. A file that breaks after
+it loaded keeps its last good classes registered, with the problem in ``error``.
+"""
 
 from __future__ import annotations
 
+import argparse
+import ast
+import asyncio
+import contextlib
+import hashlib
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import pwd
+import re
+import signal
+import stat
+import sys
+import threading
+import traceback
+import types
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from bridge.adapters.base import BaseAdapter, DetectedAgent, contract_problems
 from bridge.config import Config
+from bridge.logs import get_logger
+from bridge.process import run_capture
 from bridge.registry import Registry
+
+log = get_logger("bridge.loader")
+
+ENTRY_POINT_GROUP = "agent_bridge.adapters"
+#: How much longer than the import alarm a probe may live before it is killed (interpreter
+#: start-up on a busy machine; a probe stuck in C code that ignores the alarm).
+PROBE_SLACK_S = 10.0
+#: watchfiles batches events for this long, so an editor's write-then-rename is one reload.
+WATCH_DEBOUNCE_MS = 100
+WATCH_RETRY_S = 1.0
+MODULE_PREFIX = "agent_bridge_ext_"
+
+SourceKind = Literal["file", "entry_point"]
+T = TypeVar("T")
+
+
+# ---- what a probe reports --------------------------------------------------------------------
+
+
+class FoundClass(msgspec.Struct, kw_only=True):
+    name: str
+    agent_id: str
+    display_name: str
+
+
+class ProbeResult(msgspec.Struct, kw_only=True):
+    ok: bool
+    error: str | None = None
+    classes: list[FoundClass] = msgspec.field(default_factory=list)
+
+
+# ---- plain-words checks, shared by the daemon and `agent-bridge adapters check` ----------------
+
+
+def permission_problem(path: Path, *, what: str = "file") -> str | None:
+    """Like OpenSSH with key files: only load what no one but the user (or root) can change."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"cannot read the {what} {path}: {exc.strerror or exc}"
+    me = os.getuid()
+    if st.st_uid not in (me, 0):
+        return (
+            f"the {what} {path} is owned by {_user_name(st.st_uid)}, not by you; an adapter runs "
+            f"with your rights, so only your own files are loaded. Fix: "
+            f"chown {_user_name(me)} {path}"
+        )
+    writable = [name for bit, name in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others"))
+                if st.st_mode & bit]
+    if writable:
+        return (
+            f"the {what} {path} is writable by {' and '.join(writable)}, so someone else could "
+            f"put code in it that runs as you. Fix: chmod go-w {path}"
+        )
+    return None
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def describe_import_error(exc: BaseException, path: str | None = None) -> str:
+    """One line a person can act on: what went wrong and on which line of their file."""
+    if isinstance(exc, SyntaxError) and not isinstance(exc, IndentationError | TabError):
+        return f"syntax error at line {exc.lineno}: {exc.msg}"
+    if isinstance(exc, IndentationError | TabError):
+        return f"indentation error at line {exc.lineno}: {exc.msg}"
+    if isinstance(exc, SystemExit):
+        return f"the file called sys.exit({exc.code!r}) while being imported"
+    line = None
+    if path is not None:
+        for frame in traceback.extract_tb(exc.__traceback__):
+            if frame.filename == path:
+                line = frame.lineno
+    where = f" at line {line}" if line else ""
+    text = str(exc) or "(no message)"
+    return f"{type(exc).__name__} while importing{where}: {text}"
+
+
+def find_adapters(namespace: Any, module_name: str) -> tuple[list[type[BaseAdapter]], str | None]:
+    """The adapter classes a module or entry point object provides, or why there are none."""
+    if isinstance(namespace, type):
+        if not issubclass(namespace, BaseAdapter) or namespace is BaseAdapter:
+            return [], f"`{namespace.__name__}` is not a subclass of BaseAdapter"
+        problems = contract_problems(namespace)
+        if problems:
+            return [], f"`{namespace.__name__}` is abstract: " + "; ".join(problems)
+        return [namespace], None
+    found: list[type[BaseAdapter]] = []
+    abstract: list[str] = []
+    for value in vars(namespace).values():
+        if not (inspect.isclass(value) and issubclass(value, BaseAdapter)):
+            continue
+        if value is BaseAdapter or value.__module__ != module_name:
+            continue  # imported from elsewhere, not defined here
+        if contract_problems(value):
+            abstract.append(value.__name__)  # declared with abstract=True
+        else:
+            found.append(value)
+    if found:
+        return found, None
+    why = "no adapter class: define a subclass of bridge.adapters.base.BaseAdapter"
+    if abstract:
+        why += f" (`{'`, `'.join(abstract)}` is declared abstract=True)"
+    return [], why
+
+
+def declared_ids(source: bytes) -> list[str]:
+    """``agent_id = "..."`` literals in class bodies, read without running the file."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    ids: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            value: ast.expr | None = None
+            if isinstance(item, ast.Assign):
+                names = [t.id for t in item.targets if isinstance(t, ast.Name)]
+                value = item.value if "agent_id" in names else None
+            elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                value = item.value if item.target.id == "agent_id" else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                ids.append(value.value)
+    return ids
+
+
+def valid_id(agent_id: str) -> bool:
+    return bool(agent_id) and agent_id.replace("-", "_").isidentifier()
+
+
+def is_adapter_file(path: Path) -> bool:
+    """Top-level ``*.py`` files; names starting with ``_`` or ``.`` are helpers, not adapters."""
+    return path.suffix == ".py" and not path.name.startswith(("_", "."))
+
+
+# ---- the probe subprocess ----------------------------------------------------------------------
+
+
+class _ImportTimeout(Exception):
+    pass
+
+
+def _probe_main(argv: list[str]) -> int:
+    """Import one file or entry point under an alarm and print a ProbeResult as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m bridge.loader probe")
+    parser.add_argument("--timeout", type=float, required=True)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--file")
+    group.add_argument("--entry-point", help="module:attr")
+    args = parser.parse_args(argv)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # whatever the file prints must not corrupt the report
+
+    def alarm(_signum: int, _frame: Any) -> None:
+        raise _ImportTimeout
+
+    signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, args.timeout)
+    result: ProbeResult
+    path: str | None = None
+    try:
+        if args.file:
+            path = os.path.abspath(args.file)
+            name = module_name_for(Path(path), 0)
+            module = import_source(name, Path(path), Path(path).read_bytes())
+            classes, error = find_adapters(module, name)
+        else:
+            obj = importlib.metadata.EntryPoint(
+                name="probe", value=args.entry_point, group=ENTRY_POINT_GROUP
+            ).load()
+            classes, error = find_adapters(obj, getattr(obj, "__name__", ""))
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        result = ProbeResult(
+            ok=error is None,
+            error=error,
+            classes=[
+                FoundClass(name=c.__name__, agent_id=c.agent_id, display_name=c.display_name)
+                for c in classes
+            ],
+        )
+    except _ImportTimeout:
+        result = ProbeResult(ok=False, error=timeout_message(args.timeout))
+    except BaseException as exc:  # SystemExit at import is a finding too
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        result = ProbeResult(ok=False, error=describe_import_error(exc, path))
+    out.write(msgspec.json.encode(result).decode() + "\n")
+    out.flush()
+    return 0
+
+
+def timeout_message(timeout: float) -> str:
+    return (
+        f"importing did not finish within {timeout:g}s and was abandoned "
+        "(an endless loop or a blocking call at module level?)"
+    )
+
+
+def _probe_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The same import path as this process, so the probe sees what the daemon would import.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
+def probe(target: str, timeout: float, *, entry_point: bool = False) -> ProbeResult:
+    """Run the probe subprocess (blocking; call it in a worker thread)."""
+    flag = "--entry-point" if entry_point else "--file"
+    argv = [sys.executable, "-m", "bridge.loader", "probe", "--timeout", f"{timeout:g}",
+            flag, target]
+    result = run_capture(argv, timeout=timeout + PROBE_SLACK_S, env=_probe_env())
+    if result.timed_out:
+        return ProbeResult(ok=False, error=timeout_message(timeout))
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    if lines:
+        try:
+            return msgspec.json.decode(lines[-1], type=ProbeResult)
+        except msgspec.DecodeError:
+            pass
+    tail = result.stderr.strip().splitlines()[-1:] or [""]
+    return ProbeResult(
+        ok=False,
+        error=f"the file ended the Python process while being imported "
+        f"(exit code {result.returncode}) {tail[0][:300]}".strip(),
+    )
+
+
+# ---- importing in the daemon -----------------------------------------------------------------
+
+
+def module_name_for(path: Path, generation: int) -> str:
+    stem = re.sub(r"\W", "_", path.stem) or "adapter"
+    return f"{MODULE_PREFIX}{stem}_{generation}"
+
+
+def import_source(name: str, path: Path, source: bytes) -> types.ModuleType:
+    """Execute ``source`` as module ``name`` with ``__file__`` = ``path``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None:
+        raise ImportError(f"cannot make a module of {path}")
+    module = importlib.util.module_from_spec(spec)
+    code = compile(source, str(path), "exec", dont_inherit=True)
+    sys.modules[name] = module  # dataclasses and typing look classes' modules up here
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - loading the user's adapter is the point
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+async def in_daemon_thread(fn: Callable[[], T], timeout: float, name: str) -> T:
+    """Run ``fn`` in a daemon thread; on timeout the thread is abandoned, not joined."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[tuple[bool, Any]] = loop.create_future()
+
+    def deliver(outcome: tuple[bool, Any]) -> None:
+        if not fut.done():
+            fut.set_result(outcome)
+
+    def run() -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, fn())
+        except BaseException as exc:  # carried back to the caller below
+            outcome = (False, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(deliver, outcome)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    ok, value = await asyncio.wait_for(fut, timeout)
+    if not ok:
+        raise _Failed(value)
+    result: T = value
+    return result
+
+
+class _Failed(Exception):
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+# ---- sources and resolution -----------------------------------------------------------------
+
+
+@dataclass
+class Source:
+    """A drop-in file or an entry point, with its last good classes and its current problem."""
+
+    key: str
+    kind: SourceKind
+    label: str
+    order: tuple[int, str, str]
+    file: str | None = None
+    classes: list[type[BaseAdapter]] = field(default_factory=list)
+    module_name: str | None = None
+    error: str | None = None
+    signature: object = None
+    declared: list[str] = field(default_factory=list)
+    fallback_id: str | None = None
+
+    @property
+    def source_tag(self) -> str:
+        return "file" if self.kind == "file" else "entry_point"
+
+
+def _placeholder(agent_id: str, src: Source, reason: str) -> type[BaseAdapter]:
+    """An unavailable stand-in so ``agents.list`` shows a file that is not in effect, and why."""
+
+    def detect(cls: type[BaseAdapter], binary: str | None = None) -> DetectedAgent:
+        return DetectedAgent(available=False, error=reason)
+
+    async def start(self: BaseAdapter, session_id: str) -> Any:
+        raise RuntimeError(reason)
+
+    def body(ns: dict[str, Any]) -> None:
+        ns.update(
+            agent_id=agent_id,
+            display_name=f"{Path(src.label).name} (not loaded)",
+            doc=f"This adapter is not loaded: {reason}",
+            provides_models=False,
+            provides_usage=False,
+            source=src.source_tag,
+            detect=classmethod(detect),
+            start=start,
+            __module__=__name__,
+        )
+
+    cls = types.new_class("NotLoaded", (BaseAdapter,), {"abstract": True}, body)
+    return cls
+
+
+@dataclass
+class _Owned:
+    cls: type[BaseAdapter]
+    file: str | None
+    error: str | None
 
 
 class AdapterLoader:
+    """Owns every registry entry that comes from a drop-in file or an entry point."""
+
+    def __init__(self, registry: Registry, config: Config) -> None:
+        self.registry = registry
+        self.config = config
+        self.dir = config.adapters_dir
+        self.timeout = config.adapters.import_timeout
+        self._sources: dict[str, Source] = {}
+        self._owned: dict[str, _Owned] = {}
+        self._placeholders: dict[tuple[str, str, str], type[BaseAdapter]] = {}
+        self._reported: set[str] = set()
+        self._generation = 0
+        self._lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self._watch_task: asyncio.Task[None] | None = None
+
+    # ---- public ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._prepare_dir()
+        async with self._lock:
+            await self._load_entry_points()
+            await self._scan()
+            self._resolve()
+        if self.config.adapters.watch:
+            self._watch_task = asyncio.create_task(self._watch())
+
     async def close(self) -> None:
+        self._stop.set()
+        task, self._watch_task = self._watch_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def rescan(self) -> None:
+        """Pick up whatever changed in the directory (the watcher calls this)."""
+        async with self._lock:
+            await self._scan()
+            self._resolve()
+
+    # ---- the directory ---------------------------------------------------------------------
+
+    def _prepare_dir(self) -> None:
+        if not self.dir.exists():
+            try:
+                self.dir.mkdir(parents=True, mode=0o700)
+            except OSError as exc:
+                log.warning("adapters_dir_unusable", dir=str(self.dir), error=str(exc))
+
+    def _dir_files(self) -> list[Path]:
+        try:
+            return sorted(p for p in self.dir.iterdir() if is_adapter_file(p) and p.is_file())
+        except OSError:
+            return []
+
+    async def _scan(self) -> None:
+        dir_problem = permission_problem(self.dir, what="adapters directory") if (
+            self.dir.exists()
+        ) else None
+        present = self._dir_files()
+        keys = {f"file:{p}" for p in present}
+        for key in [k for k, s in self._sources.items() if s.kind == "file" and k not in keys]:
+            gone = self._sources.pop(key)
+            self._forget_module(gone)
+            log.info("adapter_file_removed", file=gone.label)
+        pending: list[tuple[Source, bytes]] = []
+        for path in present:
+            key = f"file:{path}"
+            src = self._sources.get(key)
+            if src is None:
+                src = Source(
+                    key=key,
+                    kind="file",
+                    label=str(path),
+                    order=(0, path.name, ""),
+                    file=str(path),
+                    fallback_id=re.sub(r"[^A-Za-z0-9_-]", "-", path.stem).strip("-") or None,
+                )
+                self._sources[key] = src
+            try:
+                data = path.read_bytes()
+                st = path.stat()
+            except OSError as exc:
+                src.signature = None
+                self._fail(src, f"cannot read the file: {exc.strerror or exc}")
+                continue
+            signature = (hashlib.sha256(data).hexdigest(), st.st_mode, st.st_uid, dir_problem)
+            if signature == src.signature:
+                continue
+            src.signature = signature
+            src.declared = declared_ids(data)
+            problem = dir_problem or permission_problem(path)
+            if problem:
+                self._fail(src, problem)
+                continue
+            pending.append((src, data))
+        # Probes are independent processes: run a few at once so start-up stays quick.
+        gate = asyncio.Semaphore(4)
+
+        async def probe_one(item: tuple[Source, bytes]) -> ProbeResult:
+            async with gate:
+                return await asyncio.to_thread(probe, item[0].label, self.timeout)
+
+        results = await asyncio.gather(*(probe_one(item) for item in pending))
+        for (src, data), result in zip(pending, results, strict=True):
+            if not result.ok:
+                self._fail(src, result.error or "the file could not be imported")
+                continue
+            await self._import_file(src, data)
+
+    async def _import_file(self, src: Source, data: bytes) -> None:
+        assert src.file is not None
+        path = Path(src.file)
+        self._generation += 1
+        name = module_name_for(path, self._generation)
+
+        def load() -> tuple[list[type[BaseAdapter]], str | None]:
+            return find_adapters(import_source(name, path, data), name)
+
+        try:
+            classes, error = await in_daemon_thread(load, self.timeout, f"import {path.name}")
+        except TimeoutError:
+            sys.modules.pop(name, None)
+            self._fail(src, timeout_message(self.timeout))
+            return
+        except _Failed as failed:
+            self._fail(src, describe_import_error(failed.exc, str(path)))
+            return
+        if error is not None or not classes:
+            sys.modules.pop(name, None)
+            self._fail(src, error or "no adapter class")
+            return
+        self._forget_module(src)
+        for cls in classes:
+            cls.source = "file"
+        src.classes = classes
+        src.module_name = name
+        src.error = None
+        log.info(
+            "adapter_file_loaded",
+            file=src.label,
+            agents=[c.agent_id for c in classes],
+            module=name,
+        )
+
+    def _fail(self, src: Source, reason: str) -> None:
+        src.error = reason
+        log.error(
+            "adapter_file_failed",
+            file=src.label,
+            reason=reason,
+            kept_last_good=bool(src.classes),
+        )
+
+    @staticmethod
+    def _forget_module(src: Source) -> None:
+        # Sessions still running on an older class keep it alive through their own references.
+        if src.module_name:
+            sys.modules.pop(src.module_name, None)
+            src.module_name = None
+
+    # ---- entry points ------------------------------------------------------------------------
+
+    async def _load_entry_points(self) -> None:
+        try:
+            eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        except Exception as exc:
+            log.error("entry_points_unreadable", error=repr(exc))
+            return
+        for ep in eps:
+            dist = ep.dist.name if ep.dist is not None else "?"
+            version = ep.dist.version if ep.dist is not None else ""
+            key = f"ep:{dist}:{ep.name}"
+            src = Source(
+                key=key,
+                kind="entry_point",
+                label=f"entry point `{ep.name} = {ep.value}` of {dist} {version}".strip(),
+                order=(1, _normalize(dist), ep.name),
+                fallback_id=re.sub(r"[^A-Za-z0-9_-]", "-", ep.name).strip("-") or None,
+            )
+            self._sources[key] = src
+            result = await asyncio.to_thread(probe, ep.value, self.timeout, entry_point=True)
+            if not result.ok:
+                self._fail(src, result.error or "the entry point could not be loaded")
+                continue
+            src.declared = [c.agent_id for c in result.classes]
+            await self._import_entry_point(src, ep)
+
+    async def _import_entry_point(self, src: Source, ep: importlib.metadata.EntryPoint) -> None:
+        def load() -> tuple[Any, list[type[BaseAdapter]], str | None]:
+            obj = ep.load()
+            classes, error = find_adapters(obj, getattr(obj, "__name__", ""))
+            return obj, classes, error
+
+        try:
+            obj, classes, error = await in_daemon_thread(load, self.timeout, f"load {ep.name}")
+        except TimeoutError:
+            self._fail(src, timeout_message(self.timeout))
+            return
+        except _Failed as failed:
+            self._fail(src, describe_import_error(failed.exc))
+            return
+        if error is not None:
+            self._fail(src, error)
+            return
+        module = sys.modules.get(getattr(obj, "__module__", "") or "") or obj
+        src.file = getattr(module, "__file__", None)
+        for cls in classes:
+            cls.source = "entry_point"
+        src.classes = classes
+        log.info("adapter_entry_point_loaded", entry_point=src.label,
+                 agents=[c.agent_id for c in classes])
+
+    # ---- resolution ----------------------------------------------------------------------------
+
+    def _resolve(self) -> None:
+        reserved = {
+            e.agent_id: e for e in self.registry.entries() if e.agent_id not in self._owned
+        }
+        sources = sorted(self._sources.values(), key=lambda s: s.order)
+        winners: dict[str, tuple[Source, type[BaseAdapter]]] = {}
+        refusals: dict[str, list[str]] = {}
+        for src in sources:
+            for cls in src.classes:
+                aid = cls.agent_id
+                if aid in reserved:
+                    entry = reserved[aid]
+                    kind = "built-in" if aid in self.registry.builtin_ids else "configured"
+                    refusals.setdefault(src.key, []).append(
+                        f"agent_id `{aid}` belongs to the {kind} adapter "
+                        f"{entry.cls.display_name!r}; give this adapter another agent_id"
+                    )
+                elif aid in winners:
+                    first = winners[aid][0]
+                    refusals.setdefault(src.key, []).append(
+                        f"agent_id `{aid}` is already provided by {first.label}, which comes "
+                        "first (drop-in files by file name, then installed packages)"
+                    )
+                else:
+                    winners[aid] = (src, cls)
+        desired: dict[str, tuple[type[BaseAdapter], Source, str | None]] = {}
+        for aid, (src, cls) in winners.items():
+            error = None
+            if src.error:
+                error = f"{src.error} (still running the last version that loaded)"
+            desired[aid] = (cls, src, error)
+        in_effect = {id(src) for src, _ in winners.values()}
+        for src in sources:
+            problems = [*([src.error] if src.error else []), *refusals.get(src.key, [])]
+            for problem in refusals.get(src.key, []):
+                self._report_once(src, problem)
+            if id(src) in in_effect or not problems:
+                continue
+            reason = "; ".join(problems)
+            shown = self._placeholder_id(src, reserved, desired)
+            if shown is None:
+                continue
+            ckey = (shown, reason, src.key)
+            cls = self._placeholders.get(ckey) or _placeholder(shown, src, reason)
+            self._placeholders[ckey] = cls
+            desired[shown] = (cls, src, reason)
+        self._apply(desired)
+
+    def _report_once(self, src: Source, problem: str) -> None:
+        key = f"{src.key}\0{problem}"
+        if key not in self._reported:
+            self._reported.add(key)
+            log.error("adapter_refused", source=src.label, reason=problem)
+
+    @staticmethod
+    def _placeholder_id(
+        src: Source, reserved: dict[str, Any], desired: dict[str, Any]
+    ) -> str | None:
+        for candidate in [*src.declared, src.fallback_id or ""]:
+            if valid_id(candidate) and candidate not in reserved and candidate not in desired:
+                return candidate
         return None
+
+    def _apply(self, desired: dict[str, tuple[type[BaseAdapter], Source, str | None]]) -> None:
+        for aid in [a for a in self._owned if a not in desired]:
+            del self._owned[aid]
+            self.registry.unregister(aid)
+            log.info("adapter_unregistered", agent=aid)
+        live = {s.key for s in self._sources.values()}
+        self._placeholders = {k: v for k, v in self._placeholders.items() if k[2] in live}
+        for aid, (cls, src, error) in sorted(desired.items()):
+            current = self._owned.get(aid)
+            if current is None or current.cls is not cls or current.file != src.file:
+                self.registry.register(cls, src.source_tag, src.file, notify=error is None)
+                if error is not None:
+                    self.registry.set_error(aid, error)
+                if not _is_placeholder(cls):
+                    log.info("adapter_registered", agent=aid, source=src.label)
+            elif current.error != error:
+                self.registry.set_error(aid, error)
+            self._owned[aid] = _Owned(cls=cls, file=src.file, error=error)
+
+    # ---- live reload ---------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        import watchfiles
+
+        while not self._stop.is_set():
+            if not self.dir.is_dir():
+                await self._sleep(WATCH_RETRY_S)
+                continue
+            try:
+                async for _changes in watchfiles.awatch(
+                    self.dir,
+                    watch_filter=None,
+                    debounce=WATCH_DEBOUNCE_MS,
+                    step=50,
+                    stop_event=self._stop,
+                    recursive=False,
+                ):
+                    await self._rescan_logged()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("adapters_watch_failed", dir=str(self.dir), error=repr(exc))
+            # The directory went away or the watch broke: catch up, then watch again.
+            await self._rescan_logged()
+            await self._sleep(WATCH_RETRY_S)
+
+    async def _rescan_logged(self) -> None:
+        try:
+            await self.rescan()
+        except Exception:
+            log.exception("adapters_rescan_failed", dir=str(self.dir))
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    # ---- introspection (tests, `agent-bridge adapters`) -----------------------------------------
+
+    def sources(self) -> Iterable[Source]:
+        return sorted(self._sources.values(), key=lambda s: s.order)
+
+
+def _is_placeholder(cls: type[BaseAdapter]) -> bool:
+    return cls.__name__ == "NotLoaded" and cls.__module__ == __name__
+
+
+def _normalize(dist: str) -> str:
+    return re.sub(r"[-_.]+", "-", dist).lower()
 
 
 async def start(registry: Registry, config: Config) -> AdapterLoader:
-    return AdapterLoader()
+    """Load entry points and the adapters directory, then watch the directory."""
+    loader = AdapterLoader(registry, config)
+    await loader.start()
+    return loader
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "probe":
+        sys.exit(_probe_main(sys.argv[2:]))
+    print("usage: python -m bridge.loader probe --timeout S (--file PATH | --entry-point M:A)")
+    sys.exit(2)
