@@ -417,6 +417,7 @@ async def agent_findings(config: Config) -> list[Finding]:
     from bridge.registry import Registry, load_builtin_classes
 
     collector = _LogCollector()
+    saved = structlog.get_config()
     structlog.configure(processors=[collector])
     registry = Registry(config)
     findings: list[Finding] = []
@@ -431,6 +432,7 @@ async def agent_findings(config: Config) -> list[Finding]:
         findings.append(_loader_finding("adapters_load_failed", repr(exc)))
     finally:
         registry.cancel_detection()
+        structlog.configure(**saved)
     for event in collector.events:
         what = {k: v for k, v in event.items() if k not in ("event", "timestamp", "level")}
         detail = ", ".join(f"{k}={v}" for k, v in what.items())
