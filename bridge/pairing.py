@@ -10,16 +10,24 @@ import segno
 
 
 def lan_address() -> str | None:
-    """This machine's first non-loopback IPv4 address, from its own name (no traffic sent)."""
+    """This machine's first non-loopback IPv4 address (no traffic sent)."""
     try:
         infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
     except OSError:
-        return None
+        infos = []
     for info in infos:
         addr = str(info[4][0])
         if not addr.startswith("127."):
             return addr
-    return None
+    # Debian maps the host name to 127.0.1.1: ask the kernel which source address the default
+    # route would use. Connecting a UDP socket sends nothing.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("203.0.113.1", 9))  # TEST-NET-3: any routed address will do
+            addr = str(sock.getsockname()[0])
+        except OSError:
+            return None
+    return None if addr.startswith(("127.", "0.")) else addr
 
 
 def pairing_host(bind_host: str) -> str:
