@@ -190,6 +190,18 @@ class ClaudeParser:
             return self._system(msg)
         return []
 
+    def new_process(self) -> None:
+        """Forget what belonged to the previous process; totals and the plan carry over."""
+        self._open.clear()
+        self._index_ids.clear()
+        self._message_id = None
+        self._tools.clear()
+        self._permissions.clear()
+        self._interrupting = False
+        self._last_total_cost = 0.0
+        self.session_missing = False
+        self.outbox.clear()
+
     def interrupt(self) -> None:
         """Ask Claude to stop the current turn (it answers with an aborted ``result``)."""
         self._interrupting = True

@@ -1,0 +1,376 @@
+"""Claude Code: one long-lived ``claude -p`` process per session, spoken to in stream-json.
+
+The process reads user messages and control answers on stdin and writes stream-json on
+stdout (``bridge.parsers.claude`` turns it into blocks). It stays up across turns, so a turn
+costs no start-up; it is started again (with ``--resume``) when it died or the model changed.
+Tools that need approval arrive as ``control_request`` ``can_use_tool`` because of
+``--permission-prompt-tool stdio``; interrupt is a ``control_request`` too, and the process
+survives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, ModelInfo
+from bridge.blocks import (
+    AgentInfoBlock,
+    Block,
+    ErrorBlock,
+    SessionEndBlock,
+    SystemBlock,
+    UsageBlock,
+)
+from bridge.logs import get_logger
+from bridge.parsers.claude import ClaudeParser, is_unknown_session, user_message
+from bridge.process import (
+    ChildProcess,
+    SpawnError,
+    binary_version,
+    build_env,
+    check_cwd,
+    resolve_binary,
+)
+
+log = get_logger("bridge.adapters.claude")
+
+MODELS = (
+    ModelInfo(id="sonnet", label="Sonnet (latest)"),
+    ModelInfo(id="opus", label="Opus (latest)"),
+    ModelInfo(id="haiku", label="Haiku (latest)"),
+)
+STOP_GRACE_S = 3.0
+EXIT_WAIT_S = 5.0
+
+
+class ClaudeAdapter(BaseAdapter):
+    agent_id = "claude"
+    display_name = "Claude Code"
+    cli_binary = "claude"
+    doc = (
+        "# Claude Code\n\n"
+        "**Use when** you want Anthropic's coding agent to read, run and change code in a "
+        "project, with every risky tool call (shell commands, edits) sent to you for "
+        "approval, live token streaming, thinking, plans and sub-agents.\n\n"
+        "**Don't use when** Claude Code is not installed or not logged in on the daemon's "
+        "machine (`claude` then `/login`, or an `ANTHROPIC_API_KEY`), or the session is "
+        "open in a terminal right now.\n\n"
+        "One `claude` process serves the session across turns; its session id is kept so a "
+        "daemon restart resumes the same conversation. `/model sonnet|opus|haiku` switches "
+        "model from the next turn. Options (`[agents.claude] options`): `permission_mode` "
+        "(`default`, `acceptEdits`, `plan`, `bypassPermissions`)."
+    )
+    cap_thinking = True
+    cap_permissions = True
+    cap_subagents = True
+    cap_interrupt = True
+    cap_images = True
+    cap_documents = True
+    provides_models = True
+    provides_usage = True
+    handoff = "persistent"
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        model: str | None = None,
+        binary: str | None = None,
+        resume_session_id: str | None = None,
+        on_session_id: Callable[[str], None] | None = None,
+        effort: str | None = None,
+        env: dict[str, str] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self._cwd = cwd
+        self._model = model
+        self._binary = binary or self.cli_binary or "claude"
+        self._effort = effort
+        self._env = dict(env or {})
+        self._options = dict(options or {})
+        self._on_session_id = on_session_id
+        #: The session to resume: the stored one at first, then whatever Claude reports.
+        self._session_id = resume_session_id
+        self._child: ChildProcess | None = None
+        self._parser = ClaudeParser(cwd=cwd)
+        self._resumed: str | None = None
+        self._pending: dict[str, Any] | None = None
+        self._reported: str | None = resume_session_id
+        self._spawn_error: SpawnError | None = None
+
+    # ---- life cycle --------------------------------------------------------------------------
+
+    async def start(self, session_id: str) -> AgentInfoBlock:
+        path = resolve_binary(self._binary, build_env(self._env))
+        check_cwd(self._cwd)
+        self._binary = path
+        version = await asyncio.to_thread(binary_version, path)
+        await self._spawn(self._session_id)
+        return self.make_agent_info(version=version, model=self._model)
+
+    async def stop(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            await child.terminate(STOP_GRACE_S)
+
+    def _argv(self, resume: str | None) -> list[str]:
+        argv = [
+            self._binary,
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--permission-prompt-tool",
+            "stdio",
+        ]
+        if resume:
+            argv += ["--resume", resume]
+        if self._model:
+            argv += ["--model", self._model]
+        if self._effort:
+            argv += ["--effort", self._effort]
+        mode = self._options.get("permission_mode")
+        if isinstance(mode, str) and mode:
+            argv += ["--permission-mode", mode]
+        return argv
+
+    async def _spawn(self, resume: str | None) -> None:
+        self._child = await ChildProcess.spawn(
+            self._argv(resume), cwd=self._cwd, env=build_env(self._env)
+        )
+        self._resumed = resume
+        self._parser.new_process()
+        log.info("claude_started", pid=self._child.pid, resume=resume)
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the ``claude`` process this adapter runs (also in ``OWN_PIDS``)."""
+        return self._child.pid if self._child is not None else None
+
+    # ---- a turn ------------------------------------------------------------------------------
+
+    async def send(self, text: str, attachments: list[Any] | None = None) -> None:
+        files = [(a.name, a.mime, a.data) for a in attachments or []]
+        self._pending = user_message(text, files)
+        self._spawn_error = None
+        if self._child is None or self._child.returncode is not None:
+            self._child = None
+            try:
+                await self._spawn(self._session_id)
+            except SpawnError as exc:
+                self._spawn_error = exc
+                return
+        await self._write(self._pending)
+
+    async def stream(self) -> AsyncIterator[Block]:
+        reset_done = False
+        respawned = False
+        output_seen = False
+        while True:
+            child = self._child
+            if child is None:
+                error = self._spawn_error
+                yield ErrorBlock(
+                    code=error.code if error else "agent_exited",
+                    message=str(error) if error else "Claude Code is not running",
+                )
+                for block in self._parser.close_turn("error"):
+                    yield block
+                return
+            line = await child.read_line()
+            if line is None:
+                code = await self._reap(child)
+                stderr = child.stderr_tail()
+                missing = self._parser.session_missing or is_unknown_session(stderr)
+                if missing and self._resumed and not reset_done:
+                    reset_done = True
+                    yield await self._reset()
+                    continue
+                if not output_seen and not respawned and not missing:
+                    # It died between turns (killed, crashed idle): start it again once.
+                    respawned = True
+                    await self._spawn(self._session_id)
+                    if self._pending is not None:
+                        await self._write(self._pending)
+                    continue
+                yield ErrorBlock(
+                    code="agent_exited",
+                    message=f"Claude Code exited with code {code}"
+                    if code is not None
+                    else "Claude Code stopped",
+                    detail=stderr or None,
+                )
+                for block in self._parser.close_turn("error", code):
+                    yield block
+                return
+            output_seen = True
+            blocks = self._parser_feed(line)
+            await self._flush()
+            self._report_session()
+            if self._parser.session_missing and self._resumed and not reset_done:
+                reset_done = True
+                yield await self._reset()
+                output_seen = False
+                continue
+            for block in blocks:
+                yield block
+                if isinstance(block, SessionEndBlock):
+                    return
+
+    def _parser_feed(self, line: bytes) -> list[Block]:
+        try:
+            return self._parser.feed(line)
+        except Exception as exc:  # a parser bug must not end the session
+            log.warning("claude_parse_failed", error=repr(exc), line=line[:200])
+            return []
+
+    async def _reset(self) -> SystemBlock:
+        """The session to resume is gone: start a fresh one and resend the message."""
+        old = self._resumed
+        if self._child is not None:
+            await self._child.terminate(STOP_GRACE_S)
+        self._session_id = None
+        await self._spawn(None)
+        if self._pending is not None:
+            await self._write(self._pending)
+        return SystemBlock(
+            level="warn",
+            code="session_reset",
+            text=f"Claude Code no longer knows session {old}; continuing in a new session",
+            data={"old_agent_session_id": old},
+        )
+
+    async def _reap(self, child: ChildProcess) -> int | None:
+        try:
+            return await child.wait(EXIT_WAIT_S)
+        except TimeoutError:
+            return await child.terminate(STOP_GRACE_S)
+        finally:
+            if self._child is child:
+                self._child = None
+
+    def _report_session(self) -> None:
+        sid = self._parser.session_id
+        if sid and sid != self._reported:
+            self._reported = sid
+            self._session_id = sid
+            if self._on_session_id is not None:
+                self._on_session_id(sid)
+
+    async def _write(self, message: dict[str, Any]) -> None:
+        if self._child is None:
+            return
+        with contextlib.suppress(BrokenPipeError):
+            await self._child.write_line(json.dumps(message, ensure_ascii=False))
+
+    async def _flush(self) -> None:
+        outbox, self._parser.outbox = self._parser.outbox, []
+        for message in outbox:
+            await self._write(message)
+
+    # ---- control -----------------------------------------------------------------------------
+
+    async def interrupt(self) -> None:
+        if self._child is None:
+            return
+        self._parser.interrupt()
+        await self._flush()
+
+    async def respond_permission(self, request_id: str, option_id: str) -> None:
+        self._parser.answer_permission(request_id, option_id)
+        await self._flush()
+
+    async def list_models(self) -> list[ModelInfo]:
+        return list(MODELS)
+
+    async def get_usage(self) -> UsageBlock | None:
+        return self._parser.usage()
+
+    # ---- environment ---------------------------------------------------------------------------
+
+    @classmethod
+    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
+        config = config or AdapterConfig()
+        checks = super().check_environment(config)
+        checks.extend(_auth_checks(config))
+        checks.append(_cwd_check(config))
+        return checks
+
+
+def _auth_checks(config: AdapterConfig) -> list[Check]:
+    """Where Claude Code's credentials come from, and a key that overrides a login."""
+    env = build_env(config.env)
+
+    def where(name: str) -> str:
+        return "the adapter config env" if name in config.env else "the server environment"
+
+    config_dir = Path(env.get("CLAUDE_CONFIG_DIR") or Path(env.get("HOME", "~")) / ".claude")
+    login = (config_dir.expanduser() / ".credentials.json").is_file()
+    checks: list[Check] = []
+    if env.get("ANTHROPIC_API_KEY"):
+        if login:
+            checks.append(
+                Check(
+                    code="claude_api_key_overrides_subscription",
+                    level="warn",
+                    message="ANTHROPIC_API_KEY is set and overrides the Claude subscription "
+                    "login: usage is billed to the API key",
+                    detail=f"set in {where('ANTHROPIC_API_KEY')}",
+                    hint="Unset ANTHROPIC_API_KEY to use the subscription login",
+                )
+            )
+        else:
+            checks.append(
+                Check(
+                    code="claude_auth_api_key",
+                    message="authenticates with ANTHROPIC_API_KEY",
+                    detail=f"set in {where('ANTHROPIC_API_KEY')}",
+                )
+            )
+    elif env.get("ANTHROPIC_AUTH_TOKEN") or env.get("CLAUDE_CODE_OAUTH_TOKEN"):
+        name = (
+            "ANTHROPIC_AUTH_TOKEN" if env.get("ANTHROPIC_AUTH_TOKEN") else "CLAUDE_CODE_OAUTH_TOKEN"
+        )
+        checks.append(
+            Check(
+                code="claude_auth_token", message=f"authenticates with {name}", detail=where(name)
+            )
+        )
+    elif env.get("CLAUDE_CODE_USE_BEDROCK") or env.get("CLAUDE_CODE_USE_VERTEX"):
+        checks.append(Check(code="claude_auth_cloud", message="uses Bedrock or Vertex credentials"))
+    elif login:
+        checks.append(
+            Check(
+                code="claude_auth_login",
+                message="uses the Claude login",
+                detail=str(config_dir / ".credentials.json"),
+            )
+        )
+    else:
+        checks.append(
+            Check(
+                code="claude_auth_missing",
+                level="warn",
+                message="no Claude credentials found (no login, no ANTHROPIC_API_KEY)",
+                hint="Run `claude` then `/login`, or set ANTHROPIC_API_KEY in [agents.claude] env",
+            )
+        )
+    return checks
+
+
+def _cwd_check(config: AdapterConfig) -> Check:
+    wanted = config.options.get("cwd")
+    cwd = wanted if isinstance(wanted, str) and wanted else os.getcwd()
+    try:
+        check_cwd(cwd)
+    except SpawnError as exc:
+        return Check(code="claude_cwd_invalid", level="error", message=str(exc))
+    return Check(code="claude_cwd_valid", message=f"working directory {cwd} is usable")

@@ -1,0 +1,317 @@
+"""Codex: one ``codex app-server`` process per turn, spoken to in JSON-RPC over stdio.
+
+``codex app-server`` is what Codex's own IDE integrations use: it streams text and reasoning
+deltas, command output and exit codes, file changes with diffs, plan updates and token usage,
+and asks for approval with server requests (``bridge.parsers.codex`` is the client).
+``codex exec --json`` only reports whole items and cannot ask for approval, so it is not used.
+
+Each turn starts a fresh process that resumes the thread (``thread/resume``) and exits when
+the turn ends, so nothing holds the session between turns: a terminal can ``codex resume`` it
+in the meantime, a crash loses at most one turn, and a daemon restart needs nothing special.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from bridge import __version__
+from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, ModelInfo
+from bridge.blocks import AgentInfoBlock, Block, DiffBlock, ErrorBlock, SessionEndBlock, UsageBlock
+from bridge.logs import get_logger
+from bridge.parsers import decode_object
+from bridge.parsers.codex import CodexParser, fill_diff, initialize_params, parse_models
+from bridge.process import (
+    ChildProcess,
+    SpawnError,
+    binary_version,
+    build_env,
+    check_cwd,
+    resolve_binary,
+)
+
+log = get_logger("bridge.adapters.codex")
+
+STOP_GRACE_S = 3.0
+EXIT_WAIT_S = 5.0
+MODEL_LIST_TIMEOUT_S = 20.0
+MAX_DIFF_FILE = 2 * 1024 * 1024
+#: Codex's "Auto" preset: commands run sandboxed in the project without asking; the model
+#: asks (a permission request) when it needs more. Override in ``[agents.codex] options``.
+DEFAULT_APPROVAL = "on-request"
+DEFAULT_SANDBOX = "workspace-write"
+
+
+class CodexAdapter(BaseAdapter):
+    agent_id = "codex"
+    display_name = "Codex"
+    cli_binary = "codex"
+    doc = (
+        "# Codex\n\n"
+        "**Use when** you want OpenAI's Codex agent to work in a project: it runs commands "
+        "in a sandbox, edits files with patches (shown as diffs), keeps a plan, and asks "
+        "before anything outside its sandbox.\n\n"
+        "**Don't use when** Codex is not installed or not logged in on the daemon's machine "
+        "(`codex login`), or the session is running in a terminal right now.\n\n"
+        "Each turn runs `codex app-server` and resumes the Codex thread, so the conversation "
+        "survives daemon restarts. Options (`[agents.codex] options`): `approval_policy` "
+        "(`untrusted`, `on-request` (default), `never`), `sandbox` (`read-only`, "
+        "`workspace-write` (default), `danger-full-access`), `config` (Codex config overrides)."
+    )
+    cap_thinking = True
+    cap_permissions = True
+    cap_interrupt = True
+    cap_images = True
+    provides_models = True
+    provides_usage = True
+    handoff = "per_turn"
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        model: str | None = None,
+        binary: str | None = None,
+        resume_session_id: str | None = None,
+        on_session_id: Callable[[str], None] | None = None,
+        effort: str | None = None,
+        env: dict[str, str] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self._cwd = cwd
+        self._model = model
+        self._binary = binary or self.cli_binary or "codex"
+        self._effort = effort
+        self._env = dict(env or {})
+        self._options = dict(options or {})
+        self._on_session_id = on_session_id
+        self._thread_id = resume_session_id
+        self._child: ChildProcess | None = None
+        self._parser: CodexParser | None = None
+        self._pending: tuple[str, list[str]] | None = None
+        self._usage: UsageBlock | None = None
+
+    # ---- life cycle --------------------------------------------------------------------------
+
+    async def start(self, session_id: str) -> AgentInfoBlock:
+        self._binary = resolve_binary(self._binary, build_env(self._env))
+        check_cwd(self._cwd)
+        version = await asyncio.to_thread(binary_version, self._binary)
+        return self.make_agent_info(version=version, model=self._model)
+
+    async def stop(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            await child.terminate(STOP_GRACE_S)
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the running ``codex app-server`` (also in ``OWN_PIDS``), if a turn runs."""
+        return self._child.pid if self._child is not None else None
+
+    def _option(self, name: str, default: str | None) -> str | None:
+        value = self._options.get(name, default)
+        return value if isinstance(value, str) and value else None
+
+    # ---- a turn ------------------------------------------------------------------------------
+
+    async def send(self, text: str, attachments: list[Any] | None = None) -> None:
+        images = [
+            f"data:{a.mime};base64,{base64.b64encode(a.data).decode('ascii')}"
+            for a in attachments or []
+            if a.mime.startswith("image/")
+        ]
+        self._pending = (text, images)
+
+    async def stream(self) -> AsyncIterator[Block]:
+        if self._pending is None:
+            return
+        text, images = self._pending
+        config = self._options.get("config")
+        parser = CodexParser(
+            cwd=self._cwd,
+            model=self._model,
+            effort=self._effort,
+            approval_policy=self._option("approval_policy", DEFAULT_APPROVAL),
+            sandbox=self._option("sandbox", DEFAULT_SANDBOX),
+            config=config if isinstance(config, dict) else None,
+            client_version=__version__,
+        )
+        self._parser = parser
+        try:
+            self._child = await ChildProcess.spawn(
+                [self._binary, "app-server"], cwd=self._cwd, env=build_env(self._env)
+            )
+        except SpawnError as exc:
+            yield ErrorBlock(code=exc.code, message=str(exc))
+            for block in parser.close_turn("error"):
+                yield block
+            return
+        child = self._child
+        log.info("codex_started", pid=child.pid, resume=self._thread_id)
+        try:
+            parser.start(text, resume=self._thread_id, images=images)
+            await self._flush()
+            while not parser.done:
+                line = await child.read_line()
+                if line is None:
+                    code = await self._reap(child)
+                    yield ErrorBlock(
+                        code="agent_exited",
+                        message=f"Codex exited with code {code}"
+                        if code is not None
+                        else "Codex stopped",
+                        detail=child.stderr_tail() or None,
+                    )
+                    for block in parser.close_turn("error", code):
+                        yield block
+                    return
+                blocks = self._feed(parser, line)
+                await self._flush()
+                self._report_session(parser)
+                for block in blocks:
+                    if isinstance(block, DiffBlock):
+                        block = await asyncio.to_thread(_complete_diff, block)
+                    yield block
+                    if isinstance(block, SessionEndBlock):
+                        return
+        finally:
+            self._usage = parser.usage() or self._usage
+            self._parser = None
+            self._child = None
+            await child.terminate(STOP_GRACE_S)
+
+    @staticmethod
+    def _feed(parser: CodexParser, line: bytes) -> list[Block]:
+        try:
+            return parser.feed(line)
+        except Exception as exc:  # a parser bug must not end the session
+            log.warning("codex_parse_failed", error=repr(exc), line=line[:200])
+            return []
+
+    def _report_session(self, parser: CodexParser) -> None:
+        sid = parser.thread_id
+        if sid and sid != self._thread_id:
+            self._thread_id = sid
+            if self._on_session_id is not None:
+                self._on_session_id(sid)
+
+    async def _reap(self, child: ChildProcess) -> int | None:
+        try:
+            return await child.wait(EXIT_WAIT_S)
+        except TimeoutError:
+            return await child.terminate(STOP_GRACE_S)
+
+    async def _flush(self) -> None:
+        parser, child = self._parser, self._child
+        if parser is None or child is None:
+            return
+        outbox, parser.outbox = parser.outbox, []
+        for message in outbox:
+            with contextlib.suppress(BrokenPipeError):
+                await child.write_line(json.dumps(message, ensure_ascii=False))
+
+    # ---- control -----------------------------------------------------------------------------
+
+    async def interrupt(self) -> None:
+        if self._parser is None:
+            return
+        self._parser.interrupt()
+        await self._flush()
+
+    async def respond_permission(self, request_id: str, option_id: str) -> None:
+        if self._parser is None:
+            raise KeyError(request_id)
+        self._parser.answer_permission(request_id, option_id)
+        await self._flush()
+
+    async def get_usage(self) -> UsageBlock | None:
+        return (self._parser.usage() if self._parser else None) or self._usage
+
+    async def list_models(self) -> list[ModelInfo]:
+        """Ask ``codex app-server`` (``model/list``) for the models of the configured account."""
+        binary = resolve_binary(self._binary, build_env(self._env))
+        child = await ChildProcess.spawn([binary, "app-server"], env=build_env(self._env))
+        try:
+            async with asyncio.timeout(MODEL_LIST_TIMEOUT_S):
+                await child.write_line(
+                    json.dumps({"id": 1, "method": "initialize", "params": initialize_params()})
+                )
+                await _answer(child, 1)
+                await child.write_line(json.dumps({"method": "initialized"}))
+                await child.write_line(json.dumps({"id": 2, "method": "model/list", "params": {}}))
+                result = await _answer(child, 2)
+        finally:
+            await child.terminate(STOP_GRACE_S)
+        return [ModelInfo(id=mid, label=label) for mid, label in parse_models(result)]
+
+    # ---- environment ---------------------------------------------------------------------------
+
+    @classmethod
+    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
+        config = config or AdapterConfig()
+        checks = super().check_environment(config)
+        checks.append(_auth_check(config))
+        wanted = config.options.get("cwd")
+        cwd = wanted if isinstance(wanted, str) and wanted else os.getcwd()
+        try:
+            check_cwd(cwd)
+        except SpawnError as exc:
+            checks.append(Check(code="codex_cwd_invalid", level="error", message=str(exc)))
+        else:
+            checks.append(
+                Check(code="codex_cwd_valid", message=f"working directory {cwd} is usable")
+            )
+        return checks
+
+
+async def _answer(child: ChildProcess, request_id: int) -> Any:
+    """The result of JSON-RPC request ``request_id`` (other lines are skipped)."""
+    while (line := await child.read_line()) is not None:
+        msg = decode_object(line)
+        if msg is not None and msg.get("id") == request_id and "method" not in msg:
+            if "error" in msg:
+                raise RuntimeError(f"codex app-server: {msg['error']}")
+            return msg.get("result")
+    raise RuntimeError(f"codex app-server exited: {child.stderr_tail(500)}")
+
+
+def _complete_diff(block: DiffBlock) -> DiffBlock:
+    """Fill a Codex diff with the file's whole text as it is now, after the change."""
+    path = Path(block.path)
+    current: str | None = None
+    with contextlib.suppress(OSError):
+        if path.is_file() and path.stat().st_size <= MAX_DIFF_FILE:
+            current = path.read_text(encoding="utf-8", errors="replace")
+    return fill_diff(block, current)
+
+
+def _auth_check(config: AdapterConfig) -> Check:
+    """Where Codex's credentials come from: its login, an API key, or a custom provider."""
+    env = build_env(config.env)
+    home = Path(env.get("CODEX_HOME") or Path(env.get("HOME", "~")) / ".codex").expanduser()
+    if (home / "auth.json").is_file():
+        return Check(code="codex_auth_login", message="uses the Codex login", detail=str(home))
+    for name in ("CODEX_API_KEY", "OPENAI_API_KEY"):
+        if env.get(name):
+            where = "the adapter config env" if name in config.env else "the server environment"
+            return Check(code="codex_auth_api_key", message=f"{name} is set", detail=where)
+    config_toml = home / "config.toml"
+    with contextlib.suppress(OSError):
+        if "model_provider" in config_toml.read_text(errors="replace"):
+            return Check(
+                code="codex_auth_provider",
+                message="uses the model provider configured in config.toml",
+                detail=str(config_toml),
+            )
+    return Check(
+        code="codex_auth_missing",
+        level="warn",
+        message="no Codex login, API key or custom provider found",
+        hint="Run `codex login`, or set OPENAI_API_KEY in [agents.codex] env",
+    )
