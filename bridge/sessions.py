@@ -562,7 +562,9 @@ class Hub:
 
     async def _start_adapter(self, s: Session, entry: AgentEntry | None = None) -> AgentInfoBlock:
         entry = entry or self.registry.get(s.rec.agent)
-        cls = s.adapter_cls if (s.adapter_cls and not s.restart_adapter) else None
+        # A session keeps the class it started with until it ends, also across adapter
+        # restarts (/model, reattach): a reloaded drop-in file only reaches new sessions.
+        cls = s.adapter_cls
         if cls is None:
             if entry is None:
                 raise HubError("agent_unavailable", f"agent `{s.rec.agent}` is not registered")
