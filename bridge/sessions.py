@@ -36,6 +36,7 @@ from bridge.blocks import (
     EndReason,
     ErrorBlock,
     PermissionRequestBlock,
+    SessionEndBlock,
     SystemBlock,
     UsageBlock,
     UserBlock,
@@ -66,6 +67,7 @@ REPLAY_CHUNK = 1000
 PARK_POLL_S = 1.0
 EXTERNAL_CACHE_S = 5.0
 HANDOFF_WAIT_S = 300.0
+MIRROR_DRAIN_S = 5.0
 
 
 class HubError(Exception):
@@ -148,6 +150,8 @@ class Turn:
     interrupting: bool = False
     forced: bool = False
     permission_options: dict[str, set[str]] = field(default_factory=dict)
+    #: Overrides the reason of the turn's ``session_end`` (``handoff`` when a handoff ended it).
+    end_reason: EndReason | None = None
 
 
 @dataclass
@@ -164,6 +168,7 @@ class Session:
     runner: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None
     mirror: asyncio.Task[None] | None = None
+    mirror_source: AsyncIterator[Block] | None = None
     uncommitted: int = 0
     last_pending: StoredEvent | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
@@ -241,8 +246,12 @@ class Hub:
             for block in guard.finish("error", silent=True):
                 self._emit(s, block)
             self._set_state(s, "idle", "bridge", "the daemon restarted during a turn")
-        elif s.rec.state == "parked":
+        if s.rec.state == "parked":
+            self._start_mirror(s)
             self._start_watcher(s, handoff=s.rec.intent == "handoff")
+        elif s.rec.intent == "handoff" and s.rec.state != "ended":
+            # The daemon died between recording a handoff and parking: finish the handoff.
+            self._park(s, "resuming the handoff to a terminal after a restart", handoff=True)
         self._kick(s)
 
     async def shutdown(self) -> None:
@@ -395,7 +404,11 @@ class Hub:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(self._external_refresh), 2.0)
                 stamp, cached = self._external_cache
-        known = {(s.rec.agent, s.rec.agent_session_id) for s in self.sessions.values()}
+        known = {
+            (s.rec.agent, s.rec.agent_session_id)
+            for s in self.sessions.values()
+            if s.rec.state != "ended"
+        }
         return [o for o in cached if (o.agent, o.agent_session_id) not in known]
 
     async def _scan_external(self) -> None:
@@ -518,10 +531,27 @@ class Hub:
         entry = self._entry(agent)
         cwd = self._check_cwd(cwd)
         for s in self.sessions.values():
-            if s.rec.agent == agent and s.rec.agent_session_id == agent_session_id:
+            if (
+                s.rec.agent == agent
+                and s.rec.agent_session_id == agent_session_id
+                and s.rec.state != "ended"
+            ):
                 return self.session_object(s)
+        found = next(
+            (
+                o
+                for o in self._external_cache[1]
+                if o.agent == agent and o.agent_session_id == agent_session_id
+            ),
+            None,
+        )
+        if found is not None and not cwd_matches(found.cwd, cwd):
+            # Resuming from another directory would not find it, or would fork it there.
+            raise HubError(
+                "bad_request", f"session `{agent_session_id}` belongs to `{found.cwd}`, not `{cwd}`"
+            )
         s = self._new_record(agent, cwd, entry.config.model, None, agent_session_id, True)
-        s.rec.title = f"{entry.cls.display_name} terminal session"
+        s.rec.title = (found.title if found else "") or f"{entry.cls.display_name} terminal session"
         self.sessions[s.id] = s
         self.store.save_session(s.rec)
         self._emit(
@@ -713,12 +743,19 @@ class Hub:
     def _kick(self, s: Session) -> None:
         if self._closing or not s.queue or s.rec.state in ("parked", "ended"):
             return
+        if s.rec.intent == "handoff":
+            return  # a handoff is stopping the bridge's side; the queue waits for the terminal
         if s.runner is None or s.runner.done():
             s.runner = self._spawn(self._run_queue(s))
 
     async def _run_queue(self, s: Session) -> None:
         with structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent):
-            while s.queue and not self._closing and s.rec.state == "idle":
+            while (
+                s.queue
+                and not self._closing
+                and s.rec.state == "idle"
+                and s.rec.intent != "handoff"
+            ):
                 if await self._externally_owned(s):
                     self._park(s, "a terminal process owns this session")
                     return
@@ -793,7 +830,8 @@ class Hub:
                 raise
         finally:
             if not turn.guard.ended:
-                self._finish(s, turn, "interrupted" if turn.interrupting else "error")
+                reason = turn.end_reason or ("interrupted" if turn.interrupting else "error")
+                self._finish(s, turn, reason)
             s.turn = None
             if s.rec.state == "running":
                 self._set_state(s, "idle", "bridge", "the turn ended")
@@ -895,6 +933,12 @@ class Hub:
         typed: Block = block  # type: ignore[assignment]
         if isinstance(typed, PermissionRequestBlock):
             turn.permission_options[typed.id] = {o.id for o in typed.options}
+        elif isinstance(typed, SessionEndBlock) and turn.end_reason is not None:
+            typed = SessionEndBlock(
+                reason=turn.end_reason,
+                exit_code=typed.exit_code,
+                agent_session_id=typed.agent_session_id,
+            )
         return turn.guard.feed(typed)
 
     # ---- interrupt, permissions, commands ------------------------------------------------------
@@ -1039,7 +1083,14 @@ class Hub:
     # ---- single writer: parking, mirror, reattach, handoff ---------------------------------------
 
     def _park(self, s: Session, why: str, *, handoff: bool = False) -> None:
-        self._set_state(s, "parked", "terminal", why)
+        """Hand the session to a terminal: messages queue, a mirror shows what it does.
+
+        After ``session.handoff`` no terminal holds it yet: the writer is ``none`` until one
+        does. The mirror starts now, from the transcript's current end, so the terminal's first
+        lines are not lost to the ownership poll's delay.
+        """
+        self._set_state(s, "parked", "none" if handoff else "terminal", why)
+        self._start_mirror(s)
         self._start_watcher(s, handoff=handoff)
 
     def _start_watcher(self, s: Session, *, handoff: bool) -> None:
@@ -1051,7 +1102,7 @@ class Hub:
             return
         cls = self._cls(s)
         sid = s.rec.agent_session_id
-        if sid is None:
+        if sid is None or cls.handoff == "none":
             return
         try:
             source = cls.make_transcript_mirror(s.rec.cwd, sid)
@@ -1059,51 +1110,89 @@ class Hub:
             log.warning("mirror_failed", session=s.id, error=repr(exc))
             return
         if source is not None:
+            s.mirror_source = source
             s.mirror = self._spawn(self._run_mirror(s, source))
 
     async def _run_mirror(self, s: Session, source: AsyncIterator[Block]) -> None:
+        """Emit the terminal's activity; each terminal turn is checked like a bridge turn."""
+        guard: TurnGuard | None = None
         try:
             async for block in source:
-                if isinstance(block, UserBlock) and block.source != "terminal":
-                    block = UserBlock(
-                        id=block.id,
-                        text=block.text,
-                        attachments=block.attachments,
-                        source="terminal",
-                    )
-                self._emit(s, block)
+                if isinstance(block, UserBlock):
+                    if guard is not None:
+                        self._finish(s, guard, "completed")
+                    guard = TurnGuard(s.rec.agent_session_id)
+                    if block.source != "terminal":
+                        block = UserBlock(
+                            id=block.id,
+                            text=block.text,
+                            attachments=block.attachments,
+                            source="terminal",
+                        )
+                    self._emit(s, block)
+                elif guard is None and isinstance(block, SystemBlock | SessionEndBlock):
+                    if isinstance(block, SystemBlock):
+                        self._emit(s, block)
+                else:
+                    if guard is None:  # mirroring began in the middle of a terminal turn
+                        guard = TurnGuard(s.rec.agent_session_id)
+                    for out in guard.feed(block):
+                        self._emit(s, out)
+                    if guard.ended:
+                        guard = None
                 await self._backpressure(s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("mirror_stopped", session=s.id, error=repr(exc))
         finally:
+            if guard is not None:
+                self._finish(s, guard, "interrupted")
             aclose = getattr(source, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(BaseException):
                     await aclose()
 
+    async def _stop_mirror(self, s: Session) -> None:
+        """Let the mirror read the terminal's last lines, then stop it."""
+        task, source = s.mirror, s.mirror_source
+        s.mirror_source = None
+        if task is None or task.done():
+            return
+        close_at_eof = getattr(source, "close_at_eof", None)
+        if close_at_eof is not None:
+            close_at_eof()
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), MIRROR_DRAIN_S)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
     async def _watch_parked(self, s: Session, handoff: bool) -> None:
         """Mirror while a terminal owns the session; take it back when the terminal lets go."""
         taken = not handoff
         started = time.monotonic()
+        released = 0
         try:
+            await self._stop_adapter(s)  # the bridge's own process must not hold it meanwhile
             while s.rec.state == "parked" and not self._closing:
                 owned = await self._externally_owned(s)
                 if owned:
+                    released = 0
                     if not taken:
                         taken = True
                         s.rec.intent = None
-                        self.store.save_session(s.rec)
-                        self._emit(
-                            s, SystemBlock(code="handoff", text="the terminal took the session")
-                        )
+                        self._set_state(s, "parked", "terminal", "the terminal took the session")
                     self._start_mirror(s)
                 elif taken:
-                    await self._reattach(s, "the terminal released the session")
-                    return
-                elif time.monotonic() - started > HANDOFF_WAIT_S:
-                    await self._reattach(s, "no terminal took the session")
+                    # Two readings in a row: a registry file being rewritten is not an exit.
+                    released += 1
+                    if released >= 2 and await self._reattach(s, "the terminal released it"):
+                        return
+                elif time.monotonic() - started > HANDOFF_WAIT_S and await self._reattach(
+                    s, "no terminal took the session"
+                ):
                     return
                 await asyncio.sleep(PARK_POLL_S)
         except asyncio.CancelledError:
@@ -1111,30 +1200,41 @@ class Hub:
         except Exception:
             log.exception("watcher_failed", session=s.id)
 
-    async def _reattach(self, s: Session, why: str) -> None:
-        if s.mirror is not None and not s.mirror.done():
-            s.mirror.cancel()
-            with contextlib.suppress(BaseException):
-                await s.mirror
+    async def _reattach(self, s: Session, why: str) -> bool:
+        """Back to the bridge, on the newest session of the lineage; False if that one is
+        owned by a terminal (then the session stays parked, following it)."""
         cls = self._cls(s)
         try:
             head = await asyncio.to_thread(cls.latest_sid_for_cwd, s.rec.cwd)
         except Exception:
             head = None
         if head and head != s.rec.agent_session_id:
-            self._emit(s, SystemBlock(code="lineage", text=f"continuing the newest session {head}"))
+            self._emit(
+                s,
+                SystemBlock(
+                    code="lineage",
+                    text=f"continuing the newest session {head}",
+                    data={"agent_session_id": head},
+                ),
+            )
             s.rec.agent_session_id = head
+            self.store.save_session(s.rec)
+            if await self._externally_owned(s):
+                return False
+        await self._stop_mirror(s)
         s.rec.intent = None
         s.restart_adapter = True
         self.store.save_session(s.rec)
         self._set_state(s, "idle", "bridge", why)
         self._kick(s)
+        return True
 
     async def handoff(self, session_id: str) -> ResumeCommand:
         s = self.get(session_id)
-        if s.rec.state in ("parked", "ended"):
-            raise HubError("conflict", f"the session is {s.rec.state}")
         cls = self._cls(s)
+        pending = s.rec.state == "parked" and s.rec.intent == "handoff"
+        if s.rec.state in ("parked", "ended") and not pending:
+            raise HubError("conflict", f"the session is {s.rec.state}")
         if cls.handoff == "none":
             raise HubError("conflict", f"{cls.display_name} cannot continue in a terminal")
         if not s.rec.agent_session_id:
@@ -1142,9 +1242,13 @@ class Hub:
         command = cls.terminal_resume_command(s.rec.agent_session_id, s.rec.cwd)
         if command is None:
             raise HubError("conflict", f"{cls.display_name} gave no command to resume with")
-        # The intent is durable before any process is stopped.
+        if pending:
+            return command  # asked again (a lost answer, a retry): same command, no new stop
+        # The intent is durable before any process is stopped, so a crash in between resumes
+        # the handoff at the next start instead of forgetting it.
         s.rec.intent = "handoff"
         self.store.save_session(s.rec)
+        await self.store.flush()
         self._emit(
             s,
             SystemBlock(
@@ -1154,12 +1258,15 @@ class Hub:
                 data={"argv": command.argv, "cwd": command.cwd},
             ),
         )
-        if s.turn is not None:
+        turn = s.turn
+        if turn is not None:
+            turn.end_reason = "handoff"
             await self._interrupt(s, "handoff to a terminal")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(s.idle.wait(), self.config.adapters.stop_grace + 5)
         await self._stop_adapter(s)
-        self._park(s, "handed off to a terminal", handoff=True)
+        if s.rec.state != "ended":
+            self._park(s, "handed off to a terminal", handoff=True)
         await self.store.flush()
         return command
 

@@ -1,0 +1,226 @@
+"""The transcript tail: partial lines, truncation, rotation, dedupe, and the live mirror."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bridge.blocks import Block, SessionEndBlock, TextBlock, UserBlock
+from bridge.handoff.mirror import TranscriptMirror
+from bridge.handoff.tail import Dedupe, FileTail, LineSplitter
+
+
+def test_splitter_keeps_the_partial_last_line() -> None:
+    s = LineSplitter()
+    assert s.feed(b'{"a":1}\n{"b"') == [b'{"a":1}']
+    assert s.pending() == b'{"b"'
+    assert s.feed(b':2}\n\n{"c":3}\r\n') == [b'{"b":2}', b'{"c":3}']
+    assert s.pending() == b""
+
+
+def test_splitter_drops_an_oversized_line_whole() -> None:
+    s = LineSplitter(max_line=10)
+    assert s.feed(b"x" * 8) == []
+    assert s.feed(b"y" * 8) == []  # now over the limit: dropped until its newline
+    assert s.feed(b"zz\nok\n") == [b"ok"]
+
+
+def test_dedupe_forgets_only_past_its_limit() -> None:
+    d = Dedupe(limit=2)
+    assert d.first("a") and d.first("b")
+    assert not d.first("a")
+    assert d.first("c")  # evicts "b", the least recently seen
+    assert d.first("b")
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def test_tail_starts_at_the_end_and_survives_partial_lines(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"old-1\nold-2\n")
+    tail = FileTail(path, from_end=True)
+    assert tail.read() == []
+    _append(path, b"new-1\nnew-")
+    assert tail.read() == [b"new-1"]
+    _append(path, b"2\n")
+    assert tail.read() == [b"new-2"]
+    tail.close()
+
+
+def test_tail_of_a_file_created_later_reads_it_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "later.jsonl"
+    tail = FileTail(path, from_end=True)
+    assert tail.read() == []
+    path.write_bytes(b"first\n")
+    assert tail.read() == [b"first"]
+    tail.close()
+
+
+def test_tail_after_truncation_reads_the_new_content(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"a\nb\nc\n")
+    tail = FileTail(path, from_end=False)
+    assert tail.read() == [b"a", b"b", b"c"]
+    with open(path, "wb") as f:  # truncate in place, then write less than before
+        f.write(b"x\n")
+    assert tail.read() == [b"x"]
+    assert tail.truncations == 1
+    tail.close()
+
+
+def test_tail_after_rotation_drains_the_old_file_then_reads_the_new(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"a\n")
+    tail = FileTail(path, from_end=False)
+    assert tail.read() == [b"a"]
+    _append(path, b"b\n")  # written before the rotation, not read yet
+    os.rename(path, tmp_path / "t.jsonl.1")
+    path.write_bytes(b"c\nd\n")
+    assert tail.read() == [b"b", b"c", b"d"]
+    assert tail.rotations == 1
+    _append(path, b"e\n")
+    assert tail.read() == [b"e"]
+    tail.close()
+
+
+def test_tail_when_the_file_disappears_keeps_what_it_had(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"a\n")
+    tail = FileTail(path, from_end=False)
+    assert tail.read() == [b"a"]
+    path.unlink()
+    assert tail.read() == []
+    path.write_bytes(b"again\n")
+    assert tail.read() == [b"again"]
+    tail.close()
+
+
+class _Parser:
+    """A tiny line format: {"user": ...} opens a turn, {"text": ...}, {"end": true}."""
+
+    def __init__(self) -> None:
+        self.seen = Dedupe()
+        self.open = False
+
+    def feed(self, line: bytes) -> list[Block]:
+        obj = json.loads(line)
+        if "id" in obj and not self.seen.first(obj["id"]):
+            return []
+        if "user" in obj:
+            self.open = True
+            return [UserBlock(id=obj["id"], text=obj["user"], source="terminal")]
+        if "text" in obj:
+            return [TextBlock(id=obj["id"], text=obj["text"], done=True)]
+        if obj.get("end"):
+            self.open = False
+            return [SessionEndBlock(reason="completed")]
+        return []
+
+    def switched(self, path: Path) -> list[Block]:
+        return []
+
+    def close(self) -> list[Block]:
+        if self.open:
+            self.open = False
+            return [SessionEndBlock(reason="interrupted")]
+        return []
+
+
+async def _next(it: TranscriptMirror, timeout: float = 10.0) -> Block:
+    return await asyncio.wait_for(anext(it), timeout)
+
+
+async def test_mirror_streams_appends_live_deduplicated(tmp_path: Path) -> None:
+    path = tmp_path / "dir" / "s.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"id": "u0", "user": "history"}) + "\n")
+    # A long safety tick: anything seen quickly came from the file watcher, not a poll.
+    mirror = TranscriptMirror(lambda: path, _Parser(), tick=30.0)
+    try:
+        waiting = asyncio.create_task(_next(mirror, timeout=5.0))
+        await asyncio.sleep(0.5)  # the mirror is idle, waiting for a change
+        _append(path, (json.dumps({"id": "u1", "user": "hello"}) + "\n").encode())
+        first = await waiting
+        assert isinstance(first, UserBlock) and first.text == "hello"
+        waiting = asyncio.create_task(_next(mirror, timeout=5.0))
+        await asyncio.sleep(0.5)
+        # a duplicate line (an agent rewriting a record), then a line in two writes
+        dup = json.dumps({"id": "u1", "user": "hello"}) + "\n"
+        text = json.dumps({"id": "t1", "text": "hi"})
+        _append(path, (dup + text[:5]).encode())
+        await asyncio.sleep(0.3)
+        _append(path, (text[5:] + "\n").encode())
+        second = await waiting
+        assert isinstance(second, TextBlock) and second.text == "hi"
+    finally:
+        await mirror.aclose()
+
+
+async def test_mirror_waits_for_a_file_in_a_directory_that_does_not_exist_yet(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "late" / "deeper" / "s.jsonl"
+    mirror = TranscriptMirror(lambda: path, _Parser(), tick=0.5)
+    try:
+        await asyncio.sleep(0.3)
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"id": "u1", "user": "from the start"}) + "\n")
+        block = await _next(mirror)
+        assert isinstance(block, UserBlock) and block.text == "from the start"
+    finally:
+        await mirror.aclose()
+
+
+async def test_close_at_eof_reads_the_last_lines_and_closes_the_open_turn(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text("")
+    mirror = TranscriptMirror(lambda: path, _Parser(), tick=30.0)
+    lines = [{"id": "u1", "user": "q"}, {"id": "t1", "text": "a"}]
+    _append(path, "".join(json.dumps(x) + "\n" for x in lines).encode())
+    _append(path, json.dumps({"id": "t2", "text": "no newline yet"}).encode())
+    mirror.close_at_eof()
+    got = [b async for b in mirror]
+    assert [type(b).__name__ for b in got] == [
+        "UserBlock",
+        "TextBlock",
+        "TextBlock",
+        "SessionEndBlock",
+    ]
+    assert isinstance(got[-1], SessionEndBlock) and got[-1].reason == "interrupted"
+
+
+async def test_mirror_follows_the_resolver_to_a_new_file(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("")
+    current = [a]
+    mirror = TranscriptMirror(lambda: current[0], _Parser(), tick=0.3)
+    try:
+        _append(a, (json.dumps({"id": "u1", "user": "in a"}) + "\n").encode())
+        assert (await _next(mirror)).text == "in a"  # type: ignore[union-attr]
+        b.write_text(json.dumps({"id": "u2", "user": "in b"}) + "\n")
+        current[0] = b
+        assert (await _next(mirror)).text == "in b"  # type: ignore[union-attr]
+    finally:
+        await mirror.aclose()
+
+
+@pytest.mark.parametrize("garbage", [b"not json\n", b"[1,2]\n", b"\xff\xfe\n"])
+async def test_a_line_the_parser_chokes_on_costs_only_that_line(
+    tmp_path: Path, garbage: bytes
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text("")
+    mirror = TranscriptMirror(lambda: path, _Parser(), tick=30.0)
+    _append(path, garbage + (json.dumps({"id": "u", "user": "after"}) + "\n").encode())
+    mirror.close_at_eof()
+    got = [b async for b in mirror]
+    assert isinstance(got[0], UserBlock) and got[0].text == "after"
