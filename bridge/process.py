@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.redact import redact
+from bridge.redact import redact, remember_env_secrets
 
 DEFAULT_MAX_LINE = 8 * 1024 * 1024
 DEFAULT_STDERR_KEEP = 64 * 1024
@@ -51,10 +51,14 @@ class CaptureResult:
 def build_env(
     extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The daemon's environment plus an adapter's ``env``, with ``PATH`` always set."""
+    """The daemon's environment plus an adapter's ``env``, with ``PATH`` always set.
+
+    Secret-looking values of ``extra`` (an adapter's config) are masked in logs from now on.
+    """
     env = dict(os.environ if base is None else base)
     if extra:
         env.update({str(k): str(v) for k, v in extra.items()})
+        remember_env_secrets({str(k): str(v) for k, v in extra.items()})
     if not env.get("PATH"):
         env["PATH"] = _FALLBACK_PATH
     return env
@@ -119,6 +123,23 @@ def run_capture(
         out, err = proc.communicate()
         return CaptureResult(proc.returncode, out, err, timed_out=True)
     return CaptureResult(proc.returncode, out, err)
+
+
+_versions: dict[tuple[str, float, int], str | None] = {}
+
+
+def binary_version(path: str, *, timeout: float = 10.0) -> str | None:
+    """The first line ``path --version`` prints, cached until the file changes (blocking)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, st.st_mtime, st.st_size)
+    if key not in _versions:
+        result = run_capture([path, "--version"], timeout=timeout)
+        lines = (result.stdout or result.stderr).strip().splitlines()
+        _versions[key] = lines[0][:200] if lines and not result.timed_out else None
+    return _versions[key]
 
 
 class ChildProcess:
