@@ -32,6 +32,7 @@ BUILTIN_ADAPTERS: tuple[str, ...] = (
     "bridge.adapters.hermes:HermesAdapter",
     "bridge.adapters.droid:DroidAdapter",
     "bridge.adapters.cursor:CursorAdapter",
+    "bridge.adapters.acp:AcpAdapter",
 )
 
 

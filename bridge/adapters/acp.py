@@ -1,0 +1,802 @@
+"""Any agent that speaks the Agent Client Protocol (ACP) on its stdio.
+
+``AcpBase`` is the client half of ACP over one persistent agent process per session:
+``initialize``, then ``session/new`` (or ``session/load`` to resume), one ``session/prompt``
+per turn, ``session/cancel`` to interrupt. The agent's ``session/update`` notifications become
+blocks through the sans-I/O :class:`bridge.parsers.acp.UpdateMapper`; its requests are answered
+here: ``session/request_permission`` waits for the client's answer, ``fs/read_text_file`` and
+``fs/write_text_file`` are served inside the session's working directory only, and anything
+else gets JSON-RPC "method not found".
+
+Why not the ``agent-client-protocol`` package from PyPI: it owns the transport (asyncio
+streams it creates itself), so the agent would escape ``bridge/process.py`` (process group,
+capped lines, stderr tail, SIGTERM→SIGKILL), it brings pydantic for the ~6 messages the bridge
+needs, and its validating models are the wrong place to be lenient with agents that add their
+own methods (Qwen's ``craft/*``) and fields. A small codec plus a pure mapper is less code to
+trust and can be fuzzed.
+
+Built-ins subclass ``AcpBase`` (Gemini, Hermes); ``AcpAdapter`` (``agent_id = "acp"``) runs the
+command line configured in ``[agents.acp]``; ``bridge/acp_config.py`` makes one class per
+``[acp.<name>]`` table of config.toml.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from bridge.adapters.base import BaseAdapter, DetectedAgent, ModelInfo
+from bridge.blocks import (
+    AgentInfoBlock,
+    Block,
+    Command,
+    PermissionKind,
+    PermissionRequestBlock,
+    SessionEndBlock,
+    SystemBlock,
+    UsageBlock,
+)
+from bridge.logs import get_logger
+from bridge.parsers.acp import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
+    Invalid,
+    Message,
+    Notification,
+    Request,
+    Response,
+    RpcError,
+    RpcId,
+    UpdateMapper,
+    clean,
+    decode,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_result,
+)
+from bridge.process import ChildProcess
+from bridge.redact import remember_env_secrets
+
+log = get_logger("bridge.adapters.acp")
+
+PROTOCOL_VERSION = 1
+#: seconds for ``initialize`` and the session set-up requests (the hub bounds start() too)
+SETUP_TIMEOUT = 50.0
+STOP_GRACE = 3.0
+#: files larger than this are refused by ``fs/read_text_file``
+MAX_FS_BYTES = 16 * 1024 * 1024
+
+
+class AcpCallError(Exception):
+    """The agent answered one of the bridge's requests with a JSON-RPC error."""
+
+    def __init__(self, method: str, error: RpcError) -> None:
+        super().__init__(f"{method}: {error.describe()}")
+        self.method = method
+        self.error = error
+
+
+class AgentExited(Exception):
+    """The agent process ended while the bridge was waiting for it."""
+
+
+class _FsRefused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "the agent's output ended"
+    if code < 0:
+        try:
+            return f"the agent was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"the agent was killed by signal {-code}"
+    return f"the agent exited with code {code}"
+
+
+# ---- the session's files, for fs/* requests --------------------------------------------------
+
+
+def inside_root(root: str, path: Any) -> Path:
+    """``path`` resolved (symlinks too) if it lies inside ``root``, else ``_FsRefused``."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise _FsRefused(INVALID_PARAMS, "`path` must be an absolute file path")
+    base = os.path.realpath(root)
+    full = os.path.realpath(os.path.join(base, path))
+    if full != base and not full.startswith(base.rstrip(os.sep) + os.sep):
+        raise _FsRefused(
+            INVALID_PARAMS, f"{path} is outside the session's working directory {root}"
+        )
+    return Path(full)
+
+
+def read_text(path: Path, line: Any = None, limit: Any = None) -> str:
+    try:
+        if path.is_dir():
+            raise _FsRefused(INVALID_PARAMS, f"{path} is a directory")
+        size = path.stat().st_size
+        if size > MAX_FS_BYTES:
+            raise _FsRefused(INVALID_PARAMS, f"{path} is larger than {MAX_FS_BYTES} bytes")
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        # Gemini and Qwen recognise this wording as "the file does not exist".
+        raise _FsRefused(RESOURCE_NOT_FOUND, f"Resource not found: {path}") from None
+    except OSError as exc:
+        raise _FsRefused(INTERNAL_ERROR, f"{path}: {exc.strerror or exc}") from None
+    first = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else None
+    count = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+    if first is None and count is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    start = (first or 1) - 1
+    return "".join(lines[start : start + count if count is not None else None])
+
+
+def write_text(path: Path, content: Any) -> None:
+    if not isinstance(content, str):
+        raise _FsRefused(INVALID_PARAMS, "`content` must be a string")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8", newline="") as fh:
+            fh.write(content)
+    except OSError as exc:
+        raise _FsRefused(INTERNAL_ERROR, f"{path}: {exc.strerror or exc}") from None
+
+
+# ---- the adapter ------------------------------------------------------------------------------
+
+
+class AcpBase(BaseAdapter, abstract=True):
+    """An ACP agent over its stdio: one persistent process per bridge session."""
+
+    #: arguments after the executable that start the agent in ACP mode
+    acp_args: ClassVar[tuple[str, ...]] = ()
+    #: environment every process of this agent gets (config ``env`` adds to it)
+    default_env: ClassVar[dict[str, str]] = {}
+    default_model: ClassVar[str | None] = None
+    #: models shown before any session reported its own
+    static_models: ClassVar[tuple[ModelInfo, ...]] = ()
+    #: whether to offer ``fs/read_text_file``/``fs/write_text_file`` (option ``fs`` overrides)
+    serve_fs: ClassVar[bool] = True
+    #: seconds without updates after ``session/load`` answered before a turn may start: an
+    #: agent that replays history after its answer (Gemini) must not leak it into the turn
+    load_settle: ClassVar[float] = 0.2
+    #: the agent's prompt results count tokens for the whole session, not the turn (Hermes)
+    cumulative_usage: ClassVar[bool] = False
+
+    cap_thinking = True
+    cap_permissions = True
+    cap_interrupt = True
+    cap_documents = True
+    provides_models = True
+    provides_usage = True
+    handoff = "none"
+
+    #: models each agent reported in ``session/new``, by agent id
+    _models_seen: ClassVar[dict[str, list[ModelInfo]]] = {}
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        model: str | None = None,
+        binary: str | None = None,
+        resume_session_id: str | None = None,
+        on_session_id: Callable[[str], None] | None = None,
+        env: dict[str, str] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self._cwd = os.path.abspath(cwd or os.getcwd())
+        self._model = model or self.default_model
+        self._binary = binary
+        self._resume = resume_session_id
+        self._on_session_id = on_session_id
+        self._env = {**self.default_env, **(env or {})}
+        self._options = dict(options or {})
+        fs = self._options.get("fs", self.serve_fs)
+        self._fs = fs if isinstance(fs, bool) else self.serve_fs
+        self._proc: ChildProcess | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._write_lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[RpcId, asyncio.Future[Response]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._prefix = f"acp{uuid.uuid4().hex[:6]}"
+        self._perm_ids = itertools.count(1)
+        self._mapper = UpdateMapper(
+            prefix=self._prefix,
+            agent_info=self._info_with,
+            cumulative_usage=self.cumulative_usage,
+            approval_only=self.approval_only,
+        )
+        self._last_update = 0.0
+        self._events: asyncio.Queue[Block] = asyncio.Queue()
+        self._notices: list[Block] = []
+        self._permissions: dict[str, RpcId] = {}
+        self._option_kinds: dict[str, dict[str, PermissionKind]] = {}
+        self._prompt_id: RpcId | None = None
+        self._cancelling = False
+        self._loading = False
+        self._session_id: str | None = None
+        self._agent_caps: dict[str, Any] = {}
+        self._agent_name: str | None = None
+        self._agent_version: str | None = None
+        self._current_model: str | None = None
+        self._started = False
+
+    # ---- hooks for subclasses -------------------------------------------------------------
+
+    def command_line(self) -> list[str]:
+        """The argv that starts the agent in ACP mode."""
+        binary = self._binary or self.cli_binary
+        if not binary:
+            raise RuntimeError(f"{self.display_name}: no command configured")
+        return [binary, *self.acp_args]
+
+    def load_failed(self, result: Any) -> str | None:
+        """Why a successful ``session/load`` answer still means the session is unknown."""
+        return None
+
+    def preprocess_update(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Rewrite an agent's quirky ``session/update`` before it is mapped."""
+        return update
+
+    def approval_only(self, tool_call_id: str) -> bool:
+        """Whether a tool call id only stands for a permission question (ends when answered)."""
+        return False
+
+    async def before_load(self, session_id: str) -> None:
+        """Work around an agent's ``session/load`` bug before loading ``session_id``."""
+
+    # ---- the contract ---------------------------------------------------------------------
+
+    async def start(self, session_id: str) -> AgentInfoBlock:
+        await self._launch()
+        self._started = True
+        return self._info_with(self._mapper.commands)
+
+    async def send(self, text: str, attachments: list[Any] | None = None) -> None:
+        if not self._alive():
+            # The agent died since the last turn (or was never started): bring it back on
+            # the same session, and say so at the top of this turn.
+            old = self._session_id
+            await self._shutdown_process()
+            self._resume = old or self._resume
+            self._events = asyncio.Queue()
+            await self._launch()
+            if self._started:
+                self._notices.insert(
+                    0,
+                    SystemBlock(
+                        level="warn",
+                        code="agent_restarted",
+                        text="the agent had exited; it was started again on the same session",
+                    ),
+                )
+            self._started = True
+        assert self._session_id is not None
+        self._mapper.begin_turn()
+        self._events = asyncio.Queue()
+        for notice in self._notices:
+            self._events.put_nowait(notice)
+        self._notices.clear()
+        self._cancelling = False
+        rid = next(self._ids)
+        self._prompt_id = rid
+        prompt = self._prompt_blocks(text, attachments)
+        try:
+            await self._write(
+                encode_request(
+                    rid, "session/prompt", {"sessionId": self._session_id, "prompt": prompt}
+                )
+            )
+        except BrokenPipeError:
+            self._prompt_id = None
+            raise AgentExited(_exit_text(self._proc.returncode if self._proc else None)) from None
+
+    async def stream(self) -> AsyncIterator[Block]:
+        while True:
+            block = await self._events.get()
+            yield block
+            if isinstance(block, SessionEndBlock):
+                return
+
+    async def interrupt(self) -> None:
+        if self._prompt_id is None or self._session_id is None:
+            return
+        self._cancelling = True
+        # ACP: pending permission requests are answered "cancelled" before the agent stops.
+        for key, rid in self._permissions.items():
+            for block in self._mapper.answered(key, None):
+                self._events.put_nowait(block)
+            await self._reply(encode_result(rid, {"outcome": {"outcome": "cancelled"}}))
+        self._permissions.clear()
+        await self._reply(encode_notification("session/cancel", {"sessionId": self._session_id}))
+
+    async def respond_permission(self, request_id: str, option_id: str) -> None:
+        rid = self._permissions.pop(request_id, None)
+        if rid is None:
+            raise KeyError(f"no pending permission request {request_id}")
+        kind = self._option_kinds.pop(request_id, {}).get(option_id)
+        for block in self._mapper.answered(request_id, kind):
+            self._events.put_nowait(block)
+        outcome = {"outcome": "selected", "optionId": option_id}
+        await self._write(encode_result(rid, {"outcome": outcome}))
+
+    async def stop(self) -> None:
+        self._prompt_id = None
+        await self._shutdown_process()
+
+    async def list_models(self) -> list[ModelInfo]:
+        return list(self._models_seen.get(self.agent_id) or self.static_models)
+
+    async def get_usage(self) -> UsageBlock | None:
+        return self._mapper.usage_block()
+
+    # ---- process and JSON-RPC plumbing ----------------------------------------------------
+
+    def _alive(self) -> bool:
+        return (
+            self._proc is not None
+            and self._proc.returncode is None
+            and self._reader is not None
+            and not self._reader.done()
+        )
+
+    async def _launch(self) -> None:
+        argv = self.command_line()
+        remember_env_secrets(self._env)
+        proc = await ChildProcess.spawn(argv, cwd=self._cwd, env=self._child_env())
+        self._proc = proc
+        self._pending.clear()
+        self._reader = asyncio.create_task(self._read_loop(proc))
+        try:
+            await self._initialize()
+            await self._open_session()
+        except BaseException:
+            await self._shutdown_process()
+            raise
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self._env)
+        return env
+
+    async def _shutdown_process(self) -> None:
+        proc, self._proc = self._proc, None
+        reader, self._reader = self._reader, None
+        if proc is not None:
+            grace = self._options.get("stop_grace", STOP_GRACE)
+            await proc.terminate(float(grace) if isinstance(grace, int | float) else STOP_GRACE)
+        if reader is not None and not reader.done():
+            try:
+                await asyncio.wait_for(reader, 3.0)
+            except (TimeoutError, asyncio.CancelledError):
+                reader.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        self._fail_pending("the agent was stopped")
+
+    def _fail_pending(self, why: str) -> None:
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(AgentExited(why))
+        self._pending.clear()
+        self._permissions.clear()
+
+    async def _write(self, line: bytes) -> None:
+        proc = self._proc
+        if proc is None:
+            raise BrokenPipeError("the agent is not running")
+        async with self._write_lock:
+            await proc.write_line(line)
+
+    async def _reply(self, line: bytes) -> None:
+        """Write an answer; an agent that is gone needs none."""
+        with contextlib.suppress(BrokenPipeError, ConnectionError):
+            await self._write(line)
+
+    async def _call(self, method: str, params: Any, timeout: float = SETUP_TIMEOUT) -> Any:
+        rid = next(self._ids)
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            try:
+                await self._write(encode_request(rid, method, params))
+            except BrokenPipeError:
+                raise AgentExited(self._exit_detail()) from None
+            try:
+                response = await asyncio.wait_for(fut, timeout)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"{self.display_name} did not answer `{method}` within {timeout:g}s"
+                ) from None
+        finally:
+            self._pending.pop(rid, None)
+        if response.error is not None:
+            raise AcpCallError(method, response.error)
+        return response.result
+
+    def _exit_detail(self) -> str:
+        proc = self._proc
+        text = _exit_text(proc.returncode if proc else None)
+        tail = proc.stderr_tail(1500).strip() if proc else ""
+        return f"{text}: {tail}" if tail else text
+
+    async def _read_loop(self, proc: ChildProcess) -> None:
+        try:
+            while (line := await proc.read_line()) is not None:
+                try:
+                    await self._dispatch(decode(line))
+                except Exception:
+                    log.exception("acp_dispatch_failed")
+        except Exception as exc:
+            log.warning("acp_read_failed", error=repr(exc))
+        code: int | None = None
+        with contextlib.suppress(Exception):
+            code = await proc.wait(5.0)
+        if self._proc is proc:
+            self._on_exit(proc, code)
+
+    def _on_exit(self, proc: ChildProcess, code: int | None) -> None:
+        detail = proc.stderr_tail(2000).strip() or None
+        why = _exit_text(code)
+        self._fail_pending(f"{why}: {detail}" if detail else why)
+        if self._prompt_id is not None:
+            self._prompt_id = None
+            for block in self._mapper.fail_turn(
+                "agent_exited", f"{self.display_name}: {why}", detail, exit_code=code
+            ):
+                self._events.put_nowait(block)
+
+    async def _dispatch(self, msg: Message) -> None:
+        if isinstance(msg, Response):
+            self._on_response(msg)
+        elif isinstance(msg, Notification):
+            if msg.method == "session/update":
+                self._on_update(msg.params)
+        elif isinstance(msg, Request):
+            await self._on_request(msg)
+        elif isinstance(msg, Invalid) and msg.reason != "empty line":
+            # Agents print banners and logs on stdout now and then; they are not protocol.
+            log.debug("acp_invalid_line", reason=msg.reason, preview=msg.preview)
+
+    def _on_response(self, msg: Response) -> None:
+        if msg.id is not None and msg.id == self._prompt_id:
+            self._prompt_id = None
+            self._permissions.clear()
+            if msg.error is None:
+                blocks = self._mapper.end_turn(msg.result, cancelled=self._cancelling)
+            elif self._cancelling:
+                blocks = self._mapper.end_turn({"stopReason": "cancelled"}, cancelled=True)
+            else:
+                blocks = self._mapper.fail_turn(
+                    "agent_error", f"{self.display_name}: {msg.error.describe()}"
+                )
+            for block in blocks:
+                self._events.put_nowait(block)
+            return
+        fut = self._pending.get(msg.id) if msg.id is not None else None
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    def _on_update(self, params: Any) -> None:
+        params = _dict(params)
+        self._last_update = asyncio.get_running_loop().time()
+        update = params.get("update")
+        if isinstance(update, dict):
+            params = {**params, "update": self.preprocess_update(update)}
+        blocks = self._mapper.update(params)
+        if self._loading:
+            return  # history replayed by session/load, already in the session's log
+        if self._prompt_id is not None:
+            for block in blocks:
+                self._events.put_nowait(block)
+            return
+        # Between turns only news about the agent itself is kept, for the next turn.
+        for block in blocks:
+            if isinstance(block, AgentInfoBlock):
+                self._notices = [b for b in self._notices if not isinstance(b, AgentInfoBlock)]
+                self._notices.append(block)
+            elif isinstance(block, SystemBlock):
+                self._notices.append(block)
+
+    async def _on_request(self, msg: Request) -> None:
+        if msg.method == "session/request_permission":
+            key = f"{self._prefix}-perm{next(self._perm_ids)}"
+            blocks = self._mapper.permission(key, msg.params)
+            asked = self._prompt_id is not None and any(
+                isinstance(b, PermissionRequestBlock) for b in blocks
+            )
+            if self._prompt_id is not None:
+                for block in blocks:
+                    if isinstance(block, PermissionRequestBlock):
+                        self._option_kinds[key] = {o.id: o.kind for o in block.options}
+                    self._events.put_nowait(block)
+            if asked:
+                self._permissions[key] = msg.id
+            else:
+                # Nobody can answer outside a turn, or there is nothing to choose from.
+                for block in self._mapper.answered(key, None):
+                    if self._prompt_id is not None:
+                        self._events.put_nowait(block)
+                await self._reply(encode_result(msg.id, {"outcome": {"outcome": "cancelled"}}))
+        elif msg.method in ("fs/read_text_file", "fs/write_text_file") and self._fs:
+            task = asyncio.create_task(self._serve_fs(msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            await self._reply(
+                encode_error(
+                    msg.id, METHOD_NOT_FOUND, f"Method not found: {clean(msg.method, 200)}"
+                )
+            )
+
+    async def _serve_fs(self, msg: Request) -> None:
+        params = _dict(msg.params)
+        try:
+            path = inside_root(self._cwd, params.get("path"))
+            if msg.method == "fs/read_text_file":
+                text = await asyncio.to_thread(
+                    read_text, path, params.get("line"), params.get("limit")
+                )
+                answer = encode_result(msg.id, {"content": text})
+            else:
+                await asyncio.to_thread(write_text, path, params.get("content"))
+                answer = encode_result(msg.id, None)
+        except _FsRefused as exc:
+            answer = encode_error(msg.id, exc.code, str(exc))
+        await self._reply(answer)
+
+    # ---- session set-up ---------------------------------------------------------------------
+
+    async def _initialize(self) -> None:
+        from bridge import __version__
+
+        result = _dict(
+            await self._call(
+                "initialize",
+                {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "clientCapabilities": {
+                        "fs": {"readTextFile": self._fs, "writeTextFile": self._fs},
+                        "terminal": False,
+                    },
+                    "clientInfo": {
+                        "name": "agent-bridge",
+                        "title": "agent-bridge",
+                        "version": __version__,
+                    },
+                },
+            )
+        )
+        self._agent_caps = _dict(result.get("agentCapabilities"))
+        info = _dict(result.get("agentInfo"))
+        name = info.get("title") or info.get("name")
+        self._agent_name = clean(name, 200) if isinstance(name, str) else None
+        version = info.get("version")
+        self._agent_version = clean(version, 200) if isinstance(version, str) else None
+
+    async def _open_session(self) -> None:
+        old = self._resume
+        result: dict[str, Any] | None = None
+        why = ""
+        if old:
+            if self._agent_caps.get("loadSession") is True:
+                result, why = await self._load(old)
+            else:
+                why = "the agent cannot resume sessions"
+        if result is None:
+            result = _dict(await self._call("session/new", {"cwd": self._cwd, "mcpServers": []}))
+            sid = result.get("sessionId")
+            if not isinstance(sid, str) or not sid:
+                raise RuntimeError(f"{self.display_name} answered session/new without a sessionId")
+            self._set_session(sid, result)
+            if old:
+                self._notices.append(
+                    SystemBlock(
+                        level="warn",
+                        code="session_reset",
+                        text=f"could not resume session {old} ({why}); "
+                        f"continuing in a new session {sid}",
+                        data={"previous_session": old, "session": sid},
+                    )
+                )
+        await self._apply_model(result)
+        await self._apply_mode()
+
+    async def _load(self, sid: str) -> tuple[dict[str, Any] | None, str]:
+        await self.before_load(sid)
+        self._loading = True
+        try:
+            raw = await self._call(
+                "session/load", {"sessionId": sid, "cwd": self._cwd, "mcpServers": []}
+            )
+            await self._settle()
+        except AcpCallError as exc:
+            return None, exc.error.describe()
+        finally:
+            self._loading = False
+        reason = self.load_failed(raw)
+        if reason is not None:
+            return None, reason
+        result = _dict(raw)
+        self._set_session(sid, result)
+        return result, ""
+
+    async def _settle(self, limit: float = 10.0) -> None:
+        """Wait until the agent has been quiet for ``load_settle`` seconds (at most ``limit``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        self._last_update = max(self._last_update, loop.time())
+        while (now := loop.time()) < deadline:
+            quiet = now - self._last_update
+            if quiet >= self.load_settle:
+                return
+            await asyncio.sleep(self.load_settle - quiet)
+
+    def _set_session(self, sid: str, result: dict[str, Any]) -> None:
+        self._session_id = sid
+        self._resume = sid
+        self._mapper.session_id = sid
+        self._mapper.set_mode(_dict(result.get("modes")).get("currentModeId"))
+        models = _dict(result.get("models"))
+        current = models.get("currentModelId")
+        self._current_model = clean(current, 200) if isinstance(current, str) else self._model
+        seen = [
+            ModelInfo(id=clean(m["modelId"], 300), label=clean(str(m.get("name") or m["modelId"])))
+            for m in models.get("availableModels") or []
+            if isinstance(m, dict) and isinstance(m.get("modelId"), str)
+        ]
+        if seen:
+            self._models_seen[self.agent_id] = seen[:200]
+        if self._on_session_id is not None:
+            self._on_session_id(sid)
+
+    async def _apply_model(self, result: dict[str, Any]) -> None:
+        """Select the wanted model with ``session/set_model`` or the ``model`` config option."""
+        want = self._model
+        if not want or want == self._current_model or self._session_id is None:
+            return
+        models = _dict(result.get("models"))
+        for model in models.get("availableModels") or []:
+            model = _dict(model)
+            if want in (model.get("modelId"), model.get("name")):
+                model_id = model.get("modelId")
+                if model_id == self._current_model:
+                    return
+                await self._try_set(
+                    "session/set_model", {"sessionId": self._session_id, "modelId": model_id}
+                )
+                self._current_model = str(model_id)
+                return
+        for option in result.get("configOptions") or []:
+            option = _dict(option)
+            if option.get("category") != "model" or not isinstance(option.get("id"), str):
+                continue
+            values = [_dict(o).get("value") for o in option.get("options") or []]
+            if want in values:
+                await self._try_set(
+                    "session/set_config_option",
+                    {"sessionId": self._session_id, "configId": option["id"], "value": want},
+                )
+                self._current_model = want
+                return
+        if models.get("availableModels"):
+            self._notices.append(
+                SystemBlock(
+                    level="warn",
+                    code="model",
+                    text=f"{self.display_name} does not offer model {want}; "
+                    f"it uses {self._current_model}",
+                )
+            )
+
+    async def _apply_mode(self) -> None:
+        mode = self._options.get("mode")
+        if not isinstance(mode, str) or not mode or mode == self._mapper.mode:
+            return
+        if await self._try_set("session/set_mode", {"sessionId": self._session_id, "modeId": mode}):
+            self._mapper.set_mode(mode)
+
+    async def _try_set(self, method: str, params: dict[str, Any]) -> bool:
+        try:
+            await self._call(method, params)
+        except AcpCallError as exc:
+            self._notices.append(
+                SystemBlock(level="warn", code="agent_setting", text=str(exc)[:500])
+            )
+            return False
+        return True
+
+    # ---- blocks ------------------------------------------------------------------------------
+
+    def _info_with(self, commands: list[Command]) -> AgentInfoBlock:
+        return self.make_agent_info(
+            name=self._agent_name or self.display_name,
+            version=self._agent_version,
+            commands=commands,
+            model=self._current_model or self._model,
+        )
+
+    def _prompt_blocks(self, text: str, attachments: list[Any] | None) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        embedded = _dict(self._agent_caps.get("promptCapabilities")).get("embeddedContext")
+        for att in attachments or []:
+            name = str(getattr(att, "name", "attachment"))
+            mime = str(getattr(att, "mime", "application/octet-stream"))
+            data = getattr(att, "data", b"")
+            data = data if isinstance(data, bytes) else bytes(data)
+            encoded = base64.b64encode(data).decode("ascii")
+            if mime.lower().startswith("image/"):
+                blocks.append({"type": "image", "mimeType": mime, "data": encoded})
+                continue
+            try:
+                body = data.decode("utf-8")
+            except UnicodeDecodeError:
+                body = None
+            uri = f"attachment:///{name}"
+            if embedded:
+                resource: dict[str, Any] = {"uri": uri, "mimeType": mime}
+                resource.update({"text": body} if body is not None else {"blob": encoded})
+                blocks.append({"type": "resource", "resource": resource})
+            elif body is not None:
+                blocks.append({"type": "text", "text": f"[attachment {name}]\n{body}"})
+            else:
+                blocks.append({"type": "text", "text": f"[binary attachment {name} left out]"})
+        return blocks
+
+
+class AcpAdapter(AcpBase):
+    """Any ACP agent, from ``[agents.acp] binary`` plus ``options.args``.
+
+    Prefer ``[acp.<name>] command = [...]`` in config.toml: each such table becomes an agent
+    of its own (``bridge/acp_config.py``).
+    """
+
+    agent_id = "acp"
+    display_name = "ACP agent"
+    cli_binary = None
+    doc = (
+        "# Any ACP agent\n\n"
+        "**Use when** an agent speaks the Agent Client Protocol on stdio (`gemini --acp`, "
+        "`qwen --acp`, `opencode acp`, `hermes acp`, …) and has no built-in adapter.\n\n"
+        "**Don't use when** a built-in adapter exists for the agent: it knows the agent's "
+        "quirks.\n\n"
+        'Configure `[agents.acp] binary = "..."` and `options = {args = [...]}`, or better, '
+        "one `[acp.<name>] command = [...]` table per agent."
+    )
+
+    def command_line(self) -> list[str]:
+        args = self._options.get("args", [])
+        if not self._binary:
+            raise RuntimeError("set [agents.acp] binary (and options.args) to the agent's command")
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise RuntimeError("[agents.acp] options.args must be a list of strings")
+        return [self._binary, *args]
+
+    @classmethod
+    def detect(cls, binary: str | None = None) -> DetectedAgent | None:
+        if binary is None:
+            return DetectedAgent(
+                available=False,
+                error="no command configured: set [agents.acp] binary, or add [acp.<name>] tables",
+            )
+        return super().detect(binary)
