@@ -1,0 +1,674 @@
+// The web client's UI: sign-in, agent and session lists, one open session at a time.
+// The protocol lives in protocol.js and the rendering of blocks in transcript.js; this file
+// wires them to the page. `window.agentBridge` exposes the live objects for the curious.
+
+import { $, clear, h, randomId, relativeTime } from './dom.js';
+import { icon } from './icons.js';
+import { BridgeClient, defaultUrl } from './protocol.js';
+import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
+
+const TOKEN_KEY = 'agent-bridge.token';
+const CWD_KEY = 'agent-bridge.cwd';
+const DIFF_KEY = 'agent-bridge.diff';
+const LIST_REFRESH_MS = 15_000;
+const phoneQuery = window.matchMedia('(max-width: 760px)');
+const touchQuery = window.matchMedia('(pointer: coarse)');
+
+// ---- the token: typed in once, or taken from the pairing URL's #token=… ------------------------
+
+function readFragment() {
+  return new URLSearchParams(window.location.hash.slice(1));
+}
+
+function writeFragment(params) {
+  const text = params.toString();
+  const url = window.location.pathname + window.location.search + (text ? `#${text}` : '');
+  window.history.replaceState(null, '', url);
+}
+
+function takeToken() {
+  const params = readFragment();
+  const fromUrl = params.get('token');
+  if (fromUrl) {
+    // Keep it, then drop it from the address bar and history so it is not shared by accident.
+    saveToken(fromUrl, true);
+    params.delete('token');
+    writeFragment(params);
+    return fromUrl;
+  }
+  return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY);
+}
+
+function saveToken(token, remember) {
+  forgetToken();
+  (remember ? localStorage : sessionStorage).setItem(TOKEN_KEY, token);
+}
+
+function forgetToken() {
+  localStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(TOKEN_KEY);
+}
+
+// ---- small UI helpers --------------------------------------------------------------------------
+
+function toast(message, level = 'error') {
+  let stack = $('#toasts');
+  if (!stack) {
+    stack = h('div', { id: 'toasts', class: 'toasts', role: 'alert' });
+    document.body.append(stack);
+  }
+  const el = h('div', { class: `toast ${level}` }, message);
+  stack.append(el);
+  setTimeout(() => el.remove(), 6000);
+}
+
+function stateLabel({ state, writer, queued }) {
+  let text = state || 'unknown';
+  if (state === 'parked') text = writer === 'terminal' || !writer ? 'parked · a terminal owns it' : 'parked';
+  if (queued) text += ` · ${queued} queued`;
+  return text;
+}
+
+function stateBadge(s) {
+  return h('span', { class: 'badge state', dataset: { state: s.state } }, stateLabel(s));
+}
+
+function readBase64(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(String(reader.result).split(',', 2)[1] ?? '');
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+// ---- one open session --------------------------------------------------------------------------
+
+class SessionView {
+  constructor(app, session) {
+    this.app = app;
+    this.id = session.session;
+    this.session = { ...session };
+    this.info = null;
+    this.files = [];
+    this.build();
+    this.transcript = new Transcript(this.scroller, {
+      onPermission: (requestId, optionId) => app.client.request('session.permission', {
+        session: this.id, request_id: requestId, option_id: optionId,
+      }),
+      onUsage: (u) => this.setUsage(u),
+      onInfo: (info) => { this.info = info; this.renderCapabilities(); },
+      diffMode: () => app.diffMode(),
+      setDiffMode: (mode) => app.setDiffMode(mode),
+    });
+    this.renderHeader();
+    this.renderCapabilities();
+  }
+
+  get agent() {
+    return this.app.agents.get(this.session.agent);
+  }
+
+  build() {
+    this.titleEl = h('div', { class: 'title' });
+    this.metaEl = h('div', { class: 'meta muted small' });
+    this.stateEl = h('span', { class: 'badge state' });
+    this.usageEl = h('span', { class: 'usage muted small', title: 'Usage and cost of this session' });
+    this.stopBtn = h('button', { type: 'button', class: 'danger', onclick: () => this.interrupt() }, icon('stop'), ' Stop');
+    this.handoffBtn = h('button', { type: 'button', onclick: () => this.handoff() }, icon('terminal'), ' Continue in terminal');
+    this.closeBtn = h('button', { type: 'button', class: 'link-btn', onclick: () => this.closeSession() }, 'End session');
+    this.handoffBox = h('div', { class: 'handoff-box', hidden: true });
+    this.scroller = h('div', { class: 'transcript' });
+    this.textarea = h('textarea', {
+      rows: 2, placeholder: 'Message  (/ for commands)', 'aria-label': 'Message',
+      oninput: () => this.onInput(), onkeydown: (ev) => this.onKey(ev),
+    });
+    this.fileInput = h('input', {
+      type: 'file', multiple: true, hidden: true, onchange: () => this.addFiles(this.fileInput.files),
+    });
+    this.attachBtn = h('button', {
+      type: 'button', class: 'icon-btn', title: 'Attach files', 'aria-label': 'Attach files',
+      onclick: () => this.fileInput.click(),
+    }, icon('attach'));
+    this.filesEl = h('div', { class: 'chips attachments' });
+    this.hintsEl = h('div', { class: 'hints', hidden: true });
+    this.form = h('form', { class: 'composer', onsubmit: (ev) => { ev.preventDefault(); this.send(); } },
+      this.hintsEl, this.filesEl,
+      h('div', { class: 'composer-row' }, this.attachBtn, this.fileInput, this.textarea,
+        h('button', { type: 'submit', class: 'primary send' }, 'Send')));
+    this.el = h('section', { class: 'session', dataset: { session: this.id } },
+      h('div', { class: 'session-head' },
+        h('div', { class: 'head-main' }, this.titleEl, this.metaEl),
+        h('div', { class: 'head-side' }, this.stateEl, this.usageEl),
+        h('div', { class: 'head-actions' }, this.stopBtn, this.handoffBtn, this.closeBtn)),
+      this.handoffBox, this.scroller, this.form);
+  }
+
+  renderHeader() {
+    const s = this.session;
+    this.titleEl.textContent = s.title || 'New session';
+    const agent = this.agent;
+    this.metaEl.textContent = [agent?.display_name || s.agent, s.model, s.cwd].filter(Boolean).join(' · ');
+    this.stateEl.dataset.state = s.state;
+    this.stateEl.textContent = stateLabel(s);
+    this.stopBtn.disabled = s.state !== 'running';
+    const handoff = agent?.handoff ?? 'none';
+    this.handoffBtn.hidden = handoff === 'none';
+    this.handoffBtn.disabled = !['idle', 'running'].includes(s.state);
+    this.closeBtn.hidden = s.state === 'ended';
+    this.form.classList.toggle('disabled', s.state === 'ended');
+  }
+
+  renderCapabilities() {
+    const caps = this.info?.capabilities || this.agent?.capabilities || {};
+    this.attachBtn.hidden = !caps.images && !caps.documents;
+    this.fileInput.accept = caps.images && !caps.documents ? 'image/*' : '';
+  }
+
+  setState(st) {
+    for (const key of ['state', 'writer', 'queued', 'title', 'model']) {
+      if (st[key] !== undefined && st[key] !== null) this.session[key] = st[key];
+    }
+    if (st.state === 'ended') this.session.queued = 0;
+    this.renderHeader();
+    this.app.updateListItem(this.session);
+  }
+
+  setUsage(u) {
+    this.usageEl.textContent = usageText(u);
+  }
+
+  open() {
+    this.app.client.subscribe(this.id, {
+      onEvent: (frame) => this.transcript.apply(frame),
+      onState: (st) => this.setState(st),
+      onError: (err) => toast(`Could not follow this session: ${err.message}`),
+    }, this.transcript.lastSeq);
+    if (!this.usageEl.textContent) {
+      this.app.client.request('usage.get', { session: this.id })
+        .then((r) => { if (r.usage && !this.usageEl.textContent) this.setUsage(r.usage); })
+        .catch(() => {});
+    }
+  }
+
+  leave() {
+    this.app.client.unsubscribe(this.id);
+  }
+
+  // ---- composing -----------------------------------------------------------------------------
+
+  onKey(ev) {
+    if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing && !touchQuery.matches) {
+      ev.preventDefault();
+      this.send();
+    }
+  }
+
+  onInput() {
+    const text = this.textarea.value;
+    const commands = this.info?.commands || [];
+    clear(this.hintsEl);
+    const match = /^\/\S*$/.test(text) ? commands.filter((c) => c.name.startsWith(text)) : [];
+    this.hintsEl.hidden = !match.length;
+    for (const c of match.slice(0, 8)) {
+      this.hintsEl.append(h('button', {
+        type: 'button',
+        class: 'hint',
+        onclick: () => { this.textarea.value = `${c.name} `; this.onInput(); this.textarea.focus(); },
+      }, h('b', {}, c.name), ' ', h('span', { class: 'muted' }, c.description || '')));
+    }
+  }
+
+  addFiles(list) {
+    const caps = this.info?.capabilities || this.agent?.capabilities || {};
+    for (const file of list) {
+      const isImage = file.type.startsWith('image/');
+      if (isImage ? !caps.images : !caps.documents) {
+        toast(`${file.name}: this agent does not accept ${isImage ? 'images' : 'documents'}`);
+        continue;
+      }
+      this.files.push(file);
+    }
+    this.fileInput.value = '';
+    this.renderFiles();
+  }
+
+  renderFiles() {
+    clear(this.filesEl);
+    this.files.forEach((file, idx) => {
+      const preview = file.type.startsWith('image/')
+        ? h('img', { src: URL.createObjectURL(file), alt: '', class: 'thumb' })
+        : null;
+      this.filesEl.append(h('span', { class: 'chip' }, preview, file.name, h('button', {
+        type: 'button', class: 'chip-x', 'aria-label': `Remove ${file.name}`,
+        onclick: () => { this.files.splice(idx, 1); this.renderFiles(); },
+      }, '×')));
+    });
+  }
+
+  async send() {
+    const text = this.textarea.value;
+    if (!text.trim() && !this.files.length) return;
+    const files = this.files;
+    const id = randomId();
+    let attachments;
+    try {
+      attachments = await Promise.all(files.map(async (f) => ({
+        name: f.name, mime: f.type || 'application/octet-stream', data: await readBase64(f),
+      })));
+    } catch (err) {
+      toast(`Could not read the attachment: ${err}`);
+      return;
+    }
+    this.textarea.value = '';
+    this.files = [];
+    this.renderFiles();
+    this.onInput();
+    const pending = this.transcript.addPending(id, text, attachments);
+    try {
+      const result = await this.app.client.request('session.send', {
+        session: this.id, text, attachments, client_msg_id: id,
+      });
+      pending.queued(result.queued);
+      if (!this.session.title) this.app.loadSessions(); // the daemon titles it from this message
+    } catch (err) {
+      pending.failed(err.message);
+      if (!this.textarea.value) this.textarea.value = text;
+    }
+  }
+
+  async interrupt() {
+    try {
+      await this.app.client.request('session.interrupt', { session: this.id });
+    } catch (err) {
+      toast(`Could not stop the turn: ${err.message}`);
+    }
+  }
+
+  async handoff() {
+    try {
+      const result = await this.app.client.request('session.handoff', { session: this.id });
+      clear(this.handoffBox).append(
+        commandBox(terminalCommand(result), 'Continue in a terminal: run this on the daemon\'s machine'),
+        h('button', { type: 'button', class: 'link-btn', onclick: () => { this.handoffBox.hidden = true; } }, 'Dismiss'));
+      this.handoffBox.hidden = false;
+    } catch (err) {
+      toast(`Could not hand off: ${err.message}`);
+    }
+  }
+
+  async closeSession() {
+    if (!window.confirm('End this session? The agent stops; the history stays.')) return;
+    try {
+      await this.app.client.request('session.close', { session: this.id });
+    } catch (err) {
+      toast(`Could not end the session: ${err.message}`);
+    }
+  }
+}
+
+// ---- the application ---------------------------------------------------------------------------
+
+class App {
+  constructor() {
+    this.client = null;
+    this.agents = new Map();
+    this.sessions = new Map();
+    this.views = new Map();
+    this.current = null;
+    this.refreshTimer = null;
+    this.countdown = null;
+  }
+
+  init() {
+    $('#login-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const token = $('#token').value.trim();
+      if (!token) return;
+      saveToken(token, $('#remember').checked);
+      $('#token').value = '';
+      this.connect(token);
+    });
+    $('#logout').addEventListener('click', () => this.signOut());
+    $('#back').addEventListener('click', () => this.show(null));
+    $('#conn').addEventListener('click', () => this.client?.nudge());
+    $('#new-session').addEventListener('submit', (ev) => { ev.preventDefault(); this.createSession(); });
+    $('#ns-agent').addEventListener('change', () => this.loadModels());
+    $('#ns-cwd').value = localStorage.getItem(CWD_KEY) || '';
+    window.addEventListener('hashchange', () => {
+      // A pairing link opened in a tab that already shows the client.
+      if (readFragment().has('token')) this.connect(takeToken());
+      else this.route();
+    });
+    window.addEventListener('online', () => this.client?.nudge());
+    document.addEventListener('visibilitychange', () => {
+      if (document.visibilityState === 'visible') this.client?.nudge();
+    });
+    phoneQuery.addEventListener('change', () => this.layout());
+    const token = takeToken();
+    if (token) this.connect(token);
+    else this.showLogin();
+  }
+
+  showLogin(error) {
+    $('#main').hidden = true;
+    $('#logout').hidden = true;
+    $('#login').hidden = false;
+    $('#login-error').hidden = !error;
+    $('#login-error').textContent = error || '';
+    $('#token').focus();
+  }
+
+  signOut() {
+    forgetToken();
+    this.disconnect();
+    this.setConn({ state: 'stopped' });
+    this.showLogin();
+  }
+
+  disconnect() {
+    this.client?.stop();
+    this.client = null;
+    clearInterval(this.refreshTimer);
+    for (const view of this.views.values()) view.el.remove();
+    this.views.clear();
+    this.current = null;
+  }
+
+  connect(token) {
+    this.disconnect();
+    const client = new BridgeClient({ url: defaultUrl(), token, clientName: 'agent-bridge web' });
+    this.client = client;
+    client.addEventListener('status', (ev) => this.setConn(ev.detail));
+    client.addEventListener('open', () => this.onOpen());
+    client.addEventListener('agents_changed', () => this.loadAgents());
+    $('#login').hidden = true;
+    $('#main').hidden = false;
+    $('#logout').hidden = false;
+    this.layout();
+    client.start();
+    this.route();
+  }
+
+  setConn(status) {
+    const el = $('#conn');
+    el.dataset.state = status.state;
+    clearInterval(this.countdown);
+    const label = el.querySelector('span');
+    const text = {
+      connecting: 'Connecting…',
+      open: 'Connected',
+      unauthorized: 'Token rejected',
+      stopped: 'Not connected',
+    }[status.state];
+    if (status.state === 'waiting') {
+      const until = Date.now() + status.retryInMs;
+      const tick = () => {
+        const s = Math.max(0, Math.ceil((until - Date.now()) / 1000));
+        label.textContent = s ? `Offline · retrying in ${s} s` : 'Offline · retrying…';
+      };
+      tick();
+      this.countdown = setInterval(tick, 1000);
+      el.title = 'Click to retry now';
+    } else {
+      label.textContent = text || status.state;
+      el.title = '';
+    }
+    if (status.state === 'unauthorized') {
+      forgetToken();
+      this.showLogin('The daemon rejected this token. Check it with `agent-bridge token`.');
+    }
+  }
+
+  async onOpen() {
+    await Promise.all([this.loadAgents(), this.loadSessions()]);
+    clearInterval(this.refreshTimer);
+    this.refreshTimer = setInterval(() => {
+      if (document.visibilityState === 'visible' && this.client?.isOpen) this.loadSessions();
+    }, LIST_REFRESH_MS);
+    this.route();
+  }
+
+  // ---- agents and the new-session form -------------------------------------------------------
+
+  async loadAgents() {
+    let agents;
+    try {
+      ({ agents } = await this.client.request('agents.list'));
+    } catch (err) {
+      toast(`Could not list agents: ${err.message}`);
+      return;
+    }
+    this.agents = new Map(agents.map((a) => [a.agent, a]));
+    const select = $('#ns-agent');
+    const previous = select.value;
+    clear(select);
+    for (const a of agents) {
+      const label = a.available ? a.display_name : `${a.display_name} (not available)`;
+      select.append(h('option', { value: a.agent, disabled: !a.available }, label));
+    }
+    const firstAvailable = agents.find((a) => a.available)?.agent;
+    select.value = this.agents.get(previous)?.available ? previous : (firstAvailable || '');
+    this.renderAgents(agents);
+    this.loadModels();
+    for (const view of this.views.values()) {
+      view.renderHeader();
+      view.renderCapabilities();
+    }
+  }
+
+  renderAgents(agents) {
+    const list = clear($('#agents'));
+    const row = (a) => {
+      const caps = Object.entries(a.capabilities || {}).filter(([, on]) => on).map(([c]) => c);
+      const result = h('div', { class: 'check-result small' });
+      const check = h('button', {
+        type: 'button', class: 'small-btn',
+        onclick: async () => {
+          result.textContent = 'Checking…';
+          try {
+            const r = await this.client.request('agents.check', { agent: a.agent });
+            clear(result).append(h('b', { class: `check-${r.status}` }, r.status),
+              ...r.checks.map((c) => h('div', { class: `check-${c.level}` },
+                `${c.message}${c.hint ? ` (${c.hint})` : ''}`)));
+          } catch (err) {
+            result.textContent = err.message;
+          }
+        },
+      }, 'Check');
+      return h('li', { class: `agent ${a.available ? 'available' : 'unavailable'}`, dataset: { agent: a.agent } },
+        h('div', { class: 'agent-row' },
+          h('span', { class: 'dot', 'aria-hidden': 'true' }),
+          h('span', { class: 'agent-name' }, a.display_name),
+          h('span', { class: 'muted small' }, a.version || ''),
+          check),
+        a.available
+          ? (caps.length ? h('div', { class: 'caps' }, caps.map((c) => h('span', { class: 'tag' }, c))) : null)
+          : h('div', { class: 'reason small' }, a.error || 'not found on this machine'),
+        result);
+    };
+    const available = agents.filter((a) => a.available);
+    const missing = agents.filter((a) => !a.available);
+    list.append(...available.map(row));
+    if (missing.length) {
+      list.append(h('li', {}, h('details', { class: 'unavailable-agents' },
+        h('summary', {}, `Not available here (${missing.length})`),
+        h('ul', { class: 'agent-list' }, missing.map(row)))));
+    }
+  }
+
+  async loadModels() {
+    const agent = this.agents.get($('#ns-agent').value);
+    const select = $('#ns-model');
+    clear(select).append(h('option', { value: '' }, 'Agent default'));
+    $('#ns-model-row').hidden = !agent?.provides_models;
+    if (!agent?.provides_models) return;
+    try {
+      const { models } = await this.client.request('models.list', { agent: agent.agent });
+      if ($('#ns-agent').value !== agent.agent) return;
+      for (const m of models) select.append(h('option', { value: m.id }, m.label || m.id));
+    } catch (err) {
+      select.append(h('option', { value: '', disabled: true }, `models unavailable: ${err.message}`));
+    }
+  }
+
+  async createSession() {
+    const agent = $('#ns-agent').value;
+    const cwd = $('#ns-cwd').value.trim();
+    const model = $('#ns-model').value || undefined;
+    const errorEl = $('#ns-error');
+    errorEl.hidden = true;
+    const button = $('#new-session button[type=submit]');
+    button.disabled = true;
+    try {
+      const { session } = await this.client.request('session.create', { agent, cwd, model });
+      localStorage.setItem(CWD_KEY, cwd);
+      this.sessions.set(session.session, session);
+      this.renderSessions();
+      this.open(session.session);
+    } catch (err) {
+      errorEl.textContent = err.message;
+      errorEl.hidden = false;
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  // ---- session lists -------------------------------------------------------------------------
+
+  async loadSessions() {
+    let sessions;
+    try {
+      ({ sessions } = await this.client.request('sessions.list', { include_external: true }));
+    } catch (err) {
+      toast(`Could not list sessions: ${err.message}`);
+      return;
+    }
+    this.sessions = new Map(sessions.map((s) => [s.session, s]));
+    for (const view of this.views.values()) {
+      const fresh = this.sessions.get(view.id);
+      if (fresh) view.setState({ title: fresh.title, writer: fresh.writer, queued: fresh.queued, model: fresh.model });
+    }
+    this.renderSessions();
+  }
+
+  renderSessions() {
+    const all = [...this.sessions.values()].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
+    const own = all.filter((s) => !s.external);
+    const external = all.filter((s) => s.external);
+    const item = (s) => h('li', { dataset: { session: s.session } }, h('button', {
+      type: 'button',
+      class: `session-item${this.current?.id === s.session ? ' active' : ''}`,
+      onclick: () => (s.external ? this.attach(s) : this.open(s.session)),
+    },
+    h('span', { class: 'item-title' }, s.title || (s.external ? 'Terminal session' : 'New session')),
+    h('span', { class: 'item-meta muted small' },
+      [this.agents.get(s.agent)?.display_name || s.agent, s.cwd.split('/').filter(Boolean).pop() || s.cwd,
+        relativeTime(s.updated_at)].filter(Boolean).join(' · ')),
+    s.external
+      ? h('span', { class: 'badge state', dataset: { state: s.state } }, s.state === 'parked' ? 'open in a terminal' : 'attach')
+      : stateBadge(s)));
+    clear($('#sessions')).append(...own.map(item));
+    clear($('#external')).append(...external.map(item));
+    $('#sessions-empty').hidden = own.length > 0;
+    $('#external-empty').hidden = external.length > 0;
+  }
+
+  updateListItem(session) {
+    const known = this.sessions.get(session.session);
+    if (!known) return;
+    Object.assign(known, session);
+    const li = $(`#sessions li[data-session="${CSS.escape(session.session)}"]`);
+    const old = li?.querySelector('.badge.state');
+    if (old) old.replaceWith(stateBadge(known));
+  }
+
+  async attach(s) {
+    try {
+      const { session } = await this.client.request('session.attach', {
+        agent: s.agent, agent_session_id: s.agent_session_id, cwd: s.cwd,
+      });
+      this.sessions.delete(s.session);
+      this.sessions.set(session.session, session);
+      this.renderSessions();
+      this.open(session.session);
+    } catch (err) {
+      toast(`Could not attach: ${err.message}`);
+    }
+  }
+
+  // ---- which session is shown ----------------------------------------------------------------
+
+  open(sessionId) {
+    const params = readFragment();
+    params.set('session', sessionId);
+    writeFragment(params);
+    this.route();
+  }
+
+  show(sessionId) {
+    const params = readFragment();
+    if (sessionId) params.set('session', sessionId);
+    else params.delete('session');
+    writeFragment(params);
+    this.route();
+  }
+
+  route() {
+    if (!this.client) return;
+    const id = readFragment().get('session');
+    if (this.current && this.current.id !== id) {
+      this.current.leave();
+      this.current.el.remove();
+      this.current = null;
+    }
+    if (id && !this.current) {
+      const known = this.sessions.get(id);
+      if (!known && !this.client.isOpen) {
+        this.layout();
+        return; // opened again from onOpen once the lists are in
+      }
+      if (!known) {
+        toast('That session no longer exists.');
+        this.show(null);
+        return;
+      }
+      let view = this.views.get(id);
+      if (!view) {
+        view = new SessionView(this, known);
+        this.views.set(id, view);
+      }
+      this.current = view;
+      $('#pane').append(view.el);
+      view.open();
+      view.transcript.stick = true;
+      view.transcript.flush();
+      if (!phoneQuery.matches) view.textarea.focus();
+    }
+    $('#pane-empty').hidden = Boolean(this.current);
+    this.renderSessions();
+    this.layout();
+  }
+
+  layout() {
+    const inSession = Boolean(readFragment().get('session'));
+    document.body.dataset.view = inSession ? 'session' : 'list';
+    $('#back').hidden = !(inSession && phoneQuery.matches);
+  }
+
+  diffMode() {
+    return localStorage.getItem(DIFF_KEY) || (phoneQuery.matches ? 'unified' : 'split');
+  }
+
+  setDiffMode(mode) {
+    localStorage.setItem(DIFF_KEY, mode);
+    for (const view of this.views.values()) view.transcript.refreshDiffs();
+  }
+}
+
+const app = new App();
+window.agentBridge = {
+  app,
+  get client() { return app.client; },
+};
+app.init();

@@ -1,0 +1,423 @@
+// One session's event log rendered as a transcript: apply(frame) for each event, in seq order.
+//
+// How the blocks of protocol v1 fold into what a person reads:
+// - text / thinking: deltas append to the message with the same `id`; `done` closes it.
+// - tool_call: the first one with an `id` makes a card; later ones with that id update it
+//   (status running -> done | error). tool_result and diff land in the card of their
+//   tool_call_id. A tool_call with a `parent_id` (sub-agent) nests in its parent's card.
+// - permission_request: a card with the options as buttons. The log does not record answers,
+//   so a prompt counts as settled once its tool call gets a result or finishes, or the turn
+//   ends; until then any client may answer it.
+// - plan: replaces the previous plan; older plan cards are dimmed.
+// - usage, system, error, agent_info, session_end: one line or card each.
+// Unknown block types are skipped (the server may add them within protocol v1).
+
+import { appendAll, clear, copyText, formatCost, formatCount, h, shellQuote } from './dom.js';
+import { diffStats, hunksOf, renderSplit, renderUnified } from './diff.js';
+import { hasIcon, icon } from './icons.js';
+import { renderMarkdown } from './markdown.js';
+
+const kindIcon = (kind) => icon(hasIcon(kind) && kind !== 'back' ? kind : 'tool');
+const SUMMARY_KEYS = ['command', 'file_path', 'path', 'pattern', 'query', 'url', 'description'];
+const PLAN_ICON = { pending: '○', in_progress: '◐', completed: '●' };
+const END_TEXT = {
+  completed: 'Turn finished',
+  interrupted: 'Interrupted',
+  error: 'Turn ended with an error',
+  timeout: 'Turn timed out',
+  handoff: 'Handed off to a terminal',
+};
+const RESULT_OPEN_LINES = 12;
+
+export function usageText(u) {
+  const parts = [];
+  if (u.input_tokens != null || u.output_tokens != null) {
+    parts.push(`${formatCount(u.input_tokens ?? 0)} in · ${formatCount(u.output_tokens ?? 0)} out`);
+  }
+  if (u.cached_input_tokens) parts.push(`${formatCount(u.cached_input_tokens)} cached`);
+  if (u.cost_usd != null) parts.push(formatCost(u.cost_usd));
+  if (u.context_used != null && u.context_size) {
+    const pct = (100 * u.context_used) / u.context_size;
+    parts.push(`context ${pct < 1 ? pct.toFixed(1) : Math.round(pct)}%`);
+  } else if (u.context_used != null) {
+    parts.push(`context ${formatCount(u.context_used)}`);
+  }
+  return parts.join(' · ');
+}
+
+export function commandBox(command, label = 'Continue in a terminal') {
+  const code = h('code', {}, command);
+  const status = h('span', { class: 'muted small', role: 'status' });
+  const copy = h('button', {
+    type: 'button',
+    class: 'small-btn',
+    onclick: async () => {
+      status.textContent = (await copyText(command, code)) ? 'Copied' : 'Selected: copy it';
+    },
+  }, 'Copy');
+  return h('div', { class: 'command-box' },
+    h('div', { class: 'command-label' }, label, ' ', status),
+    h('pre', {}, code), copy);
+}
+
+export function terminalCommand({ command, cwd }) {
+  return cwd ? `cd ${shellQuote(cwd)} && ${command}` : command;
+}
+
+export class Transcript {
+  /**
+   * @param {HTMLElement} scroller  the element that scrolls (kept pinned to the bottom)
+   * @param {{onPermission: (id: string, option: string) => Promise<void>,
+   *          onUsage?: (u: object) => void, onInfo?: (b: object) => void,
+   *          diffMode?: () => 'unified'|'split', setDiffMode?: (m: string) => void}} hooks
+   */
+  constructor(scroller, hooks) {
+    this.scroller = scroller;
+    this.hooks = hooks;
+    this.log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite' });
+    this.pendingEl = h('div', { class: 'pending' });
+    scroller.append(this.log, this.pendingEl);
+    /** Every seq applied, in order: what the tests (and a curious developer) check. */
+    this.seqs = [];
+    this.lastSeq = 0;
+    this.messages = new Map();
+    this.tools = new Map();
+    this.permissions = new Map();
+    this.lastPlan = null;
+    this.pending = new Map();
+    this.dirty = new Set();
+    this.frame = 0;
+    this.stick = true;
+    this.diffViews = new Set();
+  }
+
+  // ---- applying events ---------------------------------------------------------------------
+
+  apply(frame) {
+    const b = frame.block;
+    this.seqs.push(frame.seq);
+    this.lastSeq = frame.seq;
+    this.stick = this.stick || this.#nearBottom();
+    switch (b.type) {
+      case 'agent_info': this.#agentInfo(b, frame); break;
+      case 'user': this.#user(b, frame); break;
+      case 'text':
+      case 'thinking': this.#delta(b, frame); break;
+      case 'tool_call': this.#toolCall(b, frame); break;
+      case 'tool_result': this.#toolResult(b, frame); break;
+      case 'diff': this.#diff(b, frame); break;
+      case 'plan': this.#plan(b, frame); break;
+      case 'permission_request': this.#permission(b, frame); break;
+      case 'usage': this.#usage(b, frame); break;
+      case 'system': this.#system(b, frame); break;
+      case 'error': this.#error(b, frame); break;
+      case 'session_end': this.#end(b, frame); break;
+      default: break;
+    }
+    this.#schedule();
+  }
+
+  #add(node, frame, parentId = null) {
+    node.dataset.seq = String(frame.seq);
+    if (frame.ts) node.dataset.ts = frame.ts;
+    const parent = parentId && this.tools.get(parentId);
+    (parent ? parent.children : this.log).append(node);
+    return node;
+  }
+
+  #agentInfo(b, frame) {
+    const bits = [b.name || b.agent, b.version && `v${b.version}`, b.model && `model ${b.model}`];
+    this.#add(h('div', { class: 'blk blk-info' }, bits.filter(Boolean).join(' · ')), frame);
+    this.hooks.onInfo?.(b);
+  }
+
+  #user(b, frame) {
+    const pending = this.pending.get(b.id);
+    if (pending) {
+      pending.remove();
+      this.pending.delete(b.id);
+    }
+    const atts = (b.attachments || []).map((a) => h('span', { class: 'chip' }, icon('file'), a.name));
+    const when = frame.ts ? new Date(frame.ts).toLocaleString() : null;
+    const bubble = h('div', { class: 'blk blk-user', dataset: { id: b.id }, title: when },
+      b.source === 'terminal' ? h('div', { class: 'from' }, 'from the terminal') : null,
+      h('div', { class: 'user-text' }, b.text),
+      atts.length ? h('div', { class: 'chips' }, atts) : null);
+    this.#add(bubble, frame);
+  }
+
+  #delta(b, frame) {
+    let msg = this.messages.get(b.id);
+    if (!msg) {
+      const body = h('div', { class: 'md' });
+      let el;
+      if (b.type === 'thinking') {
+        const preview = h('span', { class: 'preview' });
+        el = h('details', { class: 'blk blk-thinking streaming' },
+          h('summary', {}, h('span', { class: 'label' }, 'Thinking…'), preview), body);
+        msg = { el, body, preview, text: '', kind: 'thinking', parent: null };
+      } else {
+        el = h('div', { class: 'blk blk-text streaming' }, body);
+        msg = { el, body, text: '', kind: 'text' };
+      }
+      this.messages.set(b.id, msg);
+      this.#add(el, frame);
+    }
+    msg.text += b.text || '';
+    if (b.done) this.#closeMessage(msg);
+    this.dirty.add(msg);
+  }
+
+  #closeMessage(msg) {
+    msg.el.classList.remove('streaming');
+    if (msg.kind === 'thinking') msg.el.querySelector('.label').textContent = 'Thinking';
+  }
+
+  #toolCard(b, frame) {
+    const status = h('span', { class: 'badge status' });
+    const head = h('div', { class: 'tool-head' },
+      h('span', { class: 'tool-icon' }, kindIcon(b.kind)),
+      h('span', { class: 'tool-name' }), h('span', { class: 'tool-title' }), status);
+    const summary = h('div', { class: 'tool-summary' });
+    const input = h('details', { class: 'tool-input' }, h('summary', {}, 'Input'), h('pre'));
+    const extra = h('div', { class: 'tool-extra' });
+    const children = h('div', { class: 'tool-children' });
+    const el = h('div', { class: 'blk blk-tool', dataset: { id: b.id } },
+      head, summary, input, extra, children);
+    const card = { el, head, status, summary, input, extra, children, block: {} };
+    this.tools.set(b.id, card);
+    this.#add(el, frame, b.parent_id);
+    return card;
+  }
+
+  #toolCall(b, frame) {
+    const card = this.tools.get(b.id) || this.#toolCard(b, frame);
+    const merged = card.block;
+    for (const key of ['name', 'title', 'kind', 'status', 'parent_id']) {
+      if (b[key] != null && b[key] !== '') merged[key] = b[key];
+    }
+    if (b.input && Object.keys(b.input).length) merged.input = b.input;
+    card.head.querySelector('.tool-name').textContent = merged.name || 'tool';
+    card.head.querySelector('.tool-title').textContent =
+      merged.title && merged.title !== merged.name ? merged.title : '';
+    card.head.querySelector('.tool-icon').replaceChildren(kindIcon(merged.kind));
+    const status = merged.status || 'running';
+    card.el.dataset.status = status;
+    card.status.textContent = status;
+    const input = merged.input || {};
+    const key = SUMMARY_KEYS.find((k) => typeof input[k] === 'string' && input[k]);
+    clear(card.summary);
+    if (key) card.summary.append(h('code', {}, input[key]));
+    card.input.hidden = !Object.keys(input).length;
+    card.input.querySelector('pre').textContent = JSON.stringify(input, null, 2);
+    if (status !== 'running') this.#settlePermissions(b.id);
+  }
+
+  #toolResult(b, frame) {
+    let card = this.tools.get(b.tool_call_id);
+    if (!card) {
+      card = this.#toolCard({ id: b.tool_call_id, parent_id: b.parent_id }, frame);
+      this.#toolCall({ id: b.tool_call_id, name: 'tool', status: b.is_error ? 'error' : 'done' });
+    }
+    const content = b.content || '';
+    const lines = content.split('\n').length;
+    const result = h('details', { class: `tool-result${b.is_error ? ' is-error' : ''}` },
+      h('summary', {}, b.is_error ? 'Error' : 'Result',
+        h('span', { class: 'muted small' }, ` · ${lines} line${lines === 1 ? '' : 's'}`)),
+      h('pre', {}, content || '(empty)'));
+    result.open = lines <= RESULT_OPEN_LINES;
+    result.dataset.seq = String(frame.seq);
+    card.extra.append(result);
+    this.#settlePermissions(b.tool_call_id);
+  }
+
+  #diff(b, frame) {
+    const hunks = hunksOf(b);
+    const { added, removed } = diffStats(hunks);
+    const body = h('div', { class: 'diff-body' });
+    const buttons = ['unified', 'split'].map((mode) => h('button', {
+      type: 'button',
+      class: 'seg',
+      dataset: { mode },
+      onclick: () => this.hooks.setDiffMode?.(mode),
+    }, mode === 'unified' ? 'Unified' : 'Side by side'));
+    const el = h('div', { class: 'blk blk-diff' },
+      h('div', { class: 'diff-head' },
+        h('span', { class: 'diff-path' }, b.path || '(unnamed file)'),
+        b.old_text == null ? h('span', { class: 'badge new' }, 'new file') : null,
+        h('span', { class: 'diff-stat' },
+          h('span', { class: 'plus' }, `+${added}`), ' ', h('span', { class: 'minus' }, `−${removed}`)),
+        h('span', { class: 'segmented' }, buttons)),
+      body);
+    const view = { hunks, body, buttons, mode: null };
+    this.diffViews.add(view);
+    this.#renderDiff(view);
+    const card = b.tool_call_id && this.tools.get(b.tool_call_id);
+    if (card) {
+      el.dataset.seq = String(frame.seq);
+      card.extra.append(el);
+    } else {
+      this.#add(el, frame);
+    }
+  }
+
+  #renderDiff(view) {
+    const mode = this.hooks.diffMode?.() || 'unified';
+    if (view.mode === mode) return;
+    view.mode = mode;
+    for (const btn of view.buttons) btn.setAttribute('aria-pressed', String(btn.dataset.mode === mode));
+    clear(view.body).append(mode === 'split' ? renderSplit(view.hunks) : renderUnified(view.hunks));
+  }
+
+  /** Re-render every diff after the unified / side-by-side preference changed. */
+  refreshDiffs() {
+    for (const view of this.diffViews) this.#renderDiff(view);
+  }
+
+  #plan(b, frame) {
+    this.lastPlan?.classList.add('superseded');
+    const entries = b.entries || [];
+    const done = entries.filter((e) => e.status === 'completed').length;
+    const el = h('div', { class: 'blk blk-plan' },
+      h('div', { class: 'plan-head' }, 'Plan', h('span', { class: 'muted small' }, ` ${done}/${entries.length}`)),
+      h('ol', {}, entries.map((e) => h('li', { class: `plan-${e.status}`, dataset: { status: e.status } },
+        h('span', { class: 'plan-icon', 'aria-hidden': 'true' }, PLAN_ICON[e.status] || '○'),
+        h('span', { class: 'plan-text' }, e.content),
+        e.priority ? h('span', { class: 'badge' }, e.priority) : null))));
+    this.lastPlan = this.#add(el, frame);
+  }
+
+  #permission(b, frame) {
+    const note = h('div', { class: 'perm-note', role: 'status' });
+    const buttons = (b.options || []).map((opt) => h('button', {
+      type: 'button',
+      class: `perm-opt kind-${opt.kind}`,
+      dataset: { option: opt.id },
+      onclick: () => this.#answer(b.id, opt),
+    }, opt.label || opt.id));
+    const tool = b.tool_call_id && this.tools.get(b.tool_call_id);
+    const el = h('div', { class: 'blk blk-permission', dataset: { id: b.id, state: 'open' } },
+      h('div', { class: 'perm-title' }, icon('lock'), ' ', b.title || 'Permission needed'),
+      tool ? h('div', { class: 'muted small' }, `for ${tool.block.title || tool.block.name || 'a tool call'}`) : null,
+      h('div', { class: 'perm-options' }, buttons), note);
+    this.permissions.set(b.id, { el, note, buttons, toolId: b.tool_call_id, state: 'open' });
+    this.#add(el, frame);
+  }
+
+  async #answer(id, opt) {
+    const p = this.permissions.get(id);
+    if (!p || p.state !== 'open') return;
+    p.buttons.forEach((btn) => { btn.disabled = true; });
+    p.note.textContent = 'Sending…';
+    try {
+      await this.hooks.onPermission(id, opt.id);
+      this.#setPermission(p, 'answered', `You chose: ${opt.label || opt.id}`);
+      p.buttons.find((btn) => btn.dataset.option === opt.id)?.classList.add('chosen');
+    } catch (err) {
+      if (err.code === 'not_found') {
+        this.#setPermission(p, 'settled', 'This request was already answered or has expired.');
+      } else {
+        p.buttons.forEach((btn) => { btn.disabled = false; });
+        p.note.textContent = `Could not answer: ${err.message}`;
+      }
+    }
+  }
+
+  #setPermission(p, state, text) {
+    p.state = state;
+    p.el.dataset.state = state;
+    p.buttons.forEach((btn) => { btn.disabled = true; });
+    if (text) p.note.textContent = text;
+  }
+
+  #settlePermissions(toolId) {
+    for (const p of this.permissions.values()) {
+      if (p.state === 'open' && (toolId === null || p.toolId === toolId)) {
+        this.#setPermission(p, 'settled', 'Answered.');
+      }
+    }
+  }
+
+  #usage(b, frame) {
+    const text = usageText(b);
+    if (text) this.#add(h('div', { class: 'blk blk-usage' }, icon('sum', 'usage'), ' ', text), frame);
+    this.hooks.onUsage?.(b);
+  }
+
+  #system(b, frame) {
+    if (b.code === 'terminal') {
+      const command = terminalCommand({ command: b.text, cwd: b.data?.cwd });
+      this.#add(h('div', { class: 'blk blk-system level-info' }, commandBox(command)), frame);
+      return;
+    }
+    const text = b.text || b.code;
+    this.#add(h('div', { class: `blk blk-system level-${b.level || 'info'} code-${b.code}` }, text), frame);
+  }
+
+  #error(b, frame) {
+    this.#add(h('div', { class: 'blk blk-error', role: 'alert' },
+      h('div', { class: 'err-head' }, icon('warn'), ' ', b.message || b.code, ' ', h('span', { class: 'badge' }, b.code)),
+      b.detail ? h('details', {}, h('summary', {}, 'Details'), h('pre', {}, b.detail)) : null), frame);
+  }
+
+  #end(b, frame) {
+    for (const msg of this.messages.values()) {
+      if (msg.el.classList.contains('streaming')) {
+        this.#closeMessage(msg);
+        this.dirty.add(msg);
+      }
+    }
+    this.#settlePermissions(null);
+    let text = END_TEXT[b.reason] || `Turn ended (${b.reason})`;
+    if (b.exit_code != null && b.exit_code !== 0) text += ` · exit ${b.exit_code}`;
+    this.#add(h('div', { class: `blk blk-end reason-${b.reason}` }, h('span', {}, text)), frame);
+  }
+
+  // ---- messages this client sent that the log does not show yet ----------------------------
+
+  addPending(id, text, attachments) {
+    const note = h('span', { class: 'pending-note' }, 'sending…');
+    const el = h('div', { class: 'blk blk-user is-pending', dataset: { id } },
+      h('div', { class: 'user-text' }, text),
+      attachments.length ? h('div', { class: 'chips' }, attachments.map((a) => h('span', { class: 'chip' }, icon('file'), a.name))) : null,
+      note);
+    this.pending.set(id, el);
+    this.pendingEl.append(el);
+    this.stick = true;
+    this.#schedule();
+    return {
+      queued: (queued) => { note.textContent = queued ? 'queued: waits for the agent' : 'sent'; },
+      failed: (message) => {
+        el.classList.add('is-failed');
+        note.textContent = `not sent: ${message}`;
+      },
+    };
+  }
+
+  // ---- rendering ---------------------------------------------------------------------------
+
+  #nearBottom() {
+    const s = this.scroller;
+    return s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+  }
+
+  #schedule() {
+    if (this.frame) return;
+    // Deltas arrive many per frame; render each message at most once per animation frame.
+    this.frame = requestAnimationFrame(() => this.flush());
+  }
+
+  flush() {
+    this.frame = 0;
+    for (const msg of this.dirty) {
+      appendAll(clear(msg.body), [renderMarkdown(msg.text)]);
+      if (msg.preview) {
+        const last = msg.text.trim().split('\n').pop() || '';
+        msg.preview.textContent = last.length > 90 ? `${last.slice(0, 90)}…` : last;
+      }
+    }
+    this.dirty.clear();
+    if (this.stick) this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.stick = false;
+  }
+}

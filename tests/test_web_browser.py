@@ -1,0 +1,451 @@
+"""The web client in headless Chromium against a real daemon with the demo adapter.
+
+One browser and one daemon serve the module; each test opens its own page (fresh storage) and
+its own session. Screenshots of the main views land in tests/artifacts/web/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon import ROOT, DaemonProcess
+from tests.web.browser import Browser, Page, missing
+from tests.wsclient import Client
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(missing() is not None, reason=str(missing())),
+]
+
+ARTIFACTS = ROOT / "tests" / "artifacts" / "web"
+DESKTOP = (1280, 800)
+PHONE = (390, 844)
+PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+#: Console noise that is not a fault of the page (the reconnect test kills the daemon).
+EXPECTED_NOISE = ("WebSocket connection to", "net::ERR_CONNECTION_REFUSED")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("web-browser")
+
+
+@pytest.fixture(scope="module")
+def daemon(workdir: Path) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(workdir / "home").start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(workdir: Path) -> Iterator[Browser]:
+    b = Browser(workdir / "browser")
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    (path / "README.md").write_text("# demo project\n")
+    return path
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    p = browser.page(*DESKTOP)
+    yield p
+    errors = page_errors(p)
+    p.close()
+    assert not errors, errors
+
+
+def page_errors(p: Page) -> list[str]:
+    """Script errors and console errors (CSP violations show up here) of a page."""
+    return [
+        entry["text"]
+        for entry in p.logs()
+        if entry["type"] in ("error", "pageerror")
+        and not any(noise in entry["text"] for noise in EXPECTED_NOISE)
+    ]
+
+
+def base(d: DaemonProcess) -> str:
+    return f"http://127.0.0.1:{d.port}/"
+
+
+def login(p: Page, d: DaemonProcess) -> None:
+    p.goto(base(d) + "#token=" + d.token)
+    p.wait("#conn[data-state=open]")
+    p.wait("#ns-agent option[value=demo]", state="attached")
+
+
+def new_session(p: Page, cwd: Path, model: str | None = None) -> str:
+    p.fill("#ns-cwd", str(cwd))
+    if model:
+        p.wait(f"#ns-model option[value={model}]", state="attached")
+        p.select("#ns-model", model)
+    p.click("#new-session button[type=submit]")
+    p.wait(".session textarea")
+    return str(p.eval("window.agentBridge.app.current.id"))
+
+
+def send(p: Page, text: str) -> None:
+    p.fill(".session textarea", text)
+    p.click(".composer .send")
+
+
+def ends(p: Page) -> int:
+    return p.count(".session .blk-end")
+
+
+def wait_turns(p: Page, n: int, timeout_ms: int = 30_000) -> None:
+    p.wait_for(f"document.querySelectorAll('.session .blk-end').length >= {n}", timeout_ms)
+
+
+def applied_seqs(p: Page) -> list[int]:
+    return list(p.eval("window.agentBridge.app.current.transcript.seqs"))
+
+
+def dom_seqs(p: Page) -> list[int]:
+    return list(p.eval(
+        "[...document.querySelectorAll('.session [data-seq]')].map((e) => +e.dataset.seq)"
+    ))
+
+
+def server_last_seq(d: DaemonProcess, session: str) -> int:
+    async def run() -> int:
+        c = await Client.open(d.url, d.token)
+        try:
+            sessions = (await c.request("sessions.list", include_external=False))["sessions"]
+            return int(next(s for s in sessions if s["session"] == session)["last_seq"])
+        finally:
+            await c.ws.close()
+
+    return asyncio.run(run())
+
+
+def assert_history_exact(p: Page, d: DaemonProcess, session: str) -> None:
+    """Every event of the session applied once, in order, and at most one element per seq."""
+    last = server_last_seq(d, session)
+    assert applied_seqs(p) == list(range(1, last + 1))
+    seqs = dom_seqs(p)
+    assert len(seqs) == len(set(seqs)), sorted(seqs)
+
+
+def shot(p: Page, name: str) -> None:
+    p.screenshot(ARTIFACTS / f"{name}.png")
+
+
+# ---- tests ---------------------------------------------------------------------------------
+
+
+def test_sign_in_keeps_the_token_and_takes_it_out_of_the_url(
+    browser: Browser, page: Page, daemon: DaemonProcess
+) -> None:
+    page.goto(base(daemon))
+    page.wait("#login-form")
+    shot(page, "desktop-login")
+    page.goto(base(daemon) + "#token=wrong-token")
+    page.wait("#login-error")
+    assert "rejected" in page.text("#login-error")
+    assert "token" not in page.url().split("/", 3)[3]
+    assert page.eval("localStorage.getItem('agent-bridge.token')") is None
+
+    page.fill("#token", daemon.token)
+    page.click("#login-form button[type=submit]")
+    page.wait("#conn[data-state=open]")
+    assert page.eval("localStorage.getItem('agent-bridge.token')") == daemon.token
+    page.reload()
+    page.wait("#conn[data-state=open]")
+    assert page.eval("document.querySelector('#login').hidden") is True
+
+    other = browser.page(*DESKTOP)
+    try:
+        login(other, daemon)
+        assert other.url() == base(daemon)  # the fragment with the token is gone
+        other.click("#logout")
+        other.wait("#login-form")
+        assert other.eval("localStorage.getItem('agent-bridge.token')") is None
+        assert page_errors(other) == []
+    finally:
+        other.close()
+
+
+def test_a_turn_renders_every_block_type(page: Page, daemon: DaemonProcess, project: Path) -> None:
+    login(page, daemon)
+    session = new_session(page, project, model="demo-slow")
+    page.wait(".blk-info")
+    assert "model demo-slow" in page.text(".blk-info")
+    message = "Please **tidy** the `src` folder:\n- one\n- two"
+    send(page, message)
+    page.wait(".blk-permission[data-state=open] .perm-opt")
+    assert page.texts(".blk-permission .perm-opt") == ["Allow once", "Always allow", "Deny"]
+    assert page.text(".session-head .badge.state") == "running"
+    shot(page, "desktop-permission")
+    page.click(".blk-permission .perm-opt.kind-allow_once")
+    wait_turns(page, 1)
+    page.wait_for("document.querySelector('.session-head .badge.state').textContent === 'idle'")
+
+    assert page.text(".blk-user .user-text") == message
+    # thinking: collapsed, with the whole text inside
+    assert page.eval("document.querySelector('.blk-thinking').open") is False
+    page.click(".blk-thinking summary")
+    assert page.text(".blk-thinking .md") == "Reading the request. Planning the steps. Ready."
+    # plan cards: the first is superseded by the second
+    assert page.count(".blk-plan") == 2
+    assert page.count(".blk-plan.superseded") == 1
+    assert page.count(".blk-plan:not(.superseded) li[data-status=completed]") == 2
+    # tool calls with their status and results
+    assert page.eval("[...document.querySelectorAll('.blk-tool')].map((e) => e.dataset.status)") \
+        == ["done", "done"]
+    assert page.text(".blk-tool .tool-summary") == "ls"
+    assert "README.md" in page.text(".blk-tool .tool-result pre")
+    # the diff, colored, in both layouts
+    assert page.text(".blk-diff .diff-path") == "demo.txt"
+    page.click(".blk-diff .seg[data-mode=unified]")
+    assert page.count(".blk-diff table.unified tr.add") == 4  # greeting + 3 lines
+    page.click(".blk-diff .seg[data-mode=split]")
+    assert page.count(".blk-diff table.split td.code.add") == 4
+    add_bg = page.eval("getComputedStyle(document.querySelector('td.code.add')).backgroundColor")
+    assert add_bg not in ("rgba(0, 0, 0, 0)", "transparent")
+    # the permission is settled with the choice shown
+    assert page.eval("document.querySelector('.blk-permission').dataset.state") == "answered"
+    assert page.text(".blk-permission .perm-note") == "You chose: Allow once"
+    # markdown in the answer
+    text = ".blk-text .md"
+    assert page.text(f"{text} strong") == "tidy"
+    assert page.text(f"{text} code") == "src"
+    assert page.texts(f"{text} li") == ["one", "two"]
+    # usage in the stream and in the header, the end of the turn, the state changes
+    assert "$0.0001" in page.text(".blk-usage")
+    assert "$0.0001" in page.text(".session-head .usage")
+    assert page.text(".blk-end") == "Turn finished"
+    assert page.count(".blk-system.code-state") >= 2
+    assert page.eval("document.querySelector('.head-actions .danger').disabled") is True
+    assert_history_exact(page, daemon, session)
+    page.eval("document.querySelector('.blk-thinking').open = false")
+    page.eval("document.querySelector('.transcript').scrollTop = 1e9")
+    shot(page, "desktop-session")
+    page.eval("document.querySelector('.transcript').scrollTop = 0")
+    shot(page, "desktop-session-top")
+
+
+def test_agent_output_is_shown_as_text_never_run(
+    page: Page, daemon: DaemonProcess, project: Path
+) -> None:
+    login(page, daemon)
+    new_session(page, project)
+    send(page, "echo " + PAYLOAD)
+    wait_turns(page, 1)
+    send(page, "echo <b>bold</b> [x](javascript:window.__pwned=3) [ok](https://example.com/a)")
+    wait_turns(page, 2)
+    assert page.eval("window.__pwned === undefined") is True
+    assert page.count(".session script, .session b, .session iframe") == 0
+    assert page.count(".session .log img") == 0
+    texts = page.texts(".blk-text")
+    assert texts[0] == "You said: " + PAYLOAD
+    assert page.texts(".blk-user .user-text")[0] == "echo " + PAYLOAD
+    assert "<b>bold</b>" in texts[1]
+    assert page.count(".session a[href^='javascript']") == 0
+    assert page.eval(
+        "[...document.querySelectorAll('.blk-text a')].map((a) => [a.href, a.rel, a.target])"
+    ) == [["https://example.com/a", "noopener noreferrer nofollow", "_blank"]]
+
+
+def test_interrupt_stops_a_running_turn(page: Page, daemon: DaemonProcess, project: Path) -> None:
+    login(page, daemon)
+    session = new_session(page, project)
+    send(page, "slow take your time")
+    page.wait(".blk-thinking.streaming")
+    page.wait(".head-actions .danger:not([disabled])")
+    page.click(".head-actions .danger")
+    page.wait(".blk-end.reason-interrupted")
+    page.wait_for("document.querySelector('.session-head .badge.state').textContent === 'idle'")
+    assert page.text(".blk-end") == "Interrupted"
+    assert page.eval("document.querySelector('.blk-thinking').classList.contains('streaming')") \
+        is False
+    assert page.count(".blk-text, .blk-permission") == 0
+    assert_history_exact(page, daemon, session)
+
+
+def test_reload_mid_stream_shows_the_same_history_once(
+    page: Page, daemon: DaemonProcess, project: Path
+) -> None:
+    login(page, daemon)
+    session = new_session(page, project)
+    send(page, "slow reload me")
+    page.wait(".blk-plan")
+    page.reload()  # 1: during the tour, before the permission prompt
+    page.wait("#conn[data-state=open]")
+    page.wait(".blk-permission[data-state=open] .perm-opt")
+    assert page.eval("window.agentBridge.client.stats.subscribes[0].after_seq") == 0
+    page.click(".blk-permission .perm-opt.kind-allow_once")
+    page.wait(".blk-text.streaming")
+    page.reload()  # 2: while the answer's text deltas stream
+    page.wait("#conn[data-state=open]")
+    wait_turns(page, 1)
+
+    assert page.texts(".blk-user .user-text") == ["slow reload me"]
+    assert page.texts(".blk-text") == ["Done. You said: reload me"]
+    thoughts = "[...document.querySelectorAll('.blk-thinking .md')].map((e) => e.textContent)"
+    assert page.eval(thoughts) == ["Reading the request. Planning the steps. Ready."]
+    assert page.count(".blk-tool") == 2
+    assert page.count(".blk-end") == 1
+    assert_history_exact(page, daemon, session)
+
+
+def test_attachments_go_with_the_message(page: Page, daemon: DaemonProcess, project: Path) -> None:
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201a2dd6f6b0000000049454e44ae426082"
+    )
+    login(page, daemon)
+    new_session(page, project)
+    page.set_files(".session input[type=file]",
+                   [("dot.png", "image/png", png), ("notes.txt", "text/plain", b"hello\n")])
+    assert page.count(".composer .chip") == 2
+    page.wait_for("document.querySelector('.composer .chip img').naturalWidth === 1")
+    send(page, "echo look at these")
+    wait_turns(page, 1)
+    assert page.text(".blk-text") == "You said: look at these [attachments: dot.png, notes.txt]"
+    assert page.texts(".blk-user .chip") == ["dot.png", "notes.txt"]
+    assert page.count(".composer .chip") == 0
+
+
+def test_the_client_reconnects_and_resumes_without_gaps(
+    browser: Browser, tmp_path: Path, project: Path
+) -> None:
+    d = DaemonProcess(tmp_path / "home").start()
+    p = browser.page(*DESKTOP)
+    try:
+        login(p, d)
+        session = new_session(p, project)
+        send(p, "echo before")
+        wait_turns(p, 1)
+        send(p, "slow cut me off")
+        p.wait(".blk-plan")
+        before = len(applied_seqs(p))
+        d.stop()  # the daemon goes away mid-turn; the turn is closed while we are away
+        p.wait("#conn[data-state=waiting]")
+        assert "retrying" in p.text("#conn")
+        d.start()
+        p.wait("#conn[data-state=open]", timeout_ms=30_000)
+        wait_turns(p, 2)
+        stats = p.eval("window.agentBridge.client.stats")
+        assert stats["connects"] >= 2
+        resumed = [s for s in stats["subscribes"] if s["session"] == session][-1]
+        assert resumed["after_seq"] >= before > 0
+        send(p, "echo after")
+        wait_turns(p, 3)
+        assert p.texts(".blk-text")[-1] == "You said: after"
+        assert p.texts(".blk-user .user-text") == ["echo before", "slow cut me off", "echo after"]
+        assert_history_exact(p, d, session)
+        assert page_errors(p) == []
+    finally:
+        p.close()
+        d.stop()
+
+
+def test_phone_layout(browser: Browser, daemon: DaemonProcess, project: Path) -> None:
+    p = browser.page(*PHONE, mobile=True)
+    try:
+        p.goto(base(daemon))
+        p.wait("#login-form")
+        shot(p, "phone-login")
+        login(p, daemon)
+        assert p.eval("getComputedStyle(document.querySelector('#pane')).display") == "none"
+        new_session(p, project)
+        p.click("#back")
+        p.wait("#sessions li")
+        shot(p, "phone-list")
+        p.click("#sessions li button")
+        p.wait(".session textarea")
+        assert p.eval("getComputedStyle(document.querySelector('#sidebar')).display") == "none"
+        send(p, "Make it **work** on a phone")
+        p.wait(".blk-permission[data-state=open] .perm-opt")
+        shot(p, "phone-permission")
+        p.click(".blk-permission .perm-opt.kind-allow_once")
+        wait_turns(p, 1)
+        assert p.eval("document.querySelector('.blk-diff table').classList.contains('unified')")
+        shot(p, "phone-session")
+        p.eval("document.querySelector('.transcript').scrollTop = 0")
+        shot(p, "phone-session-top")
+        overflow = p.eval(
+            "[document.documentElement, ...document.querySelectorAll('.session-head, .transcript,"
+            " .composer')].filter((e) => e.scrollWidth > e.clientWidth + 1)"
+            ".map((e) => e.className || e.tagName)"
+        )
+        assert overflow == []
+        assert page_errors(p) == []
+    finally:
+        p.close()
+
+
+MARKDOWN_CASES: list[tuple[str, str]] = [
+    ("# Title\n\nSome **bold**, *em*, `code`.",
+     "<h1>Title</h1><p>Some <strong>bold</strong>, <em>em</em>, <code>code</code>.</p>"),
+    ("- a\n- b\n  - c", "<ul><li>a</li><li>b<ul><li>c</li></ul></li></ul>"),
+    ("3. x\n4. y", '<ol start="3"><li>x</li><li>y</li></ol>'),
+    ("```py\nprint('<b>')\n```",
+     "<pre class=\"md-code\" data-lang=\"py\"><code>print('&lt;b&gt;')</code></pre>"),
+    ("```\nstill streaming", '<pre class="md-code"><code>still streaming</code></pre>'),
+    ("<script>alert(1)</script>", "<p>&lt;script&gt;alert(1)&lt;/script&gt;</p>"),
+    ("[a](javascript:alert(1)) [b](https://x.dev/p?q=1)",
+     '<p><span class="md-badlink" title="javascript:alert(1)">a</span> '
+     '<a href="https://x.dev/p?q=1" target="_blank" rel="noopener noreferrer nofollow">b</a></p>'),
+    ("![img](https://x.dev/i.png)",
+     '<p><a href="https://x.dev/i.png" target="_blank" rel="noopener noreferrer nofollow">'
+     "image: img</a></p>"),
+    ("see https://x.dev/a_(b).",
+     '<p>see <a href="https://x.dev/a_(b)" target="_blank" rel="noopener noreferrer nofollow">'
+     "https://x.dev/a_(b)</a>.</p>"),
+    ("| a | b |\n|---|--:|\n| 1 | 2 |",
+     '<div class="md-table-wrap"><table class="md-table"><thead><tr><th>a</th>'
+     '<th class="align-right">b</th></tr></thead><tbody><tr><td>1</td>'
+     '<td class="align-right">2</td></tr></tbody></table></div>'),
+    ("> quoted\n> more", "<blockquote><p>quoted<br>more</p></blockquote>"),
+    ("snake_case_name and 2 * 3 * 4", "<p>snake_case_name and 2 * 3 * 4</p>"),
+    ("line1\nline2", "<p>line1<br>line2</p>"),
+    ("~~gone~~ ***both***", "<p><del>gone</del> <strong><em>both</em></strong></p>"),
+    ("\\*not em\\*", "<p>*not em*</p>"),
+    ("- [x] done\n- [ ] todo",
+     '<ul><li class="md-task"><span class="md-box" aria-hidden="true">☑ </span>done</li>'
+     '<li class="md-task"><span class="md-box" aria-hidden="true">☐ </span>todo</li></ul>'),
+    ("a\n\n---\n\nb", "<p>a</p><hr><p>b</p>"),
+    ("**unclosed", "<p>**unclosed</p>"),
+]
+
+
+def test_markdown_and_diff_modules(page: Page, daemon: DaemonProcess) -> None:
+    page.goto(base(daemon))
+    page.wait("#login-form")
+    rendered = page.eval(
+        "(async () => { const { renderMarkdown } = await import('/js/markdown.js');"
+        f" return {json.dumps([src for src, _ in MARKDOWN_CASES])}.map((src) => {{"
+        " const div = document.createElement('div'); div.append(renderMarkdown(src));"
+        " return div.innerHTML; }); })()"
+    )
+    for (src, want), got in zip(MARKDOWN_CASES, rendered, strict=True):
+        assert got == want, src
+    diff: Any = page.eval(
+        "(async () => { const d = await import('/js/diff.js');"
+        " const kinds = (hs) => hs.flatMap((h) => h.lines.map((l) => l.kind + ':' + l.text));"
+        " return { texts: kinds(d.diffTexts('a\\nb\\nc\\n', 'a\\nB\\nc\\nd\\n')),"
+        " header: d.diffTexts('a\\nb\\nc\\n', 'a\\nB\\nc\\nd\\n')[0].header,"
+        " unified: kinds(d.parseUnified('--- a/f\\n+++ b/f\\n@@ -1,2 +1,2 @@\\n x\\n-y\\n+z\\n')),"
+        " far: d.diffTexts(Array.from({length: 20}, (_, i) => i).join('\\n'),"
+        "   Array.from({length: 20}, (_, i) => i === 1 || i === 18 ? 'x' : i).join('\\n')).length,"
+        " }; })()"
+    )
+    assert diff["texts"] == ["ctx:a", "del:b", "add:B", "ctx:c", "add:d"]
+    assert diff["header"] == "@@ -1,3 +1,4 @@"
+    assert diff["unified"] == ["ctx:x", "del:y", "add:z"]
+    assert diff["far"] == 2  # two changes 17 lines apart make two hunks
