@@ -20,11 +20,11 @@ import shlex
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -68,6 +68,29 @@ PARK_POLL_S = 1.0
 EXTERNAL_CACHE_S = 5.0
 HANDOFF_WAIT_S = 300.0
 MIRROR_DRAIN_S = 5.0
+
+
+#: What adapter code may raise without taking the daemon down: an adapter that calls
+#: sys.exit() (CLI code pasted into an adapter) fails its turn, not the process.
+ADAPTER_FAILURES = (Exception, SystemExit)
+_T = TypeVar("_T")
+
+
+class _SendTimeout(Exception):
+    """``send()`` did not return within the idle timeout (not the turn's own deadline)."""
+
+
+class AdapterExited(RuntimeError):
+    """Adapter code raised SystemExit."""
+
+
+async def _contained(aw: Awaitable[_T]) -> _T:
+    """Await adapter code. A task that raises SystemExit re-raises it into the event loop,
+    which stops the daemon, so it becomes an ordinary error before it reaches the task."""
+    try:
+        return await aw
+    except SystemExit as exc:
+        raise AdapterExited(f"the adapter called sys.exit({exc.code!r})") from None
 
 
 class HubError(Exception):
@@ -621,7 +644,7 @@ class Hub:
             try:
                 adapter = instantiate(cls, values)
                 info = await asyncio.wait_for(
-                    adapter.start(s.id), self.config.adapters.start_timeout
+                    _contained(adapter.start(s.id)), self.config.adapters.start_timeout
                 )
             except HubError:
                 raise
@@ -629,7 +652,7 @@ class Hub:
                 raise HubError(
                     "agent_unavailable", f"agent `{s.rec.agent}` did not start in time"
                 ) from None
-            except Exception as exc:
+            except ADAPTER_FAILURES as exc:
                 log.warning("adapter_start_failed", error=repr(exc))
                 raise HubError(
                     "agent_unavailable", f"agent `{s.rec.agent}` failed to start: {exc}"
@@ -655,7 +678,9 @@ class Hub:
         if adapter is None:
             return
         try:
-            await asyncio.wait_for(adapter.stop(), self.config.adapters.stop_grace + 2)
+            await asyncio.wait_for(
+                _contained(adapter.stop()), self.config.adapters.stop_grace + 2
+            )
         except Exception as exc:
             log.warning("adapter_stop_failed", session=s.id, error=repr(exc))
 
@@ -852,9 +877,13 @@ class Hub:
         failure: tuple[str, str, EndReason] | None = None
         try:
             async with asyncio.timeout(turn_timeout):
-                await asyncio.wait_for(
-                    adapter.send(msg.text, list(msg.attachments) or None), idle_timeout
-                )
+                try:
+                    await asyncio.wait_for(
+                        _contained(adapter.send(msg.text, list(msg.attachments) or None)),
+                        idle_timeout,
+                    )
+                except TimeoutError:
+                    raise _SendTimeout from None
                 stream = aiter(adapter.stream())
                 # One idle timer for the whole stream, pushed forward at most every `slack`
                 # seconds (never early): a wait_for per block cost a task per block, a quarter
@@ -888,13 +917,19 @@ class Hub:
                         f"the agent produced nothing for {idle_timeout:g}s",
                         "timeout",
                     )
+        except _SendTimeout:
+            failure = (
+                "idle_timeout",
+                f"the agent did not take the message within {idle_timeout:g}s",
+                "timeout",
+            )
         except TimeoutError:
             failure = ("turn_timeout", f"the turn ran longer than {turn_timeout:g}s", "timeout")
         except asyncio.CancelledError:
             if not turn.forced:
                 raise
             failure = None
-        except Exception as exc:
+        except ADAPTER_FAILURES as exc:
             log.warning("adapter_raised", error=repr(exc))
             failure = ("adapter_error", f"{type(exc).__name__}: {exc}", "error")
         finally:
@@ -956,7 +991,7 @@ class Hub:
         grace = self.config.adapters.stop_grace
         if adapter is not None and getattr(adapter, "cap_interrupt", False):
             try:
-                await asyncio.wait_for(adapter.interrupt(), grace)
+                await asyncio.wait_for(_contained(adapter.interrupt()), grace)
             except Exception as exc:
                 log.warning("adapter_interrupt_failed", session=s.id, error=repr(exc))
                 grace = 0.0
