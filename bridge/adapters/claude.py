@@ -18,7 +18,14 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, ModelInfo
+from bridge.adapters.base import (
+    AdapterConfig,
+    BaseAdapter,
+    Check,
+    ExternalSession,
+    ModelInfo,
+    ResumeCommand,
+)
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -27,6 +34,7 @@ from bridge.blocks import (
     SystemBlock,
     UsageBlock,
 )
+from bridge.handoff import claude as handoff_claude
 from bridge.logs import get_logger
 from bridge.parsers.claude import ClaudeParser, is_unknown_session, user_message
 from bridge.process import (
@@ -303,6 +311,28 @@ class ClaudeAdapter(BaseAdapter):
         checks.extend(_auth_checks(config))
         checks.append(_cwd_check(config))
         return checks
+
+    # ---- terminal handoff (bridge/handoff/claude.py; docs/session-handoff.md) -----------------
+
+    @classmethod
+    def scan_external_sessions(cls) -> list[ExternalSession]:
+        return handoff_claude.scan()
+
+    @classmethod
+    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
+        return handoff_claude.is_owned(cwd, sid)
+
+    @classmethod
+    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
+        return handoff_claude.mirror(cwd, sid)
+
+    @classmethod
+    def latest_sid_for_cwd(cls, cwd: str) -> str | None:
+        return handoff_claude.latest_sid(cwd)
+
+    @classmethod
+    def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
+        return handoff_claude.resume_command(sid, cwd, cls.cli_binary or "claude")
 
 
 def _auth_checks(config: AdapterConfig) -> list[Check]:

@@ -22,8 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from bridge import __version__
-from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, ModelInfo
+from bridge.adapters.base import (
+    AdapterConfig,
+    BaseAdapter,
+    Check,
+    ExternalSession,
+    ModelInfo,
+    ResumeCommand,
+)
 from bridge.blocks import AgentInfoBlock, Block, DiffBlock, ErrorBlock, SessionEndBlock, UsageBlock
+from bridge.handoff import codex as handoff_codex
 from bridge.logs import get_logger
 from bridge.parsers import decode_object
 from bridge.parsers.codex import CodexParser, fill_diff, initialize_params, parse_models
@@ -268,6 +276,24 @@ class CodexAdapter(BaseAdapter):
                 Check(code="codex_cwd_valid", message=f"working directory {cwd} is usable")
             )
         return checks
+
+    # ---- terminal handoff (bridge/handoff/codex.py; docs/session-handoff.md) ------------------
+
+    @classmethod
+    def scan_external_sessions(cls) -> list[ExternalSession]:
+        return handoff_codex.scan()
+
+    @classmethod
+    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
+        return handoff_codex.is_owned(cwd, sid)
+
+    @classmethod
+    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
+        return handoff_codex.mirror(cwd, sid)
+
+    @classmethod
+    def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
+        return handoff_codex.resume_command(sid, cwd, cls.cli_binary or "codex")
 
 
 async def _answer(child: ChildProcess, request_id: int) -> Any:

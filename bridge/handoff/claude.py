@@ -277,7 +277,7 @@ def _summarize(path: Path, previous: _Summary | None) -> _Summary:
                 break
     tail_title = last_prompt = ""
     for line in tail_lines(path):
-        if not line.startswith(b'{"type":"') or line.startswith(_SKIP_PREFIXES):
+        if line.startswith(_SKIP_PREFIXES):
             continue
         entry = loads(line)
         if entry is None:

@@ -204,7 +204,10 @@ def argv_names(*names: str) -> Callable[[list[str]], bool]:
         if stem(argv[0]) in wanted:
             return True
         if os.path.basename(argv[0]).startswith(("node", "python", "bun", "deno")):
-            return any(stem(a) in wanted for a in argv[1:3] if not a.startswith("-"))
+            # The script (or ``-m`` module) is the first argument that is not an option.
+            for arg in argv[1:]:
+                if not arg.startswith("-"):
+                    return stem(arg) in wanted
         return False
 
     return match
