@@ -161,6 +161,9 @@ class BaseAdapter:
     #: How a terminal can take the session over: "per_turn", "persistent" or "none".
     handoff: ClassVar[HandoffMode] = "none"
 
+    #: Seconds ``detect()`` waits for ``--version`` (some CLIs start slowly on a busy machine).
+    detect_timeout: ClassVar[float] = DETECT_TIMEOUT_S
+
     #: Set when the class comes from the adapters directory or an entry point.
     source: ClassVar[str] = "builtin"
 
@@ -236,10 +239,12 @@ class BaseAdapter:
         path = shutil.which(wanted)
         if path is None:
             return None
-        result = run_capture([path, "--version"], timeout=DETECT_TIMEOUT_S)
+        result = run_capture([path, "--version"], timeout=cls.detect_timeout)
         if result.timed_out:
             return DetectedAgent(
-                available=True, binary=path, error=f"--version timed out after {DETECT_TIMEOUT_S}s"
+                available=True,
+                binary=path,
+                error=f"--version timed out after {cls.detect_timeout}s",
             )
         text = (result.stdout or result.stderr).strip().splitlines()
         return DetectedAgent(available=True, binary=path, version=text[0][:200] if text else None)
