@@ -1,0 +1,445 @@
+"""OpenCode through its own local server: ``opencode serve`` plus its SSE ``/event`` stream.
+
+Why this interface: ``opencode run --format json`` prints each text part only once it is
+complete and each tool only when it has finished, and auto-rejects every permission it would
+ask. The server (the same one the TUI runs in-process) streams real text and reasoning deltas,
+tool parts as they go from running to completed (edits with a unified diff), permission
+requests that wait for an answer, todo lists, and per-step tokens and cost; ``POST
+/session/<id>/abort`` interrupts a turn without killing anything. ``opencode acp`` streams
+deltas too but drops cost and plans; the server is the richest and it is OpenCode's own API.
+
+One server per bridge session, started at the first turn in the session's directory on a free
+loopback port with a random password (HTTP basic auth), kept across turns (persistent) and
+stopped with the session. Resume is by session id (``ses_…``): an id the server does not know
+(404) starts a new session once and says ``session_reset``. If the server dies mid-turn the
+turn ends with an error and the next turn starts a new server on the same session.
+
+Kilo CLI is a fork with the same server (``kilo serve``); :mod:`bridge.adapters.kilo` only
+changes names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import secrets
+from collections.abc import AsyncIterator, Callable
+from typing import Any, ClassVar
+
+import httpx
+
+from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, ModelInfo, ResumeCommand
+from bridge.adapters.perturn import add_usage, complete_diff, has_usage
+from bridge.blocks import (
+    AgentInfoBlock,
+    Block,
+    DiffBlock,
+    EndReason,
+    ErrorBlock,
+    SessionEndBlock,
+    SystemBlock,
+    UsageBlock,
+)
+from bridge.logs import get_logger
+from bridge.parsers.opencode import PERMISSION_OPTIONS, OpenCodeParser, sse_data
+from bridge.process import ChildProcess, SpawnError, build_env, run_capture
+from bridge.redact import remember_secret
+
+log = get_logger("bridge.adapters.opencode")
+
+START_TIMEOUT_S = 90.0
+REQUEST_TIMEOUT_S = 30.0
+_LISTENING = re.compile(r"listening on (http://[\w.\-]+:\d+)")
+_MODEL_ID = re.compile(r"^[\w.\-]+/\S+$")
+
+
+class ServerGone(Exception):
+    """The agent's server process exited or stopped answering."""
+
+
+class LocalServer:
+    """A running ``<cli> serve`` child: its HTTP client and its SSE events as a queue."""
+
+    def __init__(self, child: ChildProcess, url: str, auth: tuple[str, str], cwd: str) -> None:
+        self.child = child
+        self.url = url
+        self.cwd = cwd
+        self.events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.client = httpx.AsyncClient(
+            base_url=url,
+            auth=auth,
+            headers={"x-opencode-directory": cwd},
+            timeout=httpx.Timeout(REQUEST_TIMEOUT_S),
+        )
+        self._connected = asyncio.Event()
+        self._tasks = [
+            asyncio.create_task(self._read_events()),
+            asyncio.create_task(self._drain_stdout()),
+        ]
+
+    @classmethod
+    async def launch(
+        cls, argv: list[str], *, cwd: str, env: dict[str, str], user: str, password: str
+    ) -> LocalServer:
+        child = await ChildProcess.spawn(argv, cwd=cwd, env=env, stdin=False)
+        try:
+            url = await asyncio.wait_for(cls._wait_listening(child), START_TIMEOUT_S)
+        except (TimeoutError, ServerGone) as exc:
+            await child.terminate()
+            why = "did not start in time" if isinstance(exc, TimeoutError) else "exited"
+            raise ServerGone(f"`{argv[0]} serve` {why}: {child.stderr_tail()[-1500:]}") from None
+        server = cls(child, url, (user, password), cwd)
+        try:
+            await asyncio.wait_for(server._connected.wait(), START_TIMEOUT_S)
+        except TimeoutError:
+            await server.close()
+            raise ServerGone("the server's event stream did not open") from None
+        return server
+
+    @staticmethod
+    async def _wait_listening(child: ChildProcess) -> str:
+        while True:
+            line = await child.read_line()
+            if line is None:
+                raise ServerGone("exited before listening")
+            match = _LISTENING.search(line.decode("utf-8", "replace"))
+            if match:
+                return match.group(1)
+
+    async def _drain_stdout(self) -> None:
+        # The server keeps logging to stdout; an unread pipe would block it.
+        with contextlib.suppress(Exception):
+            async for _ in self.child.lines():
+                pass
+
+    async def _read_events(self) -> None:
+        try:
+            async with self.client.stream("GET", "/event", timeout=httpx.Timeout(None)) as resp:
+                resp.raise_for_status()
+                async for line in resp.aiter_lines():
+                    event = sse_data(line)
+                    if event is not None:
+                        self._connected.set()
+                        await self.events.put(event)
+        except (httpx.HTTPError, OSError) as exc:
+            log.info("event_stream_ended", error=repr(exc))
+        finally:
+            await self.events.put(None)
+
+    @property
+    def alive(self) -> bool:
+        return self.child.returncode is None and not self._tasks[0].done()
+
+    async def request(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        try:
+            return await self.client.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise ServerGone(f"{method} {path} failed: {exc!r}") from None
+
+    async def close(self) -> int | None:
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await self.client.aclose()
+        code = await self.child.terminate()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        return code
+
+
+def parse_model_lines(text: str) -> list[ModelInfo]:
+    """``opencode models`` output: one ``provider/model`` per line."""
+    return [
+        ModelInfo(id=line.strip(), label=line.strip())
+        for line in text.splitlines()
+        if _MODEL_ID.match(line.strip())
+    ]
+
+
+class OpenCodeAdapter(BaseAdapter):
+    agent_id = "opencode"
+    display_name = "OpenCode"
+    cli_binary = "opencode"
+    doc = (
+        "# OpenCode\n\n"
+        "**Use when** you want OpenCode (any provider it is configured for) with live text, "
+        "reasoning, tool calls, diffs, plans, permission prompts and cost.\n\n"
+        "**Don't use when** the machine cannot run a local server process per session "
+        "(it listens on 127.0.0.1 with a random password).\n\n"
+        "Models are `provider/model` ids as `opencode models` lists them. Permissions follow "
+        "OpenCode's config (`permission`): what it would ask, the app is asked."
+    )
+    cap_thinking = True
+    cap_permissions = True
+    cap_interrupt = True
+    provides_models = True
+    provides_usage = True
+    handoff = "persistent"
+    detect_timeout = 20.0
+
+    #: The environment variable the server reads its password from, and its basic-auth user.
+    password_env: ClassVar[str] = "OPENCODE_SERVER_PASSWORD"  # noqa: S105 - a variable name
+    server_user: ClassVar[str] = "opencode"
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        model: str | None = None,
+        binary: str | None = None,
+        resume_session_id: str | None = None,
+        on_session_id: Callable[[str], None] | None = None,
+        env: dict[str, str] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.cwd = cwd or "."
+        self.model = model
+        self.binary = binary or self.cli_binary or ""
+        self.session_id = resume_session_id
+        self.env = dict(env or {})
+        self.options = dict(options or {})
+        self._on_session_id = on_session_id
+        self._server: LocalServer | None = None
+        self._parser = OpenCodeParser(resume_session_id)
+        self._verified = False  # the server confirmed it knows session_id
+        self._prompt: str | None = None
+        self._interrupted = False
+        self._total = UsageBlock()
+
+    # ---- contract -------------------------------------------------------------------------------
+
+    async def start(self, session_id: str) -> AgentInfoBlock:
+        found = await asyncio.to_thread(self.detect, self.binary or None)
+        version = found.version if found is not None else None
+        return self.make_agent_info(version=version, model=self.model)
+
+    async def send(self, text: str, attachments: list[Any] | None = None) -> None:
+        self._prompt = text
+        self._interrupted = False
+
+    async def interrupt(self) -> None:
+        self._interrupted = True
+        server, sid = self._server, self.session_id
+        if server is None or sid is None:
+            return
+        try:
+            await server.request("POST", f"/session/{sid}/abort", {})
+        except ServerGone:
+            await self._drop_server()
+
+    async def respond_permission(self, request_id: str, option_id: str) -> None:
+        if option_id not in {o.id for o in PERMISSION_OPTIONS}:
+            raise ValueError(f"unknown option {option_id!r}")
+        server, sid = self._server, self.session_id
+        if server is None or sid is None:
+            raise KeyError(f"no pending permission request {request_id}")
+        resp = await server.request(
+            "POST", f"/session/{sid}/permissions/{request_id}", {"response": option_id}
+        )
+        if resp.status_code >= 400:
+            raise KeyError(f"the server refused the answer: {resp.status_code} {resp.text[:200]}")
+
+    async def stop(self) -> None:
+        await self._drop_server()
+
+    async def get_usage(self) -> UsageBlock | None:
+        return self._total if has_usage(self._total) else None
+
+    async def list_models(self) -> list[ModelInfo]:
+        result = await asyncio.to_thread(
+            run_capture, [self.binary, "models"], timeout=60.0, env=self._child_env()
+        )
+        return parse_model_lines(result.stdout)
+
+    # ---- the server and the session -------------------------------------------------------------
+
+    def _child_env(self, password: str | None = None) -> dict[str, str]:
+        env = build_env(self.env)
+        if password is not None:
+            env[self.password_env] = password
+        return env
+
+    async def _ensure_server(self) -> LocalServer:
+        if self._server is not None and self._server.alive:
+            return self._server
+        await self._drop_server()
+        password = secrets.token_urlsafe(24)
+        remember_secret(password)
+        self._server = await LocalServer.launch(
+            [self.binary, "serve", "--port", "0", "--hostname", "127.0.0.1"],
+            cwd=self.cwd,
+            env=self._child_env(password),
+            user=self.server_user,
+            password=password,
+        )
+        self._verified = False
+        return self._server
+
+    async def _drop_server(self) -> int | None:
+        server, self._server = self._server, None
+        return await server.close() if server is not None else None
+
+    async def _new_session(self, server: LocalServer) -> str:
+        resp = await server.request("POST", "/session", {})
+        if resp.status_code >= 400:
+            raise ServerGone(f"creating a session failed: {resp.status_code} {resp.text[:300]}")
+        sid = resp.json().get("id")
+        if not isinstance(sid, str):
+            raise ServerGone("the server answered a new session without an id")
+        self._adopt(sid)
+        return sid
+
+    def _adopt(self, sid: str) -> None:
+        self.session_id = sid
+        self._parser.session_id = sid
+        self._verified = True
+        if self._on_session_id is not None:
+            try:
+                self._on_session_id(sid)
+            except Exception as exc:
+                log.warning("on_session_id_failed", error=repr(exc))
+
+    async def _session(self, server: LocalServer) -> AsyncIterator[Block]:
+        """Make sure the server knows our session; a forgotten one is replaced once."""
+        if self.session_id is not None and not self._verified:
+            resp = await server.request("GET", f"/session/{self.session_id}")
+            if resp.status_code == 200:
+                self._adopt(self.session_id)
+                return
+            old = self.session_id
+            sid = await self._new_session(server)
+            yield SystemBlock(
+                level="warn",
+                code="session_reset",
+                text=f"{self.display_name} no longer knew session {old}; started {sid}",
+                data={"old": old, "new": sid},
+            )
+        elif self.session_id is None:
+            await self._new_session(server)
+
+    def _prompt_body(self, text: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
+        if self.model and "/" in self.model:
+            provider, _, model = self.model.partition("/")
+            body["model"] = {"providerID": provider, "modelID": model}
+        agent = self.options.get("agent")
+        if isinstance(agent, str) and agent:
+            body["agent"] = agent
+        return body
+
+    # ---- a turn ---------------------------------------------------------------------------------
+
+    async def stream(self) -> AsyncIterator[Block]:
+        text, self._prompt = self._prompt or "", None
+        try:
+            server = await self._ensure_server()
+            async for block in self._session(server):
+                yield block
+            assert self.session_id is not None
+            while not server.events.empty():  # what the previous turn left behind
+                event = server.events.get_nowait()
+                if event is not None:
+                    self._parser.feed_event(event)
+            self._parser.begin_turn()
+            body = self._prompt_body(text)
+            resp = await server.request("POST", f"/session/{self.session_id}/prompt_async", body)
+            if resp.status_code == 404:
+                # The session vanished between turns (deleted in a terminal): start over once.
+                self._verified = False
+                old = self.session_id
+                sid = await self._new_session(server)
+                yield SystemBlock(
+                    level="warn",
+                    code="session_reset",
+                    text=f"{self.display_name} no longer knew session {old}; started {sid}",
+                    data={"old": old, "new": sid},
+                )
+                resp = await server.request("POST", f"/session/{sid}/prompt_async", body)
+            if resp.status_code >= 400:
+                yield ErrorBlock(
+                    code="agent_error",
+                    message=f"{self.display_name} refused the prompt ({resp.status_code})",
+                    detail=resp.text[:2000] or None,
+                )
+                yield SessionEndBlock(reason="error", agent_session_id=self.session_id)
+                return
+        except SpawnError as exc:
+            yield ErrorBlock(code=exc.code, message=str(exc))
+            yield SessionEndBlock(reason="error")
+            return
+        except ServerGone as exc:
+            code = await self._drop_server()
+            yield ErrorBlock(code="agent_unavailable", message=str(exc))
+            yield SessionEndBlock(reason="error", exit_code=code, agent_session_id=self.session_id)
+            return
+        async for block in self._follow(server):
+            yield block
+
+    async def _follow(self, server: LocalServer) -> AsyncIterator[Block]:
+        parser = self._parser
+        while not parser.turn_done:
+            event = await server.events.get()
+            if event is None:
+                tail = server.child.stderr_tail().strip()
+                for block in parser.close_open():
+                    yield block
+                code = await self._drop_server()
+                if self._interrupted:
+                    yield SessionEndBlock(
+                        reason="interrupted", exit_code=code, agent_session_id=self.session_id
+                    )
+                    return
+                yield ErrorBlock(
+                    code="agent_exited",
+                    message=f"the {self.display_name} server stopped mid-turn"
+                    + (f" (exit code {code})" if code is not None else ""),
+                    detail=tail[-2000:] or None,
+                )
+                yield SessionEndBlock(
+                    reason="error", exit_code=code, agent_session_id=self.session_id
+                )
+                return
+            for block in parser.feed_event(event):
+                if isinstance(block, DiffBlock):
+                    block = await asyncio.to_thread(complete_diff, block, self.cwd)
+                yield block
+        if has_usage(parser.turn_usage):
+            self._total = add_usage(self._total, parser.turn_usage)
+            yield self._total
+        reason: EndReason = "completed"
+        if parser.aborted or self._interrupted:
+            reason = "interrupted"
+        elif parser.failed:
+            reason = "error"
+        yield SessionEndBlock(reason=reason, agent_session_id=self.session_id)
+
+    # ---- environment and handoff ----------------------------------------------------------------
+
+    @classmethod
+    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
+        checks = super().check_environment(config)
+        if any(c.level == "error" for c in checks):
+            return checks
+        binary = (config.binary if config else None) or cls.cli_binary or ""
+        env = build_env(config.env if config else None)
+        result = run_capture([binary, "models"], timeout=60.0, env=env)
+        models = parse_model_lines(result.stdout)
+        if result.timed_out or result.returncode != 0:
+            checks.append(
+                Check(
+                    code=f"{cls.agent_id}_models_probe_failed",
+                    level="warn",
+                    message=f"`{binary} models` failed",
+                    detail=(result.stderr or result.stdout).strip()[-500:] or None,
+                )
+            )
+        else:
+            checks.append(
+                Check(code=f"{cls.agent_id}_models", message=f"{len(models)} model(s) available")
+            )
+        return checks
+
+    @classmethod
+    def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
+        return ResumeCommand(argv=[cls.cli_binary or "opencode", "-s", sid], cwd=cwd or ".")

@@ -1,0 +1,327 @@
+"""The shared shape of agents that run one CLI process per turn (Pi, Droid, Cursor).
+
+Each turn spawns the CLI with the prompt on stdin, feeds its stdout lines to a sans-I/O parser
+and yields the parser's blocks, then one ``session_end``. The next turn resumes the session id
+the previous one reported. When a resume fails because the agent no longer knows the session
+(it exits non-zero before printing anything, or says so on stderr), the turn is retried once
+with a fresh session and the client is told with a ``system`` block of code ``session_reset``.
+
+A subclass says how to build the command line (:meth:`PerTurnAdapter.argv`), which parser
+reads the output (:meth:`PerTurnAdapter.new_parser`) and, optionally, which resume modes to
+try before starting fresh (:attr:`PerTurnAdapter.resume_modes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from bridge.adapters.base import BaseAdapter, DetectedAgent
+from bridge.blocks import (
+    AgentInfoBlock,
+    Block,
+    DiffBlock,
+    EndReason,
+    ErrorBlock,
+    SessionEndBlock,
+    SystemBlock,
+    UsageBlock,
+)
+from bridge.logs import get_logger
+from bridge.parsers import apply_hunks, parse_unified
+from bridge.process import ChildProcess, SpawnError, build_env
+
+log = get_logger("bridge.adapters")
+
+#: Files larger than this are not read back to complete a ``diff`` block.
+MAX_DIFF_FILE = 2 * 1024 * 1024
+#: Seconds between SIGTERM and SIGKILL when a turn is interrupted.
+KILL_GRACE_S = 3.0
+
+
+class TurnParser(Protocol):
+    """What the per-turn adapters need from a parser (see bridge/parsers/)."""
+
+    session_id: str | None
+    saw_output: bool
+    failed: bool
+    error_message: str | None
+    usage: UsageBlock
+
+    def feed(self, line: bytes | str) -> list[Block]: ...
+
+    def close_open(self) -> list[Block]: ...
+
+
+def add_usage(total: UsageBlock, turn: UsageBlock) -> UsageBlock:
+    """Running totals for the bridge session: tokens and cost add up, context is the latest."""
+
+    def plus(a: int | None, b: int | None) -> int | None:
+        return None if a is None and b is None else (a or 0) + (b or 0)
+
+    cost = None
+    if total.cost_usd is not None or turn.cost_usd is not None:
+        cost = round((total.cost_usd or 0.0) + (turn.cost_usd or 0.0), 10)
+    return UsageBlock(
+        input_tokens=plus(total.input_tokens, turn.input_tokens),
+        output_tokens=plus(total.output_tokens, turn.output_tokens),
+        cached_input_tokens=plus(total.cached_input_tokens, turn.cached_input_tokens),
+        cost_usd=cost,
+        context_used=turn.context_used or total.context_used,
+        context_size=turn.context_size or total.context_size,
+    )
+
+
+def has_usage(usage: UsageBlock) -> bool:
+    return any(
+        v is not None
+        for v in (usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.context_used)
+    )
+
+
+def complete_diff(block: DiffBlock, cwd: str | None) -> DiffBlock:
+    """The diff with whole-file ``old_text``/``new_text`` read back from disk where possible.
+
+    Agents report an edit as the replaced fragment and (often) a unified diff with context;
+    clients want the file before and after. The file now on disk is the after; the before is
+    the after with the diff undone. When that does not fit (the file changed again, or is too
+    big or unreadable), the agent's own fragments are kept.
+    """
+    path = Path(block.path)
+    if not path.is_absolute() and cwd:
+        path = Path(cwd) / path
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_DIFF_FILE:
+            return block
+        now = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return block
+    if block.old_text is None:
+        return DiffBlock(
+            path=block.path,
+            old_text=None,
+            new_text=now,
+            unified=block.unified,
+            tool_call_id=block.tool_call_id,
+        )
+    before: str | None = None
+    hunks = parse_unified(block.unified) if block.unified else []
+    if hunks:
+        before = apply_hunks(now, hunks, reverse=True)
+    elif block.new_text and now.count(block.new_text) == 1:
+        before = now.replace(block.new_text, block.old_text, 1)
+    if before is None:
+        return block
+    return DiffBlock(
+        path=block.path,
+        old_text=before,
+        new_text=now,
+        unified=block.unified,
+        tool_call_id=block.tool_call_id,
+    )
+
+
+class PerTurnAdapter(BaseAdapter, abstract=True):
+    """One process per turn; resume by session id between turns."""
+
+    handoff = "per_turn"
+    cap_interrupt = True
+    provides_usage = True
+    detect_timeout = 20.0
+
+    #: How to continue a known session, tried in order before starting fresh (e.g. "resume").
+    resume_modes: ClassVar[tuple[str, ...]] = ("resume",)
+    #: Resume modes that continue under a new session id (a fork) rather than the same one.
+    forking_modes: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        model: str | None = None,
+        binary: str | None = None,
+        resume_session_id: str | None = None,
+        on_session_id: Callable[[str], None] | None = None,
+        effort: str | None = None,
+        env: dict[str, str] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.cwd = cwd
+        self.model = model
+        self.binary = binary or self.cli_binary or ""
+        self.session_id = resume_session_id
+        self.effort = effort
+        self.env = dict(env or {})
+        self.options = dict(options or {})
+        self._on_session_id = on_session_id
+        self._prompt: str | None = None
+        self._child: ChildProcess | None = None
+        self._interrupted = False
+        self._killer: asyncio.Task[None] | None = None
+        self._total = UsageBlock()
+        self._version: str | None = None
+
+    # ---- what a subclass provides ---------------------------------------------------------------
+
+    def argv(self, binary: str, resume_mode: str | None) -> list[str]:
+        """The command line of one turn; ``resume_mode`` None means a fresh session."""
+        raise NotImplementedError
+
+    def new_parser(self) -> TurnParser:
+        raise NotImplementedError
+
+    def resume_failed(self, exit_code: int, stderr: str, parser: TurnParser) -> bool:
+        """Whether a failed resumed run means the agent does not know the session."""
+        return exit_code != 0 and not parser.saw_output
+
+    def resume_plan(self) -> list[str]:
+        """The resume modes to try this turn, in order, before a fresh session."""
+        return list(self.resume_modes)
+
+    def resume_result(self, mode: str, ok: bool) -> None:
+        """Told after each resumed run whether ``mode`` worked (to skip it next time)."""
+
+    def child_env(self) -> dict[str, str]:
+        return build_env(self.env)
+
+    # ---- the contract ---------------------------------------------------------------------------
+
+    async def start(self, session_id: str) -> AgentInfoBlock:
+        found = await asyncio.to_thread(self.detect, self.binary or None)
+        self._version = found.version if isinstance(found, DetectedAgent) else None
+        return self.make_agent_info(version=self._version, model=self.model)
+
+    async def send(self, text: str, attachments: list[Any] | None = None) -> None:
+        self._prompt = text
+        self._interrupted = False
+
+    async def interrupt(self) -> None:
+        self._interrupted = True
+        self._kill_child()
+
+    async def stop(self) -> None:
+        self._interrupted = True
+        child = self._child
+        if child is not None and child.returncode is None:
+            await child.terminate(KILL_GRACE_S)
+
+    async def get_usage(self) -> UsageBlock | None:
+        return self._total if has_usage(self._total) else None
+
+    def _kill_child(self) -> None:
+        """SIGTERM the turn's process group now, SIGKILL it after a grace period."""
+        child = self._child
+        if child is None or child.returncode is not None:
+            return
+        child.signal_group(signal.SIGTERM)
+
+        async def later() -> None:
+            await asyncio.sleep(KILL_GRACE_S)
+            if child.returncode is None:
+                child.signal_group(signal.SIGKILL)
+
+        self._killer = asyncio.create_task(later())
+
+    def _remember(self, sid: str) -> None:
+        if sid == self.session_id:
+            return
+        self.session_id = sid
+        if self._on_session_id is not None:
+            try:
+                self._on_session_id(sid)
+            except Exception as exc:
+                log.warning("on_session_id_failed", error=repr(exc))
+
+    # ---- one turn -------------------------------------------------------------------------------
+
+    async def stream(self) -> AsyncIterator[Block]:
+        prompt, self._prompt = self._prompt or "", None
+        modes: list[str | None] = list(self.resume_plan()) if self.session_id else []
+        modes.append(None)
+        while modes:
+            mode = modes.pop(0)
+            wanted = self.session_id if mode is not None else None
+            parser = self.new_parser()
+            try:
+                child = await ChildProcess.spawn(
+                    self.argv(self.binary, mode), cwd=self.cwd, env=self.child_env()
+                )
+            except SpawnError as exc:
+                yield ErrorBlock(code=exc.code, message=str(exc))
+                yield SessionEndBlock(reason="error")
+                return
+            self._child = child
+            try:
+                with contextlib.suppress(BrokenPipeError):
+                    await child.write(prompt)
+                child.close_stdin()
+                reported = False
+                async for line in child.lines():
+                    for block in parser.feed(line):
+                        if isinstance(block, DiffBlock):
+                            block = await asyncio.to_thread(complete_diff, block, self.cwd)
+                        yield block
+                    sid = parser.session_id
+                    if sid and not reported:
+                        reported = True
+                        if wanted and sid != wanted and mode not in self.forking_modes:
+                            yield SystemBlock(
+                                level="warn",
+                                code="session_reset",
+                                text=f"{self.display_name} no longer knew session {wanted}; "
+                                f"it started a new one ({sid})",
+                                data={"old": wanted, "new": sid},
+                            )
+                        self._remember(sid)
+                code = await child.wait()
+            finally:
+                if child.returncode is None:
+                    await child.terminate(KILL_GRACE_S)
+                if self._killer is not None:
+                    self._killer.cancel()
+                    self._killer = None
+                self._child = None
+            if self._interrupted:
+                async for block in self._end(parser, "interrupted", code):
+                    yield block
+                return
+            resumed_badly = mode is not None and self.resume_failed(
+                code, child.stderr_tail(), parser
+            )
+            if mode is not None:
+                self.resume_result(mode, not resumed_badly)
+            if resumed_badly:
+                log.info("resume_failed", agent=self.agent_id, mode=mode, exit_code=code)
+                if modes[0] is None:
+                    yield SystemBlock(
+                        level="warn",
+                        code="session_reset",
+                        text=f"{self.display_name} could not resume session {wanted}; "
+                        "continuing in a new session",
+                        data={"old": wanted},
+                    )
+                continue
+            failed = code != 0 or parser.failed
+            if failed and not parser.failed:
+                tail = child.stderr_tail().strip()
+                yield ErrorBlock(
+                    code="agent_exited",
+                    message=f"{self.display_name} exited with code {code}",
+                    detail=tail[-2000:] or None,
+                )
+            async for block in self._end(parser, "error" if failed else "completed", code):
+                yield block
+            return
+
+    async def _end(
+        self, parser: TurnParser, reason: EndReason, code: int | None
+    ) -> AsyncIterator[Block]:
+        for block in parser.close_open():
+            yield block
+        if has_usage(parser.usage):
+            self._total = add_usage(self._total, parser.usage)
+            yield self._total
+        yield SessionEndBlock(reason=reason, exit_code=code, agent_session_id=self.session_id)

@@ -1,0 +1,329 @@
+"""Pi's ``--mode json`` event stream (one JSON object per line) turned into blocks.
+
+Pi streams real deltas (``message_update`` with ``text_delta``/``thinking_delta``; the
+``partial`` snapshot runs ahead of the deltas, so only ``delta`` is read), announces tools with
+``tool_execution_start``/``tool_execution_end``, and reports usage and cost per assistant
+message in ``message_end``. The first line is the session header carrying the session id.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from bridge.blocks import (
+    Block,
+    DiffBlock,
+    ErrorBlock,
+    SystemBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    UsageBlock,
+)
+from bridge.parsers import (
+    Hunk,
+    added_file_diff,
+    clip,
+    decode_object,
+    get_dict,
+    get_float,
+    get_int,
+    get_list,
+    get_str,
+    render_unified,
+    short,
+)
+
+KINDS = {
+    "bash": "execute",
+    "read": "read",
+    "edit": "edit",
+    "write": "edit",
+    "grep": "search",
+    "find": "search",
+    "ls": "search",
+}
+
+_NUMBERED = re.compile(r"^([ +-])\s*(\d+) (.*)$")
+
+
+def pi_diff_to_unified(path: str, diff: str) -> str | None:
+    """Pi's numbered edit diff (`` 1 a``, ``-2 b``, ``+2 c``, `` ...``) as a unified diff.
+
+    Context and removed lines carry old line numbers, added lines new ones; a `` ...`` line
+    separates hunks. Returns None when the text is not in that shape.
+    """
+    hunks: list[Hunk] = []
+    lines: list[str] = []
+    old_start = new_start = 0
+    old_count = new_count = 0
+    offset = 0  # new line number minus old line number after the lines seen so far
+
+    def close() -> None:
+        if lines:
+            hunks.append(Hunk(old_start, old_count, new_start, new_count, tuple(lines)))
+
+    for raw in diff.split("\n"):
+        if raw.strip() == "...":
+            close()
+            lines, old_count, new_count = [], 0, 0
+            continue
+        match = _NUMBERED.match(raw)
+        if match is None:
+            return None
+        tag, num, body = match.group(1), int(match.group(2)), match.group(3)
+        if not lines:
+            if tag == "+":
+                new_start, old_start = num, num - offset - 1
+            else:
+                old_start, new_start = num, num + offset
+        lines.append(tag + body)
+        if tag == " ":
+            old_count += 1
+            new_count += 1
+        elif tag == "-":
+            old_count += 1
+            offset -= 1
+        else:
+            new_count += 1
+            offset += 1
+    close()
+    if not hunks:
+        return None
+    return render_unified(path, hunks)
+
+
+def _text_of(result: Any) -> str:
+    parts = [get_str(item, "text") or "" for item in get_list(result, "content")]
+    return "".join(parts)
+
+
+class PiParser:
+    """Feed it stdout lines of one ``pi --mode json`` run; it returns blocks."""
+
+    def __init__(self, id_prefix: str | None = None) -> None:
+        self.prefix = id_prefix or uuid.uuid4().hex[:8]
+        self.session_id: str | None = None
+        self.saw_output = False
+        self.finished = False
+        self.failed = False
+        self.aborted = False
+        self.error_message: str | None = None
+        self.usage = UsageBlock()
+        self._messages = 0
+        self._open: dict[str, type[TextBlock] | type[ThinkingBlock]] = {}
+        self._sent: dict[str, str] = {}
+        self._tool_args: dict[str, dict[str, Any]] = {}
+
+    # ---- helpers --------------------------------------------------------------------------------
+
+    def _block_id(self, index: Any, thinking: bool) -> str:
+        idx = index if isinstance(index, int) and not isinstance(index, bool) else 0
+        return f"pi-{self.prefix}-{self._messages}-{'th' if thinking else 'tx'}{idx}"
+
+    def _delta(self, kind: type[TextBlock] | type[ThinkingBlock], bid: str, text: str) -> Block:
+        self._open[bid] = kind
+        self._sent[bid] = self._sent.get(bid, "") + text
+        return kind(id=bid, text=text)
+
+    def _close(self, bid: str, full: str | None = None) -> list[Block]:
+        kind = self._open.pop(bid, None)
+        if kind is None:
+            return []
+        out: list[Block] = []
+        sent = self._sent.pop(bid, "")
+        if full and full.startswith(sent) and len(full) > len(sent):
+            out.append(kind(id=bid, text=full[len(sent) :]))
+        out.append(kind(id=bid, done=True))
+        return out
+
+    def close_open(self) -> list[Block]:
+        out: list[Block] = []
+        for bid in list(self._open):
+            out.extend(self._close(bid))
+        return out
+
+    # ---- events ---------------------------------------------------------------------------------
+
+    def feed(self, line: bytes | str) -> list[Block]:
+        event = decode_object(line)
+        if event is None:
+            return []
+        kind = get_str(event, "type")
+        handler = getattr(self, f"_on_{kind}", None) if kind else None
+        if handler is None:
+            return []
+        self.saw_output = True
+        result: list[Block] = handler(event)
+        return result
+
+    def _on_session(self, event: dict[str, Any]) -> list[Block]:
+        sid = get_str(event, "id")
+        if sid:
+            self.session_id = sid
+        return []
+
+    def _on_message_start(self, event: dict[str, Any]) -> list[Block]:
+        if get_str(get_dict(event, "message"), "role") == "assistant":
+            self._messages += 1
+        return []
+
+    def _on_message_update(self, event: dict[str, Any]) -> list[Block]:
+        update = get_dict(event, "assistantMessageEvent")
+        kind = get_str(update, "type") or ""
+        index = update.get("contentIndex")
+        if kind in ("text_delta", "thinking_delta"):
+            delta = get_str(update, "delta")
+            if not delta:
+                return []
+            thinking = kind == "thinking_delta"
+            block = TextBlock if not thinking else ThinkingBlock
+            return [self._delta(block, self._block_id(index, thinking), delta)]
+        if kind in ("text_end", "thinking_end"):
+            thinking = kind == "thinking_end"
+            return self._close(self._block_id(index, thinking), get_str(update, "content"))
+        return []
+
+    def _on_message_end(self, event: dict[str, Any]) -> list[Block]:
+        message = get_dict(event, "message")
+        if get_str(message, "role") != "assistant":
+            return []
+        out = self.close_open()
+        usage = get_dict(message, "usage")
+        if usage:
+            self._add_usage(usage)
+        stop = get_str(message, "stopReason")
+        if stop == "error":
+            self.failed = True
+            self.error_message = get_str(message, "errorMessage") or "the model call failed"
+            out.append(ErrorBlock(code="model_error", message=self.error_message))
+        elif stop == "aborted":
+            self.aborted = True
+        return out
+
+    def _add_usage(self, usage: dict[str, Any]) -> None:
+        u = self.usage
+        inp = get_int(usage, "input") or 0
+        cached = get_int(usage, "cacheRead") or 0
+        cost = get_float(get_dict(usage, "cost"), "total")
+        self.usage = UsageBlock(
+            input_tokens=(u.input_tokens or 0) + inp,
+            output_tokens=(u.output_tokens or 0) + (get_int(usage, "output") or 0),
+            cached_input_tokens=(u.cached_input_tokens or 0) + cached,
+            cost_usd=(u.cost_usd or 0.0) + cost if cost is not None else u.cost_usd,
+            context_used=(get_int(usage, "totalTokens") or None),
+        )
+
+    def _on_tool_execution_start(self, event: dict[str, Any]) -> list[Block]:
+        call_id = get_str(event, "toolCallId")
+        if not call_id:
+            return []
+        name = get_str(event, "toolName") or "tool"
+        args = get_dict(event, "args")
+        self._tool_args[call_id] = args
+        return [
+            *self.close_open(),
+            ToolCallBlock(
+                id=call_id,
+                name=name,
+                title=_title(name, args),
+                kind=KINDS.get(name, "other"),
+                input=args,
+                status="running",
+            ),
+        ]
+
+    def _on_tool_execution_end(self, event: dict[str, Any]) -> list[Block]:
+        call_id = get_str(event, "toolCallId")
+        if not call_id:
+            return []
+        name = get_str(event, "toolName") or "tool"
+        args = self._tool_args.pop(call_id, None)
+        known = args is not None
+        args = args or {}
+        result = get_dict(event, "result")
+        is_error = event.get("isError") is True
+        out: list[Block] = []
+        if not known:
+            out.append(
+                ToolCallBlock(
+                    id=call_id, name=name, kind=KINDS.get(name, "other"), status="running"
+                )
+            )
+        if not is_error:
+            diff = _diff_block(name, args, result, call_id)
+            if diff is not None:
+                out.append(diff)
+        out.append(
+            ToolResultBlock(tool_call_id=call_id, content=clip(_text_of(result)), is_error=is_error)
+        )
+        out.append(
+            ToolCallBlock(
+                id=call_id,
+                name=name,
+                title=_title(name, args),
+                kind=KINDS.get(name, "other"),
+                input=args,
+                status="error" if is_error else "done",
+            )
+        )
+        return out
+
+    def _on_agent_end(self, event: dict[str, Any]) -> list[Block]:
+        self.finished = True
+        return self.close_open()
+
+    def _on_auto_retry_start(self, event: dict[str, Any]) -> list[Block]:
+        why = get_str(event, "errorMessage") or get_str(event, "reason") or ""
+        return [SystemBlock(code="retry", text=short(f"pi retries the model call. {why}"))]
+
+    def _on_auto_compaction_start(self, event: dict[str, Any]) -> list[Block]:
+        return [SystemBlock(code="compaction", text="pi compacts the conversation")]
+
+
+def _title(name: str, args: dict[str, Any]) -> str:
+    for key in ("command", "path", "pattern"):
+        value = get_str(args, key)
+        if value:
+            return short(f"{name} {value}" if key != "command" else value)
+    return name
+
+
+def _diff_block(
+    name: str, args: dict[str, Any], result: dict[str, Any], call_id: str
+) -> DiffBlock | None:
+    path = get_str(args, "path") or get_str(args, "file_path")
+    if not path:
+        return None
+    if name == "write":
+        content = get_str(args, "content")
+        if content is None:
+            return None
+        return DiffBlock(
+            path=path,
+            old_text=None,
+            new_text=content,
+            unified=added_file_diff(path, content),
+            tool_call_id=call_id,
+        )
+    if name != "edit":
+        return None
+    edits = [e for e in get_list(args, "edits") if isinstance(e, dict)]
+    if not edits and get_str(args, "oldText") is not None:
+        edits = [args]
+    olds = [get_str(e, "oldText") or "" for e in edits]
+    news = [get_str(e, "newText") or "" for e in edits]
+    numbered = get_str(get_dict(result, "details"), "diff")
+    unified = pi_diff_to_unified(path, numbered) if numbered else None
+    if not edits and unified is None:
+        return None
+    return DiffBlock(
+        path=path,
+        old_text="\n".join(olds),
+        new_text="\n".join(news),
+        unified=unified,
+        tool_call_id=call_id,
+    )
