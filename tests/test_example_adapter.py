@@ -1,0 +1,267 @@
+"""The reference adapter (ext_adapters_example/) works when copied into a running daemon.
+
+First its parser is checked against toy-agent output recorded in ext_adapters_example/recorded/
+(the way docs/writing-an-adapter.md tells authors to test theirs). Then the two files are
+copied, exactly as the README says, into the adapters directory of a daemon that is already
+running, and a WebSocket client drives every feature: detection, checks, models, turns that
+resume, a permission, /model, interrupt, a failing agent, and a handoff to the terminal chat
+and back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.blocks import block_to_json
+from bridge.invariants import TurnGuard
+from tests.daemon import ROOT, DaemonProcess
+from tests.wsclient import Client, blocks, text_of
+
+EXAMPLE = ROOT / "ext_adapters_example"
+RECORDED = EXAMPLE / "recorded"
+
+
+def load_example() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("toy_example_under_test", EXAMPLE / "toy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+toy = load_example()
+
+
+# ---- the parser on recorded output ---------------------------------------------------------------
+
+
+def replay(name: str, exit_code: int | None = 0, stderr: str = "") -> list[Any]:
+    parser = toy.ToyParser()
+    out: list[Any] = []
+    for line in (RECORDED / name).read_bytes().splitlines():
+        out += parser.feed(line)
+    out += parser.finish(exit_code, stderr, interrupted=False)
+    return out
+
+
+def kinds(out: list[Any]) -> list[str]:
+    return [type(b).__name__ for b in out]
+
+
+def test_parser_on_a_recorded_turn() -> None:
+    out = replay("turn.jsonl")
+    assert kinds(out)[0] == "ThinkingBlock" and kinds(out)[-1] == "SessionEndBlock"
+    end = out[-1]
+    assert end.reason == "completed" and end.agent_session_id.startswith("toy-")
+    text = "".join(b.text for b in out if type(b).__name__ == "TextBlock")
+    assert text.startswith("You said: hello there.") and "turn 1 of session" in text
+    # The hub's invariant checker finds nothing to repair: the parser's stream is correct.
+    guard = TurnGuard()
+    repaired = [b for block in out for b in guard.feed(block)]
+    assert [block_to_json(b) for b in repaired] == [block_to_json(b) for b in out]
+
+
+def test_parser_on_a_recorded_permission_turn() -> None:
+    out = replay("write_turn.jsonl")
+    names = kinds(out)
+    assert "PermissionRequestBlock" in names and "DiffBlock" in names
+    perm = out[names.index("PermissionRequestBlock")]
+    assert perm.tool_call_id == "t2" and {o.id for o in perm.options} == {"allow", "deny"}
+    diff = out[names.index("DiffBlock")]
+    assert diff.path == "toy.txt" and diff.new_text == "hi there\n" and diff.old_text is None
+    statuses = [(b.id, b.status) for b in out if type(b).__name__ == "ToolCallBlock"]
+    assert statuses == [("t1", "running"), ("t1", "done"), ("t2", "running"), ("t2", "done")]
+    usage = next(b for b in out if type(b).__name__ == "UsageBlock")
+    assert usage.input_tokens == 23 and usage.output_tokens == 17
+
+
+def test_parser_when_the_agent_fails() -> None:
+    out = replay("fail_turn.jsonl", exit_code=3, stderr="toy-agent: failing on request\n")
+    error = next(b for b in out if type(b).__name__ == "ErrorBlock")
+    assert error.code == "agent_exited" and error.detail == "toy-agent: failing on request"
+    assert out[-1].reason == "error" and out[-1].exit_code == 3
+
+
+def test_parser_treats_output_as_data() -> None:
+    parser = toy.ToyParser()
+    odd = parser.feed(b"not json at all")
+    assert kinds(odd) == ["SystemBlock"] and odd[0].code == "unparsed_output"
+    assert parser.feed(b'{"type": "from_a_newer_version", "x": 1}') == []
+    assert parser.feed(b"[1, 2]") == []
+
+
+# ---- copied into a running daemon ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    home = tmp_path_factory.mktemp("example")
+    (home / "config" / "agent-bridge" / "adapters").mkdir(parents=True, mode=0o700)
+    d = DaemonProcess(home, env={"TOY_AGENT_HOME": str(home / "toy-home")}).start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def installed(running: DaemonProcess) -> DaemonProcess:
+    """Copy the two files as the README says; the daemon picks them up on its own."""
+    async def copy_and_wait() -> None:
+        c = await Client.open(running.url, running.token)
+        target = running.config_dir / "adapters"
+        for name in ("_toy_agent.py", "toy.py"):
+            shutil.copy(EXAMPLE / name, target / name)
+        while True:
+            frame = await c.next_push(20)
+            if frame["t"] == "agents_changed":
+                break
+        await c.close()
+
+    asyncio.run(copy_and_wait())
+    return running
+
+
+async def open_session(d: DaemonProcess, cwd: Path) -> tuple[Client, str]:
+    c = await Client.open(d.url, d.token)
+    result = await c.request("session.create", agent="toy", cwd=str(cwd))
+    assert result["info"]["agent"] == "toy"
+    session = str(result["session"]["session"])
+    await c.request("session.subscribe", session=session)
+    return c, session
+
+
+async def say(c: Client, session: str, text: str) -> list[dict[str, Any]]:
+    await c.request("session.send", session=session, text=text)
+    return await c.turn(session, timeout=60)
+
+
+async def test_it_is_detected_checked_and_lists_models(installed: DaemonProcess) -> None:
+    c = await Client.open(installed.url, installed.token)
+    agents = {a["agent"]: a for a in (await c.request("agents.list"))["agents"]}
+    toy_agent = agents["toy"]
+    assert toy_agent["available"] and toy_agent["source"] == "external"
+    assert toy_agent["version"] == "toy-agent 1.2.0"
+    assert toy_agent["file"] == str(installed.config_dir / "adapters" / "toy.py")
+    assert toy_agent["handoff"] == "per_turn" and "**Use when**" in toy_agent["doc"]
+    assert toy_agent["capabilities"]["permissions"] and toy_agent["capabilities"]["interrupt"]
+    assert "_toy_agent" not in agents  # the helper program is not mistaken for an adapter
+    check = await c.request("agents.check", agent="toy")
+    assert check["status"] == "pass", check
+    models = (await c.request("models.list", agent="toy"))["models"]
+    assert [m["id"] for m in models] == ["toy-small", "toy-large"]
+    await c.close()
+
+
+async def test_turns_stream_every_block_and_resume_the_session(
+    installed: DaemonProcess, project: Path
+) -> None:
+    c, session = await open_session(installed, project)
+    frames = await say(c, session, "hello")
+    types_seen = [b["type"] for b in blocks(frames)]
+    for kind in ("user", "thinking", "tool_call", "tool_result", "text", "usage", "session_end"):
+        assert kind in types_seen
+    assert "README.md" in blocks(frames, "tool_result")[0]["content"]
+    end = blocks(frames, "session_end")[-1]
+    sid = end["agent_session_id"]
+    assert end["reason"] == "completed" and sid.startswith("toy-")
+    assert f"This is turn 1 of session {sid}" in text_of(frames)
+    listed = (await c.request("sessions.list", include_external=False))["sessions"]
+    assert next(s for s in listed if s["session"] == session)["agent_session_id"] == sid
+    frames = await say(c, session, "again")
+    assert f"This is turn 2 of session {sid}" in text_of(frames)
+    await c.request("session.send", session=session, text="/model toy-large")
+    assert text_of(await say(c, session, "bigger")).startswith("[toy-large] You said: bigger")
+    await c.close()
+
+
+async def test_permission_diff_interrupt_and_failure(
+    installed: DaemonProcess, project: Path
+) -> None:
+    c, session = await open_session(installed, project)
+    await c.request("session.send", session=session, text="write from the phone")
+    frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
+    request = blocks(frames, "permission_request")[-1]
+    await c.request("session.permission", session=session, request_id=request["id"],
+                    option_id="allow")
+    frames += await c.turn(session)
+    diff = blocks(frames, "diff")[0]
+    assert diff["path"] == "toy.txt" and diff["new_text"] == "from the phone\n"
+    assert (project / "toy.txt").read_text() == "from the phone\n"
+
+    await c.request("session.send", session=session, text="sleep 60")
+    await c.events_until(lambda b: b.get("code") == "state" and b["data"]["state"] == "running",
+                         session=session)
+    await asyncio.sleep(0.5)
+    await c.request("session.interrupt", session=session)
+    frames = await c.turn(session, timeout=30)
+    assert blocks(frames, "session_end")[-1]["reason"] == "interrupted"
+
+    frames = await say(c, session, "fail")
+    error = blocks(frames, "error")[0]
+    assert error["code"] == "agent_exited" and "failing on request" in error["detail"]
+    assert blocks(frames, "session_end")[-1] == {**blocks(frames, "session_end")[-1],
+                                                 "reason": "error", "exit_code": 3}
+    await c.close()
+
+
+async def test_handoff_to_the_terminal_chat_and_back(
+    installed: DaemonProcess, project: Path
+) -> None:
+    c, session = await open_session(installed, project)
+    frames = await say(c, session, "before the handoff")
+    sid = blocks(frames, "session_end")[-1]["agent_session_id"]
+    command = await c.request("session.handoff", session=session)
+    assert command["argv"][-2:] == ["--resume", sid] and command["cwd"] == str(project)
+    env = {**os.environ, "TOY_AGENT_HOME": installed.env["TOY_AGENT_HOME"]}
+    terminal = subprocess.Popen(command["argv"], cwd=command["cwd"], env=env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        await c.events_until(lambda b: b.get("code") == "state"
+                             and b["data"]["writer"] == "terminal", session=session)
+        assert terminal.stdin is not None
+        terminal.stdin.write("typed in the terminal\n")
+        terminal.stdin.flush()
+        mirrored = await c.events_until(lambda b: b["type"] == "text", session=session)
+        user = blocks(mirrored, "user")[-1]
+        assert user["text"] == "typed in the terminal" and user["source"] == "terminal"
+        assert f"turn 2 of session {sid}" in text_of(mirrored)
+        listed = (await c.request("sessions.list"))["sessions"]
+        assert next(s for s in listed if s["session"] == session)["state"] == "parked"
+    finally:
+        if terminal.stdin is not None:
+            terminal.stdin.close()
+        terminal.wait(15)
+    await c.events_until(lambda b: b.get("code") == "state" and b["data"]["state"] == "idle",
+                         session=session, timeout=30)
+    frames = await say(c, session, "back in the app")
+    assert f"This is turn 3 of session {sid}" in text_of(frames)
+    await c.close()
+
+
+async def test_a_terminal_only_session_is_listed(installed: DaemonProcess, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "TOY_AGENT_HOME": installed.env["TOY_AGENT_HOME"]}
+    subprocess.run([sys.executable, str(installed.config_dir / "adapters" / "_toy_agent.py")],
+                   input="started in a terminal\n", text=True, cwd=elsewhere, env=env,
+                   check=True, capture_output=True, timeout=30)
+    c = await Client.open(installed.url, installed.token)
+    for _ in range(40):  # the daemon caches the external scan for a few seconds
+        listed = (await c.request("sessions.list"))["sessions"]
+        mine = [s for s in listed if s["external"] and s["cwd"] == str(elsewhere)]
+        if mine:
+            break
+        await asyncio.sleep(0.5)
+    assert mine and mine[0]["agent"] == "toy" and mine[0]["title"] == "started in a terminal"
+    await c.close()
