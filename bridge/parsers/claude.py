@@ -22,7 +22,6 @@ What becomes what:
 from __future__ import annotations
 
 import base64
-import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -164,7 +163,7 @@ class ClaudeParser:
     _usage: _Usage = field(default_factory=_Usage)
     _last_total_cost: float = 0.0
     _interrupting: bool = False
-    _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _counter: int = 0
 
     # ---- what the adapter calls ------------------------------------------------------------
 
@@ -208,7 +207,7 @@ class ClaudeParser:
         self.outbox.append(
             {
                 "type": "control_request",
-                "request_id": f"bridge-interrupt-{next(self._ids)}",
+                "request_id": f"bridge-interrupt-{self._next()}",
                 "request": {"subtype": "interrupt"},
             }
         )
@@ -241,6 +240,10 @@ class ClaudeParser:
         )
         self._interrupting = False
         return out
+
+    def _next(self) -> int:
+        self._counter += 1
+        return self._counter
 
     def usage(self) -> UsageBlock | None:
         u = self._usage
@@ -283,7 +286,7 @@ class ClaudeParser:
         event = get_dict(msg, "event")
         etype = get_str(event, "type")
         if etype == "message_start":
-            self._message_id = get_str(get_dict(event, "message"), "id") or f"m{next(self._ids)}"
+            self._message_id = get_str(get_dict(event, "message"), "id") or f"m{self._next()}"
             self._index_ids.clear()
             return []
         index = get_int(event, "index")
@@ -327,7 +330,7 @@ class ClaudeParser:
     def _assistant(self, msg: dict[str, Any]) -> list[Block]:
         message = get_dict(msg, "message")
         parent = get_str(msg, "parent_tool_use_id")
-        message_id = get_str(message, "id") or f"m{next(self._ids)}"
+        message_id = get_str(message, "id") or f"m{self._next()}"
         out: list[Block] = []
         self._note_context(get_dict(message, "usage"))
         for n, item in enumerate(get_list(message, "content")):
@@ -338,7 +341,7 @@ class ClaudeParser:
                 # Without partial messages Claude sends each text whole, once.
                 text = get_str(item, "text" if itype == "text" else "thinking") or ""
                 if text:
-                    block_id = f"{message_id}:{n}:{next(self._ids)}"
+                    block_id = f"{message_id}:{n}:{self._next()}"
                     cls = TextBlock if itype == "text" else ThinkingBlock
                     out.append(cls(id=block_id, text=text, done=True))
         return out
@@ -572,10 +575,16 @@ class ClaudeParser:
         if name == "Bash":
             text = get_str(tool_input, "description") or get_str(tool_input, "command")
             return short(text) if text else None
+        if name == "TaskUpdate":
+            status = get_str(tool_input, "status")
+            task = get_str(tool_input, "taskId") or "?"
+            return f"Task #{task}" + (f": {status.replace('_', ' ')}" if status else "")
+        if name == "TodoWrite":
+            return "Update the todo list"
         path = get_str(tool_input, "file_path") or get_str(tool_input, "notebook_path")
         if path:
             return f"{name} {self._rel(path)}"
-        for key in ("pattern", "url", "query", "description", "subject"):
+        for key in ("pattern", "url", "query", "subject", "description"):
             value = get_str(tool_input, key)
             if value:
                 return f"{name}: {short(value)}"

@@ -25,7 +25,6 @@ file's current text, which the adapter reads after the change.
 
 from __future__ import annotations
 
-import itertools
 import re
 import shlex
 from collections.abc import Callable
@@ -166,7 +165,7 @@ class CodexParser:
     #: The turn has ended (a ``session_end`` was produced).
     done: bool = False
     outbox: list[dict[str, Any]] = field(default_factory=list)
-    _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _last_id: int = 0
     _calls: dict[Any, str] = field(default_factory=dict)
     _input: list[dict[str, Any]] = field(default_factory=list)
     _resume: str | None = None
@@ -241,7 +240,8 @@ class CodexParser:
     # ---- the request sequence ------------------------------------------------------------------
 
     def _request(self, method: str, params: dict[str, Any]) -> None:
-        rid = next(self._ids)
+        self._last_id += 1
+        rid = self._last_id
         self._calls[rid] = method
         self.outbox.append({"id": rid, "method": method, "params": params})
 
@@ -495,7 +495,7 @@ class CodexParser:
             reason = "interrupted"
         elif status == "failed":
             reason = "error"
-            message = get_str(get_dict(turn, "error"), "message") or self._last_error
+            message = _readable(get_str(get_dict(turn, "error"), "message") or self._last_error)
             out.append(
                 ErrorBlock(code="agent_error", message=short(message or "the turn failed", 2000))
             )
@@ -666,6 +666,13 @@ class CodexParser:
     def _rel(self, path: str) -> str:
         base = (self.cwd or "").rstrip("/")
         return path[len(base) + 1 :] if base and path.startswith(base + "/") else path
+
+
+def _readable(message: str | None) -> str | None:
+    """The ``message`` of an API error body Codex passes on as raw JSON, else ``message``."""
+    body = decode_object(message) if message else None
+    inner = get_str(get_dict(body, "error"), "message") if body else None
+    return inner or message
 
 
 def _command_decisions(available: list[Any]) -> dict[str, Any]:
