@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -354,6 +355,8 @@ def _port_checks(config: Config) -> list[Check]:
 
 
 def _adapters_dir_checks(directory: Path) -> list[Check]:
+    from bridge import loader  # its rules decide what gets loaded; say the same here
+
     if not directory.exists():
         return [
             Check(
@@ -363,21 +366,22 @@ def _adapters_dir_checks(directory: Path) -> list[Check]:
         ]
     if not directory.is_dir():
         return [Check(code="adapters_dir_bad", level="error", message=f"{directory} is not a dir")]
-    uid = os.getuid()
-    bad: list[str] = []
-    for path in [directory, *sorted(directory.glob("*.py"))]:
-        st = path.stat()
-        if st.st_uid != uid:
-            bad.append(f"{path} belongs to uid {st.st_uid}")
-        elif stat.S_IMODE(st.st_mode) & 0o022:
-            bad.append(f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})")
-    if bad:
+    problems = [loader.permission_problem(directory, what="adapters directory")]
+    with contextlib.suppress(OSError):
+        problems += [
+            loader.permission_problem(path, what="adapter file")
+            for path in sorted(directory.iterdir())
+            if loader.is_adapter_file(path) and path.is_file()
+        ]
+    found = [p for p in problems if p]
+    if found:
         return [
             Check(
                 code="adapters_dir_permissions",
                 level="error",
-                message="; ".join(bad) + ": an adapter is code that runs as you",
-                hint=f"chmod go-w {directory} {directory}/*.py (and chown them to yourself)",
+                message=found[0] + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
+                hint=f"chmod go-w {directory} {directory}/*.py; an adapter is code that runs as "
+                "you, so the daemon skips what others can change",
             )
         ]
     return [Check(code="adapters_dir_ok", message=f"{directory} is writable only by you")]
@@ -433,11 +437,13 @@ async def agent_findings(config: Config) -> list[Finding]:
     finally:
         registry.cancel_detection()
         structlog.configure(**saved)
+    entries = [e for e in registry.entries() if e.agent_id != DAEMON_AGENT]
+    known = [e.error for e in entries if e.error]
     for event in collector.events:
         what = {k: v for k, v in event.items() if k not in ("event", "timestamp", "level")}
         detail = ", ".join(f"{k}={v}" for k, v in what.items())
-        findings.append(_loader_finding(str(event.get("event")), detail))
-    entries = [e for e in registry.entries() if e.agent_id != DAEMON_AGENT]
+        if not any(error in detail for error in known):  # else its agent's line says it
+            findings.append(_loader_finding(str(event.get("event")), detail))
     results = await asyncio.gather(*(_entry_findings(registry, config, e) for e in entries))
     for found in results:
         findings += found
@@ -456,11 +462,10 @@ async def _entry_findings(registry: Any, config: Config, entry: Any) -> list[Fin
     explicit = agent_id in config.agents or entry.source != "builtin"
     if not entry.config.enabled:
         return [Finding(agent_id, Check(code="disabled", message="disabled in the config"))]
-    findings: list[Finding] = []
     if entry.error:
-        findings.append(
-            Finding(agent_id, Check(code="adapter_error", level="warn", message=entry.error))
-        )
+        # Not loaded (or an older version kept): the reason is what matters, not its CLI.
+        return [Finding(agent_id, Check(code="adapter_error", level="warn", message=entry.error))]
+    findings: list[Finding] = []
     checks = await registry.check(agent_id)
     missing = [c for c in checks if c.code == "binary_missing"]
     if missing and not explicit:

@@ -139,6 +139,25 @@ def test_warn_token_and_state_dir_readable_by_others(home: Home) -> None:
     assert b"\x1b[33mwarn" in out and b"doctor: warn" in out
 
 
+def test_warn_broken_external_adapter_and_fail_when_others_can_change_it(home: Home) -> None:
+    adapters = home.config_dir / "adapters"
+    adapters.mkdir(mode=0o700)
+    broken = adapters / "broken.py"
+    broken.write_text("import agent_bridge_test_no_such_module\n")
+    broken.chmod(0o600)
+    home.write_config(quiet_config(free_port()))
+    rc, report = home.doctor_json()
+    assert rc == 1, report
+    (line,) = [c for c in report["checks"] if c["scope"] == "broken"]
+    assert line["level"] == "warn" and "agent_bridge_test_no_such_module" in line["message"]
+
+    broken.chmod(0o666)
+    rc, report = home.doctor_json()
+    assert rc == 2
+    check = by_code(report)["adapters_dir_permissions"]
+    assert str(broken) in check["message"] and "writable by group and others" in check["message"]
+
+
 def test_fail_invalid_config(home: Home) -> None:
     home.write_config("[server]\nprot = 8765\n")
     rc, report = home.doctor_json()
@@ -180,7 +199,7 @@ def test_fail_adapters_dir_writable_by_others(home: Home) -> None:
     rc, report = home.doctor_json()
     assert rc == 2
     check = by_code(report)["adapters_dir_permissions"]
-    assert "0777" in check["message"] and "chmod go-w" in check["hint"]
+    assert "writable by group and others" in check["message"] and "chmod go-w" in check["hint"]
 
 
 def test_fail_non_loopback_without_tls(home: Home) -> None:
