@@ -62,15 +62,25 @@ function toast(message, level = 'error') {
   setTimeout(() => el.remove(), 6000);
 }
 
-function stateLabel({ state, writer, queued }) {
+/** "parked · a terminal owns it · 2 queued"; `short` leaves out who owns it (for lists). */
+function stateLabel({ state, writer, queued }, short = false) {
   let text = state || 'unknown';
-  if (state === 'parked') text = writer === 'terminal' || !writer ? 'parked · a terminal owns it' : 'parked';
+  if (state === 'parked' && writer === 'terminal' && !short) text += ' · a terminal owns it';
   if (queued) text += ` · ${queued} queued`;
   return text;
 }
 
 function stateBadge(s) {
-  return h('span', { class: 'badge state', dataset: { state: s.state } }, stateLabel(s));
+  return h('span', { class: 'badge state', dataset: { state: s.state } }, stateLabel(s, true));
+}
+
+/**
+ * A session the daemon found in an agent's own terminal history but does not host yet: it has
+ * no event log to subscribe to until `session.attach` adopts it. The daemon names these
+ * `ext:<agent>:<agent_session_id>` (docs/protocol.md). An adopted one keeps `external: true`.
+ */
+function isFoundOnDisk(s) {
+  return s.external && s.session.startsWith('ext:');
 }
 
 function readBase64(file) {
@@ -114,9 +124,14 @@ class SessionView {
     this.metaEl = h('div', { class: 'meta muted small' });
     this.stateEl = h('span', { class: 'badge state' });
     this.usageEl = h('span', { class: 'usage muted small', title: 'Usage and cost of this session' });
-    this.stopBtn = h('button', { type: 'button', class: 'danger', onclick: () => this.interrupt() }, icon('stop'), ' Stop');
-    this.handoffBtn = h('button', { type: 'button', onclick: () => this.handoff() }, icon('terminal'), ' Continue in terminal');
-    this.closeBtn = h('button', { type: 'button', class: 'link-btn', onclick: () => this.closeSession() }, 'End session');
+    this.stopBtn = h('button', { type: 'button', class: 'danger', onclick: () => this.interrupt() },
+      icon('stop'), ' Stop');
+    this.handoffBtn = h('button', {
+      type: 'button', title: 'Continue in terminal', onclick: () => this.handoff(),
+    }, icon('terminal'), h('span', { class: 'hide-phone' }, ' Continue in terminal'));
+    this.closeBtn = h('button', {
+      type: 'button', class: 'link-btn', title: 'End session', onclick: () => this.closeSession(),
+    }, 'End', h('span', { class: 'hide-phone' }, ' session'));
     this.handoffBox = h('div', { class: 'handoff-box', hidden: true });
     this.scroller = h('div', { class: 'transcript' });
     this.textarea = h('textarea', {
@@ -151,6 +166,7 @@ class SessionView {
     this.metaEl.textContent = [agent?.display_name || s.agent, s.model, s.cwd].filter(Boolean).join(' · ');
     this.stateEl.dataset.state = s.state;
     this.stateEl.textContent = stateLabel(s);
+    this.stateEl.title = this.stateEl.textContent;
     this.stopBtn.disabled = s.state !== 'running';
     const handoff = agent?.handoff ?? 'none';
     this.handoffBtn.hidden = handoff === 'none';
@@ -381,7 +397,11 @@ class App {
     this.client = client;
     client.addEventListener('status', (ev) => this.setConn(ev.detail));
     client.addEventListener('open', () => this.onOpen());
-    client.addEventListener('agents_changed', () => this.loadAgents());
+    client.addEventListener('agents_changed', () => {
+      // A new adapter may also bring sessions started in its terminal.
+      this.loadAgents();
+      this.loadSessions();
+    });
     $('#login').hidden = true;
     $('#main').hidden = false;
     $('#logout').hidden = false;
@@ -554,18 +574,18 @@ class App {
 
   renderSessions() {
     const all = [...this.sessions.values()].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
-    const own = all.filter((s) => !s.external);
-    const external = all.filter((s) => s.external);
+    const own = all.filter((s) => !isFoundOnDisk(s));
+    const external = all.filter(isFoundOnDisk);
     const item = (s) => h('li', { dataset: { session: s.session } }, h('button', {
       type: 'button',
       class: `session-item${this.current?.id === s.session ? ' active' : ''}`,
-      onclick: () => (s.external ? this.attach(s) : this.open(s.session)),
+      onclick: () => (isFoundOnDisk(s) ? this.attach(s) : this.open(s.session)),
     },
     h('span', { class: 'item-title' }, s.title || (s.external ? 'Terminal session' : 'New session')),
     h('span', { class: 'item-meta muted small' },
       [this.agents.get(s.agent)?.display_name || s.agent, s.cwd.split('/').filter(Boolean).pop() || s.cwd,
         relativeTime(s.updated_at)].filter(Boolean).join(' · ')),
-    s.external
+    isFoundOnDisk(s)
       ? h('span', { class: 'badge state', dataset: { state: s.state } }, s.state === 'parked' ? 'open in a terminal' : 'attach')
       : stateBadge(s)));
     clear($('#sessions')).append(...own.map(item));
@@ -590,8 +610,8 @@ class App {
       });
       this.sessions.delete(s.session);
       this.sessions.set(session.session, session);
-      this.renderSessions();
       this.open(session.session);
+      await this.loadSessions(); // the daemon now lists it as ours, not under "In terminals"
     } catch (err) {
       toast(`Could not attach: ${err.message}`);
     }

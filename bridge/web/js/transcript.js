@@ -126,7 +126,8 @@ export class Transcript {
   }
 
   #agentInfo(b, frame) {
-    const bits = [b.name || b.agent, b.version && `v${b.version}`, b.model && `model ${b.model}`];
+    const version = b.version && /^\d/.test(b.version) ? `v${b.version}` : b.version;
+    const bits = [b.name || b.agent, version, b.model && `model ${b.model}`];
     this.#add(h('div', { class: 'blk blk-info' }, bits.filter(Boolean).join(' · ')), frame);
     this.hooks.onInfo?.(b);
   }
