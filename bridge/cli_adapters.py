@@ -9,6 +9,7 @@ directory, with the small agent program it drives, so it works before it is chan
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import shutil
@@ -79,7 +80,7 @@ def check_file(path: Path, config: Config) -> dict[str, Any]:
     problem = loader.permission_problem(path)
     if problem:
         problems.append(problem)
-    result = loader.probe(str(path), config.adapters.import_timeout)
+    result = asyncio.run(loader.probe(str(path), config.adapters.import_timeout))
     if not result.ok:
         problems += _problems_from(result.error or "the file could not be imported")
     taken = _builtin_ids(config)

@@ -49,7 +49,7 @@ import msgspec
 from bridge.adapters.base import BaseAdapter, DetectedAgent, contract_problems
 from bridge.config import Config
 from bridge.logs import get_logger
-from bridge.process import run_capture
+from bridge.process import ChildProcess, SpawnError
 from bridge.registry import Registry
 
 log = get_logger("bridge.loader")
@@ -261,25 +261,37 @@ def _probe_env() -> dict[str, str]:
     return env
 
 
-def probe(target: str, timeout: float, *, entry_point: bool = False) -> ProbeResult:
-    """Run the probe subprocess (blocking; call it in a worker thread)."""
+async def probe(target: str, timeout: float, *, entry_point: bool = False) -> ProbeResult:
+    """Run the probe subprocess; cancelling this kills it, so shutdown never waits for one."""
     flag = "--entry-point" if entry_point else "--file"
     argv = [sys.executable, "-m", "bridge.loader", "probe", "--timeout", f"{timeout:g}",
             flag, target]
-    result = run_capture(argv, timeout=timeout + PROBE_SLACK_S, env=_probe_env())
-    if result.timed_out:
+    try:
+        child = await ChildProcess.spawn(argv, env=_probe_env(), stdin=False)
+    except SpawnError as exc:
+        return ProbeResult(ok=False, error=f"the import probe could not start: {exc}")
+    lines: list[bytes] = []
+    code: int | None = None
+    try:
+        async with asyncio.timeout(timeout + PROBE_SLACK_S):
+            while (line := await child.read_line()) is not None:
+                lines.append(line)
+            code = await child.wait()
+    except TimeoutError:
         return ProbeResult(ok=False, error=timeout_message(timeout))
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    if lines:
+    finally:
+        await child.terminate(0.5)
+    reports = [line for line in lines if line.strip()]
+    if reports:
         try:
-            return msgspec.json.decode(lines[-1], type=ProbeResult)
+            return msgspec.json.decode(reports[-1], type=ProbeResult)
         except msgspec.DecodeError:
             pass
-    tail = result.stderr.strip().splitlines()[-1:] or [""]
+    tail = child.stderr_tail().strip().splitlines()[-1:] or [""]
     return ProbeResult(
         ok=False,
         error=f"the file ended the Python process while being imported "
-        f"(exit code {result.returncode}) {tail[0][:300]}".strip(),
+        f"(exit code {code}) {tail[0][:300]}".strip(),
     )
 
 
@@ -498,7 +510,7 @@ class AdapterLoader:
 
         async def probe_one(item: tuple[Source, bytes]) -> ProbeResult:
             async with gate:
-                return await asyncio.to_thread(probe, item[0].label, self.timeout)
+                return await probe(item[0].label, self.timeout)
 
         results = await asyncio.gather(*(probe_one(item) for item in pending))
         for (src, data), result in zip(pending, results, strict=True):
@@ -578,7 +590,7 @@ class AdapterLoader:
                 fallback_id=re.sub(r"[^A-Za-z0-9_-]", "-", ep.name).strip("-") or None,
             )
             self._sources[key] = src
-            result = await asyncio.to_thread(probe, ep.value, self.timeout, entry_point=True)
+            result = await probe(ep.value, self.timeout, entry_point=True)
             if not result.ok:
                 self._fail(src, result.error or "the entry point could not be loaded")
                 continue
@@ -699,6 +711,7 @@ class AdapterLoader:
     async def _watch(self) -> None:
         import watchfiles
 
+        polling = False
         while not self._stop.is_set():
             if not self.dir.is_dir():
                 await self._sleep(WATCH_RETRY_S)
@@ -711,12 +724,16 @@ class AdapterLoader:
                     step=50,
                     stop_event=self._stop,
                     recursive=False,
+                    force_polling=polling,
                 ):
                     await self._rescan_logged()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("adapters_watch_failed", dir=str(self.dir), error=repr(exc))
+                # Out of inotify watches, or a filesystem without events: poll instead.
+                log.warning("adapters_watch_failed", dir=str(self.dir), error=repr(exc),
+                            polling=not polling)
+                polling = True
             # The directory went away or the watch broke: catch up, then watch again.
             await self._rescan_logged()
             await self._sleep(WATCH_RETRY_S)

@@ -55,6 +55,10 @@ class {cls}(BaseAdapter):
 '''
 
 
+def probe(path: str, timeout: float) -> loader.ProbeResult:
+    return asyncio.run(loader.probe(path, timeout))
+
+
 def write(path: Path, text: str, mode: int = 0o644) -> Path:
     path.write_text(text)
     path.chmod(mode)
@@ -111,14 +115,14 @@ def test_a_file_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
 )
 def test_probe_reports_why_a_file_cannot_load(tmp_path: Path, text: str, expected: str) -> None:
     f = write(tmp_path / "adapter.py", text)
-    result = loader.probe(str(f), 5.0)
+    result = probe(str(f), 5.0)
     assert not result.ok
     assert expected in (result.error or ""), result.error
 
 
 def test_probe_stops_an_endless_loop_at_import(tmp_path: Path) -> None:
     f = write(tmp_path / "spin.py", "while True:\n    pass\n")
-    result = loader.probe(str(f), 0.5)
+    result = probe(str(f), 0.5)
     assert not result.ok and "did not finish within 0.5s" in (result.error or "")
 
 
@@ -126,7 +130,7 @@ def test_probe_lists_the_classes_and_ignores_what_the_file_prints(tmp_path: Path
     text = "print('noise on stdout')\n" + adapter_source("one", cls="One") + adapter_source(
         "two", cls="Two"
     )
-    result = loader.probe(str(write(tmp_path / "two.py", text)), 5.0)
+    result = probe(str(write(tmp_path / "two.py", text)), 5.0)
     assert result.ok, result.error
     assert sorted((c.name, c.agent_id) for c in result.classes) == [("One", "one"), ("Two", "two")]
 
