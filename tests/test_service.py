@@ -6,6 +6,7 @@ installed by ``./dev test``)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -183,3 +184,11 @@ def test_status_flags_a_unit_whose_program_is_gone(tmp_path: Path) -> None:
     unit.write_text(render_unit([str(tmp_path / "old venv" / "agent-bridge"), "serve"]))
     result = run([str(SCRIPT), "service", "status"], home, str(tmp_path))
     assert f"ExecStart program {tmp_path / 'old venv' / 'agent-bridge'} is missing" in result.stdout
+
+
+def test_every_unit_option_is_explained() -> None:
+    readme = (ROOT / "systemd" / "README.md").read_text()
+    options = re.findall(r"^(\w+)=", REPO_UNIT.read_text(), re.M)
+    obvious = {"Description", "ExecStart", "WantedBy"}
+    unexplained = [o for o in options if o not in obvious and f"`{o}=" not in readme]
+    assert not unexplained, f"say why in systemd/README.md: {unexplained}"
