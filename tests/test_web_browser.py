@@ -238,6 +238,24 @@ def test_a_turn_renders_every_block_type(page: Page, daemon: DaemonProcess, proj
     shot(page, "desktop-session-top")
 
 
+def test_dark_scheme(browser: Browser, daemon: DaemonProcess, project: Path) -> None:
+    p = browser.page(*DESKTOP, dark=True)
+    try:
+        login(p, daemon)
+        new_session(p, project)
+        send(p, "Dark **mode** check")
+        p.wait(".blk-permission[data-state=open] .perm-opt")
+        p.click(".blk-permission .perm-opt.kind-allow_always")
+        wait_turns(p, 1)
+        background = p.eval("getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(15, 20, 28)"
+        p.eval("document.querySelector('.transcript').scrollTop = 1e9")
+        shot(p, "desktop-dark")
+        assert page_errors(p) == []
+    finally:
+        p.close()
+
+
 def test_agent_output_is_shown_as_text_never_run(
     page: Page, daemon: DaemonProcess, project: Path
 ) -> None:
@@ -258,6 +276,57 @@ def test_agent_output_is_shown_as_text_never_run(
     assert page.eval(
         "[...document.querySelectorAll('.blk-text a')].map((a) => [a.href, a.rel, a.target])"
     ) == [["https://example.com/a", "noopener noreferrer nofollow", "_blank"]]
+
+
+def test_errors_and_slash_commands(page: Page, daemon: DaemonProcess, project: Path) -> None:
+    login(page, daemon)
+    page.fill("#ns-cwd", "relative/path")
+    page.click("#new-session button[type=submit]")
+    page.wait("#ns-error")
+    assert "absolute" in page.text("#ns-error")
+    new_session(page, project)
+    page.wait(".blk-info")
+    page.fill(".session textarea", "/st")
+    page.wait(".hints .hint")
+    assert page.texts(".hints .hint b") == ["/status", "/stop"]
+    page.click(".hints .hint:has-text('/status')")
+    assert page.eval("document.querySelector('.session textarea').value") == "/status "
+    page.fill(".session textarea", "/status")
+    page.click(".composer .send")
+    page.wait(".blk-system.code-status")
+    assert "state: idle" in page.text(".blk-system.code-status")
+    send(page, "/terminal")  # the demo agent cannot continue in a terminal
+    page.wait(".blk-error")
+    assert "cannot continue in a terminal" in page.text(".blk-error")
+    assert page.count(".head-actions button[title='Continue in terminal']:not([hidden])") == 0
+    send(page, "fail")
+    page.wait(".blk-end.reason-error")
+    assert page.text(".blk-end.reason-error") == "Turn ended with an error · exit 1"
+    assert page.count(".blk-error:has-text('the demo agent failed on purpose')") == 1
+
+
+def test_a_prompt_answered_in_one_tab_settles_in_the_other(
+    browser: Browser, page: Page, daemon: DaemonProcess, project: Path
+) -> None:
+    login(page, daemon)
+    session = new_session(page, project)
+    other = browser.page(*DESKTOP)
+    try:
+        login(other, daemon)
+        other.click(f"#sessions li[data-session='{session}'] button")
+        send(page, "two tabs")
+        page.wait(".blk-permission[data-state=open] .perm-opt")
+        other.wait(".blk-permission[data-state=open] .perm-opt")
+        other.click(".blk-permission .perm-opt.kind-reject_once")
+        wait_turns(page, 1)
+        assert page.eval("document.querySelector('.blk-permission').dataset.state") == "settled"
+        assert page.eval("document.querySelector('.blk-permission .perm-opt').disabled") is True
+        assert page.text(".blk-tool[data-status=error] .tool-result.is-error pre") \
+            == "the user denied this action"
+        assert other.text(".blk-permission .perm-note") == "You chose: Deny"
+        assert page_errors(other) == []
+    finally:
+        other.close()
 
 
 def test_interrupt_stops_a_running_turn(page: Page, daemon: DaemonProcess, project: Path) -> None:

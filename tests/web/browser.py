@@ -85,8 +85,10 @@ class Browser:
         self.proc.stdin.flush()
         return self._answer(rid, timeout)
 
-    def page(self, width: int = 1280, height: int = 800, mobile: bool = False) -> Page:
-        return Page(self, self.call("open", width=width, height=height, mobile=mobile))
+    def page(
+        self, width: int = 1280, height: int = 800, mobile: bool = False, dark: bool = False
+    ) -> Page:
+        return Page(self, self.call("open", width=width, height=height, mobile=mobile, dark=dark))
 
     def close(self) -> None:
         if self.proc.stdin is not None:

@@ -26,9 +26,10 @@ function pageOf(args) {
 }
 
 const ops = {
-  async open({ width = 1280, height = 800, mobile = false }) {
+  async open({ width = 1280, height = 800, mobile = false, dark = false }) {
     const context = await browser.newContext({
       viewport: { width, height },
+      colorScheme: dark ? 'dark' : 'light',
       deviceScaleFactor: 1,
       isMobile: mobile,
       hasTouch: mobile,

@@ -677,7 +677,7 @@ class App {
   }
 
   diffMode() {
-    return localStorage.getItem(DIFF_KEY) || (phoneQuery.matches ? 'unified' : 'split');
+    return localStorage.getItem(DIFF_KEY) || 'unified';
   }
 
   setDiffMode(mode) {
