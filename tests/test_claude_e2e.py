@@ -40,10 +40,11 @@ pytestmark = [
     pytest.mark.timeout(180),
     pytest.mark.skipif(BINARY is None, reason=realcli.missing_reason("claude")),
 ]
+#: a valid 2x2 PNG (Codex drops images it cannot decode)
 PNG = base64.b64encode(
     bytes.fromhex(
-        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-        "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+        "89504e470d0a1a0a0000000d4948445200000002000000020802000000fdd49a73000000104944"
+        "4154789c63f8cfc000440c100a001fee03fd8b5f14d40000000049454e44ae426082"
     )
 ).decode()
 
