@@ -134,3 +134,24 @@ def test_rotate_text_output(tmp_path: Path) -> None:
     out = pair(d.env, "--rotate", "--no-qr").stdout
     assert "A new token was made" in out
     assert token_of(first["url"]) not in out
+
+
+async def test_lan_without_tls_needs_insecure_and_pairs_over_ws(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    refused = DaemonProcess(tmp_path / "refused", args=["--host", "0.0.0.0"])
+    with pytest.raises(RuntimeError):
+        refused.start(timeout=30)
+    assert refused.proc is not None and refused.proc.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without TLS" in refused.log_text()
+
+    d: DaemonProcess = daemon_factory(args=["--host", "0.0.0.0", "--insecure"]).start()
+    assert "insecure_bind" in d.log_text()
+    data = pair_json(d.env)
+    parts = urlsplit(data["url"])
+    assert (parts.scheme, data["tls"], parts.port) == ("ws", False, d.port)
+    if lan_address() is not None:
+        assert parts.hostname == lan_address()
+    c = await connect_like_a_phone(data["url"])
+    assert (await c.request("ping")) == {}
+    await c.close()
