@@ -253,7 +253,6 @@ class CursorParser:
             if diff is not None:
                 out.append(diff)
         content = _result_text(name, success if not is_error else failure or result)
-        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
         out.append(
             ToolCallBlock(
                 id=call_id,
@@ -264,6 +263,7 @@ class CursorParser:
                 status="error" if is_error else "done",
             )
         )
+        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
         return out
 
     def _on_result(self, event: dict[str, Any]) -> list[Block]:

@@ -201,7 +201,6 @@ class DroidParser:
             diff = _diff_block(name, params, value, call_id)
             if diff is not None:
                 out.append(diff)
-        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
         out.append(
             ToolCallBlock(
                 id=call_id,
@@ -212,6 +211,7 @@ class DroidParser:
                 status="error" if is_error else "done",
             )
         )
+        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
         return out
 
     def _on_error(self, event: dict[str, Any]) -> list[Block]:

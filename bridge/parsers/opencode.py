@@ -331,7 +331,6 @@ class OpenCodeParser:
             diff = _diff_block(name, tool_input, get_dict(state, "metadata"), call_id)
             if diff is not None:
                 out.append(diff)
-        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
         out.append(
             ToolCallBlock(
                 id=call_id,
@@ -342,6 +341,7 @@ class OpenCodeParser:
                 status="error" if is_error else "done",
             )
         )
+        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
         return out
 
     def _step_finish(self, pid: str, part: dict[str, Any]) -> list[Block]:

@@ -258,9 +258,6 @@ class PiParser:
             if diff is not None:
                 out.append(diff)
         out.append(
-            ToolResultBlock(tool_call_id=call_id, content=clip(_text_of(result)), is_error=is_error)
-        )
-        out.append(
             ToolCallBlock(
                 id=call_id,
                 name=name,
@@ -269,6 +266,9 @@ class PiParser:
                 input=args,
                 status="error" if is_error else "done",
             )
+        )
+        out.append(
+            ToolResultBlock(tool_call_id=call_id, content=clip(_text_of(result)), is_error=is_error)
         )
         return out
 

@@ -1,0 +1,214 @@
+"""The Pi parser on real ``pi --mode json`` / ``--mode rpc`` output, and on garbage.
+
+Fixtures: ``tests/fixtures/captured/pi`` (pi 0.73.1 against the fake model server, see SOURCE.md).
+This module also holds the helpers the other per-agent parser tests share.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.blocks import (
+    Block,
+    DiffBlock,
+    ErrorBlock,
+    SessionEndBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    is_block,
+)
+from bridge.parsers import apply_hunks, decode_object, parse_unified
+from bridge.parsers.pi import PiParser, pi_diff_to_unified
+from tests.test_parsers_claude_codex import (
+    assert_well_formed,
+    garbage_lines,
+    json_values,
+    lines_of,
+    of,
+    text,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PI = FIXTURES / "captured" / "pi"
+
+
+class Parser(Protocol):
+    def feed(self, line: bytes | str) -> list[Block]: ...
+
+    def close_open(self) -> list[Block]: ...
+
+
+def run(parser: Parser, path: Path) -> list[Block]:
+    out: list[Block] = []
+    for line in lines_of(path):
+        out.extend(parser.feed(line))
+    return out
+
+
+def well_formed(parser: Parser, blocks: list[Block]) -> None:
+    """The parser's blocks plus what an adapter adds at the end form a valid turn."""
+    assert_well_formed([*blocks, *parser.close_open(), SessionEndBlock()])
+
+
+def samples(*paths: Path) -> list[Any]:
+    return [obj for p in paths for x in lines_of(p) if (obj := decode_object(x)) is not None]
+
+
+def mutated(real: Sequence[Any]) -> st.SearchStrategy[bytes]:
+    """A real line with one value somewhere replaced, removed or wrapped in a list."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> bytes:
+        obj = json.loads(json.dumps(draw(st.sampled_from(list(real)))))
+        node: Any = obj
+        for _ in range(draw(st.integers(0, 6))):
+            keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+            if not keys:
+                break
+            key = draw(st.sampled_from(keys))
+            child = node[key]
+            if isinstance(child, dict | list) and child and draw(st.booleans()):
+                node = child
+                continue
+            action = draw(st.sampled_from(["replace", "remove", "wrap"]))
+            if action == "remove" and isinstance(node, dict):
+                del node[key]
+            elif action == "wrap":
+                node[key] = [child]
+            else:
+                node[key] = draw(json_values)
+            break
+        return json.dumps(obj).encode()
+
+    return build()
+
+
+def survives(make: Callable[[], Parser], lines: list[bytes]) -> None:
+    parser = make()
+    for line in lines:
+        out = parser.feed(line)
+        assert isinstance(out, list) and all(is_block(b) for b in out)
+    assert all(is_block(b) for b in parser.close_open())
+
+
+# ---- real output -------------------------------------------------------------------------------
+
+
+def test_plain_answer_streams_thinking_and_text_deltas_with_usage_and_the_session_id() -> None:
+    parser = PiParser()
+    blocks = run(parser, PI / "json_plain.stdout.jsonl")
+    assert parser.session_id == "01a2367d-c044-730f-b390-fa975a329bf4"
+    assert text(blocks) == "Hello! I am the fake model."
+    assert text(blocks, ThinkingBlock) == "Greeting."
+    assert len([b for b in of(blocks, TextBlock) if b.text]) == 3  # real deltas, not one block
+    assert parser.usage.input_tokens == 12 and parser.usage.output_tokens == 5
+    assert parser.usage.cost_usd == 0.0  # pi reports a cost (0 for the fake model)
+    assert parser.finished and not parser.failed
+    well_formed(parser, blocks)
+
+
+def test_tool_call_runs_then_finishes_with_its_output() -> None:
+    parser = PiParser()
+    blocks = run(parser, PI / "json_tool.stdout.jsonl")
+    call = of(blocks, ToolCallBlock)
+    assert [c.status for c in call] == ["running", "done"]
+    assert call[0].name == "bash" and call[0].input == {"command": "echo hello-from-tool"}
+    assert call[0].kind == "execute" and call[0].title == "echo hello-from-tool"
+    result = of(blocks, ToolResultBlock)[0]
+    assert result.tool_call_id == call[0].id and result.content == "hello-from-tool\n"
+    assert text(blocks).endswith("hello-from-tool.")
+    well_formed(parser, blocks)
+
+
+def test_edit_and_write_become_diffs_with_a_unified_diff() -> None:
+    parser = PiParser()
+    blocks = run(parser, PI / "json_edit.stdout.jsonl")
+    edit, write = of(blocks, DiffBlock)
+    assert edit.path.endswith("/notes.txt") and (edit.old_text, edit.new_text) == ("world", "there")
+    assert edit.unified is not None
+    assert apply_hunks("hello\nworld\n", parse_unified(edit.unified)) == "hello\nthere\n"
+    assert write.path.endswith("/new.txt") and write.old_text is None
+    assert write.new_text == "fresh file\n" and write.unified.startswith("--- /dev/null")
+    calls = {c.id: c for c in of(blocks, ToolCallBlock)}
+    assert edit.tool_call_id in calls and write.tool_call_id in calls
+    well_formed(parser, blocks)
+
+
+def test_rpc_mode_events_parse_like_json_mode() -> None:
+    parser = PiParser()
+    blocks = run(parser, PI / "rpc.stdout.jsonl")
+    assert text(blocks) == "Hello! I am the fake model.The command printed hello-from-tool."
+    assert [c.status for c in of(blocks, ToolCallBlock)] == ["running", "done"]
+    assert parser.session_id is None  # rpc mode prints no session header
+
+
+def test_unknown_session_prints_nothing() -> None:
+    parser = PiParser()
+    assert run(parser, PI / "resume_unknown.stdout.jsonl") == []
+    assert not parser.saw_output
+    assert "No session found matching" in (PI / "resume_unknown.stderr.txt").read_text()
+
+
+def test_a_failed_model_call_is_an_error_block() -> None:
+    parser = PiParser()
+    line = json.dumps(
+        {
+            "type": "message_end",
+            "message": {
+                "role": "assistant",
+                "content": [],
+                "usage": {"input": 3, "output": 0, "cost": {"total": 0.002}},
+                "stopReason": "error",
+                "errorMessage": "400 bad request",
+            },
+        }
+    )
+    blocks = parser.feed(line)
+    assert of(blocks, ErrorBlock)[0].message == "400 bad request"
+    assert parser.failed and parser.usage.cost_usd == 0.002
+
+
+def test_pi_numbered_diff_with_two_hunks_becomes_an_applicable_unified_diff() -> None:
+    # The shape pi's generateDiffString prints: context lines carry old numbers, "+" lines new
+    # ones, and a " ..." line separates hunks.
+    old = "".join(f"line {i}\n" for i in range(1, 21))
+    new = old.replace("line 3\n", "line 3\nadded\n").replace("line 17\n", "")
+    numbered = "\n".join(
+        [
+            "  1 line 1",
+            "  2 line 2",
+            "  3 line 3",
+            "+ 4 added",
+            "  4 line 4",
+            "  5 line 5",
+            "    ...",
+            " 15 line 15",
+            " 16 line 16",
+            "-17 line 17",
+            " 18 line 18",
+        ]
+    )
+    unified = pi_diff_to_unified("f.txt", numbered)
+    assert unified is not None and unified.count("@@ ") == 2
+    assert apply_hunks(old, parse_unified(unified)) == new
+    assert apply_hunks(new, parse_unified(unified), reverse=True) == old
+    assert pi_diff_to_unified("f.txt", "not a diff") is None
+
+
+# ---- garbage ------------------------------------------------------------------------------------
+
+REAL = samples(*sorted(PI.glob("*.stdout.jsonl")))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(garbage_lines | mutated(REAL), max_size=25))
+def test_pi_parser_never_raises_on_garbage(lines: list[bytes]) -> None:
+    survives(PiParser, lines)
