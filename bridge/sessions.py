@@ -41,6 +41,7 @@ from bridge.blocks import (
     UsageBlock,
     UserBlock,
     block_to_json,
+    is_block,
 )
 from bridge.commands import SlashCommand, help_text, parse_command
 from bridge.config import Config
@@ -64,6 +65,8 @@ log = get_logger("bridge.sessions")
 UNCOMMITTED_HIGH = 4000
 UNCOMMITTED_LOW = 1000
 REPLAY_CHUNK = 1000
+#: Blocks a turn emits before it lets other tasks run (fewer than a sender's burst).
+YIELD_EVERY = 64
 PARK_POLL_S = 1.0
 EXTERNAL_CACHE_S = 5.0
 HANDOFF_WAIT_S = 300.0
@@ -891,6 +894,7 @@ class Hub:
                 loop = asyncio.get_running_loop()
                 slack = min(1.0, idle_timeout / 20)
                 idle = asyncio.timeout(idle_timeout + slack)
+                burst = 0
                 try:
                     async with idle:
                         while True:
@@ -909,6 +913,13 @@ class Hub:
                             if s.uncommitted >= UNCOMMITTED_HIGH:
                                 idle.reschedule(None)  # waiting for the store is not idling
                                 await self._backpressure(s)
+                            burst += 1
+                            if burst >= YIELD_EVERY:
+                                # A stream that never waits would keep the loop from the
+                                # senders until the store pushes back, and a client reading
+                                # at full speed would still fall thousands of frames behind.
+                                burst = 0
+                                await asyncio.sleep(0)
                 except TimeoutError:
                     if not idle.expired():
                         raise
@@ -956,8 +967,6 @@ class Hub:
                 self._emit(s, out)
 
     def _accept(self, s: Session, turn: Turn, block: object) -> list[Block]:
-        from bridge.blocks import is_block
-
         if not is_block(block):
             return [
                 ErrorBlock(
