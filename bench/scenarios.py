@@ -73,6 +73,29 @@ async def _clients(target: Target, n: int, concurrency: int = 50) -> list[LeanCl
     return out
 
 
+async def _until_done(
+    sinks: list[Collector] | list[Counter] | list[Collector | Counter],
+    clients: list[LeanClient],
+    timeout: float,
+) -> None:
+    """Wait for every client's session_end; fail at once if the daemon closed one."""
+
+    async def one(sink: Collector | Counter, client: LeanClient) -> None:
+        waits = {
+            asyncio.ensure_future(sink.done.wait()),
+            asyncio.ensure_future(client.closed.wait()),
+        }
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        if not sink.done.is_set():
+            raise RuntimeError(f"the server closed a client ({client.close_code}) mid-stream")
+
+    await asyncio.wait_for(
+        asyncio.gather(*(one(s, c) for s, c in zip(sinks, clients, strict=True))), timeout
+    )
+
+
 async def _close(clients: list[LeanClient]) -> None:
     await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
@@ -95,7 +118,7 @@ async def throughput(target: Target, n: int, subscribers: int = 1) -> Throughput
             sinks.append(sink)
             await c.request("session.subscribe", session=session)
         await target.stream(clients[0], session, n, 0, SIZE, subscribers)
-        await asyncio.wait_for(asyncio.gather(*(s.done.wait() for s in sinks)), 300)
+        await _until_done(sinks, clients, 300)
         first = min(s.first_stamp for s in sinks)
         last = max(s.last_recv for s in sinks)
         total = sum(s.count for s in sinks)
@@ -130,7 +153,7 @@ async def latency(target: Target, sessions: int, rate: float, seconds: float) ->
         await asyncio.gather(
             *(target.stream(c, s, n, rate, SIZE, 1) for c, s in zip(clients, names, strict=True))
         )
-        await asyncio.wait_for(asyncio.gather(*(s.done.wait() for s in sinks)), seconds * 5 + 60)
+        await _until_done(sinks, clients, seconds * 5 + 60)
         lat = sorted(x for s in sinks for x in s.lat_ns)
         if len(lat) != n * sessions:
             raise RuntimeError(f"lost frames: {len(lat)} of {n * sessions}")
