@@ -521,3 +521,49 @@ def test_markdown_and_diff_modules(page: Page, daemon: DaemonProcess) -> None:
     assert diff["header"] == "@@ -1,3 +1,4 @@"
     assert diff["unified"] == ["ctx:x", "del:y", "add:z"]
     assert diff["far"] == 2  # two changes 17 lines apart make two hunks
+
+
+def test_transcript_module_folds_blocks_no_demo_emits(page: Page, daemon: DaemonProcess) -> None:
+    """Sub-agent nesting, an edit diff, a gap notice, unknown blocks: synthetic frames."""
+    frames = [
+        {"type": "tool_call", "id": "t1", "name": "Task", "title": "Explore", "kind": "think",
+         "input": {"description": "look around"}, "status": "running", "parent_id": None},
+        {"type": "tool_call", "id": "t2", "name": "Read", "kind": "read",
+         "input": {"file_path": "a.py"}, "status": "running", "parent_id": "t1"},
+        {"type": "tool_result", "tool_call_id": "t2", "content": "x = 1", "is_error": False,
+         "parent_id": "t1"},
+        {"type": "tool_call", "id": "t2", "name": "Read", "status": "done", "parent_id": "t1"},
+        {"type": "diff", "path": "a.py", "old_text": "x = 1\ny = 2\n", "new_text": "x = 1\ny = 3\n",
+         "unified": None, "tool_call_id": "t1"},
+        {"type": "future_block", "whatever": 1},
+        {"type": "system", "level": "warn", "code": "gap", "text": "events 1 to 9 were dropped"},
+        {"type": "tool_result", "tool_call_id": "t9", "content": "orphan", "is_error": True},
+        {"type": "tool_call", "id": "t1", "name": "Task", "status": "done"},
+    ]
+    page.goto(base(daemon))
+    page.wait("#login-form")
+    result: Any = page.eval(
+        "(async () => { const { Transcript } = await import('/js/transcript.js');"
+        " const box = document.createElement('div'); document.body.append(box);"
+        " const t = new Transcript(box, { onPermission: async () => {} });"
+        f" {json.dumps(frames)}.forEach((block, i) =>"
+        "   t.apply({ seq: i + 1, ts: '2026-01-01T00:00:00Z', block }));"
+        " t.flush();"
+        " const q = (s) => [...box.querySelectorAll(s)];"
+        " return {"
+        "  top: q('.log > .blk-tool').map((e) => e.dataset.id),"
+        "  nested: q('.blk-tool[data-id=t1] .tool-children > .blk-tool').map((e) => e.dataset.id),"
+        "  status: q('.blk-tool').map((e) => e.dataset.status),"
+        "  rows: q('.blk-diff tr').map((r) => r.className).filter(Boolean),"
+        "  gap: q('.blk-system.code-gap').map((e) => e.textContent),"
+        "  orphan: q('.blk-tool[data-id=t9] .tool-result.is-error pre')[0].textContent,"
+        "  seqs: t.seqs.length,"
+        " }; })()"
+    )
+    assert result["top"] == ["t1", "t9"]
+    assert result["nested"] == ["t2"]
+    assert result["status"] == ["done", "done", "error"]
+    assert result["rows"] == ["hunk", "ctx", "del", "add"]
+    assert result["gap"] == ["events 1 to 9 were dropped"]
+    assert result["orphan"] == "orphan"
+    assert result["seqs"] == len(frames)

@@ -250,11 +250,16 @@ class SessionView {
   }
 
   renderFiles() {
+    for (const url of this.previewUrls || []) URL.revokeObjectURL(url);
+    this.previewUrls = [];
     clear(this.filesEl);
     this.files.forEach((file, idx) => {
-      const preview = file.type.startsWith('image/')
-        ? h('img', { src: URL.createObjectURL(file), alt: '', class: 'thumb' })
-        : null;
+      let preview = null;
+      if (file.type.startsWith('image/')) {
+        const url = URL.createObjectURL(file); // a blob: URL, allowed by the CSP's img-src
+        this.previewUrls.push(url);
+        preview = h('img', { src: url, alt: '', class: 'thumb' });
+      }
       this.filesEl.append(h('span', { class: 'chip' }, preview, file.name, h('button', {
         type: 'button', class: 'chip-x', 'aria-label': `Remove ${file.name}`,
         onclick: () => { this.files.splice(idx, 1); this.renderFiles(); },
