@@ -206,6 +206,7 @@ async def test_permission_diff_interrupt_and_failure(
     await c.request("session.interrupt", session=session)
     frames = await c.turn(session, timeout=30)
     assert blocks(frames, "session_end")[-1]["reason"] == "interrupted"
+    assert not blocks(frames, "error")  # the adapter stopped the agent itself, not forced
 
     frames = await say(c, session, "fail")
     error = blocks(frames, "error")[0]

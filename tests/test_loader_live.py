@@ -250,4 +250,14 @@ async def test_an_endless_loop_at_import_is_contained(live: DaemonProcess) -> No
         await asyncio.sleep(0.2)
     found = await wait_for_agents(c, lambda a: "spinner" in a)
     assert "did not finish within 2s" in found["spinner"]["error"]
+    # Contained in a probe process that was killed: nothing keeps spinning in the daemon.
+    assert live.proc is not None
+    before = cpu_seconds(live.proc.pid)
+    await asyncio.sleep(3.0)
+    assert cpu_seconds(live.proc.pid) - before < 0.3  # idle; a spinning thread takes seconds
     await c.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
