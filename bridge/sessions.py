@@ -285,9 +285,11 @@ class Hub:
         self._closing = True
         grace = self.config.adapters.stop_grace
         running = [s for s in self.sessions.values() if s.turn is not None]
-        for s in running:
-            with contextlib.suppress(Exception):
-                await self._interrupt(s, "the daemon is shutting down")
+        # All at once: a hung agent must not make every other one wait its grace period.
+        await asyncio.gather(
+            *(self._interrupt(s, "the daemon is shutting down") for s in running),
+            return_exceptions=True,
+        )
         if running:
             await asyncio.wait(
                 [asyncio.create_task(s.idle.wait()) for s in running], timeout=grace + 1
@@ -296,7 +298,9 @@ class Hub:
             for task in (s.runner, s.watcher, s.mirror):
                 if task is not None and not task.done():
                     task.cancel()
-            await self._stop_adapter(s)
+        await asyncio.gather(
+            *(self._stop_adapter(s) for s in self.sessions.values()), return_exceptions=True
+        )
         for task in list(self._tasks):
             task.cancel()
         await self.store.flush()
