@@ -59,9 +59,10 @@ def test_cli_commands_talk_to_the_daemon(daemon: DaemonProcess, project: Path) -
     assert watch.stdout is not None
     try:
         while "turn ended: completed" not in out and time.monotonic() < deadline:
+            # os.read, not readline: a buffered reader would hide lines from select()
             ready, _, _ = select.select([watch.stdout], [], [], 1)
             if ready:
-                out += watch.stdout.readline()
+                out += os.read(watch.stdout.fileno(), 65536).decode()
     finally:
         os.killpg(watch.pid, signal.SIGTERM)
         watch.wait(10)
