@@ -1,8 +1,9 @@
 """Claude Code: one long-lived ``claude -p`` process per session, spoken to in stream-json.
 
 The process reads user messages and control answers on stdin and writes stream-json on
-stdout (``bridge.parsers.claude`` turns it into blocks). It stays up across turns, so a turn
-costs no start-up; it is started again (with ``--resume``) when it died or the model changed.
+stdout (``bridge.parsers.claude`` turns it into blocks). It starts with the session's first
+message and stays up across turns, so later turns cost no start-up; it is started again (with
+``--resume``) when it died or the model changed.
 Tools that need approval arrive as ``control_request`` ``can_use_tool`` because of
 ``--permission-prompt-tool stdio``; interrupt is a ``control_request`` too, and the process
 survives it.
@@ -118,7 +119,8 @@ class ClaudeAdapter(BaseAdapter):
         check_cwd(self._cwd)
         self._binary = path
         version = await asyncio.to_thread(binary_version, path)
-        await self._spawn(self._session_id)
+        # The process starts with the first message: Claude waits for one before it even
+        # initializes, and a session nobody writes to should not hold a process.
         return self.make_agent_info(version=version, model=self._model)
 
     async def stop(self) -> None:
