@@ -285,10 +285,13 @@ def decode_request(data: bytes | str, msgpack: bool) -> Request:
         if msgpack:
             return _mp_req.decode(data if isinstance(data, bytes) else data.encode())
         return _json_req.decode(data)
+    except (UnicodeError, RecursionError) as exc:
+        # Lone surrogates in a str, or nesting deeper than the decoder recurses.
+        raise ProtocolError("bad_request", f"malformed frame: {exc}") from None
     except msgspec.DecodeError as exc:
         try:
             generic = _mp_any.decode(data) if msgpack else _json_any.decode(data)  # type: ignore[arg-type]
-        except (msgspec.DecodeError, TypeError):
+        except (msgspec.DecodeError, TypeError, UnicodeError, RecursionError):
             raise ProtocolError("bad_request", f"malformed frame: {exc}") from None
         rid = _salvage_id(generic)
         if not isinstance(generic, dict):
