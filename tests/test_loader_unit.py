@@ -307,3 +307,19 @@ async def test_many_files_load_concurrently(tmp_path: Path) -> None:
     await h.start()
     assert {e.agent_id for e in h.registry.entries()} == {"demo"} | {f"agent{i}" for i in range(6)}
     await asyncio.gather(*(h.reply(f"agent{i}") for i in range(6)))
+
+
+async def test_the_minimal_adapter_in_the_guide_loads_and_answers(tmp_path: Path) -> None:
+    guide = (Path(__file__).parent.parent / "docs" / "writing-an-adapter.md").read_text()
+    block = guide.split("<!-- minimal-adapter -->", 1)[1].split("```python\n", 1)[1]
+    h = Harness(tmp_path)
+    write(h.dir / "echo.py", block.split("```", 1)[0])
+    await h.start()
+    assert h.agent("echo")["error"] is None
+    entry = h.registry.get("echo")
+    assert entry is not None
+    adapter = entry.cls(cwd=str(tmp_path))  # type: ignore[call-arg]
+    await adapter.start("s")
+    await adapter.send("hi")
+    got = [b async for b in adapter.stream()]
+    assert got[0].text == "You said: hi" and got[-1].reason == "completed"  # type: ignore[union-attr]
