@@ -1,0 +1,131 @@
+"""Droid's resume path on recorded output: ``droid exec -s <id>`` needs a Factory login, so a
+fake ``droid`` (tests/fakes_cli/droid) replays real captured stream-json with its recorded
+timing through the whole daemon path. It continues a known session under the same id and,
+like the real CLI offline, exits 1 with no output for an id it does not know.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_claude_harness import (
+    Harness,
+    assert_tool_calls_paired,
+    create,
+    finish_turn,
+    of,
+    run_turn,
+    wait_for_block,
+)
+from tests.test_pi_e2e import UNKNOWN, agent_toml, make_project
+from tests.wsclient import text_of
+
+FAKE = Path(__file__).parent / "fakes_cli" / "droid"
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    root = tmp_path_factory.mktemp("droid-recorded")
+    log = root / "runs.jsonl"
+    h = Harness(
+        root / "daemon",
+        {"FAKE_CLI_LOG": str(log)},
+        agent_toml("droid", str(FAKE), model="custom:fake-model") + "idle_timeout = 20\n",
+    )
+    h.log = log  # type: ignore[attr-defined]
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "project")
+
+
+def runs(h: Harness) -> list[dict[str, Any]]:
+    path: Path = h.log  # type: ignore[attr-defined]
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+async def test_second_turn_resumes_with_dash_s_under_the_same_session_id(
+    harness: Harness, project: Path
+) -> None:
+    async with harness.client() as c:
+        session, info = await create(c, "droid", project)
+        assert info["version"] == "0.225.2"
+        first = await run_turn(c, session, "hello")
+        assert text_of(first) == "Hello! I am the fake model."
+        assert text_of(first, "thinking") == "Greeting."
+        sid = of(first, "session_end")[-1]["agent_session_id"]
+        assert sid and of(first, "session_end")[-1]["reason"] == "completed"
+        second = await run_turn(c, session, "hello again")
+        assert of(second, "session_end")[-1]["agent_session_id"] == sid
+        assert not [b for b in of(second, "system") if b["code"] == "session_reset"]
+        last = runs(harness)[-1]
+        assert last["argv"][last["argv"].index("-s") + 1] == sid
+        assert "--fork" not in last["argv"] and last["prompt"] == "hello again"
+        assert last["argv"][last["argv"].index("--auto") + 1] == "low"
+        usage = of(second, "usage")[-1]
+        assert usage["input_tokens"] == 24  # running totals over both turns
+
+
+async def test_unknown_session_tries_resume_then_fork_then_starts_fresh(
+    harness: Harness, project: Path
+) -> None:
+    before = len(runs(harness))
+    async with harness.client() as c:
+        session, _ = await create(c, "droid", project, resume=UNKNOWN)
+        frames = await run_turn(c, session, "hello")
+        reset = [b for b in of(frames, "system") if b["code"] == "session_reset"]
+        assert len(reset) == 1 and UNKNOWN in reset[0]["text"]
+        assert text_of(frames) == "Hello! I am the fake model."
+        assert of(frames, "session_end")[-1]["agent_session_id"] not in (None, UNKNOWN)
+    tried = [r["argv"] for r in runs(harness)[before:]]
+    assert tried[0][-2:] == ["-s", UNKNOWN] and tried[1][-2:] == ["--fork", UNKNOWN]
+    assert "-s" not in tried[2] and "--fork" not in tried[2]
+
+
+async def test_tool_and_created_file(harness: Harness, project: Path) -> None:
+    async with harness.client() as c:
+        session, _ = await create(c, "droid", project)
+        frames = await run_turn(c, session, "run the tool")
+        assert_tool_calls_paired(frames)
+        assert of(frames, "tool_result")[0]["content"].startswith("hello-from-tool")
+        frames = await run_turn(c, session, "edit notes")
+        diff = of(frames, "diff")[0]
+        notes = project / "notes.txt"
+        assert diff["path"] == str(notes) and diff["old_text"] is None
+        assert diff["new_text"] == notes.read_text() == "hello\n"
+
+
+async def test_refused_command_ends_the_turn_with_an_error(
+    harness: Harness, project: Path
+) -> None:
+    async with harness.client() as c:
+        session, _ = await create(c, "droid", project)
+        frames = await run_turn(c, session, "denied please")
+        assert [e["code"] for e in of(frames, "error")] == ["agent_error"]
+        end = of(frames, "session_end")[-1]
+        assert end["reason"] == "error" and end["exit_code"] == 1
+
+
+async def test_killed_mid_turn_and_interrupted_mid_turn(harness: Harness, project: Path) -> None:
+    async with harness.client() as c:
+        session, _ = await create(c, "droid", project)
+        frames = await run_turn(c, session, "die now")
+        assert [e["code"] for e in of(frames, "error")] == ["agent_exited"]
+        assert of(frames, "session_end")[-1]["reason"] == "error"
+        assert await c.request("ping") == {}
+
+        await c.request("session.send", session=session, text="slow please")
+        await wait_for_block(c, session, lambda b: b["type"] in ("thinking", "text"))
+        await c.request("session.interrupt", session=session)
+        frames = await finish_turn(c, session, timeout=30)
+        assert of(frames, "session_end")[-1]["reason"] == "interrupted"
+        assert not [e for e in of(frames, "error") if e["code"] == "interrupt_forced"]
