@@ -68,7 +68,7 @@ def test_cli_commands_talk_to_the_daemon(daemon: DaemonProcess, project: Path) -
         watch.wait(10)
     assert "> you (bridge): echo from the cli" in out
     assert "assistant: You said: from the cli" in out
-    assert out.count("turn ended") == 1
+    assert out.count("── turn ended") == 1, out
 
     sessions = cli(daemon, "sessions", "--no-external")
     assert session in sessions.stdout and "echo from the cli" in sessions.stdout
