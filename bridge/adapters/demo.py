@@ -225,12 +225,13 @@ class DemoAdapter(BaseAdapter):
                 yield SessionEndBlock(reason="interrupted")
                 return
             if choice in ("allow", "always"):
+                lines = new_text.splitlines()
                 yield DiffBlock(
                     path="demo.txt",
                     old_text=None,
                     new_text=new_text,
-                    unified="--- /dev/null\n+++ b/demo.txt\n@@ -0,0 +1,2 @@\n"
-                    + "".join(f"+{line}\n" for line in new_text.splitlines()),
+                    unified=f"--- /dev/null\n+++ b/demo.txt\n@@ -0,0 +1,{len(lines)} @@\n"
+                    + "".join(f"+{line}\n" for line in lines),
                     tool_call_id=write_id,
                 )
                 yield ToolResultBlock(tool_call_id=write_id, content="wrote demo.txt")
