@@ -1,0 +1,139 @@
+"""Cursor through the whole daemon path on recorded output: Cursor has no custom model
+endpoint, so a fake ``cursor-agent`` (tests/fakes_cli/cursor-agent) replays Cursor's
+stream-json samples (tests/fixtures/cursor) with their recorded timing.
+
+Covers the two known quirks: the full text repeated after a partial stream (shown once), and
+an unknown ``--resume`` id, which Cursor answers with a new chat and exit code 0 (the adapter
+notices the changed session id and reports ``session_reset``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_claude_harness import (
+    Harness,
+    assert_tool_calls_paired,
+    create,
+    deltas,
+    finish_turn,
+    of,
+    run_turn,
+    wait_for_block,
+)
+from tests.test_pi_e2e import UNKNOWN, agent_toml, make_project
+from tests.wsclient import text_of
+
+FAKE = Path(__file__).parent / "fakes_cli" / "cursor-agent"
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    root = tmp_path_factory.mktemp("cursor-recorded")
+    log = root / "runs.jsonl"
+    h = Harness(root / "daemon", {"FAKE_CLI_LOG": str(log)}, agent_toml("cursor", str(FAKE)))
+    h.log = log  # type: ignore[attr-defined]
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "project")
+
+
+def runs(h: Harness) -> list[dict[str, Any]]:
+    path: Path = h.log  # type: ignore[attr-defined]
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+async def test_partial_stream_shows_the_text_once_and_the_next_turn_resumes(
+    harness: Harness, project: Path
+) -> None:
+    async with harness.client() as c:
+        session, info = await create(c, "cursor", project)
+        assert info["agent"] == "cursor" and info["version"].startswith("2026.06.15")
+        first = await run_turn(c, session, "-- say hello")  # a prompt that looks like a flag
+        assert text_of(first) == "Hello! I can help with this project."  # not twice
+        assert len(deltas(first)) == 4
+        assert text_of(first, "thinking") == "The user wants a greeting."
+        assert of(first, "usage")[-1]["input_tokens"] == 5120
+        end = of(first, "session_end")[-1]
+        sid = end["agent_session_id"]
+        assert end["reason"] == "completed" and sid
+        run = runs(harness)[-1]
+        assert run["prompt"] == "-- say hello" and "--stream-partial-output" in run["argv"]
+        assert run["argv"][run["argv"].index("--workspace") + 1] == str(project)
+
+        second = await run_turn(c, session, "again")
+        assert of(second, "session_end")[-1]["agent_session_id"] == sid
+        assert not [b for b in of(second, "system") if b["code"] == "session_reset"]
+        run = runs(harness)[-1]
+        assert run["argv"][run["argv"].index("--resume") + 1] == sid
+
+
+async def test_unknown_resume_id_starts_a_new_chat_and_says_session_reset(
+    harness: Harness, project: Path
+) -> None:
+    async with harness.client() as c:
+        session, _ = await create(c, "cursor", project, resume=UNKNOWN)
+        frames = await run_turn(c, session, "hello")
+        reset = [b for b in of(frames, "system") if b["code"] == "session_reset"]
+        assert len(reset) == 1 and reset[0]["level"] == "warn" and UNKNOWN in reset[0]["text"]
+        end = of(frames, "session_end")[-1]
+        assert end["reason"] == "completed" and end["exit_code"] == 0
+        assert end["agent_session_id"] not in (None, UNKNOWN)
+        assert text_of(frames) == "Hello! I can help with this project."
+        sessions = (await c.request("sessions.list", include_external=False))["sessions"]
+        mine = next(s for s in sessions if s["session"] == session)
+        assert mine["agent_session_id"] == end["agent_session_id"]  # the new id is kept
+
+
+async def test_shell_tool_and_a_written_file(harness: Harness, project: Path) -> None:
+    async with harness.client() as c:
+        session, _ = await create(c, "cursor", project)
+        frames = await run_turn(c, session, "run the tool")
+        assert_tool_calls_paired(frames)
+        call = of(frames, "tool_call")[0]
+        assert call["name"] == "shell" and call["title"] == "echo hello-from-tool"
+        assert of(frames, "tool_result")[0]["content"] == "hello-from-tool\n"
+        assert text_of(frames) == "I'll run the command.The command printed hello-from-tool."
+
+        frames = await run_turn(c, session, "write the notes")
+        diff = of(frames, "diff")[0]
+        assert diff["path"] == "notes.txt" and diff["old_text"] is None
+        assert diff["new_text"] == (project / "notes.txt").read_text() == "hello from cursor\n"
+
+
+async def test_killed_mid_turn_then_interrupted_mid_turn(harness: Harness, project: Path) -> None:
+    async with harness.client() as c:
+        session, _ = await create(c, "cursor", project)
+        frames = await run_turn(c, session, "die now")
+        assert [e["code"] for e in of(frames, "error")] == ["agent_exited"]
+        end = of(frames, "session_end")[-1]
+        assert end["reason"] == "error" and end["exit_code"] == -9
+        assert await c.request("ping") == {}
+
+        await c.request("session.send", session=session, text="slow please")
+        await wait_for_block(c, session, lambda b: b["type"] == "thinking")
+        await c.request("session.interrupt", session=session)
+        frames = await finish_turn(c, session, timeout=30)
+        assert of(frames, "session_end")[-1]["reason"] == "interrupted"
+        assert all(b["done"] for b in of(frames, "thinking")[-1:])
+
+
+async def test_models_and_environment_check(harness: Harness) -> None:
+    async with harness.client() as c:
+        models = (await c.request("models.list", agent="cursor"))["models"]
+        assert models[0] == {"id": "auto", "label": "Auto"}
+        assert {"id": "gpt-5", "label": "GPT-5"} in models
+        check = await c.request("agents.check", agent="cursor")
+        codes = {x["code"] for x in check["checks"]}
+        assert "binary_found" in codes and "cursor_login_missing" in codes
+        assert check["status"] == "warn"
