@@ -148,7 +148,7 @@ def test_detect_finds_binary_and_survives_a_hanging_version(tmp_path: Path) -> N
         slow = Echo.detect(str(hang))
     finally:
         base.DETECT_TIMEOUT_S = old
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # far below the 60 s the probe would hang
     assert slow is not None and slow.error and "timed out" in slow.error
     assert Echo.detect("definitely-not-a-binary-xyz") is None
     checks = Echo.check_environment(AdapterConfig(binary="definitely-not-a-binary-xyz"))
