@@ -122,6 +122,7 @@ def installed(running: DaemonProcess) -> DaemonProcess:
         target = running.config_dir / "adapters"
         for name in ("_toy_agent.py", "toy.py"):
             shutil.copy(EXAMPLE / name, target / name)
+            (target / name).chmod(0o644)  # the README's `chmod go-w`
         while True:
             frame = await c.next_push(20)
             if frame["t"] == "agents_changed":

@@ -168,6 +168,7 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     adapters = home / "config" / "agent-bridge" / "adapters"
     adapters.mkdir(parents=True, mode=0o700)
     (adapters / "bad_actors.py").write_text(BAD_ACTORS)
+    (adapters / "bad_actors.py").chmod(0o600)  # whatever the umask: the loader checks modes
     config = (
         "[adapters]\n"
         f"turn_timeout = 30\nidle_timeout = {IDLE_S}\nstop_grace = {STOP_GRACE_S}\n"

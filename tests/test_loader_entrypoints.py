@@ -92,6 +92,7 @@ def daemon_with_packages(
     adapters = home / "config" / "agent-bridge" / "adapters"
     adapters.mkdir(parents=True, mode=0o700)
     (adapters / "shadowed.py").write_text(DROP_IN)
+    (adapters / "shadowed.py").chmod(0o600)
     d = DaemonProcess(home, env={"PYTHONPATH": str(site)}).start()
     yield d
     d.stop()
