@@ -39,7 +39,7 @@ import sys
 import threading
 import traceback
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -747,11 +747,6 @@ class AdapterLoader:
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
-
-    # ---- introspection (tests, `agent-bridge adapters`) -----------------------------------------
-
-    def sources(self) -> Iterable[Source]:
-        return sorted(self._sources.values(), key=lambda s: s.order)
 
 
 def _is_placeholder(cls: type[BaseAdapter]) -> bool:
