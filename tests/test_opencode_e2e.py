@@ -1,0 +1,194 @@
+"""OpenCode end to end: the real ``opencode serve`` behind the adapter, driven through a real
+daemon over WebSocket against the fake Chat Completions server. One fake server and one daemon
+serve the module; each bridge session starts one server process.
+
+test_kilo_e2e.py runs these same tests against Kilo (an OpenCode fork with the same server) by
+overriding the ``cli`` fixture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import realcli
+from tests.fakes import CallTool, FakeChat, Reply
+from tests.test_claude_harness import (
+    Harness,
+    assert_tool_calls_paired,
+    create,
+    daemon_env,
+    deltas,
+    finish_turn,
+    of,
+    run_turn,
+    wait_for_block,
+)
+from tests.test_pi_e2e import agent_toml, kill_agent, make_project, user
+from tests.wsclient import text_of
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
+UNKNOWN = "ses_doesnotexist000000000000"
+#: OpenCode allows bash in the project; ``touch`` asks, to test permissions.
+PERMISSION = {"permission": {"bash": {"*": "allow", "touch *": "ask"}}}
+
+
+@pytest.fixture(scope="module")
+def cli() -> str:
+    return "opencode"
+
+
+@pytest.fixture(scope="module")
+def binary(cli: str) -> str:
+    found = realcli.cli_bin(cli)
+    if found is None:
+        pytest.skip(realcli.missing_reason(cli))
+    return found
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeChat]:
+    with FakeChat() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def harness(
+    cli: str, binary: str, tmp_path_factory: pytest.TempPathFactory, fake: FakeChat
+) -> Iterator[Harness]:
+    root = tmp_path_factory.mktemp(f"{cli}-e2e")
+    make = realcli.opencode_env if cli == "opencode" else realcli.kilo_env
+    env = make(root / "cli", fake.base_url, config=PERMISSION)
+    xdg = {k: v for k, v in env.items() if k.startswith("XDG_")}  # where its config and db live
+    config = agent_toml(cli, binary, env=xdg, model="fake/fake-model")
+    h = Harness(root / "daemon", daemon_env(env), config)
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path / "project")
+
+
+async def test_stream_tool_and_edit_then_a_new_server_resumes_the_session(
+    cli: str, harness: Harness, fake: FakeChat, project: Path
+) -> None:
+    notes = project / "notes.txt"
+    fake.clear_script()
+    fake.script(
+        Reply(text="Streaming from the server.", thinking="Think.", chunks=4, when=user("OC-1")),
+        CallTool("bash", {"command": "ls && echo oc-tool-ran", "description": "List"},
+                 when=user("OC-TOOL")),
+        Reply(text="Listed.", when="tool_result"),
+        CallTool("edit", {"filePath": str(notes), "oldString": "world", "newString": "there"},
+                 when=user("OC-EDIT")),
+        Reply(text="Edited.", when="tool_result"),
+        Reply(text="I remember.", when=user("OC-BACK")),
+    )
+    async with harness.client() as c:
+        session, info = await create(c, cli, project)
+        assert info["agent"] == cli and info["version"] == realcli.VERSIONS[cli]
+        assert info["capabilities"]["permissions"] and info["model"] == "fake/fake-model"
+        first = await run_turn(c, session, "OC-1 hello", timeout=180)
+        assert len(deltas(first)) >= 2 and text_of(first) == "Streaming from the server."
+        assert text_of(first, "thinking") == "Think."
+        assert of(first, "usage")[-1]["input_tokens"] > 0
+        assert of(first, "usage")[-1]["cost_usd"] is not None
+        sid = of(first, "session_end")[-1]["agent_session_id"]
+        assert sid.startswith("ses_") and of(first, "session_end")[-1]["reason"] == "completed"
+
+        tool = await run_turn(c, session, "OC-TOOL list")
+        assert_tool_calls_paired(tool)
+        result = of(tool, "tool_result")[0]
+        assert "README.md" in result["content"] and "oc-tool-ran" in result["content"]
+        assert text_of(tool) == "Listed."
+
+        edit = await run_turn(c, session, "OC-EDIT change notes")
+        assert_tool_calls_paired(edit)
+        diff = of(edit, "diff")[0]
+        assert notes.read_text() == "hello\nthere\n"
+        assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
+        assert diff["old_text"] == "hello\nworld\n" and "+there" in diff["unified"]
+        await c.request("session.close", session=session)
+
+        # A new bridge session resuming the agent session starts a new server on it.
+        again, _ = await create(c, cli, project, resume=sid)
+        back = await run_turn(c, again, "OC-BACK still there?", timeout=180)
+        assert text_of(back) == "I remember."
+        assert of(back, "session_end")[-1]["agent_session_id"] == sid
+        assert not [b for b in of(back, "system") if b["code"] == "session_reset"]
+        assert fake.agent_requests[-1].contains("Streaming from the server.")  # the history
+        await c.request("session.close", session=again)
+
+
+async def test_permission_requests_go_to_the_client(
+    cli: str, harness: Harness, fake: FakeChat, project: Path
+) -> None:
+    fake.clear_script()
+    fake.script(
+        CallTool("bash", {"command": "touch approved.txt", "description": "Make"},
+                 when=user("OC-ALLOW")),
+        Reply(text="Made it.", when="tool_result"),
+        CallTool("bash", {"command": "touch refused.txt", "description": "Make"},
+                 when=user("OC-DENY")),
+        Reply(text="Refused.", when="tool_result"),
+    )
+    async with harness.client() as c:
+        session, _ = await create(c, cli, project)
+        allowed = await run_turn(c, session, "OC-ALLOW make a file", answer="once", timeout=180)
+        request = of(allowed, "permission_request")[0]
+        assert "touch approved.txt" in request["title"]
+        assert request["tool_call_id"] == of(allowed, "tool_call")[0]["id"]
+        assert [o["id"] for o in request["options"]] == ["once", "always", "reject"]
+        assert (project / "approved.txt").exists() and text_of(allowed) == "Made it."
+
+        denied = await run_turn(c, session, "OC-DENY make another", answer="reject")
+        assert_tool_calls_paired(denied)
+        assert not (project / "refused.txt").exists()
+        assert of(denied, "tool_call")[-1]["status"] == "error"
+        await c.request("session.close", session=session)
+
+
+async def test_unknown_session_resets_then_interrupt_then_the_server_dies_mid_turn(
+    cli: str, binary: str, harness: Harness, fake: FakeChat, project: Path
+) -> None:
+    fake.clear_script()
+    fake.script(
+        Reply(text="Fresh session.", when=user("OC-RESET")),
+        Reply(text="slow " * 20, chunks=20, stall_after=3, stall=60, when=user("OC-STOP")),
+        Reply(text="dying " * 20, chunks=20, stall_after=3, stall=60, when=user("OC-DIE")),
+        Reply(text="Back again.", when=user("OC-AFTER")),
+    )
+    async with harness.client() as c:
+        session, _ = await create(c, cli, project, resume=UNKNOWN)
+        fresh = await run_turn(c, session, "OC-RESET hello", timeout=180)
+        reset = [b for b in of(fresh, "system") if b["code"] == "session_reset"]
+        assert len(reset) == 1 and reset[0]["level"] == "warn" and UNKNOWN in reset[0]["text"]
+        assert text_of(fresh) == "Fresh session."
+        sid = of(fresh, "session_end")[-1]["agent_session_id"]
+        assert sid not in (None, UNKNOWN)
+
+        await c.request("session.send", session=session, text="OC-STOP talk")
+        await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
+        await c.request("session.interrupt", session=session)
+        fake.release()  # the server notices the abort when the stream moves again
+        stopped = await finish_turn(c, session, timeout=60)
+        assert of(stopped, "session_end")[-1]["reason"] == "interrupted"
+
+        await c.request("session.send", session=session, text="OC-DIE talk")
+        await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
+        await kill_agent(harness, binary)
+        died = await finish_turn(c, session, timeout=60)
+        fake.release()
+        error = [e for e in of(died, "error") if e["code"] == "agent_exited"]
+        assert error and "-9" in error[0]["message"]
+        assert of(died, "session_end")[-1]["reason"] == "error"
+        assert await c.request("ping") == {}
+
+        again = await run_turn(c, session, "OC-AFTER hello", timeout=180)  # a new server
+        assert text_of(again) == "Back again."
+        assert of(again, "session_end")[-1]["agent_session_id"] == sid
+        await c.request("session.close", session=session)
