@@ -137,3 +137,14 @@ async def test_models_and_environment_check(harness: Harness) -> None:
         codes = {x["code"] for x in check["checks"]}
         assert "binary_found" in codes and "cursor_login_missing" in codes
         assert check["status"] == "warn"
+
+
+async def test_handoff_gives_the_terminal_command(harness: Harness, project: Path) -> None:
+    async with harness.client() as c:
+        session, _ = await create(c, "cursor", project)
+        frames = await run_turn(c, session, "hello")
+        sid = of(frames, "session_end")[-1]["agent_session_id"]
+        command = await c.request("session.handoff", session=session)
+        assert command["argv"] == ["cursor-agent", "--resume", sid]
+        assert command["cwd"] == str(project)
+        await c.request("session.close", session=session)

@@ -122,6 +122,10 @@ class CursorAdapter(PerTurnAdapter):
         return checks
 
     @classmethod
+    def process_names(cls) -> tuple[str, ...]:
+        return ("cursor-agent", "agent")
+
+    @classmethod
     def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
         binary = cls.cli_binary or "cursor-agent"
         return ResumeCommand(argv=[binary, "--resume", sid], cwd=cwd or ".")

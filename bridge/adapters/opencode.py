@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import httpx
 
 from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, ModelInfo, ResumeCommand
-from bridge.adapters.perturn import add_usage, complete_diff, has_usage
+from bridge.adapters.perturn import add_usage, cli_running_in, complete_diff, has_usage
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -439,6 +439,11 @@ class OpenCodeAdapter(BaseAdapter):
                 Check(code=f"{cls.agent_id}_models", message=f"{len(models)} model(s) available")
             )
         return checks
+
+    @classmethod
+    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
+        # The TUI runs its server in-process; nothing on disk says which session it has open.
+        return cli_running_in(cwd, (cls.cli_binary or "opencode",))
 
     @classmethod
     def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:

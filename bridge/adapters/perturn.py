@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from bridge.blocks import (
     SystemBlock,
     UsageBlock,
 )
+from bridge.handoff import procscan
 from bridge.logs import get_logger
 from bridge.parsers import apply_hunks, parse_unified
 from bridge.process import ChildProcess, SpawnError, build_env
@@ -125,6 +127,23 @@ def complete_diff(block: DiffBlock, cwd: str | None) -> DiffBlock:
     )
 
 
+def cli_running_in(cwd: str, names: tuple[str, ...]) -> bool:
+    """Whether a process of this CLI that the daemon did not start runs in ``cwd``.
+
+    The CLIs here keep no lock or registry saying which session a terminal has open, so any
+    such process in the session's directory counts as the terminal owning it: the bridge
+    waits rather than risk two writers on one session.
+    """
+    try:
+        want = os.path.realpath(cwd)
+    except OSError:
+        return False
+    for proc in procscan.scan(procscan.argv_names(*names)):
+        if proc.cwd and os.path.realpath(proc.cwd) == want:
+            return True
+    return False
+
+
 class PerTurnAdapter(BaseAdapter, abstract=True):
     """One process per turn; resume by session id between turns."""
 
@@ -186,6 +205,15 @@ class PerTurnAdapter(BaseAdapter, abstract=True):
 
     def child_env(self) -> dict[str, str]:
         return build_env(self.env)
+
+    @classmethod
+    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
+        return cli_running_in(cwd, cls.process_names())
+
+    @classmethod
+    def process_names(cls) -> tuple[str, ...]:
+        """The program names a terminal's process of this CLI shows in ``/proc``."""
+        return (cls.cli_binary,) if cls.cli_binary else ()
 
     # ---- the contract ---------------------------------------------------------------------------
 
