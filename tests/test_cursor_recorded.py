@@ -148,3 +148,23 @@ async def test_handoff_gives_the_terminal_command(harness: Harness, project: Pat
         assert command["argv"] == ["cursor-agent", "--resume", sid]
         assert command["cwd"] == str(project)
         await c.request("session.close", session=session)
+
+
+async def test_binary_gone_between_turns_ends_the_turn_with_an_error(
+    tmp_path: Path, project: Path
+) -> None:
+    link = tmp_path / "bin" / "cursor-agent"
+    link.parent.mkdir()
+    link.symlink_to(FAKE)
+    h = Harness(tmp_path / "daemon", {}, agent_toml("cursor", str(link)))
+    try:
+        async with h.client() as c:
+            session, _ = await create(c, "cursor", project)
+            assert text_of(await run_turn(c, session, "hello"))
+            link.unlink()
+            frames = await run_turn(c, session, "hello again")
+            assert [e["code"] for e in of(frames, "error")] == ["binary_missing"]
+            assert of(frames, "session_end")[-1]["reason"] == "error"
+            assert await c.request("ping") == {}
+    finally:
+        h.stop()

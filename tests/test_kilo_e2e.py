@@ -13,7 +13,7 @@ from tests.test_opencode_e2e import (  # noqa: F401 - collected here with cli = 
     harness,
     project,
     test_permission_requests_go_to_the_client,
-    test_stream_tool_and_edit_then_a_new_server_resumes_the_session,
+    test_stream_tool_plan_and_edit_then_a_new_server_resumes_the_session,
     test_unknown_session_resets_then_interrupt_then_the_server_dies_mid_turn,
 )
 

@@ -73,7 +73,7 @@ def project(tmp_path: Path) -> Path:
     return make_project(tmp_path / "project")
 
 
-async def test_stream_tool_and_edit_then_a_new_server_resumes_the_session(
+async def test_stream_tool_plan_and_edit_then_a_new_server_resumes_the_session(
     cli: str, harness: Harness, fake: FakeChat, project: Path
 ) -> None:
     notes = project / "notes.txt"
@@ -83,6 +83,11 @@ async def test_stream_tool_and_edit_then_a_new_server_resumes_the_session(
         CallTool("bash", {"command": "ls && echo oc-tool-ran", "description": "List"},
                  when=user("OC-TOOL")),
         Reply(text="Listed.", when="tool_result"),
+        CallTool("todowrite", {"todos": [
+            {"content": "Read the notes", "status": "completed", "priority": "high"},
+            {"content": "Change them", "status": "in_progress", "priority": "high"}]},
+                 when=user("OC-PLAN")),
+        Reply(text="Planned.", when="tool_result"),
         CallTool("edit", {"filePath": str(notes), "oldString": "world", "newString": "there"},
                  when=user("OC-EDIT")),
         Reply(text="Edited.", when="tool_result"),
@@ -105,6 +110,11 @@ async def test_stream_tool_and_edit_then_a_new_server_resumes_the_session(
         result = of(tool, "tool_result")[0]
         assert "README.md" in result["content"] and "oc-tool-ran" in result["content"]
         assert text_of(tool) == "Listed."
+
+        plan = await run_turn(c, session, "OC-PLAN plan it")
+        entries = of(plan, "plan")[-1]["entries"]
+        assert [(e["content"], e["status"]) for e in entries] == [
+            ("Read the notes", "completed"), ("Change them", "in_progress")]
 
         edit = await run_turn(c, session, "OC-EDIT change notes")
         assert_tool_calls_paired(edit)

@@ -259,3 +259,32 @@ async def test_pi_killed_mid_turn_ends_the_turn_and_the_daemon_goes_on(
         assert await c.request("ping") == {}
         again = await run_turn(c, session, "PI-AFTER hello")
         assert text_of(again) == "Still here."
+
+
+async def test_interrupt_mid_turn_then_a_daemon_restart_resumes_the_session(
+    harness: Harness, fake: FakeChat, project: Path
+) -> None:
+    fake.clear_script()
+    fake.script(
+        Reply(text="Remember PI-77.", when=user("PI-NOTE")),
+        Reply(text="slow " * 20, chunks=20, stall_after=3, stall=60, when=user("PI-STOP")),
+        Reply(text="After the restart.", when=user("PI-RESTART")),
+    )
+    async with harness.client() as c:
+        session, _ = await create(c, "pi", project)
+        first = await run_turn(c, session, "PI-NOTE remember")
+        sid = of(first, "session_end")[-1]["agent_session_id"]
+        await c.request("session.send", session=session, text="PI-STOP talk")
+        await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
+        await c.request("session.interrupt", session=session)
+        stopped = await finish_turn(c, session, timeout=60)
+        fake.release()
+        assert of(stopped, "session_end")[-1]["reason"] == "interrupted"
+        assert not [e for e in of(stopped, "error") if e["code"] == "interrupt_forced"]
+    harness.restart()
+    async with harness.client() as c:
+        await c.request("session.subscribe", session=session, after_seq=10**9)  # live only
+        again = await run_turn(c, session, "PI-RESTART hello")
+        assert text_of(again) == "After the restart."
+        assert of(again, "session_end")[-1]["agent_session_id"] == sid
+        assert fake.agent_requests[-1].contains("Remember PI-77.")
