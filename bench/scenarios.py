@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass, field
 
 from bench.client import LeanClient, decode_event, stamp_of
-from bench.targets import Target, rss_kib
+from bench.procstats import rss_kib
+from bench.targets import Target
 
 SIZE = 64
 

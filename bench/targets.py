@@ -26,18 +26,6 @@ SYNTHETIC = Path(__file__).with_name("synthetic_adapter.py")
 DEVHOOK = Path(__file__).with_name("_devhook")
 
 
-def rss_kib(pid: int) -> int:
-    """Resident set size of a process, from /proc (Linux)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 class Target:
     name = ""
     port = 0

@@ -197,10 +197,14 @@ class Connection:
                     if len(self._outbox) < self._cap // 4:
                         self._space.set()
                     data = item.encoded(self.msgpack)
-                    if ws.transport.get_write_buffer_size() < WRITE_LIMIT:
+                    transport = ws.transport
+                    if not transport.is_closing() and (
+                        transport.get_write_buffer_size() < WRITE_LIMIT
+                    ):
                         # Written at once, as websockets.broadcast does; awaiting send() per
                         # frame was most of the sender's cost (docs/benchmarks.md). send()
-                        # below waits for the socket once its buffer is full.
+                        # below waits for the socket once its buffer is full, and raises
+                        # once the connection is lost (broadcast would ignore it).
                         broadcast((ws,), data, text=text)
                         burst += 1
                         if burst >= SEND_BURST:
