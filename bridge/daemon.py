@@ -182,6 +182,12 @@ class Daemon:
 
 def serve(config: Config, options: ServeOptions) -> int:
     remember_env_secrets()
+    # Secrets given to agents in the config are masked from the start, not only once a
+    # child process has been spawned with them (an adapter may fail before that).
+    for agent in config.agents.values():
+        remember_env_secrets(agent.env)
+    for acp in config.acp.values():
+        remember_env_secrets(acp.env)
     daemon = Daemon(config, options)
     try:
         asyncio.run(daemon.run())
