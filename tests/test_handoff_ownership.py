@@ -20,6 +20,12 @@ SID_B = "0f0e0d0c-0b0a-4909-8807-060504030201"
 THREAD = "01a2367b-5546-7260-9c4c-01248ed99fa9"
 
 
+@pytest.fixture(autouse=True)
+def fresh_lineage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the module learned about terminal processes in one test stays in that test."""
+    monkeypatch.setattr(claude, "LINEAGE", claude._Lineage())
+
+
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
@@ -83,7 +89,34 @@ def test_without_proc_start_the_wall_clock_start_is_compared(tmp_path: Path, pro
     assert started is not None
     _register(tmp_path, p.pid, SID_A, "/w", procStart=None, startedAt=int(started * 1000) + 800)
     assert claude.is_owned("/w", SID_A, tmp_path)
+    claude.LINEAGE = claude._Lineage()  # a daemon that never saw this process before
     _register(tmp_path, p.pid, SID_A, "/w", procStart=None, startedAt=int(started * 1000) - 3.6e6)
+    assert not claude.is_owned("/w", SID_A, tmp_path)
+
+
+def test_an_exited_but_unreaped_process_owns_nothing(tmp_path: Path, procs: list) -> None:
+    # A terminal emulator that has not reaped the CLI yet leaves a zombie: it cannot write.
+    p = _sleeper(procs, "sleep", "0.3")
+    entry = _register(tmp_path, p.pid, SID_A, "/w")
+    assert claude.is_owned("/w", SID_A, tmp_path)
+    entry.unlink()
+    time.sleep(1.0)  # exited; not waited for, so still in /proc as a zombie
+    st = procscan.read_stat(p.pid)
+    assert st is not None and st.exited
+    assert not procscan.alive(p.pid)
+    assert not claude.is_owned("/w", SID_A, tmp_path)
+    _register(tmp_path, p.pid, SID_A, "/w", procStart=str(st.start_ticks))
+    assert not claude.is_owned("/w", SID_A, tmp_path)
+
+
+def test_a_terminal_stays_owner_until_its_process_is_gone(tmp_path: Path, procs: list) -> None:
+    p = _sleeper(procs)
+    entry = _register(tmp_path, p.pid, SID_A, "/w")
+    assert claude.is_owned("/w", SID_A, tmp_path)
+    entry.unlink()  # Claude removes its registry file first, then finishes exiting
+    assert claude.is_owned("/w", SID_A, tmp_path)
+    p.kill()
+    p.wait()
     assert not claude.is_owned("/w", SID_A, tmp_path)
 
 

@@ -41,11 +41,18 @@ class Tmux:
             ["tmux", "-L", self.name, *args], capture_output=True, text=True, check=check
         )
 
+    @staticmethod
+    def _argv(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+        # tmux looks the program up on its own server's PATH; a shell would use env's.
+        found = shutil.which(argv[0], path=env.get("PATH"))
+        return [found or argv[0], *argv[1:]]
+
     def start(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | str) -> None:
         """Run ``argv`` in a new window whose environment is exactly ``env``."""
         env_args: list[str] = []
         for key, value in env.items():
             env_args += ["-e", f"{key}={value}"]
+        argv = self._argv(argv, env)
         self._tmux(
             "-f", "/dev/null", "new-session", "-d", "-s", "main",
             "-x", str(self.width), "-y", str(self.height), "-c", str(cwd),
@@ -97,6 +104,7 @@ class Tmux:
         env_args: list[str] = []
         for key, value in env.items():
             env_args += ["-e", f"{key}={value}"]
+        argv = self._argv(argv, env)
         self._tmux("respawn-pane", "-k", "-t", "main", "-c", str(cwd), *env_args, *argv)
 
     def kill(self) -> None:

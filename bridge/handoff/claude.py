@@ -130,7 +130,7 @@ def read_registry(base: Path | None = None, own: set[int] | None = None) -> list
         if isinstance(domain, str) and here_ns and not domain.endswith(here_ns):
             continue  # written in another pid namespace: its pid means nothing here
         stat = procscan.read_stat(pid)
-        if stat is None or not _start_matches(entry, pid, stat.start_ticks):
+        if stat is None or stat.exited or not _start_matches(entry, pid, stat.start_ticks):
             continue
         if procscan.is_own(pid, own):
             continue
@@ -175,6 +175,20 @@ class _Lineage:
                     if entry.cwd:
                         self._cwd_head[entry.cwd] = (entry.session_id, time.time())
                     return entry
+            # Claude removes its registry file first and exits after: until the process is
+            # really gone it may still write, so it still owns the session.
+            pid, ticks = known
+            if procscan.alive(pid, ticks) and not procscan.is_own(pid):
+                return LiveClaude(
+                    pid=pid,
+                    start_ticks=ticks,
+                    session_id=self._head.get(sid, sid),
+                    cwd="",
+                    status="exiting",
+                    entrypoint="",
+                    kind="",
+                )
+            del self._owner[sid]
             return None
 
     def head(self, sid: str) -> str:

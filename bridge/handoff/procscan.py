@@ -24,6 +24,12 @@ class ProcStat:
     pid: int
     ppid: int
     start_ticks: int
+    state: str = "R"
+
+    @property
+    def exited(self) -> bool:
+        """A zombie (exited, not yet reaped by its parent) can no longer write anything."""
+        return self.state in ("Z", "X", "x")
 
 
 @dataclass(slots=True)
@@ -50,7 +56,12 @@ def read_stat(pid: int) -> ProcStat | None:
     end = raw.rfind(b")")
     fields = raw[end + 2 :].split()
     try:
-        return ProcStat(pid=pid, ppid=int(fields[1]), start_ticks=int(fields[19]))
+        return ProcStat(
+            pid=pid,
+            ppid=int(fields[1]),
+            start_ticks=int(fields[19]),
+            state=fields[0].decode("ascii", "replace"),
+        )
     except (IndexError, ValueError):
         return None
 
@@ -99,7 +110,7 @@ def pid_namespace() -> str | None:
 def alive(pid: int, expected_start_ticks: int | None = None) -> bool:
     """``pid`` runs and, when given, started at exactly that tick (so it is not a reused pid)."""
     st = read_stat(pid)
-    if st is None:
+    if st is None or st.exited:
         return False
     return expected_start_ticks is None or st.start_ticks == expected_start_ticks
 
@@ -177,7 +188,7 @@ def scan(
         if not argv or not match(argv):
             continue
         st = read_stat(pid)
-        if st is None or is_own(pid, mine):
+        if st is None or st.exited or is_own(pid, mine):
             continue
         info = ProcInfo(
             pid=pid, ppid=st.ppid, start_ticks=st.start_ticks, argv=argv, cwd=cwd_of(pid)
