@@ -8,6 +8,7 @@ overriding the ``cli`` fixture.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from tests.test_claude_harness import (
     wait_for_block,
 )
 from tests.test_pi_e2e import agent_toml, kill_agent, make_project, user
-from tests.wsclient import text_of
+from tests.wsclient import Client, text_of
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
 UNKNOWN = "ses_doesnotexist000000000000"
@@ -73,69 +74,88 @@ def project(tmp_path: Path) -> Path:
     return make_project(tmp_path / "project")
 
 
-async def test_stream_tool_plan_and_edit_then_a_new_server_resumes_the_session(
-    cli: str, harness: Harness, fake: FakeChat, project: Path
+@pytest.fixture(scope="module")
+def shared(cli: str, harness: Harness, tmp_path_factory: pytest.TempPathFactory) -> Shared:
+    """One bridge session (one server) that the next tests take turns in, to save start-ups."""
+    project = make_project(tmp_path_factory.mktemp(f"{cli}-shared") / "project")
+
+    async def make() -> str:
+        async with harness.client() as c:
+            session, info = await create(c, cli, project)
+            assert info["agent"] == cli and info["version"] == realcli.VERSIONS[cli]
+            assert info["capabilities"]["permissions"] and info["model"] == "fake/fake-model"
+            return session
+
+    return Shared(asyncio.run(make()), project)
+
+
+class Shared:
+    def __init__(self, session: str, project: Path) -> None:
+        self.session = session
+        self.project = project
+        self.agent_session_id: str | None = None
+
+
+async def attach(c: Client, session: str) -> None:
+    await c.request("session.subscribe", session=session, after_seq=10**9)  # live events only
+
+
+async def test_streamed_answer_with_reasoning_and_usage(
+    harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
-    notes = project / "notes.txt"
     fake.clear_script()
     fake.script(
-        Reply(text="Streaming from the server.", thinking="Think.", chunks=4, when=user("OC-1")),
-        CallTool("bash", {"command": "ls && echo oc-tool-ran", "description": "List"},
-                 when=user("OC-TOOL")),
-        Reply(text="Listed.", when="tool_result"),
-        CallTool("todowrite", {"todos": [
-            {"content": "Read the notes", "status": "completed", "priority": "high"},
-            {"content": "Change them", "status": "in_progress", "priority": "high"}]},
-                 when=user("OC-PLAN")),
-        Reply(text="Planned.", when="tool_result"),
-        CallTool("edit", {"filePath": str(notes), "oldString": "world", "newString": "there"},
-                 when=user("OC-EDIT")),
-        Reply(text="Edited.", when="tool_result"),
-        Reply(text="I remember.", when=user("OC-BACK")),
+        Reply(text="Streaming from the server.", thinking="Think.", chunks=4, when=user("OC-1"))
     )
     async with harness.client() as c:
-        session, info = await create(c, cli, project)
-        assert info["agent"] == cli and info["version"] == realcli.VERSIONS[cli]
-        assert info["capabilities"]["permissions"] and info["model"] == "fake/fake-model"
-        first = await run_turn(c, session, "OC-1 hello", timeout=180)
+        await attach(c, shared.session)
+        first = await run_turn(c, shared.session, "OC-1 hello", timeout=180)
         assert len(deltas(first)) >= 2 and text_of(first) == "Streaming from the server."
         assert text_of(first, "thinking") == "Think."
         assert of(first, "usage")[-1]["input_tokens"] > 0
         assert of(first, "usage")[-1]["cost_usd"] is not None
-        sid = of(first, "session_end")[-1]["agent_session_id"]
-        assert sid.startswith("ses_") and of(first, "session_end")[-1]["reason"] == "completed"
+        end = of(first, "session_end")[-1]
+        assert end["agent_session_id"].startswith("ses_") and end["reason"] == "completed"
+        shared.agent_session_id = end["agent_session_id"]
 
-        tool = await run_turn(c, session, "OC-TOOL list")
+
+async def test_tool_call_runs_in_the_project(
+    harness: Harness, fake: FakeChat, shared: Shared
+) -> None:
+    fake.clear_script()
+    fake.script(
+        CallTool("bash", {"command": "ls && echo oc-tool-ran", "description": "List"},
+                 when=user("OC-TOOL")),
+        Reply(text="Listed.", when="tool_result"),
+    )
+    async with harness.client() as c:
+        await attach(c, shared.session)
+        tool = await run_turn(c, shared.session, "OC-TOOL list", timeout=180)
         assert_tool_calls_paired(tool)
         result = of(tool, "tool_result")[0]
         assert "README.md" in result["content"] and "oc-tool-ran" in result["content"]
         assert text_of(tool) == "Listed."
 
-        plan = await run_turn(c, session, "OC-PLAN plan it")
+
+async def test_todos_become_a_plan(harness: Harness, fake: FakeChat, shared: Shared) -> None:
+    fake.clear_script()
+    fake.script(
+        CallTool("todowrite", {"todos": [
+            {"content": "Read the notes", "status": "completed", "priority": "high"},
+            {"content": "Change them", "status": "in_progress", "priority": "high"}]},
+                 when=user("OC-PLAN")),
+        Reply(text="Planned.", when="tool_result"),
+    )
+    async with harness.client() as c:
+        await attach(c, shared.session)
+        plan = await run_turn(c, shared.session, "OC-PLAN plan it", timeout=180)
         entries = of(plan, "plan")[-1]["entries"]
         assert [(e["content"], e["status"]) for e in entries] == [
             ("Read the notes", "completed"), ("Change them", "in_progress")]
 
-        edit = await run_turn(c, session, "OC-EDIT change notes")
-        assert_tool_calls_paired(edit)
-        diff = of(edit, "diff")[0]
-        assert notes.read_text() == "hello\nthere\n"
-        assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
-        assert diff["old_text"] == "hello\nworld\n" and "+there" in diff["unified"]
-        await c.request("session.close", session=session)
-
-        # A new bridge session resuming the agent session starts a new server on it.
-        again, _ = await create(c, cli, project, resume=sid)
-        back = await run_turn(c, again, "OC-BACK still there?", timeout=180)
-        assert text_of(back) == "I remember."
-        assert of(back, "session_end")[-1]["agent_session_id"] == sid
-        assert not [b for b in of(back, "system") if b["code"] == "session_reset"]
-        assert fake.agent_requests[-1].contains("Streaming from the server.")  # the history
-        await c.request("session.close", session=again)
-
 
 async def test_permission_requests_go_to_the_client(
-    cli: str, harness: Harness, fake: FakeChat, project: Path
+    harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
     fake.clear_script()
     fake.script(
@@ -146,20 +166,59 @@ async def test_permission_requests_go_to_the_client(
                  when=user("OC-DENY")),
         Reply(text="Refused.", when="tool_result"),
     )
+    project = shared.project
     async with harness.client() as c:
-        session, _ = await create(c, cli, project)
-        allowed = await run_turn(c, session, "OC-ALLOW make a file", answer="once", timeout=180)
+        await attach(c, shared.session)
+        allowed = await run_turn(c, shared.session, "OC-ALLOW make a file", answer="once",
+                                 timeout=180)
         request = of(allowed, "permission_request")[0]
         assert "touch approved.txt" in request["title"]
         assert request["tool_call_id"] == of(allowed, "tool_call")[0]["id"]
         assert [o["id"] for o in request["options"]] == ["once", "always", "reject"]
         assert (project / "approved.txt").exists() and text_of(allowed) == "Made it."
 
-        denied = await run_turn(c, session, "OC-DENY make another", answer="reject")
+        denied = await run_turn(c, shared.session, "OC-DENY make another", answer="reject")
         assert_tool_calls_paired(denied)
         assert not (project / "refused.txt").exists()
         assert of(denied, "tool_call")[-1]["status"] == "error"
-        await c.request("session.close", session=session)
+
+
+async def test_edit_arrives_as_a_diff_matching_the_file(
+    harness: Harness, fake: FakeChat, shared: Shared
+) -> None:
+    notes = shared.project / "notes.txt"
+    fake.clear_script()
+    fake.script(
+        CallTool("edit", {"filePath": str(notes), "oldString": "world", "newString": "there"},
+                 when=user("OC-EDIT")),
+        Reply(text="Edited.", when="tool_result"),
+    )
+    async with harness.client() as c:
+        await attach(c, shared.session)
+        edit = await run_turn(c, shared.session, "OC-EDIT change notes", timeout=180)
+        assert_tool_calls_paired(edit)
+        diff = of(edit, "diff")[0]
+        assert notes.read_text() == "hello\nthere\n"
+        assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
+        assert diff["old_text"] == "hello\nworld\n" and "+there" in diff["unified"]
+
+
+async def test_a_new_server_resumes_the_session_with_its_history(
+    cli: str, harness: Harness, fake: FakeChat, shared: Shared
+) -> None:
+    sid = shared.agent_session_id
+    assert sid is not None, "runs after test_streamed_answer_with_reasoning_and_usage"
+    fake.clear_script()
+    fake.script(Reply(text="I remember.", when=user("OC-BACK")))
+    async with harness.client() as c:
+        await c.request("session.close", session=shared.session)  # its server stops
+        again, _ = await create(c, cli, shared.project, resume=sid)
+        back = await run_turn(c, again, "OC-BACK still there?", timeout=180)
+        assert text_of(back) == "I remember."
+        assert of(back, "session_end")[-1]["agent_session_id"] == sid
+        assert not [b for b in of(back, "system") if b["code"] == "session_reset"]
+        assert fake.agent_requests[-1].contains("Streaming from the server.")  # the history
+        await c.request("session.close", session=again)
 
 
 async def test_unknown_session_resets_then_interrupt_then_the_server_dies_mid_turn(
