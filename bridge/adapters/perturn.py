@@ -282,6 +282,8 @@ class PerTurnAdapter(BaseAdapter, abstract=True):
                 yield SessionEndBlock(reason="error")
                 return
             self._child = child
+            if self._interrupted:  # interrupted while it was starting
+                self._kill_child()
             try:
                 with contextlib.suppress(BrokenPipeError):
                     await child.write(prompt)
