@@ -333,6 +333,17 @@ async def test_agent_dying_mid_turn_ends_the_turn_and_the_next_turn_restarts_it(
         await adapter.stop()
 
 
+async def test_agent_death_is_seen_even_when_its_children_keep_stdout_open(h: Harness) -> None:
+    adapter = h.make()
+    await adapter.start("s")
+    try:
+        blocks = await turn(adapter, "orphan")
+    finally:
+        await adapter.stop()
+    end = blocks[-1]
+    assert isinstance(end, SessionEndBlock) and end.reason == "error" and end.exit_code == 3
+
+
 async def test_resume_loads_the_session_without_replaying_it(h: Harness) -> None:
     first = h.make()
     await first.start("s")

@@ -27,6 +27,7 @@ import base64
 import contextlib
 import itertools
 import os
+import shutil
 import signal
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -65,7 +66,7 @@ from bridge.parsers.acp import (
     encode_request,
     encode_result,
 )
-from bridge.process import ChildProcess
+from bridge.process import ChildProcess, binary_version
 from bridge.redact import remember_env_secrets
 
 log = get_logger("bridge.adapters.acp")
@@ -74,6 +75,10 @@ PROTOCOL_VERSION = 1
 #: seconds for ``initialize`` and the session set-up requests (the hub bounds start() too)
 SETUP_TIMEOUT = 50.0
 STOP_GRACE = 3.0
+#: seconds for ``--version`` (the registry gives detection 10 s in all)
+DETECT_TIMEOUT = 9.0
+#: seconds the reader may keep draining output after the agent process itself exited
+EXIT_DRAIN = 1.0
 #: files larger than this are refused by ``fs/read_text_file``
 MAX_FS_BYTES = 16 * 1024 * 1024
 
@@ -350,6 +355,23 @@ class AcpBase(BaseAdapter, abstract=True):
     async def get_usage(self) -> UsageBlock | None:
         return self._mapper.usage_block()
 
+    @classmethod
+    def detect(cls, binary: str | None = None) -> DetectedAgent | None:
+        """``which`` plus a cached ``--version``; Node CLIs can take seconds to print it."""
+        wanted = binary or cls.cli_binary
+        if wanted is None:
+            return DetectedAgent(available=True)
+        path = shutil.which(wanted)
+        if path is None:
+            return None
+        version = binary_version(path, timeout=DETECT_TIMEOUT)
+        return DetectedAgent(
+            available=True,
+            binary=path,
+            version=version,
+            error=None if version else f"`{wanted} --version` gave no answer",
+        )
+
     # ---- process and JSON-RPC plumbing ----------------------------------------------------
 
     def _alive(self) -> bool:
@@ -367,6 +389,9 @@ class AcpBase(BaseAdapter, abstract=True):
         self._proc = proc
         self._pending.clear()
         self._reader = asyncio.create_task(self._read_loop(proc))
+        watcher = asyncio.create_task(self._watch_exit(proc))
+        self._tasks.add(watcher)
+        watcher.add_done_callback(self._tasks.discard)
         try:
             await self._initialize()
             await self._open_session()
@@ -454,6 +479,19 @@ class AcpBase(BaseAdapter, abstract=True):
             code = await proc.wait(5.0)
         if self._proc is proc:
             self._on_exit(proc, code)
+
+    async def _watch_exit(self, proc: ChildProcess) -> None:
+        """End the read loop when the agent dies even if its children keep stdout open.
+
+        Qwen's launcher, for one, runs the real CLI two processes down; those would finish the
+        turn or hang on without the process the bridge started. The whole group goes.
+        """
+        # Poll: asyncio's wait() itself only returns once every pipe is closed.
+        while proc.returncode is None:
+            await asyncio.sleep(0.25)
+        await asyncio.sleep(EXIT_DRAIN)
+        if self._proc is proc and self._reader is not None and not self._reader.done():
+            proc.signal_group(signal.SIGKILL)
 
     def _on_exit(self, proc: ChildProcess, code: int | None) -> None:
         detail = proc.stderr_tail(2000).strip() or None

@@ -795,9 +795,10 @@ class UpdateMapper:
         content = state.result or _raw_output_text(state.raw_output)
         if failed and not content:
             content = "the tool call failed"
+        # The protocol's order: the final status, then the result that pairs with it.
         return [
-            ToolResultBlock(tool_call_id=state.block_id, content=content, is_error=failed),
             state.block("error" if failed else "done"),
+            ToolResultBlock(tool_call_id=state.block_id, content=content, is_error=failed),
         ]
 
     def _close_tools(self, *, error: bool, why: str = "interrupted") -> list[Block]:

@@ -1,0 +1,257 @@
+"""Gemini CLI, Hermes Agent and Qwen Code end to end over ACP, each the real pinned CLI.
+
+One daemon serves the module with ``[agents.gemini]``, ``[agents.hermes]`` and an
+``[acp.qwen]`` table (Qwen has no built-in adapter: it comes in through config alone). Each
+agent talks to its own fake model server (FakeGemini, FakeChat). A real WebSocket client
+drives the sessions: a streamed answer, a shell tool call with its output, a file written as
+a ``diff`` (after the app allows it), a second session resuming the first, an unknown session
+reset, and the agent killed mid-turn (then the next turn brings it back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import realcli
+from tests.fakes import CallTool, FakeChat, FakeGemini, FakeServer, Reply
+from tests.test_claude_harness import (
+    UNKNOWN_SESSION,
+    Harness,
+    assert_tool_calls_paired,
+    create,
+    daemon_env,
+    deltas,
+    finish_turn,
+    of,
+    run_turn,
+    wait_for_block,
+)
+from tests.test_pi_e2e import kill_agent, make_project, user
+from tests.wsclient import text_of
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(240)]
+
+ANSWER = "The fake model says hello 4217."
+WRITTEN = "made by the agent\n"
+
+
+@dataclass
+class Agent:
+    name: str
+    binary: str | None
+    fake: type[FakeServer]
+    shell: tuple[str, dict[str, Any]]
+    write: Callable[[Path], tuple[str, dict[str, Any]]]
+
+
+AGENTS = {
+    "gemini": Agent(
+        "gemini",
+        realcli.gemini_bin(),
+        FakeGemini,
+        ("run_shell_command", {"command": "echo hello-from-tool"}),
+        lambda p: ("write_file", {"file_path": str(p / "made.txt"), "content": WRITTEN}),
+    ),
+    "hermes": Agent(
+        "hermes",
+        realcli.hermes_bin(),
+        FakeChat,
+        ("terminal", {"command": "echo hello-from-tool"}),
+        lambda p: ("write_file", {"path": str(p / "made.txt"), "content": WRITTEN}),
+    ),
+    "qwen": Agent(
+        "qwen",
+        realcli.qwen_bin(),
+        FakeChat,
+        ("run_shell_command", {"command": "echo hello-from-tool"}),
+        lambda p: ("write_file", {"file_path": str(p / "made.txt"), "content": WRITTEN}),
+    ),
+}
+#: agent → (agent session id, project) of the first session, for the resume test
+FIRST_SESSION: dict[str, tuple[str, Path]] = {}
+
+
+def allow_once(request: dict[str, Any]) -> str:
+    return next(o["id"] for o in request["options"] if o["kind"] == "allow_once")
+
+
+def toml_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+async def detected(c: Any, name: str, timeout: float = 60.0) -> dict[str, Any]:
+    """The agent's ``agents.list`` entry once background detection has finished."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        listed = {a["agent"]: a for a in (await c.request("agents.list"))["agents"]}
+        entry: dict[str, Any] = listed[name]
+        if entry.get("error") != "detection in progress" or loop.time() > deadline:
+            return entry
+        await asyncio.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def fakes() -> Iterator[dict[str, FakeServer]]:
+    servers = {name: agent.fake().start() for name, agent in AGENTS.items()}
+    yield servers
+    for srv in servers.values():
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def harness(
+    tmp_path_factory: pytest.TempPathFactory, fakes: dict[str, FakeServer]
+) -> Iterator[Harness]:
+    root = tmp_path_factory.mktemp("acp-e2e")
+    cli = root / "cli"
+    env: dict[str, str] = {}
+    for name, build in (
+        ("gemini", realcli.gemini_env),
+        ("hermes", realcli.hermes_env),
+        ("qwen", realcli.qwen_env),
+    ):
+        env.update(build(cli, fakes[name].base_url))  # one HOME, each CLI's own files
+    config = ""
+    if AGENTS["gemini"].binary:
+        config += (
+            f"[agents.gemini]\nbinary = {toml_string(AGENTS['gemini'].binary)}\n"
+            f'model = "{realcli.GEMINI_MODEL}"\n'
+        )
+    if AGENTS["hermes"].binary:
+        config += f"[agents.hermes]\nbinary = {toml_string(AGENTS['hermes'].binary)}\n"
+    if AGENTS["qwen"].binary:
+        command = ", ".join(
+            toml_string(a) for a in (AGENTS["qwen"].binary, "--acp", "--approval-mode", "default")
+        )
+        config += f'[acp.qwen]\ncommand = [{command}]\ndisplay_name = "Qwen Code"\n'
+    h = Harness(root / "daemon", daemon_env(env), config)
+    yield h
+    h.stop()
+
+
+@pytest.fixture(params=list(AGENTS))
+def agent(request: pytest.FixtureRequest) -> Agent:
+    spec = AGENTS[request.param]
+    if spec.binary is None:
+        pytest.skip(realcli.missing_reason(spec.name))
+    return spec
+
+
+async def test_streamed_answer_tool_call_and_edit_as_diff(
+    agent: Agent, harness: Harness, fakes: dict[str, FakeServer], tmp_path: Path
+) -> None:
+    fake = fakes[agent.name]
+    project = make_project(tmp_path / "project")
+    tool, args = agent.shell
+    write_tool, write_args = agent.write(project)
+    fake.script(
+        Reply(text=ANSWER, chunks=4, when=user("Say hello")),
+        CallTool(tool, args, when=user("Run echo")),
+        Reply(text="It printed hello-from-tool.", when="tool_result"),
+        CallTool(write_tool, write_args, when=user("Write made.txt")),
+        Reply(text="Wrote made.txt.", when="tool_result"),
+    )
+    async with harness.client() as c:
+        entry = await detected(c, agent.name)
+        assert entry["available"], entry
+        assert realcli.VERSIONS[agent.name] in (entry["version"] or "")
+        session, info = await create(c, agent.name, project)
+        assert info["agent"] == agent.name and info["version"] == realcli.VERSIONS[agent.name]
+        assert info["capabilities"]["permissions"] and info["capabilities"]["interrupt"]
+
+        frames = await run_turn(c, session, "Say hello.", timeout=120)
+        parts = deltas(frames)
+        assert text_of(frames) == ANSWER and len(parts) >= 2
+        assert len({p["id"] for p in of(frames, "text")}) == 1
+        end = of(frames, "session_end")[-1]
+        assert end["reason"] == "completed" and end["agent_session_id"]
+        assert of(frames, "usage")[-1]["input_tokens"]
+        FIRST_SESSION[agent.name] = (end["agent_session_id"], project)
+
+        frames = await run_turn(c, session, "Run echo hello-from-tool.", answer=allow_once)
+        assert_tool_calls_paired(frames)
+        calls = of(frames, "tool_call")
+        assert calls[0]["status"] == "running" and calls[-1]["status"] == "done"
+        (result,) = of(frames, "tool_result")
+        assert "hello-from-tool" in result["content"] and not result["is_error"]
+        assert "hello-from-tool" in " ".join(fake.agent_requests[-1].view.tool_results)
+        assert "It printed hello-from-tool." in text_of(frames)
+
+        frames = await run_turn(c, session, "Write made.txt.", answer=allow_once)
+        assert_tool_calls_paired(frames)
+        assert of(frames, "permission_request"), "writing a file asks the app first"
+        diffs = [d for d in of(frames, "diff") if d["path"].endswith("made.txt")]
+        assert diffs and diffs[-1]["new_text"] == WRITTEN and diffs[-1]["unified"]
+        assert (project / "made.txt").read_text() == WRITTEN
+        assert of(frames, "session_end")[-1]["reason"] == "completed"
+        await c.request("session.close", session=session)
+
+
+async def test_resume_then_unknown_session_then_killed_mid_turn(
+    agent: Agent, harness: Harness, fakes: dict[str, FakeServer]
+) -> None:
+    if agent.name not in FIRST_SESSION:
+        pytest.skip("the first session did not run")
+    first, project = FIRST_SESSION[agent.name]  # sessions resume in their own directory
+    fake = fakes[agent.name]
+    async with harness.client() as c:
+        # a new bridge session resumes the agent's first session: the model sees its history
+        fake.script(Reply(text="Resumed.", when=user("Again")))
+        session, _ = await create(c, agent.name, project, resume=first)
+        frames = await run_turn(c, session, "Again?", timeout=120)
+        assert text_of(frames) == "Resumed."
+        assert not [b for b in of(frames, "system") if b["code"] == "session_reset"]
+        assert of(frames, "session_end")[-1]["agent_session_id"] == first
+        assert fake.agent_requests[-1].contains(ANSWER)
+        await c.request("session.close", session=session)
+
+        # an id the agent does not know: a fresh session, and the app is told once
+        fake.script(Reply(text="Fresh start.", when=user("Hello after reset")))
+        session, _ = await create(c, agent.name, project, resume=UNKNOWN_SESSION)
+        frames = await run_turn(c, session, "Hello after reset.", timeout=120)
+        (reset,) = [b for b in of(frames, "system") if b["code"] == "session_reset"]
+        assert reset["level"] == "warn" and UNKNOWN_SESSION in reset["text"]
+        assert text_of(frames) == "Fresh start."
+        fresh = of(frames, "session_end")[-1]["agent_session_id"]
+        assert fresh and fresh != UNKNOWN_SESSION
+
+        # the agent is killed while it streams: the turn ends with an error, nothing hangs
+        fake.script(
+            Reply(
+                text="This answer never finishes, sadly.",
+                chunks=6,
+                stall_after=2,
+                stall=60,
+                when=user("Tell a long story"),
+            )
+        )
+        await c.request("session.send", session=session, text="Tell a long story.")
+        try:
+            frames = await wait_for_block(
+                c, session, lambda b: b["type"] == "text" and bool(b["text"]), timeout=120
+            )
+            assert agent.binary is not None
+            await kill_agent(harness, agent.binary)
+            frames += await finish_turn(c, session, timeout=60)
+        finally:
+            fake.release()
+        end = of(frames, "session_end")[-1]
+        assert end["reason"] == "error"
+        errors = [e for e in of(frames, "error") if e["code"] == "agent_exited"]
+        assert errors and "SIGKILL" in errors[0]["message"]
+        assert_tool_calls_paired(frames)
+
+        # the next turn starts the agent again on the same session
+        fake.script(Reply(text="Back again.", when=user("Still there")))
+        frames = await run_turn(c, session, "Still there?", timeout=120)
+        assert [b for b in of(frames, "system") if b["code"] == "agent_restarted"]
+        assert text_of(frames) == "Back again."
+        assert of(frames, "session_end")[-1]["agent_session_id"] == fresh
+        await c.request("session.close", session=session)
