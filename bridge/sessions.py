@@ -152,6 +152,8 @@ class Subscription:
     live: bool = False
     #: (seq of the event the item follows, item) held back while the replay runs
     backlog: list[tuple[int, Outgoing]] = field(default_factory=list)
+    #: the state frames among them, so the replay can send each right after its event
+    frames: deque[tuple[int, Outgoing]] = field(default_factory=deque)
     sent_seq: int = 0
     task: asyncio.Task[None] | None = None
 
@@ -161,10 +163,16 @@ class Subscription:
             return
         if self.live:
             if isinstance(item, EncodedEvent):
+                if item.seq <= self.sent_seq:
+                    # The replay read it from the store between the commit and this
+                    # callback (the writer thread commits first): already sent.
+                    return
                 self.sent_seq = item.seq
             self.conn.push(item)
         elif len(self.backlog) < backlog_limit:
             self.backlog.append((after_seq, item))
+            if not isinstance(item, EncodedEvent):
+                self.frames.append((after_seq, item))
         else:
             self.conn.push(item)  # let the connection's own overflow rule cut it off
 
@@ -196,6 +204,8 @@ class Session:
     mirror: asyncio.Task[None] | None = None
     mirror_source: AsyncIterator[Block] | None = None
     uncommitted: int = 0
+    #: the newest seq whose commit has been handed to subscribers
+    published_seq: int = 0
     last_pending: StoredEvent | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
     usage: UsageBlock | None = None
@@ -228,6 +238,7 @@ class Hub:
         sessions, messages, seqs = await asyncio.to_thread(self.store.load)
         for rec in sessions:
             s = Session(rec=rec, next_seq=max(rec.last_seq, seqs.get(rec.id, 0)) + 1)
+            s.published_seq = s.next_seq - 1  # everything on disk may be replayed
             s.idle.set()
             self.sessions[rec.id] = s
         for msg in messages:
@@ -340,6 +351,7 @@ class Hub:
                 s.drained.set()
             if s.last_pending is ev:
                 s.last_pending = None
+            s.published_seq = ev.seq
             if s.subs:
                 encoded = EncodedEvent(ev.session, ev.seq, ev.ts, ev.block_json)
                 for sub in list(s.subs.values()):
@@ -1365,28 +1377,43 @@ class Hub:
             )
             await conn.put(EncodedEvent(s.id, first - 1, iso(time.time()), block_to_json(block)))
             cursor = first - 1
+        sent_frames: set[int] = set()
+
+        def frames_up_to(seq: int) -> None:
+            # State frames go right after the event that records their change.
+            while sub.frames and sub.frames[0][0] <= seq:
+                frame = sub.frames.popleft()[1]
+                sent_frames.add(id(frame))
+                conn.push(frame)
+
+        frames_up_to(cursor)
         while not conn.closed:
-            events = await self.store.read_events(s.id, cursor, REPLAY_CHUNK)
+            # Only events already handed to subscribers: anything newer reaches this
+            # subscription through its backlog, with its state frames in place.
+            events = [
+                ev
+                for ev in await self.store.read_events(s.id, cursor, REPLAY_CHUNK)
+                if ev.seq <= s.published_seq
+            ]
             if not events:
                 break
             for ev in events:
                 await conn.put(EncodedEvent(s.id, ev.seq, ev.ts, ev.block_json))
                 cursor = ev.seq
+                frames_up_to(cursor)
         # Caught up: hand over to live delivery without an await, so nothing slips between.
+        frames_up_to(cursor)
         sub.sent_seq = cursor
-        # A state frame whose event the replay already sent is stale in place; the newest of
-        # them still tells the current state, so it goes first.
-        replayed = [item for after, item in sub.backlog if after <= cursor
-                    and not isinstance(item, EncodedEvent)]
-        if replayed:
-            conn.push(replayed[-1])
-        for after, pending in sub.backlog:
-            if after <= cursor:
+        for _after, pending in sub.backlog:
+            if isinstance(pending, EncodedEvent):
+                if pending.seq <= sub.sent_seq:
+                    continue
+                sub.sent_seq = pending.seq
+            elif id(pending) in sent_frames:
                 continue
             conn.push(pending)
-            if isinstance(pending, EncodedEvent):
-                sub.sent_seq = pending.seq
         sub.backlog.clear()
+        sub.frames.clear()
         sub.live = True
 
 
