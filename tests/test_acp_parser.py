@@ -437,8 +437,8 @@ def test_golden_payloads() -> None:
 # ---- mapper rules -------------------------------------------------------------------------------
 
 
-def upd(kind: str, **fields: Any) -> dict[str, Any]:
-    return {"sessionId": "s", "update": {"sessionUpdate": kind, **fields}}
+def upd(update_kind: str, **fields: Any) -> dict[str, Any]:
+    return {"sessionId": "s", "update": {"sessionUpdate": update_kind, **fields}}
 
 
 def chunk(text: str, kind: str = "agent_message_chunk", **extra: Any) -> dict[str, Any]:
@@ -513,6 +513,46 @@ def test_declined_permission_ends_the_call_as_an_error() -> None:
     check_invariants(out)
     assert of(out, ToolCallBlock)[-1].status == "error"
     assert "declined" in of(out, ToolResultBlock)[0].content
+
+
+def test_declined_approval_question_ends_the_call_it_stood_for() -> None:
+    # Hermes: "write: <path>" never reports its end; the approval carries the same path
+    m = UpdateMapper(approval_only=lambda i: i.startswith("edit-approval-"))
+    out = m.update(
+        upd(
+            "tool_call",
+            toolCallId="tc-1",
+            title="write: /w/a.txt",
+            kind="edit",
+            locations=[{"path": "/w/a.txt"}],
+        )
+    )
+    out += m.update(
+        upd(
+            "tool_call",
+            toolCallId="tc-2",
+            title="read: /w/b.txt",
+            kind="read",
+            locations=[{"path": "/w/b.txt"}],
+        )
+    )
+    out += m.permission(
+        "p",
+        {
+            "toolCall": {
+                "toolCallId": "edit-approval-1",
+                "kind": "edit",
+                "content": [{"type": "diff", "path": "/w/a.txt", "newText": "x"}],
+            },
+            "options": [{"optionId": "deny", "name": "Deny", "kind": "reject_once"}],
+        },
+    )
+    out += m.answered("p", "reject_once")
+    finished = [b for b in of(out, ToolCallBlock) if b.status != "running"]
+    assert [(b.id, b.status) for b in finished] == [("tc-1", "error"), ("edit-approval-1", "error")]
+    out += m.end_turn({"stopReason": "end_turn"})
+    check_invariants(out)
+    assert [b.status for b in of(out, ToolCallBlock) if b.id == "tc-2"][-1] == "done"
 
 
 def test_permission_without_usable_options_asks_nothing() -> None:

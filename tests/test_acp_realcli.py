@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests import realcli
-from tests.fakes import CallTool, FakeChat, FakeGemini, FakeServer, Reply
+from tests.fakes import CallTool, FakeChat, FakeGemini, FakeServer, RecordedRequest, Reply
 from tests.test_claude_harness import (
     UNKNOWN_SESSION,
     Harness,
@@ -77,8 +77,17 @@ AGENTS = {
 FIRST_SESSION: dict[str, tuple[str, Path]] = {}
 
 
+def after_tool(marker: str) -> Callable[[RecordedRequest], bool]:
+    """The model call that carries a tool result, in the turn of the user message ``marker``."""
+    return lambda r: r.view.last_is_tool_result and marker in r.view.last_user_text
+
+
 def allow_once(request: dict[str, Any]) -> str:
     return next(o["id"] for o in request["options"] if o["kind"] == "allow_once")
+
+
+def reject_once(request: dict[str, Any]) -> str:
+    return next(o["id"] for o in request["options"] if o["kind"] == "reject_once")
 
 
 def toml_string(value: str) -> str:
@@ -152,11 +161,13 @@ async def test_streamed_answer_tool_call_and_edit_as_diff(
     tool, args = agent.shell
     write_tool, write_args = agent.write(project)
     fake.script(
-        Reply(text=ANSWER, chunks=4, when=user("Say hello")),
+        Reply(text=ANSWER, thinking="Let me think about it.", chunks=4, when=user("Say hello")),
         CallTool(tool, args, when=user("Run echo")),
-        Reply(text="It printed hello-from-tool.", when="tool_result"),
+        Reply(text="It printed hello-from-tool.", when=after_tool("Run echo")),
+        CallTool(write_tool, write_args, when=user("Try to write")),
+        Reply(text="I was not allowed.", when=after_tool("Try to write")),
         CallTool(write_tool, write_args, when=user("Write made.txt")),
-        Reply(text="Wrote made.txt.", when="tool_result"),
+        Reply(text="Wrote made.txt.", when=after_tool("Write made.txt")),
     )
     async with harness.client() as c:
         entry = await detected(c, agent.name)
@@ -167,6 +178,9 @@ async def test_streamed_answer_tool_call_and_edit_as_diff(
         assert info["capabilities"]["permissions"] and info["capabilities"]["interrupt"]
 
         frames = await run_turn(c, session, "Say hello.", timeout=120)
+        # (Gemini trims each thought chunk, so compare without the spaces)
+        thought = "".join(b["text"] for b in of(frames, "thinking"))
+        assert "".join(thought.split()) == "Letmethinkaboutit."
         parts = deltas(frames)
         assert text_of(frames) == ANSWER and len(parts) >= 2
         assert len({p["id"] for p in of(frames, "text")}) == 1
@@ -183,6 +197,16 @@ async def test_streamed_answer_tool_call_and_edit_as_diff(
         assert "hello-from-tool" in result["content"] and not result["is_error"]
         assert "hello-from-tool" in " ".join(fake.agent_requests[-1].view.tool_results)
         assert "It printed hello-from-tool." in text_of(frames)
+
+        # declined from the app: the call fails and the file stays untouched (Gemini and Hermes
+        # tell the model and go on; Qwen ends the turn there)
+        frames = await run_turn(c, session, "Try to write made.txt.", answer=reject_once)
+        assert_tool_calls_paired(frames)
+        assert of(frames, "permission_request")
+        assert of(frames, "tool_call")[-1]["status"] == "error"
+        assert not (project / "made.txt").exists()
+        if agent.name != "qwen":
+            assert "I was not allowed." in text_of(frames)
 
         frames = await run_turn(c, session, "Write made.txt.", answer=allow_once)
         assert_tool_calls_paired(frames)
@@ -221,6 +245,28 @@ async def test_resume_then_unknown_session_then_killed_mid_turn(
         assert text_of(frames) == "Fresh start."
         fresh = of(frames, "session_end")[-1]["agent_session_id"]
         assert fresh and fresh != UNKNOWN_SESSION
+
+        # interrupted from the app while the model streams: the agent stops the turn and lives on
+        fake.script(
+            Reply(
+                text="A reply that goes on and on.",
+                chunks=6,
+                stall_after=2,
+                stall=60,
+                when=user("Go on and on"),
+            )
+        )
+        await c.request("session.send", session=session, text="Go on and on.")
+        try:
+            frames = await wait_for_block(
+                c, session, lambda b: b["type"] == "text" and bool(b["text"]), timeout=120
+            )
+            await c.request("session.interrupt", session=session)
+            frames += await finish_turn(c, session, timeout=60)
+        finally:
+            fake.release()
+        assert of(frames, "session_end")[-1]["reason"] == "interrupted"
+        assert not [e for e in of(frames, "error") if e["code"] == "interrupt_forced"]
 
         # the agent is killed while it streams: the turn ends with an error, nothing hangs
         fake.script(

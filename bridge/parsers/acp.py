@@ -329,6 +329,7 @@ class _Tool:
     diffs: set[tuple[str, int, int]] = field(default_factory=set)
     shown: str = ""
     declined: bool = False
+    paths: set[str] = field(default_factory=set)
 
     def block(self, status: Any = "running") -> ToolCallBlock:
         return ToolCallBlock(
@@ -557,13 +558,20 @@ class UpdateMapper:
             return []
         declined = kind is None or kind.startswith("reject")
         state.declined = declined
-        if self._approval_only is not None and self._approval_only(agent_tool):
-            if not declined:
-                state.result = state.result or "approved"
-            else:
-                state.result = "the user declined this tool call"
-            return self._finish_tool(agent_tool, state, failed=declined)
-        return []
+        if self._approval_only is None or not self._approval_only(agent_tool):
+            return []
+        # The question stood for another call on the same files (Hermes: "write: <path>"),
+        # which never reports its end: declined, that call failed too.
+        out: list[Block] = []
+        if declined:
+            for other_id, other in list(self._tools.items()):
+                if other_id != agent_tool and other.paths & state.paths:
+                    other.result = "the user declined this tool call"
+                    out += self._finish_tool(other_id, other, failed=True)
+        state.result = (
+            "the user declined this tool call" if declined else state.result or "approved"
+        )
+        return out + self._finish_tool(agent_tool, state, failed=declined)
 
     # ---- usage ----------------------------------------------------------------------------------
 
@@ -712,6 +720,11 @@ class UpdateMapper:
             state.input = raw if isinstance(raw, dict) else {"value": raw}
         if "rawOutput" in update:
             state.raw_output = update["rawOutput"]
+        locations = update.get("locations")
+        for location in locations[:MAX_ITEMS] if isinstance(locations, list) else []:
+            path = _str(_dict(location).get("path"), 4096)
+            if path is not None and len(state.paths) < MAX_ITEMS:
+                state.paths.add(path)
         # ACP has no tool name: Qwen gives it in ``_meta.toolName``; else the kind stands in.
         name = _str(_dict(update.get("_meta")).get("toolName"), 200)
         if name is not None:
@@ -779,6 +792,7 @@ class UpdateMapper:
         if key in state.diffs:
             return []
         state.diffs.add(key)
+        state.paths.add(path)
         return [
             DiffBlock(
                 path=path,
