@@ -166,3 +166,39 @@ async def test_slow_vanished_and_flapping_clients_leave_the_rest_unaffected(
     assert rss_end - rss_mid < 8 * 1024, (rss_before, rss_mid, rss_end)
     assert await good.request("ping") == {}
     await good.close()
+
+
+async def test_subscribing_mid_stream_never_duplicates_or_skips(
+    daemon_factory: Any, project: Path
+) -> None:
+    """Replay hands over to live delivery while the store commits concurrently."""
+    d: DaemonProcess = daemon_factory(
+        config='[agents.demo]\noptions = { delay = 0, chunk = 3 }\n[server]\nunix_socket = "off"\n'
+    ).start()
+    c = await Client.open(d.url, d.token)
+    session = (await c.request("session.create", agent="demo", cwd=str(project)))["session"][
+        "session"
+    ]
+    await c.request("session.subscribe", session=session)
+    await c.request("session.send", session=session, text="echo " + "y" * 60_000)
+    rng = random.Random(7)
+    checked = 0
+    last = 1
+    while True:
+        # Join at a random recent point while the turn streams ~20,000 events.
+        late = await Client.open(d.url, d.token)
+        after = max(0, last - rng.randrange(0, 2000))
+        got = await late.request("session.subscribe", session=session, after_seq=after)
+        frames = await late.events_until(
+            lambda b: True, session=session
+        ) + await late.events_until(lambda b: b["type"] == "session_end" or rng.random() < 0.002,
+                                    session=session)
+        seqs = [f["seq"] for f in frames]
+        assert seqs == list(range(after + 1, after + 1 + len(seqs))), (after, seqs[:20])
+        last = max(last, got["last_seq"], seqs[-1])
+        checked += 1
+        await late.close()
+        if frames[-1]["block"]["type"] == "session_end":
+            break
+    assert checked >= 3
+    await c.close()
