@@ -143,7 +143,7 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     await app.state(session, "parked", "none")  # handed off; no terminal has it yet
     term.respawn(command["argv"], env=env, cwd=command["cwd"])
     await app.state(session, "parked", "terminal")
-    term.wait_for("auto mode", 60)
+    term.wait_for("Bridge answer three.", 60)  # the resumed history is on screen
     term.type("after the handoff")
     await app.until(session, lambda b: b["type"] == "user" and b["text"] == "after the handoff")
     mark = app.mark()
