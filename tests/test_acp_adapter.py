@@ -38,6 +38,7 @@ from bridge.blocks import (
 from bridge.config import AcpAgentConfig, Config
 from bridge.invariants import CONTRACT, TurnGuard
 from bridge.process import SpawnError
+from bridge.store import AttachmentData
 
 FAKE_AGENT = Path(__file__).parent / "fixtures" / "acp" / "fake_agent.py"
 
@@ -139,6 +140,27 @@ async def test_streamed_answer_usage_and_session_id(h: Harness) -> None:
         assert (await adapter.get_usage()) == UsageBlock(input_tokens=20, output_tokens=8)
     finally:
         await adapter.stop()
+
+
+async def test_attachments_become_prompt_content(h: Harness) -> None:
+    adapter = h.make()
+    await adapter.start("s")
+    files = [
+        AttachmentData(name="shot.png", mime="image/png", data=b"\x89PNG"),
+        AttachmentData(name="notes.txt", mime="text/plain", data=b"hello notes"),
+        AttachmentData(name="blob.bin", mime="application/octet-stream", data=b"\xff\x00"),
+    ]
+    try:
+        await adapter.send("echo with files", files)
+        async for _ in adapter.stream():
+            pass
+    finally:
+        await adapter.stop()
+    prompt = h.received("session/prompt")[-1]["params"]["prompt"]
+    assert prompt[0] == {"type": "text", "text": "echo with files"}
+    assert prompt[1] == {"type": "image", "mimeType": "image/png", "data": "iVBORw=="}
+    assert prompt[2]["resource"]["text"] == "hello notes"  # the agent takes embedded context
+    assert prompt[3]["resource"]["blob"] == "/wA="
 
 
 async def test_tool_call_runs_then_finishes_with_its_result(h: Harness) -> None:
