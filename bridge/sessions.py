@@ -643,10 +643,11 @@ class Hub:
             cls = entry.cls
         conf = self._adapter_config(s.rec.agent)
         resume = s.rec.agent_session_id if cwd_matches(s.rec.cwd, s.rec.cwd) else None
-        session_id = s.id
 
         def on_session_id(agent_session_id: str) -> None:
-            self._on_agent_session_id(session_id, agent_session_id)
+            # The session itself, not a lookup: an adapter may report its id in start(),
+            # before session.create has registered the session.
+            self._on_agent_session_id(s, agent_session_id)
 
         values = {
             "cwd": s.rec.cwd,
@@ -683,9 +684,8 @@ class Hub:
         s.restart_adapter = False
         return info
 
-    def _on_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
-        s = self.sessions.get(session_id)
-        if s is None or not agent_session_id or s.rec.agent_session_id == agent_session_id:
+    def _on_agent_session_id(self, s: Session, agent_session_id: str) -> None:
+        if not agent_session_id or s.rec.agent_session_id == agent_session_id:
             return
         s.rec.agent_session_id = agent_session_id
         if s.turn is not None:
@@ -773,7 +773,14 @@ class Hub:
         )
         queued = (
             s.rec.state != "idle" or bool(s.queue) or (s.runner is not None and not s.runner.done())
-        )
+        ) or s.rec.intent == "handoff"
+        if not queued and await self._externally_owned(s):
+            # Answer truthfully: this message waits for a terminal, it does not start a turn.
+            if client_msg_id is not None and msg_id in s.answered:
+                return s.answered[msg_id]  # a retransmit arrived while we looked
+            if s.rec.state == "idle":
+                self._park(s, "a terminal process owns this session")
+            queued = True
         s.answered[msg_id] = queued
         if not s.rec.title:
             s.rec.title = " ".join(text.split())[:80]
@@ -1366,7 +1373,8 @@ class Hub:
     async def _replay(self, sub: Subscription, after_seq: int) -> None:
         s = sub.session
         conn = sub.conn
-        cursor = max(0, after_seq)
+        # A cursor beyond what exists means "live only"; clamped, so live events still count.
+        cursor = min(max(0, after_seq), s.next_seq - 1)
         first = await self.store.first_seq(s.id)
         if first is not None and first > cursor + 1:
             block = SystemBlock(

@@ -419,3 +419,16 @@ async def test_msgpack_subprotocol(daemon: DaemonProcess, project: Path) -> None
         first = dec(await ws.recv())
         assert first["t"] == "event" and first["seq"] == 1
         assert first["block"]["type"] == "agent_info"
+
+
+async def test_subscribe_beyond_the_last_seq_streams_live_events(
+    daemon: DaemonProcess, project: Path
+) -> None:
+    c = await open_client(daemon)
+    session = await create_demo(c, project)
+    result = await c.request("session.subscribe", session=session, after_seq=10**9)
+    assert result["last_seq"] == 1
+    await c.request("session.send", session=session, text="echo live")
+    frames = await c.turn(session)
+    assert frames[0]["seq"] == 2 and "You said: live" in text_of(frames)
+    await c.close()
