@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -54,6 +55,13 @@ class Harness:
             yield c
         finally:
             await c.close()
+
+    def wait_no_children(self, binary: str, timeout: float = 15.0) -> list[int]:
+        """Poll until no ``binary`` child is left (it may still be exiting after its turn)."""
+        deadline = time.monotonic() + timeout
+        while (pids := self.child_pids(binary)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return pids
 
     def child_pids(self, binary: str) -> list[int]:
         """Pids of ``binary`` processes the daemon started (its direct children)."""

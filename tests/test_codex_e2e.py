@@ -287,7 +287,7 @@ async def test_sigkill_mid_turn_ends_the_turn_and_the_next_turn_resumes(
         session, _ = await create(c, "codex", project)
         first = await run_turn(c, session, "KILL-0 remember")
         sid = of(first, "session_end")[-1]["agent_session_id"]
-        assert not harness.child_pids(BINARY or "")  # per turn: nothing runs between turns
+        assert not harness.wait_no_children(BINARY or "")  # per turn: nothing between turns
         await c.request("session.send", session=session, text="KILL-1 talk")
         await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
         (pid,) = harness.child_pids(BINARY or "")
