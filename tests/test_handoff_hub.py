@@ -1,0 +1,269 @@
+"""The hub's single-writer state machine, against a real daemon and a terminal the test controls.
+
+The drop-in adapter ``fixtures/handoff/fake_term_adapter.py`` reads ownership, transcripts and
+the lineage head from a directory this test writes; a "terminal" is a ``sleep`` process whose
+pid owns a session until the test kills it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import sqlite3
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from bridge.store import SessionRecord
+from tests.daemon import DaemonProcess
+from tests.handoffapp import App
+from tests.wsclient import Client, RequestFailed
+
+ADAPTER = Path(__file__).parent / "fixtures" / "handoff" / "fake_term_adapter.py"
+
+
+class Terminal:
+    """A stand-in for a terminal CLI process that owns one session."""
+
+    def __init__(self, root: Path, sid: str) -> None:
+        self.root, self.sid = root, sid
+        self.proc = subprocess.Popen(["sleep", "300"])
+        (root / f"{sid}.owner").write_text(str(self.proc.pid))
+
+    def say(self, *records: dict[str, Any]) -> None:
+        with open(self.root / f"{self.sid}.jsonl", "a") as f:
+            for rec in records:
+                f.write(json.dumps({"id": uuid.uuid4().hex, **rec}) + "\n")
+
+    def turn(self, prompt: str, answer: str) -> None:
+        self.say({"user": prompt}, {"text": answer}, {"end": True})
+
+    def exit(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def fake_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "fake"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[Terminal]]:
+    made: list[Terminal] = []
+    yield made
+    for t in made:
+        if t.proc.poll() is None:
+            t.exit()
+
+
+def make_daemon(tmp_path: Path, fake_dir: Path) -> DaemonProcess:
+    d = DaemonProcess(tmp_path / "home", env={"HANDOFF_FAKE_DIR": str(fake_dir)})
+    (d.config_dir / "adapters").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ADAPTER, d.config_dir / "adapters" / "fake_term_adapter.py")
+    return d
+
+
+@pytest.fixture
+async def world(
+    tmp_path: Path, fake_dir: Path, terminals: list[Terminal]
+) -> AsyncIterator[dict[str, Any]]:
+    project = tmp_path / "project"
+    project.mkdir()
+    d = make_daemon(tmp_path, fake_dir).start()
+    app = App(await Client.open(d.url, d.token))
+    try:
+        yield {"d": d, "app": app, "dir": fake_dir, "project": project, "terms": terminals}
+    finally:
+        await app.c.close()
+        d.stop()
+
+
+def bridge_log(root: Path) -> list[dict[str, str]]:
+    path = root / "bridge.log"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def new_session(app: App, project: Path) -> tuple[str, str]:
+    """A bridge session that ran one turn; (session, agent session id)."""
+    created = await app.request("session.create", agent="fake_term", cwd=str(project))
+    session = created["session"]["session"]
+    await app.request("session.subscribe", session=session)
+    await app.request("session.send", session=session, text="hello")
+    end = await app.until(session, lambda b: b["type"] == "session_end")
+    return session, str(end["agent_session_id"])
+
+
+async def test_handoff_mid_turn_holds_the_queue_until_the_terminal_lets_go(
+    world: dict[str, Any],
+) -> None:
+    app: App = world["app"]
+    root: Path = world["dir"]
+    session, sid = await new_session(app, world["project"])
+    await app.request("session.send", session=session, text="slow")
+    await app.until(session, lambda b: b["type"] == "text" and b["text"] == "working")
+    assert (await app.request("session.send", session=session, text="next"))["queued"]
+
+    command = await app.request("session.handoff", session=session)
+    assert command["argv"] == ["fake-term", "--resume", sid]
+    end = await app.until(session, lambda b: b["type"] == "session_end")
+    assert end["reason"] == "handoff"  # the bridge's turn ended because of the handoff
+    await app.state(session, "parked", "none")
+    await asyncio.sleep(2.5)
+    assert [e["text"] for e in bridge_log(root)] == ["hello", "slow"]  # "next" waits
+    # Asked again (a lost answer): the same command, nothing else happens.
+    assert await app.request("session.handoff", session=session) == command
+
+    term = Terminal(root, sid)
+    world["terms"].append(term)
+    await app.state(session, "parked", "terminal")
+    term.turn("typed in the terminal", "terminal answer")
+    user = await app.until(session, lambda b: b["type"] == "user" and b["source"] == "terminal")
+    assert user["text"] == "typed in the terminal"
+    await app.until(session, lambda b: b["type"] == "session_end")
+    term.exit()
+    await app.state(session, "idle", "bridge")
+    await app.until(session, lambda b: b["type"] == "text" and b["text"] == "bridge says: next")
+    assert [e["text"] for e in bridge_log(root)] == ["hello", "slow", "next"]
+    assert {e["sid"] for e in bridge_log(root)} == {sid}
+
+
+async def test_a_pending_handoff_queues_messages_and_can_be_closed(
+    world: dict[str, Any],
+) -> None:
+    app: App = world["app"]
+    session, _ = await new_session(app, world["project"])
+    await app.request("session.handoff", session=session)
+    await app.state(session, "parked", "none")
+    assert (await app.request("session.send", session=session, text="meanwhile"))["queued"]
+    err = await app.c.call("session.interrupt", session=session)
+    assert err["t"] == "ok"  # nothing runs; interrupting is harmless
+    frame = await app.c.call("session.close", session=session)
+    assert frame["t"] == "ok"
+    await app.state(session, "ended", "none")
+    assert [e["text"] for e in bridge_log(world["dir"])] == ["hello"]
+
+
+async def test_terminal_started_session_is_listed_attached_and_returned(
+    world: dict[str, Any],
+) -> None:
+    app: App = world["app"]
+    root: Path = world["dir"]
+    project: Path = world["project"]
+    sid = "term-1"
+    (root / f"{sid}.cwd").write_text(str(project))
+    term = Terminal(root, sid)
+    world["terms"].append(term)
+    term.turn("before the app looked", "old answer")
+
+    external = await app.listed("fake_term", str(project))
+    assert (external["agent_session_id"], external["state"], external["writer"]) == (
+        sid,
+        "parked",
+        "terminal",
+    )
+    with pytest.raises(RequestFailed) as bad:
+        await app.request("session.attach", agent="fake_term", agent_session_id=sid, cwd=str(root))
+    assert bad.value.frame["code"] == "bad_request"  # it belongs to another directory
+
+    attached = (
+        await app.request(
+            "session.attach", agent="fake_term", agent_session_id=sid, cwd=str(project)
+        )
+    )["session"]
+    session = attached["session"]
+    assert attached["title"] == f"terminal {sid}"
+    await app.request("session.subscribe", session=session)
+    term.turn("after attach", "new answer")
+    user = await app.until(session, lambda b: b["type"] == "user")
+    assert user["text"] == "after attach"  # history before attaching is not replayed
+    listed = (await app.request("sessions.list"))["sessions"]
+    assert [s["session"] for s in listed if s.get("agent_session_id") == sid] == [session]
+
+    assert (await app.request("session.send", session=session, text="from app"))["queued"]
+    await asyncio.sleep(1.5)
+    assert bridge_log(root) == []
+    term.exit()
+    await app.state(session, "idle", "bridge")
+    await app.until(session, lambda b: b["type"] == "text" and b["text"] == "bridge says: from app")
+    assert bridge_log(root) == [{"sid": sid, "text": "from app"}]
+
+
+async def test_reattach_follows_the_lineage_and_never_takes_an_owned_head(
+    world: dict[str, Any],
+) -> None:
+    app: App = world["app"]
+    root: Path = world["dir"]
+    session, sid = await new_session(app, world["project"])
+    first = Terminal(root, sid)
+    world["terms"].append(first)
+    assert (await app.request("session.send", session=session, text="queued"))["queued"]
+    await app.state(session, "parked", "terminal")
+    # The terminal moved on to a new session (a /clear, a fork) that another process holds.
+    second = Terminal(root, "sid-next")
+    world["terms"].append(second)
+    (root / "head").write_text("sid-next")
+    first.exit()
+    lineage = await app.until(session, lambda b: b["type"] == "system" and b["code"] == "lineage")
+    assert lineage["data"]["agent_session_id"] == "sid-next"
+    mark = app.mark()
+    await asyncio.sleep(2.5)
+    with contextlib.suppress(TimeoutError):
+        await app.until(session, lambda b: False, timeout=0.5)  # collect what arrived
+    assert bridge_log(root)[1:] == []  # still parked: the head is owned too
+    assert [b for b in app.blocks("system", mark) if b["code"] == "state"] == []  # no flapping
+    second.exit()
+    await app.state(session, "idle", "bridge")
+    await app.until(session, lambda b: b["type"] == "text" and b["text"] == "bridge says: queued")
+    assert bridge_log(root)[-1] == {"sid": "sid-next", "text": "queued"}
+
+
+async def test_a_handoff_recorded_before_a_crash_is_carried_out_after_restart(
+    tmp_path: Path, fake_dir: Path, terminals: list[Terminal]
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    d = make_daemon(tmp_path, fake_dir).start()
+    app = App(await Client.open(d.url, d.token))
+    session, sid = await new_session(app, project)
+    await app.c.close()
+    d.stop()
+    # The daemon died right after recording the intent, before it parked the session.
+    db = sqlite3.connect(d.state_dir / "bridge.sqlite3")
+    (blob,) = db.execute("SELECT data FROM sessions WHERE id = ?", (session,)).fetchone()
+    rec = msgspec.msgpack.decode(blob, type=SessionRecord)
+    rec.intent, rec.state, rec.writer = "handoff", "idle", "bridge"
+    db.execute("UPDATE sessions SET data = ? WHERE id = ?", (msgspec.msgpack.encode(rec), session))
+    db.commit()
+    db.close()
+
+    d2 = make_daemon(tmp_path, fake_dir).start()
+    try:
+        app = App(await Client.open(d2.url, d2.token))
+        listed = (await app.request("sessions.list", include_external=False))["sessions"]
+        mine = next(s for s in listed if s["session"] == session)
+        assert (mine["state"], mine["writer"]) == ("parked", "none")
+        await app.request("session.subscribe", session=session)
+        assert (await app.request("session.send", session=session, text="later"))["queued"]
+        term = Terminal(fake_dir, sid)
+        terminals.append(term)
+        await app.state(session, "parked", "terminal")
+        term.exit()
+        await app.state(session, "idle", "bridge")
+        await app.until(
+            session, lambda b: b["type"] == "text" and b["text"] == "bridge says: later"
+        )
+        await app.c.close()
+    finally:
+        d2.stop()
