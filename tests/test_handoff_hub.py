@@ -13,6 +13,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -267,3 +268,35 @@ async def test_a_handoff_recorded_before_a_crash_is_carried_out_after_restart(
         await app.c.close()
     finally:
         d2.stop()
+
+
+async def test_agent_bridge_resume_runs_the_command_in_this_terminal(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    app: App = world["app"]
+    d: DaemonProcess = world["d"]
+    root: Path = world["dir"]
+    session, sid = await new_session(app, world["project"])
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake_term = bindir / "fake-term"  # the agent's CLI: takes the session, then idles
+    fake_term.write_text(f'#!/bin/sh\necho $$ > "{root}/$2.owner"\nexec sleep 300\n')
+    fake_term.chmod(0o755)
+    env = dict(d.env, PATH=f"{bindir}:{d.env['PATH']}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "resume", session],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        await app.state(session, "parked", "terminal")
+        assert (root / f"{sid}.owner").read_text().strip() == str(proc.pid)  # exec'd in place
+        assert proc.stderr is not None
+        told = proc.stderr.readline()
+        assert told.strip() == f"cd {world['project']} && fake-term --resume {sid}"
+    finally:
+        proc.kill()
+        proc.wait()
+    await app.state(session, "idle", "bridge")
