@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,6 @@ from tests.daemon import DaemonProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNTHETIC = Path(__file__).with_name("synthetic_adapter.py")
-DEVHOOK = Path(__file__).with_name("_devhook")
 
 
 class Target:
@@ -68,15 +66,12 @@ class DaemonTarget(Target):
         self.config = f'[store]\nbackend = "{store}"\n' + config
         self.extra_adapters = extra_adapters or {}
         self.env = env or {}
-        self.via = "adapters dir"
         self.daemon: DaemonProcess | None = None
         self.startup_s = 0.0
 
-    def _make(self, devhook: bool) -> DaemonProcess:
-        env = dict(self.env)
-        if devhook:
-            env["PYTHONPATH"] = os.pathsep.join([str(DEVHOOK), str(ROOT)])
-        d = DaemonProcess(self.home, config=self.config, env=env)
+    def _make(self) -> DaemonProcess:
+        d = DaemonProcess(self.home, config=self.config, env=self.env)
+        # The documented way to add an agent: a .py file in the adapters directory.
         adapters = d.config_dir / "adapters"
         adapters.mkdir(parents=True, exist_ok=True)
         shutil.copy(SYNTHETIC, adapters / "synthetic.py")
@@ -85,7 +80,7 @@ class DaemonTarget(Target):
         return d
 
     async def start(self) -> DaemonTarget:
-        self.daemon = self._make(devhook=False)
+        self.daemon = self._make()
         t0 = time.monotonic()
         self.daemon.start()
         self.startup_s = time.monotonic() - t0
@@ -93,16 +88,9 @@ class DaemonTarget(Target):
         assert self.daemon.proc is not None
         self.pid = self.daemon.proc.pid
         if not await self._has_synthetic():
-            # The adapters-dir loader did not register it (not built yet): use the dev hook.
-            self.daemon.stop()
-            self.daemon = self._make(devhook=True)
-            self.daemon.start()
-            self.via = "dev hook (no loader)"
-            self.port, self.token = self.daemon.port, self.daemon.token
-            assert self.daemon.proc is not None
-            self.pid = self.daemon.proc.pid
-            if not await self._has_synthetic():
-                raise RuntimeError("the synthetic adapter is not registered")
+            log = self.daemon.log_text()
+            self.stop()
+            raise RuntimeError(f"the daemon did not load bench/synthetic_adapter.py:\n{log}")
         return self
 
     async def _has_synthetic(self, wait_s: float = 5.0) -> bool:

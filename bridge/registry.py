@@ -8,9 +8,11 @@ CLI never delays start-up; ``agents.list`` reports what is known so far.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, DetectedAgent
@@ -19,6 +21,9 @@ from bridge.logs import get_logger
 from bridge.protocol import AgentObject
 
 log = get_logger("bridge.registry")
+
+#: Detection probes run at once (each mostly waits on a child process; threads start lazily).
+DETECT_THREADS = 64
 
 #: Built-in adapters as "module:Class"; one that fails to import is logged and skipped.
 BUILTIN_ADAPTERS: tuple[str, ...] = (
@@ -76,6 +81,9 @@ class Registry:
         self._entries: dict[str, AgentEntry] = {}
         self._listeners: list[Callable[[], None]] = []
         self._detect_tasks: dict[str, asyncio.Task[None]] = {}
+        # Probes get their own threads: on the default executor, slow `--version` probes
+        # held up every asyncio.to_thread in the daemon for seconds (docs/benchmarks.md, T6).
+        self._detect_pool = ThreadPoolExecutor(DETECT_THREADS, thread_name_prefix="bridge-detect")
         self.builtin_ids: set[str] = set()
 
     # ---- membership --------------------------------------------------------------------------
@@ -137,10 +145,13 @@ class Registry:
     async def _detect(self, entry: AgentEntry) -> None:
         cls = entry.cls
         try:
-            found = await asyncio.wait_for(
-                asyncio.to_thread(cls.detect, entry.config.binary)
+            probe = (
+                functools.partial(cls.detect, entry.config.binary)
                 if _takes_binary(cls)
-                else asyncio.to_thread(cls.detect),
+                else cls.detect
+            )
+            found = await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(self._detect_pool, probe),
                 self.config.adapters.detect_timeout,
             )
         except TimeoutError:

@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,9 @@ class SqliteStore(Store):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._read_lock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
+        # Reads run on their own thread: on the shared default executor a replay waited
+        # behind slow `--version` probes and other blocking calls (docs/benchmarks.md, T6).
+        self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="bridge-store-read")
         self._closed = False
 
     def _connect(self) -> sqlite3.Connection:
@@ -297,11 +301,15 @@ class SqliteStore(Store):
         self._queue.put(_Op("stop", None))
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
+        self._read_pool.shutdown(wait=True)
         if self._reader is not None:
             self._reader.close()
 
     async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
-        return await asyncio.to_thread(self._read_events, session, after_seq, limit)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._read_pool, self._read_events, session, after_seq, limit
+        )
 
     def _read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
         assert self._reader is not None
@@ -324,7 +332,7 @@ class SqliteStore(Store):
                 ).fetchone()
             return None if row is None else row[0]
 
-        return await asyncio.to_thread(query)
+        return await asyncio.get_running_loop().run_in_executor(self._read_pool, query)
 
     # ---- the writer thread -------------------------------------------------------------------
 
