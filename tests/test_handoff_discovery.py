@@ -24,7 +24,7 @@ from bridge.blocks import (
     ToolResultBlock,
     UserBlock,
 )
-from bridge.handoff import claude, codex, procscan
+from bridge.handoff import claude, codex, pi, procscan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURED = FIXTURES / "captured"
@@ -197,7 +197,9 @@ def test_codex_resume_command_runs_the_tui_without_the_shared_daemon() -> None:
 # ---- transcripts as blocks -----------------------------------------------------------------------
 
 
-def _feed(parser: claude.TranscriptParser | codex.RolloutParser, path: Path) -> list[object]:
+def _feed(
+    parser: claude.TranscriptParser | codex.RolloutParser | pi.SessionParser, path: Path
+) -> list[object]:
     out: list[object] = []
     for line in path.read_bytes().splitlines():
         out.extend(parser.feed(line))
@@ -275,6 +277,7 @@ def test_claude_interrupted_turn_ends_interrupted() -> None:
 def test_parsers_shrug_off_garbage(line: bytes) -> None:
     assert claude.TranscriptParser("s").feed(line) == []
     assert codex.RolloutParser("s").feed(line) == []
+    assert pi.SessionParser("s").feed(line) == []
 
 
 def test_codex_rollouts_as_blocks() -> None:
@@ -301,3 +304,39 @@ def test_codex_rollouts_as_blocks() -> None:
     ]
     (result,) = [b for b in got if isinstance(b, ToolResultBlock)]
     assert "hi-from-tool" in result.content and not result.is_error
+
+
+# ---- Pi ------------------------------------------------------------------------------------------
+
+
+def _pi_home(tmp: Path) -> tuple[Path, str]:
+    src = HANDOFF / "pi" / "tui_session.jsonl"
+    header = json.loads(src.read_text().splitlines()[0])
+    base = tmp / ".pi" / "agent"
+    dst = base / "sessions" / "--tmp-work--" / f"2026-12-02T12-57-12-517Z_{header['id']}.jsonl"
+    dst.parent.mkdir(parents=True)
+    shutil.copy(src, dst)
+    return base, str(header["id"])
+
+
+def test_pi_lists_sessions_with_cwd_and_title(tmp_path: Path) -> None:
+    base, sid = _pi_home(tmp_path)
+    (found,) = pi.scan(base)
+    assert (found.agent_session_id, found.title) == (sid, "Run echo for me")
+    assert found.cwd == "/tmp/agent-bridge-capture-handoff/pi/work" and not found.owned
+    assert pi.session_path(sid, base) is not None
+    assert pi.session_path("../x", base) is None
+
+
+def test_pi_session_as_blocks() -> None:
+    got = _feed(pi.SessionParser("p"), HANDOFF / "pi" / "tui_session.jsonl")
+    assert [type(b).__name__ for b in got] == [
+        "UserBlock", "ToolCallBlock", "ToolCallBlock", "ToolResultBlock", "TextBlock",
+        "SessionEndBlock", "UserBlock", "TextBlock", "SessionEndBlock",
+    ]  # fmt: skip
+    (result,) = [b for b in got if isinstance(b, ToolResultBlock)]
+    assert result.content.strip() == "hi-from-tool"
+    assert [b.text for b in got if isinstance(b, TextBlock)] == [
+        "The tool said hi.",
+        "Second answer.",
+    ]

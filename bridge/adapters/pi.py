@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 from typing import ClassVar
 
-from bridge.adapters.base import AdapterConfig, Check, ModelInfo, ResumeCommand
+from bridge.adapters.base import AdapterConfig, Check, ExternalSession, ModelInfo, ResumeCommand
 from bridge.adapters.perturn import PerTurnAdapter, TurnParser
+from bridge.blocks import Block
+from bridge.handoff import pi as handoff_pi
 from bridge.parsers.pi import PiParser
 from bridge.process import build_env, run_capture
 
@@ -120,3 +123,13 @@ class PiAdapter(PerTurnAdapter):
     @classmethod
     def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
         return ResumeCommand(argv=[cls.cli_binary or "pi", "--session", sid], cwd=cwd or ".")
+
+    # Listing and mirroring terminal sessions: bridge/handoff/pi.py.
+
+    @classmethod
+    def scan_external_sessions(cls) -> list[ExternalSession]:
+        return handoff_pi.scan()
+
+    @classmethod
+    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
+        return handoff_pi.mirror(cwd, sid)
