@@ -71,6 +71,10 @@ PARK_POLL_S = 1.0
 EXTERNAL_CACHE_S = 5.0
 HANDOFF_WAIT_S = 300.0
 MIRROR_DRAIN_S = 5.0
+#: How often sessions the bridge holds are checked for a terminal that took them anyway, and
+#: how many of the most recently active ones (each check may scan /proc).
+SWEEP_S = 3.0
+SWEEP_MAX = 32
 
 
 #: What adapter code may raise without taking the daemon down: an adapter that calls
@@ -252,6 +256,7 @@ class Hub:
                 s.queue.append(msg)
         for s in self.sessions.values():
             await self._recover(s)
+        self._spawn(self._sweep_terminals())
 
     async def _recover(self, s: Session) -> None:
         """Close a turn the daemon died in, restore parking, and continue the queue."""
@@ -1266,6 +1271,52 @@ class Hub:
             raise
         except Exception:
             log.exception("watcher_failed", session=s.id)
+
+    async def _sweep_terminals(self) -> None:
+        """Notice a terminal that resumed a session on its own (no handoff asked).
+
+        An idle session is parked at once, so the app sees the terminal's turns live instead of
+        at its next message. A running one is a second writer already: the bridge's turn is
+        stopped (``session_end`` reason ``handoff``) and the session parks before its next turn;
+        the person at the terminal wins.
+        """
+        while not self._closing:
+            await asyncio.sleep(SWEEP_S)
+            try:
+                await self._sweep_once()
+            except Exception:
+                log.exception("terminal_sweep_failed")
+
+    async def _sweep_once(self) -> None:
+        candidates = sorted(
+            (
+                s
+                for s in self.sessions.values()
+                if s.rec.state in ("idle", "running")
+                and s.rec.agent_session_id
+                and s.rec.intent is None
+                and self._cls(s).handoff != "none"
+            ),
+            key=lambda s: s.rec.updated_at,
+            reverse=True,
+        )[:SWEEP_MAX]
+        for s in candidates:
+            if s.rec.state not in ("idle", "running") or not await self._externally_owned(s):
+                continue
+            if s.rec.state == "idle" and (s.runner is None or s.runner.done()):
+                self._park(s, "a terminal process resumed this session")
+            elif s.turn is not None and not s.turn.interrupting:
+                self._emit(
+                    s,
+                    SystemBlock(
+                        level="warn",
+                        code="terminal_took_over",
+                        text="a terminal resumed this session during the bridge's turn; "
+                        "the bridge's turn is stopped",
+                    ),
+                )
+                s.turn.end_reason = "handoff"
+                await self._interrupt(s, "a terminal took the session")
 
     async def _reattach(self, s: Session, why: str) -> bool:
         """Back to the bridge, on the newest session of the lineage; False if that one is

@@ -300,3 +300,39 @@ async def test_agent_bridge_resume_runs_the_command_in_this_terminal(
         proc.kill()
         proc.wait()
     await app.state(session, "idle", "bridge")
+
+
+async def test_a_terminal_resuming_an_idle_session_on_its_own_parks_it(
+    world: dict[str, Any],
+) -> None:
+    app: App = world["app"]
+    root: Path = world["dir"]
+    session, sid = await new_session(app, world["project"])
+    term = Terminal(root, sid)  # the user ran the agent's resume in a terminal, unasked
+    world["terms"].append(term)
+    frame = await app.state(session, "parked", "terminal", timeout=20)
+    assert frame["queued"] == 0
+    term.turn("typed without a handoff", "seen live")
+    user = await app.until(session, lambda b: b["type"] == "user" and b["source"] == "terminal")
+    assert user["text"] == "typed without a handoff"
+    term.exit()
+    await app.state(session, "idle", "bridge")
+
+
+async def test_a_terminal_taking_a_session_mid_turn_stops_the_bridges_turn(
+    world: dict[str, Any],
+) -> None:
+    app: App = world["app"]
+    root: Path = world["dir"]
+    session, sid = await new_session(app, world["project"])
+    await app.request("session.send", session=session, text="slow")
+    await app.until(session, lambda b: b["type"] == "text" and b["text"] == "working")
+    term = Terminal(root, sid)
+    world["terms"].append(term)
+    warn = await app.until(session, lambda b: b["type"] == "system" and b["level"] == "warn")
+    assert warn["code"] == "terminal_took_over"
+    end = await app.until(session, lambda b: b["type"] == "session_end")
+    assert end["reason"] == "handoff"
+    await app.state(session, "parked", "terminal", timeout=20)
+    term.exit()
+    await app.state(session, "idle", "bridge")
