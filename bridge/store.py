@@ -225,9 +225,12 @@ class SqliteStore(Store):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[_Op]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._ops: list[_Op] = []
+        self._handover = False
         self._read_lock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
         # Reads run on their own thread: on the shared default executor a replay waited
@@ -244,6 +247,7 @@ class SqliteStore(Store):
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         writer = self._connect()
         writer.executescript(_SCHEMA)
@@ -270,27 +274,49 @@ class SqliteStore(Store):
         messages.sort(key=lambda m: m.created_at)
         return sessions, messages, seqs
 
+    def _put(self, op: _Op) -> None:
+        # Operations reach the writer once per event-loop pass, in order, as one list: a put
+        # per event woke the writer thread per event, and that GIL ping-pong cost the loop
+        # more than SQLite itself (docs/benchmarks.md, T1/T7).
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self._hand_over()
+            self._queue.put([op])
+            return
+        if threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(self._put, op)
+            return
+        self._ops.append(op)
+        if not self._handover:
+            self._handover = True
+            loop.call_soon(self._hand_over)
+
+    def _hand_over(self) -> None:
+        ops, self._ops, self._handover = self._ops, [], False
+        if ops:
+            self._queue.put(ops)
+
     def append_event(self, event: StoredEvent) -> None:
-        self._queue.put(_Op("event", event))
+        self._put(_Op("event", event))
 
     def save_session(self, record: SessionRecord) -> None:
-        self._queue.put(_Op("session", (record.id, _enc.encode(record))))
+        self._put(_Op("session", (record.id, _enc.encode(record))))
 
     def save_message(self, record: MessageRecord) -> None:
-        self._queue.put(_Op("message", (record.session, record.client_msg_id, _enc.encode(record))))
+        self._put(_Op("message", (record.session, record.client_msg_id, _enc.encode(record))))
 
     def delete_session(self, session: str) -> None:
-        self._queue.put(_Op("delete", session))
+        self._put(_Op("delete", session))
 
     def prune(self, max_events: int, max_age_s: float) -> None:
-        self._queue.put(_Op("prune", (max_events, time.time() - max_age_s)))
+        self._put(_Op("prune", (max_events, time.time() - max_age_s)))
 
     async def flush(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             return
         assert self._loop is not None
         done: asyncio.Future[None] = self._loop.create_future()
-        self._queue.put(_Op("flush", done))
+        self._put(_Op("flush", done))
         await done
 
     async def close(self) -> None:
@@ -298,7 +324,7 @@ class SqliteStore(Store):
             return
         self._closed = True
         await self.flush()
-        self._queue.put(_Op("stop", None))
+        self._put(_Op("stop", None))
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
         self._read_pool.shutdown(wait=True)
@@ -339,10 +365,10 @@ class SqliteStore(Store):
     def _run(self, conn: sqlite3.Connection) -> None:
         try:
             while True:
-                batch = [self._queue.get()]
+                batch = self._queue.get()
                 while len(batch) < MAX_BATCH:
                     try:
-                        batch.append(self._queue.get_nowait())
+                        batch += self._queue.get_nowait()
                     except queue.Empty:
                         break
                 if not self._write(conn, batch):
