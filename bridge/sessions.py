@@ -190,6 +190,8 @@ class Turn:
     permission_options: dict[str, set[str]] = field(default_factory=dict)
     #: Overrides the reason of the turn's ``session_end`` (``handoff`` when a handoff ended it).
     end_reason: EndReason | None = None
+    #: A terminal was seen taking the session during this turn (said once).
+    terminal_seen: bool = False
 
 
 @dataclass
@@ -826,16 +828,16 @@ class Hub:
                         self._set_state(s, "idle", "bridge", "the turn failed")
 
     async def _externally_owned(self, s: Session) -> bool:
+        return await self._owned_id(s, s.rec.agent_session_id)
+
+    async def _owned_id(self, s: Session, sid: str | None) -> bool:
         cls = s.adapter_cls or (self.registry.get(s.rec.agent) or AgentEntry(BaseAdapter)).cls
         if cls.handoff == "none":
             return False
         try:
             return bool(
                 await asyncio.wait_for(
-                    asyncio.to_thread(
-                        cls.is_cwd_externally_owned, s.rec.cwd, s.rec.agent_session_id
-                    ),
-                    10.0,
+                    asyncio.to_thread(cls.is_cwd_externally_owned, s.rec.cwd, sid), 10.0
                 )
             )
         except Exception as exc:
@@ -1305,18 +1307,24 @@ class Hub:
                 continue
             if s.rec.state == "idle" and (s.runner is None or s.runner.done()):
                 self._park(s, "a terminal process resumed this session")
-            elif s.turn is not None and not s.turn.interrupting:
+            elif s.turn is not None and not s.turn.interrupting and not s.turn.terminal_seen:
+                s.turn.terminal_seen = True
+                # Only an adapter that tells this session's owner from any process of the
+                # CLI in the same directory (which would also "own" a made-up id) justifies
+                # stopping work; otherwise the next turn waits for the terminal.
+                precise = not await self._owned_id(s, f"probe-{uuid.uuid4().hex}")
+                text = "a terminal resumed this session during the bridge's turn"
                 self._emit(
                     s,
                     SystemBlock(
                         level="warn",
                         code="terminal_took_over",
-                        text="a terminal resumed this session during the bridge's turn; "
-                        "the bridge's turn is stopped",
+                        text=text + ("; the bridge's turn is stopped" if precise else ""),
                     ),
                 )
-                s.turn.end_reason = "handoff"
-                await self._interrupt(s, "a terminal took the session")
+                if precise:
+                    s.turn.end_reason = "handoff"
+                    await self._interrupt(s, "a terminal took the session")
 
     async def _reattach(self, s: Session, why: str) -> bool:
         """Back to the bridge, on the newest session of the lineage; False if that one is

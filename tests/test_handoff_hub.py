@@ -336,3 +336,25 @@ async def test_a_terminal_taking_a_session_mid_turn_stops_the_bridges_turn(
     await app.state(session, "parked", "terminal", timeout=20)
     term.exit()
     await app.state(session, "idle", "bridge")
+
+
+async def test_with_only_a_directory_level_signal_the_running_turn_is_not_stopped(
+    world: dict[str, Any],
+) -> None:
+    app: App = world["app"]
+    root: Path = world["dir"]
+    (root / "cwd-level").write_text("")
+    session, _ = await new_session(app, world["project"])
+    await app.request("session.send", session=session, text="slow")
+    await app.until(session, lambda b: b["type"] == "text" and b["text"] == "working")
+    term = Terminal(root, "some-other-session")  # a terminal of the CLI, maybe not this one
+    world["terms"].append(term)
+    warn = await app.until(session, lambda b: b["type"] == "system" and b["level"] == "warn")
+    assert warn["code"] == "terminal_took_over" and "stopped" not in warn["text"]
+    await asyncio.sleep(4)  # more sweeps: said once, and the turn goes on
+    warnings = [b for b in app.blocks("system") if b["code"] == "terminal_took_over"]
+    assert len(warnings) == 1 and not app.blocks("session_end")[1:]
+    await app.request("session.interrupt", session=session)
+    end = await app.until(session, lambda b: b["type"] == "session_end")
+    assert end["reason"] == "interrupted"
+    await app.state(session, "parked", "terminal", timeout=20)
