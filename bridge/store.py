@@ -28,6 +28,7 @@ from bridge.logs import get_logger
 log = get_logger("bridge.store")
 
 MAX_BATCH = 5000
+CHECKPOINT_EVERY_S = 1.0
 
 
 class SessionRecord(msgspec.Struct, kw_only=True):
@@ -236,6 +237,7 @@ class SqliteStore(Store):
         # Reads run on their own thread: on the shared default executor a replay waited
         # behind slow `--version` probes and other blocking calls (docs/benchmarks.md, T6).
         self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="bridge-store-read")
+        self._checkpoint_stop = threading.Event()
         self._closed = False
 
     def _connect(self) -> sqlite3.Connection:
@@ -251,11 +253,27 @@ class SqliteStore(Store):
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         writer = self._connect()
         writer.executescript(_SCHEMA)
+        # Checkpoints (copying the WAL into the database, with an fsync) run on their own
+        # connection and thread: done by the writer on commit, they held back every event
+        # behind them by 5 to 70 ms (docs/benchmarks.md, T3).
+        writer.execute("PRAGMA wal_autocheckpoint=0")
         self._reader = self._connect()
         self._thread = threading.Thread(
             target=self._run, args=(writer,), name="bridge-store", daemon=True
         )
         self._thread.start()
+        threading.Thread(
+            target=self._checkpoints, name="bridge-store-checkpoint", daemon=True
+        ).start()
+
+    def _checkpoints(self) -> None:
+        conn = self._connect()
+        try:
+            while not self._checkpoint_stop.wait(CHECKPOINT_EVERY_S):
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
 
     def load(self) -> tuple[list[SessionRecord], list[MessageRecord], dict[str, int]]:
         assert self._reader is not None
@@ -323,6 +341,7 @@ class SqliteStore(Store):
         if self._closed:
             return
         self._closed = True
+        self._checkpoint_stop.set()
         await self.flush()
         self._put(_Op("stop", None))
         if self._thread is not None:
