@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
 import resource
+import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -91,6 +95,30 @@ def _fmt(x: float, unit: str = "") -> str:
     return text + unit
 
 
+@contextlib.contextmanager
+def profiled(folder: str | None, name: str, pid: int) -> Iterator[None]:
+    """Record the daemon with py-spy (``pip install -e '.[bench]'``) while a scenario runs."""
+    if not folder:
+        yield
+        return
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = Path(folder) / f"{name}.speedscope.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--gil", "--rate", "250", "--format", "speedscope",
+         "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        _progress(f"profile of {name}: {out}")
+
+
 def _progress(text: str) -> None:
     print(f"[bench] {text}", file=sys.stderr, flush=True)
 
@@ -119,7 +147,8 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
         if want("T1") or want("T7"):
             _progress("T1: one session to one client")
             t1b = await _repeat(lambda: scenarios.throughput(base, n1), rep)
-            t1 = await _repeat(lambda: scenarios.throughput(daemon, n1), rep)
+            with profiled(args.profile, "T1", daemon.pid):
+                t1 = await _repeat(lambda: scenarios.throughput(daemon, n1), rep)
             ratio = t1.blocks_per_s / t1b.blocks_per_s
             rows.append(
                 Row(
@@ -138,7 +167,8 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
         if want("T2"):
             _progress("T2: one session to 100 subscribers")
             t2b = await _repeat(lambda: scenarios.throughput(base, n2, 100), rep)
-            t2 = await _repeat(lambda: scenarios.throughput(daemon, n2, 100), rep)
+            with profiled(args.profile, "T2", daemon.pid):
+                t2 = await _repeat(lambda: scenarios.throughput(daemon, n2, 100), rep)
             ratio = t2.frames_per_s / t2b.frames_per_s
             rows.append(
                 Row(
@@ -161,7 +191,8 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
             l1 = await scenarios.latency(daemon, 1, 200, secs)
             _progress("T3: latency, 100 sessions x 100 blocks/s")
             lnb = await scenarios.latency(base, 100, 100, secs)
-            ln = await scenarios.latency(daemon, 100, 100, secs)
+            with profiled(args.profile, "T3b", daemon.pid):
+                ln = await scenarios.latency(daemon, 100, 100, secs)
             rows.append(
                 Row(
                     "T3a",
@@ -308,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     parser.add_argument("--repeat", type=int, default=3, help="throughput runs, best kept")
     parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T7)")
+    parser.add_argument(
+        "--profile", metavar="DIR", help="record the daemon with py-spy during T1, T2, T3b"
+    )
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
