@@ -151,9 +151,27 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     assert app.text(mark) == "Terminal answer four."
     (request,) = requests_for(srv, "after the handoff")
     assert request.contains("queued from the app") and request.contains("Bridge answer three.")
+
+    # 6. /clear in the terminal starts a new session in the same process: the mirror and the
+    #    bridge follow it (the lineage head), and the bridge continues that one.
+    term.type("/clear")
+    await asyncio.sleep(2)
+    term.type("after clear")
+    lineage = await app.until(session, lambda b: b["type"] == "system" and b["code"] == "lineage")
+    new_sid = lineage["data"]["agent_session_id"]
+    assert new_sid != sid
+    await app.until(session, lambda b: b["type"] == "user" and b["text"] == "after clear")
+    await app.until(session, lambda b: b["type"] == "session_end")
     term.type("/exit")
     term.wait_exit(30)
     await app.state(session, "idle", "bridge")
+    listed = (await app.request("sessions.list", include_external=False))["sessions"]
+    assert next(s for s in listed if s["session"] == session)["agent_session_id"] == new_sid
+    await app.request("session.send", session=session, text="last from the app")
+    end = await app.until(session, lambda b: b["type"] == "session_end")
+    assert end["agent_session_id"] == new_sid
+    (request,) = requests_for(srv, "last from the app")
+    assert request.contains("after clear") and not request.contains("first terminal prompt")
     states = [b["text"] for b in app.blocks("system") if b["code"] == "state"]
     assert any("the terminal took the session" in t for t in states)
     assert any("the terminal released it" in t for t in states)

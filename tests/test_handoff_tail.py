@@ -209,6 +209,10 @@ async def test_mirror_follows_the_resolver_to_a_new_file(tmp_path: Path) -> None
         b.write_text(json.dumps({"id": "u2", "user": "in b"}) + "\n")
         current[0] = b
         assert (await _next(mirror)).text == "in b"  # type: ignore[union-attr]
+        waiting = asyncio.create_task(_next(mirror))
+        await asyncio.sleep(1.0)  # idle on the new file: the watcher must still be alive
+        _append(b, (json.dumps({"id": "u3", "user": "later in b"}) + "\n").encode())
+        assert (await waiting).text == "later in b"  # type: ignore[union-attr]
     finally:
         await mirror.aclose()
 

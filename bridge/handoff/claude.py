@@ -173,7 +173,8 @@ class _Lineage:
                     self._head[sid] = entry.session_id
                     self._owner[entry.session_id] = known
                     if entry.cwd:
-                        self._cwd_head[entry.cwd] = (entry.session_id, time.time())
+                        key = os.path.realpath(entry.cwd)
+                        self._cwd_head[key] = (entry.session_id, time.time())
                     return entry
             # Claude removes its registry file first and exits after: until the process is
             # really gone it may still write, so it still owns the session.
@@ -197,7 +198,7 @@ class _Lineage:
 
     def head_for_cwd(self, cwd: str) -> str | None:
         with self._lock:
-            found = self._cwd_head.get(cwd)
+            found = self._cwd_head.get(os.path.realpath(cwd))
         return found[0] if found else None
 
 
@@ -418,9 +419,14 @@ class TranscriptParser:
             out.append(UserBlock(id=uuid or f"t-{len(text)}", text=text, source="terminal"))
             self.turn_open = True
             return out
-        if entry.get("isMeta"):
-            return []
-        line = {"type": "user", "message": entry.get("message")}
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        results = isinstance(content, list) and any(
+            isinstance(c, dict) and c.get("type") == "tool_result" for c in content
+        )
+        if entry.get("isMeta") or not results:
+            return []  # slash-command wrappers, caveats, reminders: nothing anyone typed
+        line = {"type": "user", "message": message}
         if "toolUseResult" in entry:
             line["tool_use_result"] = entry["toolUseResult"]
         out = self._open_turn()

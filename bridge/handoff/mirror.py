@@ -157,5 +157,13 @@ class TranscriptMirror:
                 await asyncio.sleep(self._tick)
                 self._wake.set()
             return
-        async for _ in changes(path, self._stop, tick=self._tick):
-            self._wake.set()
+        # Its own stop event: watchfiles sets the event of a watch that is cancelled, and a
+        # shared one would silence the watch that replaces it.
+        stop = asyncio.Event()
+        try:
+            async for _ in changes(path, stop, tick=self._tick):
+                if self._stop.is_set():
+                    return
+                self._wake.set()
+        finally:
+            stop.set()
