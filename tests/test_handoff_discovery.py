@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +26,7 @@ from bridge.blocks import (
     ToolResultBlock,
     UserBlock,
 )
-from bridge.handoff import claude, codex, pi, procscan
+from bridge.handoff import claude, codex, opencode, pi, procscan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURED = FIXTURES / "captured"
@@ -339,4 +341,78 @@ def test_pi_session_as_blocks() -> None:
     assert [b.text for b in got if isinstance(b, TextBlock)] == [
         "The tool said hi.",
         "Second answer.",
+    ]
+
+
+# ---- OpenCode / Kilo -------------------------------------------------------------------------
+
+
+def _opencode_db(path: Path) -> tuple[str, dict[str, Any]]:
+    """A database with OpenCode's real schema and the rows its TUI wrote (fixture)."""
+    dump = json.loads((HANDOFF / "opencode" / "tui_db.json").read_text())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    for table in ("session", "message", "part"):
+        conn.execute(dump["schema"][table])
+        for row in dump["rows"][table]:
+            cols = ", ".join(f"`{c}`" for c in row)
+            marks = ", ".join("?" for _ in row)
+            conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", list(row.values()))
+    conn.commit()
+    conn.close()
+    return str(dump["rows"]["session"][0]["id"]), dump
+
+
+def test_opencode_lists_sessions_from_its_database_read_only(tmp_path: Path) -> None:
+    db = tmp_path / "data" / "opencode" / "opencode.db"
+    sid, dump = _opencode_db(db)
+    before = db.read_bytes()
+    (found,) = opencode.scan("opencode", db)
+    assert found.agent_session_id == sid
+    assert found.cwd == dump["rows"]["session"][0]["directory"]
+    assert found.title == dump["rows"]["session"][0]["title"] and not found.owned
+    assert db.read_bytes() == before  # never written
+    assert opencode.scan("opencode", tmp_path / "missing.db") == []
+
+
+def test_opencode_parts_as_blocks(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    sid, _ = _opencode_db(db)
+    conn = sqlite3.connect(db)
+    rows = [tuple(r) for r in conn.execute(opencode._ROWS, (sid, 0)).fetchall()]
+    conn.close()
+    parser = opencode.PartParser(sid)
+    got = parser.feed(rows) + parser.feed(rows)  # read twice (equal timestamps): shown once
+    assert [type(b).__name__ for b in got] == [
+        "UserBlock", "ToolCallBlock", "ToolCallBlock", "ToolResultBlock", "TextBlock",
+        "SessionEndBlock", "UserBlock", "TextBlock", "SessionEndBlock",
+    ]  # fmt: skip
+    (result,) = [b for b in got if isinstance(b, ToolResultBlock)]
+    assert result.content.strip() == "hi-from-tool"
+    assert [b.text for b in got if isinstance(b, UserBlock)] == ["Run echo for me", "And again"]
+
+
+async def test_opencode_mirror_shows_only_what_comes_after_it_started(tmp_path: Path) -> None:
+    db = tmp_path / "opencode.db"
+    sid, dump = _opencode_db(db)
+    mirror = opencode.mirror("opencode", sid, db)
+    assert mirror is not None
+    conn = sqlite3.connect(db)
+    msg = dict(dump["rows"]["message"][0], id="msg_new_user", time_updated=9_999_999_999_999)
+    part = dict(dump["rows"]["part"][0], id="prt_new", message_id="msg_new_user")
+    part.update(time_updated=9_999_999_999_999, data=json.dumps({"type": "text", "text": "later"}))
+    for table, row in (("message", msg), ("part", part)):
+        cols = ", ".join(f"`{c}`" for c in row)
+        conn.execute(
+            f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' for _ in row)})",
+            list(row.values()),
+        )
+    conn.commit()
+    conn.close()
+    mirror.close_at_eof()
+    got = [b async for b in mirror]
+    assert [(type(b).__name__, getattr(b, "text", None)) for b in got] == [
+        ("UserBlock", "later"),
+        ("SessionEndBlock", None),
     ]

@@ -29,7 +29,14 @@ from typing import Any, ClassVar
 
 import httpx
 
-from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, ModelInfo, ResumeCommand
+from bridge.adapters.base import (
+    AdapterConfig,
+    BaseAdapter,
+    Check,
+    ExternalSession,
+    ModelInfo,
+    ResumeCommand,
+)
 from bridge.adapters.perturn import add_usage, cli_running_in, complete_diff, has_usage
 from bridge.blocks import (
     AgentInfoBlock,
@@ -41,6 +48,7 @@ from bridge.blocks import (
     SystemBlock,
     UsageBlock,
 )
+from bridge.handoff import opencode as handoff_opencode
 from bridge.logs import get_logger
 from bridge.parsers.opencode import PERMISSION_OPTIONS, OpenCodeParser, sse_data
 from bridge.process import ChildProcess, SpawnError, build_env, run_capture
@@ -448,3 +456,13 @@ class OpenCodeAdapter(BaseAdapter):
     @classmethod
     def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
         return ResumeCommand(argv=[cls.cli_binary or "opencode", "-s", sid], cwd=cwd or ".")
+
+    # Listing and mirroring terminal sessions from the CLI's database: bridge/handoff/opencode.py.
+
+    @classmethod
+    def scan_external_sessions(cls) -> list[ExternalSession]:
+        return handoff_opencode.scan(cls.cli_binary or "opencode")
+
+    @classmethod
+    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
+        return handoff_opencode.mirror(cls.cli_binary or "opencode", sid)

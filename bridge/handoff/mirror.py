@@ -167,3 +167,78 @@ class TranscriptMirror:
                 self._wake.set()
         finally:
             stop.set()
+
+
+class PollingMirror:
+    """``AsyncIterator[Block]`` over a store that is not a file to tail (an SQLite database).
+
+    ``poll()`` (run in a worker thread) returns the blocks for whatever changed since its last
+    call; it runs when a file under ``watch`` changes (an SQLite writer touches the ``-wal``
+    file next to the database) and at least every ``tick`` seconds. ``finish()`` closes what
+    is still open once ``close_at_eof()`` asked for a last poll.
+    """
+
+    def __init__(
+        self,
+        poll: Callable[[], list[Block]],
+        finish: Callable[[], list[Block]],
+        watch: Path,
+        *,
+        tick: float = 2.0,
+    ) -> None:
+        self._poll = poll
+        self._finish = finish
+        self._watch_path = watch
+        self._tick = tick
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._gen = self._run()
+
+    def __aiter__(self) -> PollingMirror:
+        return self
+
+    async def __anext__(self) -> Block:
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        await self._gen.aclose()
+
+    def close_at_eof(self) -> None:
+        self._closing = True
+        self._wake.set()
+
+    async def _run(self) -> AsyncGenerator[Block, None]:
+        watcher = asyncio.create_task(self._watch())
+        try:
+            while True:
+                closing = self._closing
+                try:
+                    blocks = await asyncio.to_thread(self._poll)
+                except Exception as exc:
+                    log.warning("mirror_poll_failed", error=repr(exc))
+                    blocks = []
+                for block in blocks:
+                    yield block
+                if closing:
+                    for block in self._finish():
+                        yield block
+                    return
+                await self._wake.wait()
+                self._wake.clear()
+        finally:
+            self._stop.set()
+            watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await watcher
+
+    async def _watch(self) -> None:
+        stop = asyncio.Event()
+        try:
+            async for _ in changes(self._watch_path, stop, tick=self._tick):
+                if self._stop.is_set():
+                    return
+                self._wake.set()
+        finally:
+            stop.set()
