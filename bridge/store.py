@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 import queue
 import sqlite3
 import threading
@@ -101,6 +102,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _enc = msgspec.msgpack.Encoder()
+_EVENT_ROW = operator.attrgetter("session", "seq", "ts", "ts_unix", "block_json")
 _dec_session = msgspec.msgpack.Decoder(SessionRecord)
 _dec_message = msgspec.msgpack.Decoder(MessageRecord)
 
@@ -226,11 +228,11 @@ class SqliteStore(Store):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._queue: queue.SimpleQueue[list[_Op]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[_Op | StoredEvent]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._ops: list[_Op] = []
+        self._ops: list[_Op | StoredEvent] = []
         self._handover = False
         self._read_lock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
@@ -292,7 +294,7 @@ class SqliteStore(Store):
         messages.sort(key=lambda m: m.created_at)
         return sessions, messages, seqs
 
-    def _put(self, op: _Op) -> None:
+    def _put(self, op: _Op | StoredEvent) -> None:
         # Operations reach the writer once per event-loop pass, in order, as one list: a put
         # per event woke the writer thread per event, and that GIL ping-pong cost the loop
         # more than SQLite itself (docs/benchmarks.md, T1/T7).
@@ -315,7 +317,7 @@ class SqliteStore(Store):
             self._queue.put(ops)
 
     def append_event(self, event: StoredEvent) -> None:
-        self._put(_Op("event", event))
+        self._put(event)  # the commonest operation goes unwrapped
 
     def save_session(self, record: SessionRecord) -> None:
         self._put(_Op("session", (record.id, _enc.encode(record))))
@@ -395,16 +397,15 @@ class SqliteStore(Store):
         finally:
             conn.close()
 
-    def _write(self, conn: sqlite3.Connection, batch: Sequence[_Op]) -> bool:
+    def _write(self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]) -> bool:
         events: list[StoredEvent] = []
         waiters: list[asyncio.Future[None]] = []
         keep_going = True
         try:
             conn.execute("BEGIN")
             for op in batch:
-                if op.kind == "event":
-                    ev: StoredEvent = op.args
-                    events.append(ev)
+                if isinstance(op, StoredEvent):
+                    events.append(op)
                 elif op.kind == "session":
                     conn.execute(
                         "INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args
@@ -429,7 +430,7 @@ class SqliteStore(Store):
                 conn.executemany(
                     "INSERT OR IGNORE INTO events (session, seq, ts, ts_unix, block)"
                     " VALUES (?, ?, ?, ?, ?)",
-                    [(e.session, e.seq, e.ts, e.ts_unix, e.block_json) for e in events],
+                    map(_EVENT_ROW, events),  # rows built in C: this thread holds the GIL less
                 )
             conn.execute("COMMIT")
         except sqlite3.Error:
