@@ -99,7 +99,7 @@ async def test_kill9_at_random_moments_keeps_every_seen_event(
         await c.request("session.send", session=session, text=_unique_text(round_no))
         # Kill once the client has seen a random number of this turn's events (in the first
         # round, as soon as the message is accepted).
-        moment = rng.randrange(1, TURN_EVENTS * 9 // 10) if round_no else 0
+        moment = rng.randrange(1, TURN_EVENTS * 3 // 4) if round_no else 0
         while len(received) < moment and not reader.done():
             await asyncio.sleep(0.001)
         d.kill9()
