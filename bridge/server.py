@@ -77,6 +77,9 @@ TOKEN_CHECK_S = 1.0
 WRITE_LIMIT = 256 * 1024
 #: Frames a sender writes before it yields to the event loop.
 SEND_BURST = 256
+#: Largest frame a client may send before its token is checked: a hello is small, and an
+#: unauthenticated peer must not make the daemon buffer `max_frame_bytes` per connection.
+HELLO_MAX_BYTES = 64 * 1024
 
 HttpHandler = Callable[[ServerConnection, HttpRequest], HttpResponse | None]
 
@@ -218,6 +221,15 @@ class Connection:
         finally:
             self._closed = True
             self._space.set()
+
+
+def _set_max_message(ws: ServerConnection, size: int) -> None:
+    # websockets reads the limit when the next frame starts to arrive.
+    protocol: Any = ws.protocol
+    if hasattr(protocol, "max_message_size"):
+        protocol.max_message_size = size
+    else:  # websockets < 15
+        protocol.max_size = size
 
 
 def _peer(ws: ServerConnection) -> str:
@@ -437,6 +449,8 @@ class BridgeServer:
                 return
             conn.authenticated = True
             conn.token_used = header_token
+        if not (conn.authenticated or trusted):
+            _set_max_message(ws, min(HELLO_MAX_BYTES, self.config.limits.max_frame_bytes))
         self.connections.add(conn)
         sender = asyncio.create_task(conn.sender())
         try:
@@ -481,6 +495,7 @@ class BridgeServer:
                 return False
             conn.authenticated = True
             conn.token_used = req.token
+            _set_max_message(ws, self.config.limits.max_frame_bytes)
         elif req.token is not None and not conn.authenticated:
             conn.token_used = req.token if token_matches(self.token, req.token) else None
         if req.protocol != PROTOCOL_VERSION:

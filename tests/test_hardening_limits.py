@@ -152,3 +152,21 @@ async def test_unauthenticated_clients_get_no_further_than_the_handshake(
     answers = await asyncio.gather(*(c.call("ping") for _ in range(50)))
     assert all(a["t"] == "ok" for a in answers)
     await c.close()
+
+
+async def test_frames_before_authentication_are_capped(daemon: DaemonProcess) -> None:
+    # An unauthenticated peer cannot make the daemon buffer a 16 MiB frame: before the token
+    # is checked, a frame (a hello) may be 64 KiB at most.
+    big = RawWebSocket(daemon.port)
+    big.send_json({"t": "hello", "id": 1, "protocol": 1, "token": "x" * 100_000})
+    assert big.close_code() == 1009
+    big.close()
+    # Once authenticated, the configured frame size applies again.
+    c = await Client.open(daemon.url, daemon.token)
+    assert await c.request("ping", pad="y" * 2_000_000) == {}
+    # A client authenticated by the header is not capped at all.
+    h = await Client.open(daemon.url, daemon.token, header=True, hello=False)
+    answer = await h.call("hello", protocol=1, client={"name": "x" * 100_000})
+    assert answer["t"] == "ok"
+    await h.close()
+    await c.close()
