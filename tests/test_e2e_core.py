@@ -80,7 +80,11 @@ async def test_full_tour_every_block_type_in_order(daemon: DaemonProcess, projec
     frames += await c.events_until(lambda b: b.get("code") == "state", session=session)
     states = [b["data"]["state"] for b in blocks(frames, "system") if b["code"] == "state"]
     assert states == ["running", "idle"]
-    state_frames = [f for f in c.all_frames if f["t"] == "state"]
+    for _ in range(100):  # the idle state frame follows its event; let the reader get it
+        state_frames = [f for f in c.all_frames if f["t"] == "state"]
+        if len(state_frames) >= 2:
+            break
+        await asyncio.sleep(0.05)
     assert [f["state"] for f in state_frames] == ["running", "idle"]
     # each state frame comes right after the system event that records the change
     for frame in state_frames:
