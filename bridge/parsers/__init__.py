@@ -19,6 +19,8 @@ from typing import Any
 
 import msgspec
 
+from bridge.blocks import DiffBlock
+
 #: Lines longer than this are not decoded at all (the process layer caps them anyway).
 MAX_LINE_CHARS = 16 * 1024 * 1024
 #: Texts a parser copies into blocks (tool output, file contents) are cut at this length.
@@ -187,6 +189,17 @@ def render_unified(path: str, hunks: Sequence[Hunk], *, new_file: bool = False) 
         head.append(f"@@ -{h.old_start},{h.old_lines} +{h.new_start},{h.new_lines} @@")
         head.extend(h.lines)
     return "\n".join(head) + "\n"
+
+
+def new_file_diff_block(path: str, text: str, tool_call_id: str | None) -> DiffBlock:
+    """The ``diff`` block of a tool that created ``path`` with ``text``."""
+    return DiffBlock(
+        path=path,
+        old_text=None,
+        new_text=text,
+        unified=added_file_diff(path, text),
+        tool_call_id=tool_call_id,
+    )
 
 
 def added_file_diff(path: str, text: str) -> str:

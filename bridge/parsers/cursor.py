@@ -30,13 +30,13 @@ from bridge.blocks import (
     UsageBlock,
 )
 from bridge.parsers import (
-    added_file_diff,
     clip,
     decode_object,
     get_dict,
     get_int,
     get_list,
     get_str,
+    new_file_diff_block,
     short,
 )
 
@@ -348,13 +348,7 @@ def _diff_block(
             content = get_str(args, "contents")
         if content is None:
             return None
-        return DiffBlock(
-            path=path,
-            old_text=None,
-            new_text=content,
-            unified=added_file_diff(path, content),
-            tool_call_id=call_id,
-        )
+        return new_file_diff_block(path, content, call_id)
     if name != "edit":
         return None
     old = get_str(args, "oldString") or get_str(args, "old_string") or ""

@@ -26,13 +26,13 @@ from bridge.blocks import (
 )
 from bridge.parsers import (
     Hunk,
-    added_file_diff,
     clip,
     decode_object,
     get_dict,
     get_int,
     get_list,
     get_str,
+    new_file_diff_block,
     render_unified,
     short,
 )
@@ -285,13 +285,7 @@ def _diff_block(name: str, params: dict[str, Any], value: Any, call_id: str) -> 
         content = get_str(params, "content")
         if content is None:
             return None
-        return DiffBlock(
-            path=path,
-            old_text=None,
-            new_text=content,
-            unified=added_file_diff(path, content),
-            tool_call_id=call_id,
-        )
+        return new_file_diff_block(path, content, call_id)
     if name != "Edit":
         return None
     details = decode_object(value) if isinstance(value, str) else None

@@ -25,7 +25,6 @@ from bridge.blocks import (
 )
 from bridge.parsers import (
     Hunk,
-    added_file_diff,
     clip,
     decode_object,
     get_dict,
@@ -33,6 +32,7 @@ from bridge.parsers import (
     get_int,
     get_list,
     get_str,
+    new_file_diff_block,
     render_unified,
     short,
 )
@@ -302,13 +302,7 @@ def _diff_block(
         content = get_str(args, "content")
         if content is None:
             return None
-        return DiffBlock(
-            path=path,
-            old_text=None,
-            new_text=content,
-            unified=added_file_diff(path, content),
-            tool_call_id=call_id,
-        )
+        return new_file_diff_block(path, content, call_id)
     if name != "edit":
         return None
     edits = [e for e in get_list(args, "edits") if isinstance(e, dict)]
