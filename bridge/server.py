@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import shlex
 import ssl
 import time
 from collections import deque
@@ -610,8 +611,6 @@ class BridgeServer:
         return {}
 
     async def _session_handoff(self, _conn: Connection, req: SessionHandoff) -> Any:
-        import shlex
-
         cmd = await self.hub.handoff(req.session)
         return {"argv": cmd.argv, "cwd": cmd.cwd, "command": shlex.join(cmd.argv)}
 

@@ -40,6 +40,7 @@ from bridge.blocks import (
     SystemBlock,
     UsageBlock,
     UserBlock,
+    block_from_json,
     block_to_json,
     is_block,
 )
@@ -272,8 +273,6 @@ class Hub:
                 for ev in events:
                     after = ev.seq
                     try:
-                        from bridge.blocks import block_from_json
-
                         block = block_from_json(ev.block_json)
                     except Exception:  # noqa: S112 - an unreadable stored block is skipped
                         continue
