@@ -2,6 +2,10 @@
 
 Start-up order matters: the store is open and the hub has recovered before the server
 accepts connections, and only then is readiness announced (stdout line, systemd READY=1).
+Drop-in adapters load after that, in the background: each file is import-checked in a
+subprocess first, which takes seconds for many files, and readiness must not wait for them
+(docs/benchmarks.md, T6). Until that first pass ends, the registry makes requests and
+recovered sessions that name an agent it may still bring wait for it.
 Shutdown runs the other way: interrupt turns, stop adapters, flush the store, close clients.
 """
 
@@ -95,13 +99,24 @@ class Daemon:
         for cls in acp_config.adapters_from_config(self.config):
             self.registry.register(cls, "config", notify=False)
 
-    async def _start_extras(self) -> None:
-        from bridge import loader, web
+    def _start_web(self) -> None:
+        from bridge import web
 
-        self._extras.append(await loader.start(self.registry, self.config))
         handler = web.http_handler(self.server)
         if handler is not None:
             self.server.http_handlers.append(handler)
+
+    async def _load_external_adapters(self) -> None:
+        from bridge import loader
+
+        try:
+            adapters = loader.AdapterLoader(self.registry, self.config)
+            self._extras.append(adapters)
+            await adapters.start()
+        except Exception:
+            log.exception("adapters_load_failed", dir=str(self.config.adapters_dir))
+        finally:
+            self.registry.end_loading()
 
     def _write_runtime_info(self) -> None:
         assert self.server.tcp_address is not None
@@ -136,7 +151,8 @@ class Daemon:
                 loop.add_signal_handler(sig, self.request_stop)
         self.store.open(loop)
         self._register_adapters()
-        await self._start_extras()
+        self._start_web()
+        self.registry.begin_loading()
         await self.hub.start()
         conf = self.config.server
         await self.server.start(conf.host, conf.port, self.config.unix_socket_path)
@@ -150,6 +166,7 @@ class Daemon:
         )
         notifier = notify.Notifier.from_env()
         notifier.ready(self._status_text())
+        loading = asyncio.create_task(self._load_external_adapters())
         watchdog = asyncio.create_task(notifier.run_watchdog(self._status_text))
         retention = asyncio.create_task(self._retention())
         try:
@@ -157,8 +174,10 @@ class Daemon:
         finally:
             notifier.stopping()
             log.info("shutting_down")
-            watchdog.cancel()
-            retention.cancel()
+            for task in (loading, watchdog, retention):
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                await loading  # its probe subprocesses are killed on the way out
             await self.shutdown()
 
     async def _retention(self) -> None:

@@ -58,6 +58,8 @@ ENTRY_POINT_GROUP = "agent_bridge.adapters"
 #: How much longer than the import alarm a probe may live before it is killed (interpreter
 #: start-up on a busy machine; a probe stuck in C code that ignores the alarm).
 PROBE_SLACK_S = 10.0
+#: Probes that run at once (each is an interpreter start-up and an import, mostly CPU).
+PROBES_AT_ONCE = 4
 #: watchfiles batches events for this long, so an editor's write-then-rename is one reload.
 WATCH_DEBOUNCE_MS = 100
 WATCH_RETRY_S = 1.0
@@ -368,14 +370,20 @@ class Source:
     signature: object = None
     declared: list[str] = field(default_factory=list)
     fallback_id: str | None = None
+    #: Its import check is running during the first pass (shown as loading until it ends).
+    loading: bool = False
 
     @property
     def source_tag(self) -> str:
         return "file" if self.kind == "file" else "entry_point"
 
 
+LOADING = "still loading: its import check is running"
+
+
 def _placeholder(agent_id: str, src: Source, reason: str) -> type[BaseAdapter]:
-    """An unavailable stand-in so ``agents.list`` shows a file that is not in effect, and why."""
+    """An unavailable stand-in so ``agents.list`` shows a file that is not in effect, and why
+    (or, during the first pass, that it is on its way)."""
 
     def detect(cls: type[BaseAdapter], binary: str | None = None) -> DetectedAgent:
         return DetectedAgent(available=False, error=reason)
@@ -386,7 +394,7 @@ def _placeholder(agent_id: str, src: Source, reason: str) -> type[BaseAdapter]:
     def body(ns: dict[str, Any]) -> None:
         ns.update(
             agent_id=agent_id,
-            display_name=f"{Path(src.label).name} (not loaded)",
+            display_name=f"{Path(src.label).name} ({'loading' if src.loading else 'not loaded'})",
             doc=f"This adapter is not loaded: {reason}",
             provides_models=False,
             provides_usage=False,
@@ -421,16 +429,24 @@ class AdapterLoader:
         self._reported: set[str] = set()
         self._generation = 0
         self._lock = asyncio.Lock()
+        # Probes are independent processes: a few at once keep loading quick on two cores.
+        self._probes = asyncio.Semaphore(PROBES_AT_ONCE)
         self._stop = asyncio.Event()
         self._watch_task: asyncio.Task[None] | None = None
 
     # ---- public ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """The first pass. The daemon already listens: files on their way are listed as
+        loading, and the registry holds lookups of their ids until the pass ends."""
         self._prepare_dir()
         async with self._lock:
-            await self._load_entry_points()
-            await self._scan()
+            eps = self._entry_point_sources()
+            files = self._changed_files()
+            for src, _ in [*eps, *files]:
+                src.loading = True
+            self._resolve()
+            await asyncio.gather(self._load_entry_points(eps), self._load_files(files))
             self._resolve()
         if self.config.adapters.watch:
             self._watch_task = asyncio.create_task(self._watch())
@@ -446,7 +462,7 @@ class AdapterLoader:
     async def rescan(self) -> None:
         """Pick up whatever changed in the directory (the watcher calls this)."""
         async with self._lock:
-            await self._scan()
+            await self._load_files(self._changed_files())
             self._resolve()
 
     # ---- the directory ---------------------------------------------------------------------
@@ -464,7 +480,8 @@ class AdapterLoader:
         except OSError:
             return []
 
-    async def _scan(self) -> None:
+    def _changed_files(self) -> list[tuple[Source, bytes]]:
+        """Forget removed files; return the new and changed ones with their bytes."""
         dir_problem = permission_problem(self.dir, what="adapters directory") if (
             self.dir.exists()
         ) else None
@@ -505,15 +522,16 @@ class AdapterLoader:
                 self._fail(src, problem)
                 continue
             pending.append((src, data))
-        # Probes are independent processes: run a few at once so start-up stays quick.
-        gate = asyncio.Semaphore(4)
+        return pending
 
-        async def probe_one(item: tuple[Source, bytes]) -> ProbeResult:
-            async with gate:
-                return await probe(item[0].label, self.timeout)
+    async def _probe(self, target: str, *, entry_point: bool = False) -> ProbeResult:
+        async with self._probes:
+            return await probe(target, self.timeout, entry_point=entry_point)
 
-        results = await asyncio.gather(*(probe_one(item) for item in pending))
+    async def _load_files(self, pending: list[tuple[Source, bytes]]) -> None:
+        results = await asyncio.gather(*(self._probe(src.label) for src, _ in pending))
         for (src, data), result in zip(pending, results, strict=True):
+            src.loading = False
             if not result.ok:
                 self._fail(src, result.error or "the file could not be imported")
                 continue
@@ -572,12 +590,13 @@ class AdapterLoader:
 
     # ---- entry points ------------------------------------------------------------------------
 
-    async def _load_entry_points(self) -> None:
+    def _entry_point_sources(self) -> list[tuple[Source, importlib.metadata.EntryPoint]]:
         try:
             eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
         except Exception as exc:
             log.error("entry_points_unreadable", error=repr(exc))
-            return
+            return []
+        found = []
         for ep in eps:
             dist = ep.dist.name if ep.dist is not None else "?"
             version = ep.dist.version if ep.dist is not None else ""
@@ -590,7 +609,17 @@ class AdapterLoader:
                 fallback_id=re.sub(r"[^A-Za-z0-9_-]", "-", ep.name).strip("-") or None,
             )
             self._sources[key] = src
-            result = await probe(ep.value, self.timeout, entry_point=True)
+            found.append((src, ep))
+        return found
+
+    async def _load_entry_points(
+        self, found: list[tuple[Source, importlib.metadata.EntryPoint]]
+    ) -> None:
+        results = await asyncio.gather(
+            *(self._probe(ep.value, entry_point=True) for _, ep in found)
+        )
+        for (src, ep), result in zip(found, results, strict=True):
+            src.loading = False
             if not result.ok:
                 self._fail(src, result.error or "the entry point could not be loaded")
                 continue
@@ -658,6 +687,8 @@ class AdapterLoader:
         in_effect = {id(src) for src, _ in winners.values()}
         for src in sources:
             problems = [*([src.error] if src.error else []), *refusals.get(src.key, [])]
+            if src.loading and not src.classes:
+                problems.append(LOADING)
             for problem in refusals.get(src.key, []):
                 self._report_once(src, problem)
             if id(src) in in_effect or not problems:

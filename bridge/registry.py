@@ -3,11 +3,17 @@
 Built-ins, drop-in files, packaged entry points and ACP agents from config all end up here.
 Detection (``--version`` probes) runs in worker threads in the background so a slow or hanging
 CLI never delays start-up; ``agents.list`` reports what is known so far.
+
+The daemon listens before the loader's first pass over drop-in files and entry points is done
+(each file is import-checked in a subprocess first, which takes seconds for many files). While
+that pass runs, :meth:`Registry.lookup` makes a request that names an agent which may still
+arrive wait for it instead of failing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import time
@@ -24,6 +30,9 @@ log = get_logger("bridge.registry")
 
 #: Detection probes run at once (each mostly waits on a child process; threads start lazily).
 DETECT_THREADS = 64
+
+#: Where classes come from that the loader registers after start-up.
+LOADED_SOURCES = frozenset({"file", "entry_point"})
 
 #: Built-in adapters as "module:Class"; one that fails to import is logged and skipped.
 BUILTIN_ADAPTERS: tuple[str, ...] = (
@@ -85,6 +94,9 @@ class Registry:
         # held up every asyncio.to_thread in the daemon for seconds (docs/benchmarks.md, T6).
         self._detect_pool = ThreadPoolExecutor(DETECT_THREADS, thread_name_prefix="bridge-detect")
         self.builtin_ids: set[str] = set()
+        self._loaded = asyncio.Event()
+        self._loaded.set()  # nothing is on its way until the loader says so
+        self._change_pending = False
 
     # ---- membership --------------------------------------------------------------------------
 
@@ -92,8 +104,52 @@ class Registry:
         self._listeners.append(callback)
 
     def _changed(self) -> None:
+        # Coalesced per loop pass: a load that registers fifty files sends clients one
+        # `agents_changed`, not fifty.
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._notify()
+            return
+        if not self._change_pending:
+            self._change_pending = True
+            loop.call_soon(self._notify)
+
+    def _notify(self) -> None:
+        self._change_pending = False
         for callback in self._listeners:
             callback()
+
+    # ---- the loader's first pass -------------------------------------------------------------
+
+    def begin_loading(self) -> None:
+        """Drop-in adapters are on their way: lookups of ids they may claim wait."""
+        self._loaded.clear()
+
+    def end_loading(self) -> None:
+        self._loaded.set()
+
+    @property
+    def loading(self) -> bool:
+        return not self._loaded.is_set()
+
+    def may_change(self, agent_id: str) -> bool:
+        """Whether the first load may still register or replace ``agent_id``."""
+        if self._loaded.is_set():
+            return False
+        entry = self._entries.get(agent_id)
+        return entry is None or entry.source in LOADED_SOURCES
+
+    async def wait_loaded(self, timeout: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._loaded.wait(), timeout)
+        return self._loaded.is_set()
+
+    async def lookup(self, agent_id: str, timeout: float) -> AgentEntry | None:
+        """The entry of ``agent_id``, after the first load if that may still bring it."""
+        if self.may_change(agent_id):
+            await self.wait_loaded(timeout)
+        return self._entries.get(agent_id)
 
     def register(
         self,

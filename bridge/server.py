@@ -414,7 +414,9 @@ class BridgeServer:
     ) -> HttpResponse | None:
         path = request.path.split("?", 1)[0]
         if path == "/healthz":
-            return _json_response(200, {"ok": True, "version": __version__})
+            # `adapters` says whether the first load of drop-in adapters is still running.
+            adapters = "loading" if self.registry.loading else "ready"
+            return _json_response(200, {"ok": True, "version": __version__, "adapters": adapters})
         if path != WS_PATH:
             for handler in self.http_handlers:
                 response = handler(connection, request)
@@ -563,7 +565,7 @@ class BridgeServer:
         if req.agent == doctor.DAEMON_AGENT:
             # The reserved pseudo-agent: the daemon's own checks, as `agent-bridge doctor` runs.
             checks = await asyncio.to_thread(doctor.daemon_checks, self.config, listening=self.url)
-        elif self.registry.get(req.agent) is None:
+        elif await self.registry.lookup(req.agent, self.config.adapters.start_timeout) is None:
             raise HubError("not_found", f"no agent `{req.agent}`")
         else:
             checks = await self.registry.check(req.agent)

@@ -289,12 +289,27 @@ class Hub:
             for block in guard.finish("error", silent=True):
                 self._emit(s, block)
             self._set_state(s, "idle", "bridge", "the daemon restarted during a turn")
+        if s.rec.intent == "handoff" and s.rec.state not in ("parked", "ended"):
+            # The daemon died between recording a handoff and parking: finish the handoff.
+            why = "resuming the handoff to a terminal after a restart"
+            self._set_state(s, "parked", "none", why)
+        if self.registry.may_change(s.rec.agent):
+            # A drop-in agent: mirrors, watchers and turns need its class, which the
+            # loader brings after the daemon listens.
+            self._spawn(self._resume_after_load(s))
+        else:
+            self._resume(s)
+
+    async def _resume_after_load(self, s: Session) -> None:
+        await self.registry.wait_loaded(self.config.adapters.start_timeout)
+        if not self._closing:
+            self._resume(s)
+
+    def _resume(self, s: Session) -> None:
+        """Restart the mirror and watcher of a parked session; continue the queue."""
         if s.rec.state == "parked":
             self._start_mirror(s)
             self._start_watcher(s, handoff=s.rec.intent == "handoff")
-        elif s.rec.intent == "handoff" and s.rec.state != "ended":
-            # The daemon died between recording a handoff and parking: finish the handoff.
-            self._park(s, "resuming the handoff to a terminal after a restart", handoff=True)
         self._kick(s)
 
     async def shutdown(self) -> None:
@@ -491,8 +506,8 @@ class Hub:
 
     # ---- create / attach / close -------------------------------------------------------------
 
-    def _entry(self, agent: str) -> AgentEntry:
-        entry = self.registry.get(agent)
+    async def _entry(self, agent: str) -> AgentEntry:
+        entry = await self.registry.lookup(agent, self.config.adapters.start_timeout)
         if entry is None:
             raise HubError("not_found", f"no agent `{agent}`")
         if entry.detect_done and (entry.detected is None or not entry.detected.available):
@@ -559,7 +574,7 @@ class Hub:
         effort: str | None = None,
         resume: str | None = None,
     ) -> tuple[SessionObject, AgentInfoBlock]:
-        entry = self._entry(agent)
+        entry = await self._entry(agent)
         cwd = self._check_cwd(cwd)
         s = self._new_record(
             agent,
@@ -576,7 +591,7 @@ class Hub:
         return self.session_object(s), info
 
     async def attach(self, agent: str, agent_session_id: str, cwd: str) -> SessionObject:
-        entry = self._entry(agent)
+        entry = await self._entry(agent)
         cwd = self._check_cwd(cwd)
         for s in self.sessions.values():
             if (
@@ -807,6 +822,8 @@ class Hub:
 
     async def _run_queue(self, s: Session) -> None:
         with structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent):
+            if self.registry.may_change(s.rec.agent):
+                await self.registry.wait_loaded(self.config.adapters.start_timeout)
             while (
                 s.queue
                 and not self._closing
@@ -1134,7 +1151,7 @@ class Hub:
         self._emit(s, SystemBlock(code="model", text=f"model {model} from the next turn"))
 
     async def models(self, agent: str) -> list[dict[str, str]]:
-        entry = self.registry.get(agent)
+        entry = await self.registry.lookup(agent, self.config.adapters.start_timeout)
         if entry is None:
             raise HubError("not_found", f"no agent `{agent}`")
         if not entry.cls.provides_models:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,7 +57,9 @@ class DaemonProcess:
     def log_path(self) -> Path:
         return self.home / "daemon.log"
 
-    def start(self, timeout: float = 20.0) -> DaemonProcess:
+    def start(self, timeout: float = 20.0, *, wait_adapters: bool = True) -> DaemonProcess:
+        """Start and wait for "listening" and, unless told not to, for drop-in adapters
+        (they load in the background after the daemon listens)."""
         self._stderr = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bridge", "serve", "--port", str(self.port), *self.args],
@@ -75,9 +79,23 @@ class DaemonProcess:
             if line.startswith("listening on "):
                 self.url = line.split()[-1]
                 self.port = int(self.url.rsplit(":", 1)[1].split("/")[0])
+                if wait_adapters and self.url.startswith("ws://"):
+                    self.wait_adapters(max(1.0, deadline - time.monotonic()) + 30)
                 return self
         self.stop()
         raise RuntimeError(f"daemon did not start; log:\n{self.log_text()}")
+
+    def healthz(self, timeout: float = 2.0) -> dict[str, Any]:
+        url = f"http://127.0.0.1:{self.port}/healthz"
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+    def wait_adapters(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.healthz().get("adapters") == "loading":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"drop-in adapters never loaded; log:\n{self.log_text()}")
+            time.sleep(0.05)
 
     def log_text(self) -> str:
         try:

@@ -173,10 +173,12 @@ class Harness:
     async def start(self) -> None:
         await self.loader.start()
         await self.registry.wait_detected(10)
+        await asyncio.sleep(0)  # change notifications go out once per loop pass
 
     async def rescan(self) -> None:
         await self.loader.rescan()
         await self.registry.wait_detected(10)
+        await asyncio.sleep(0)
 
     def agent(self, agent_id: str) -> dict[str, object]:
         entry = self.registry.get(agent_id)
@@ -194,6 +196,16 @@ class Harness:
         async for block in adapter.stream():
             return str(block.text)  # type: ignore[union-attr]
         raise AssertionError("no block")
+
+
+async def test_a_first_load_of_many_files_tells_clients_once_or_twice(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    for i in range(8):
+        write(h.dir / f"many_{i}.py", adapter_source(f"many_{i}"))
+    await h.start()
+    assert all(h.agent(f"many_{i}")["error"] is None for i in range(8))
+    # Listed as loading, then loaded: not one `agents_changed` per file and step.
+    assert 1 <= h.changes <= 2, h.changes
 
 
 async def test_two_files_claiming_one_id_first_file_name_wins(tmp_path: Path) -> None:
