@@ -33,6 +33,11 @@ from bridge.store import MemoryStore, SqliteStore, Store
 log = get_logger("bridge.daemon")
 
 RETENTION_EVERY_S = 3600.0
+#: How long a thread waiting for the GIL lets the thread holding it run on (Python's default
+#: is 5 ms). The store's writer thread takes the GIL a few times per commit; while the event
+#: loop is busy and rarely blocks, each time waited the full interval, and a fast turn ran
+#: into the store's back-pressure (docs/benchmarks.md, T7).
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 @dataclass
@@ -149,6 +154,7 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.store.open(loop)
         self._register_adapters()
         self._start_web()

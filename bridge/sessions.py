@@ -68,6 +68,8 @@ UNCOMMITTED_LOW = 1000
 REPLAY_CHUNK = 1000
 #: Blocks a turn emits before it lets other tasks run (fewer than a sender's burst).
 YIELD_EVERY = 64
+#: The longest a turn waits, per YIELD_EVERY blocks, for a subscriber that is far behind.
+PACE_WAIT_S = 0.02
 PARK_POLL_S = 1.0
 EXTERNAL_CACHE_S = 5.0
 HANDOFF_WAIT_S = 300.0
@@ -121,23 +123,33 @@ class Subscriber(Protocol):
         """Queue, waiting while the connection's queue is full (used for replay)."""
 
     @property
+    def behind(self) -> bool:
+        """Its queue is more than half full."""
+
+    async def catch_up(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until its queue is down to a quarter."""
+
+    def cut_off(self) -> None:
+        """Close it as too far behind (4408): it reconnects and replays with ``after_seq``."""
+
+    @property
     def closed(self) -> bool: ...
 
 
 _iso_second: tuple[int, str] = (-1, "")
+_MILLIS = tuple(f".{ms:03d}Z" for ms in range(1000))
 
 
 def iso(ts: float) -> str:
+    """UTC, to the millisecond (truncated, as JavaScript's ``toISOString`` does)."""
     # Formatting a datetime per event was a measurable share of _emit; the second is cached.
     global _iso_second
     second = int(ts)
-    micros = round((ts - second) * 1e6)  # rounded as datetime.fromtimestamp does
-    if micros >= 1_000_000:
-        second, micros = second + 1, micros - 1_000_000
-    if _iso_second[0] != second:
+    cached = _iso_second
+    if cached[0] != second:
         text = datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")
-        _iso_second = (second, text.replace("+00:00", ""))
-    return f"{_iso_second[1]}.{micros // 1000:03d}Z"
+        cached = _iso_second = (second, text.replace("+00:00", ""))
+    return cached[1] + _MILLIS[int((ts - second) * 1000)]
 
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
@@ -179,7 +191,9 @@ class Subscription:
             if not isinstance(item, EncodedEvent):
                 self.frames.append((after_seq, item))
         else:
-            self.conn.push(item)  # let the connection's own overflow rule cut it off
+            # Its replay cannot keep up with the live stream. Pushed now, the item would
+            # arrive amid the replay, out of order.
+            self.conn.cut_off()
 
 
 @dataclass
@@ -363,22 +377,39 @@ class Hub:
 
     def _committed(self, batch: list[StoredEvent]) -> None:
         limit = self.config.limits.send_queue_frames
+        s: Session | None = None
+        subs: list[Subscription] = []
+        touched: dict[str, Session] = {}
         for ev in batch:
-            s = self.sessions.get(ev.session)
-            if s is None:
-                continue
+            if s is None or s.id != ev.session:
+                # A batch is mostly runs of one session's events: look things up per run.
+                s = self.sessions.get(ev.session)
+                if s is None:
+                    continue
+                touched[s.id] = s
+                subs = list(s.subs.values())
             s.uncommitted -= 1
-            if s.uncommitted <= UNCOMMITTED_LOW:
-                s.drained.set()
             if s.last_pending is ev:
                 s.last_pending = None
             s.published_seq = ev.seq
-            if s.subs:
+            if subs:
                 encoded = EncodedEvent(ev.session, ev.seq, ev.ts, ev.block_json)
-                for sub in list(s.subs.values()):
+                for sub in subs:
                     sub.offer(encoded, ev.seq, limit)
                     if ev.after is not None:
                         sub.offer(ev.after, ev.seq, limit)
+        for s in touched.values():
+            if s.uncommitted <= UNCOMMITTED_LOW:
+                s.drained.set()
+
+    async def _pace(self, s: Session) -> None:
+        """Give subscribers far behind a moment to catch up, bounded so that one that stopped
+        reading holds the agent to no less than YIELD_EVERY / PACE_WAIT_S blocks a second
+        until its queue overflows and it is cut off. Agents rarely stream that fast; a
+        synthetic one does, and without this it buried a client reading at full speed."""
+        for sub in list(s.subs.values()):
+            if sub.live and sub.conn.behind and not sub.conn.closed:
+                await sub.conn.catch_up(PACE_WAIT_S)
 
     async def _backpressure(self, s: Session) -> None:
         if s.uncommitted >= UNCOMMITTED_HIGH:
@@ -966,6 +997,7 @@ class Hub:
                                 # at full speed would still fall thousands of frames behind.
                                 burst = 0
                                 await asyncio.sleep(0)
+                                await self._pace(s)
                 except TimeoutError:
                     if not idle.expired():
                         raise
@@ -1484,6 +1516,8 @@ class Hub:
                 await conn.put(EncodedEvent(s.id, ev.seq, ev.ts, ev.block_json))
                 cursor = ev.seq
                 frames_up_to(cursor)
+            if _backlog_from(sub) <= cursor + 1:
+                break  # the backlog goes on from here: no need to chase a live stream
         # Caught up: hand over to live delivery without an await, so nothing slips between.
         frames_up_to(cursor)
         sub.sent_seq = cursor
@@ -1498,6 +1532,14 @@ class Hub:
         sub.backlog.clear()
         sub.frames.clear()
         sub.live = True
+
+
+def _backlog_from(sub: Subscription) -> float:
+    """The seq of the first event the backlog holds (infinity when it holds none)."""
+    for _after, item in sub.backlog:
+        if isinstance(item, EncodedEvent):
+            return item.seq
+    return float("inf")
 
 
 def _not_overridden(cls: type[BaseAdapter], name: str) -> bool:

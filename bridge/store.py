@@ -5,6 +5,10 @@ appended without waiting, the writer commits whatever has accumulated in one tra
 then hands the committed batch back to the event loop (``on_commit``), which is when the hub
 pushes the events to clients. So an event a client has seen is on disk, and a ``kill -9``
 loses at most events nobody saw. ``MemoryStore`` has the same interface without a disk.
+
+Events are stored in runs: a row of ``event_chunks`` holds up to ``CHUNK_EVENTS`` consecutive
+events of one session, MessagePack-encoded, so a commit is one statement however many events
+it carries. Retention cuts inside a row where it must, so what is kept is exact.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +89,13 @@ CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
     data BLOB NOT NULL
 );
-CREATE TABLE IF NOT EXISTS events (
+CREATE TABLE IF NOT EXISTS event_chunks (
     session TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    ts TEXT NOT NULL,
-    ts_unix REAL NOT NULL,
-    block BLOB NOT NULL,
-    PRIMARY KEY (session, seq)
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    last_ts REAL NOT NULL,
+    events BLOB NOT NULL,
+    PRIMARY KEY (session, first_seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS messages (
     session TEXT NOT NULL,
@@ -102,7 +107,70 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _enc = msgspec.msgpack.Encoder()
-_EVENT_ROW = operator.attrgetter("session", "seq", "ts", "ts_unix", "block_json")
+#: Consecutive events of one session per row, at most. A row per event cost the writer
+#: thread a GIL hand-over per row (sqlite3 releases it around every step), and while the event
+#: loop was busy each hand-over waited for the interpreter's switch interval: the writer fell
+#: behind the hub (docs/benchmarks.md, T7). A row per run of events costs one.
+CHUNK_EVENTS = 512
+_CHUNK_ITEM = operator.attrgetter("seq", "ts", "ts_unix", "block_json")
+_SESSION_OF = operator.attrgetter("session")
+_dec_chunk = msgspec.msgpack.Decoder(list[tuple[int, str, float, bytes]])
+_INSERT_CHUNK = (
+    "INSERT OR IGNORE INTO event_chunks (session, first_seq, last_seq, last_ts, events)"
+    " VALUES (?, ?, ?, ?, ?)"
+)
+#: Rows per multi-row INSERT, largest first: many sessions' runs in one batch still take a
+#: few statements, not a GIL hand-over per row.
+_ROWS_PER_INSERT = (64, 16, 4, 1)
+_INSERT_CHUNKS = {n: _INSERT_CHUNK + ", (?, ?, ?, ?, ?)" * (n - 1) for n in _ROWS_PER_INSERT}
+
+
+def _chunk_rows(events: Sequence[StoredEvent]) -> list[tuple[str, int, int, float, bytes]]:
+    """Rows for ``event_chunks``: each run of one session's events, cut every CHUNK_EVENTS."""
+    rows = []
+    for session, group in groupby(events, key=_SESSION_OF):
+        run = list(group)
+        for at in range(0, len(run), CHUNK_EVENTS):
+            part = run[at : at + CHUNK_EVENTS]
+            items = _enc.encode(list(map(_CHUNK_ITEM, part)))
+            rows.append((session, part[0].seq, part[-1].seq, part[-1].ts_unix, items))
+    return rows
+
+
+def _insert_chunks(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    at = 0
+    for n in _ROWS_PER_INSERT:
+        sql = _INSERT_CHUNKS[n]
+        while len(rows) - at >= n:
+            conn.execute(sql, [value for row in rows[at : at + n] for value in row])
+            at += n
+
+
+def _migrate_event_rows(conn: sqlite3.Connection) -> None:
+    """Databases from before ``event_chunks`` hold a row per event: move them over, once."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+    ).fetchone()
+    if found is None:
+        return
+    moved = 0
+    conn.execute("BEGIN")
+    try:
+        cursor = conn.execute(
+            "SELECT session, seq, ts, ts_unix, block FROM events ORDER BY session, seq"
+        )
+        while rows := cursor.fetchmany(CHUNK_EVENTS * 8):
+            events = [StoredEvent(s, q, t, bytes(b), u) for s, q, t, u, b in rows]
+            _insert_chunks(conn, _chunk_rows(events))
+            moved += len(rows)
+        conn.execute("DROP TABLE events")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    log.info("store_migrated", events=moved, to="event_chunks")
+
+
 _dec_session = msgspec.msgpack.Decoder(SessionRecord)
 _dec_message = msgspec.msgpack.Decoder(MessageRecord)
 
@@ -255,6 +323,7 @@ class SqliteStore(Store):
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         writer = self._connect()
         writer.executescript(_SCHEMA)
+        _migrate_event_rows(writer)
         # Checkpoints (copying the WAL into the database, with an fsync) run on their own
         # connection and thread: done by the writer on commit, they held back every event
         # behind them by 5 to 70 ms (docs/benchmarks.md, T3).
@@ -289,7 +358,9 @@ class SqliteStore(Store):
                 for row in self._reader.execute("SELECT data FROM messages")
             ]
             seqs = dict(
-                self._reader.execute("SELECT session, MAX(seq) FROM events GROUP BY session")
+                self._reader.execute(
+                    "SELECT session, MAX(last_seq) FROM event_chunks GROUP BY session"
+                )
             )
         messages.sort(key=lambda m: m.created_at)
         return sessions, messages, seqs
@@ -360,22 +431,30 @@ class SqliteStore(Store):
 
     def _read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
         assert self._reader is not None
+        out: list[StoredEvent] = []
         with self._read_lock:
             rows = self._reader.execute(
-                "SELECT seq, ts, block, ts_unix FROM events WHERE session = ? AND seq > ?"
-                " ORDER BY seq LIMIT ?",
-                (session, after_seq, limit),
-            ).fetchall()
-        return [
-            StoredEvent(session, seq, ts, bytes(block), ts_unix) for seq, ts, block, ts_unix in rows
-        ]
+                "SELECT events FROM event_chunks WHERE session = ? AND last_seq > ?"
+                " ORDER BY first_seq",
+                (session, after_seq),
+            )
+            try:
+                for (blob,) in rows:
+                    for seq, ts, ts_unix, block in _dec_chunk.decode(blob):
+                        if seq > after_seq:
+                            out.append(StoredEvent(session, seq, ts, block, ts_unix))
+                    if len(out) >= limit:
+                        break
+            finally:
+                rows.close()
+        return out[:limit]
 
     async def first_seq(self, session: str) -> int | None:
         def query() -> int | None:
             assert self._reader is not None
             with self._read_lock:
                 row = self._reader.execute(
-                    "SELECT MIN(seq) FROM events WHERE session = ?", (session,)
+                    "SELECT MIN(first_seq) FROM event_chunks WHERE session = ?", (session,)
                 ).fetchone()
             return None if row is None else row[0]
 
@@ -402,7 +481,19 @@ class SqliteStore(Store):
         waiters: list[asyncio.Future[None]] = []
         keep_going = True
         try:
-            conn.execute("BEGIN")
+            if all(isinstance(op, StoredEvent) for op in batch):
+                # The common case, one session's events: one statement, its own transaction.
+                events = batch  # type: ignore[assignment]
+                rows = _chunk_rows(events)
+                if len(rows) == 1:
+                    conn.execute(_INSERT_CHUNK, rows[0])
+                else:
+                    conn.execute("BEGIN")
+                    _insert_chunks(conn, rows)
+                    conn.execute("COMMIT")
+                batch = ()
+            else:
+                conn.execute("BEGIN")
             for op in batch:
                 if isinstance(op, StoredEvent):
                     events.append(op)
@@ -417,7 +508,7 @@ class SqliteStore(Store):
                         op.args,
                     )
                 elif op.kind == "delete":
-                    for table in ("sessions", "events", "messages"):
+                    for table in ("sessions", "event_chunks", "messages"):
                         column = "id" if table == "sessions" else "session"
                         conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op.args,))  # noqa: S608
                 elif op.kind == "prune":
@@ -426,13 +517,9 @@ class SqliteStore(Store):
                     waiters.append(op.args)
                 elif op.kind == "stop":
                     keep_going = False
-            if events:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO events (session, seq, ts, ts_unix, block)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    map(_EVENT_ROW, events),  # rows built in C: this thread holds the GIL less
-                )
-            conn.execute("COMMIT")
+            if batch:
+                _insert_chunks(conn, _chunk_rows(events))
+                conn.execute("COMMIT")
         except sqlite3.Error:
             log.exception("store_write_failed", batch=len(batch))
             with contextlib.suppress(sqlite3.Error):
@@ -452,16 +539,35 @@ class SqliteStore(Store):
 
     @staticmethod
     def _prune(conn: sqlite3.Connection, max_events: int, cutoff: float) -> None:
-        conn.execute(
-            "DELETE FROM events WHERE (session, seq) IN ("
-            " SELECT e.session, e.seq FROM events e JOIN ("
-            "  SELECT session, MAX(seq) AS top FROM events GROUP BY session) m"
-            " ON e.session = m.session WHERE e.seq <= m.top - ?)",
-            (max_events,),
-        )
-        # The newest event of a session is always kept, so its numbering is never lost.
-        conn.execute(
-            "DELETE FROM events WHERE ts_unix < ? AND seq < ("
-            " SELECT MAX(seq) FROM events e2 WHERE e2.session = events.session)",
-            (cutoff,),
-        )
+        """Keep the newest ``max_events`` of each session, and nothing older than ``cutoff``,
+        except each session's newest event, so its numbering is never lost."""
+        tops = conn.execute(
+            "SELECT session, MAX(last_seq) FROM event_chunks GROUP BY session"
+        ).fetchall()
+        for session, top in tops:
+            floor = top - max_events  # events up to this seq go
+            conn.execute(
+                "DELETE FROM event_chunks WHERE session = ?"
+                " AND (last_seq <= ? OR (last_ts < ? AND last_seq < ?))",
+                (session, floor, cutoff, top),
+            )
+            # What is left to cut is at the start of the oldest chunk that remains.
+            row = conn.execute(
+                "SELECT first_seq, events FROM event_chunks WHERE session = ?"
+                " ORDER BY first_seq LIMIT 1",
+                (session,),
+            ).fetchone()
+            if row is None:
+                continue
+            items = _dec_chunk.decode(row[1])
+            kept = [
+                StoredEvent(session, seq, ts, block, ts_unix)
+                for seq, ts, ts_unix, block in items
+                if seq > floor and (ts_unix >= cutoff or seq == top)
+            ]
+            if len(kept) < len(items):
+                conn.execute(
+                    "DELETE FROM event_chunks WHERE session = ? AND first_seq = ?",
+                    (session, row[0]),
+                )
+                _insert_chunks(conn, _chunk_rows(kept))

@@ -297,3 +297,106 @@ async def test_sqlite_store_commits_in_order_and_reloads(tmp_path: Path) -> None
     await again.flush()
     assert await again.first_seq("s1") == 401
     await again.close()
+
+
+def block_of(seq: int) -> bytes:
+    return b'{"type":"text","id":"m","text":"%d \\u00e9 \xc3\xa9"}' % seq
+
+
+async def test_sqlite_store_reads_across_chunks_and_sessions(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "bridge.sqlite3")
+    store.open(asyncio.get_running_loop())
+    # Two sessions interleaved in one batch, runs longer than a stored chunk.
+    for seq in range(1, 1301):
+        store.append_event(StoredEvent("a", seq, f"t{seq}", block_of(seq), 1000.0 + seq))
+        if seq % 3 == 0:
+            store.append_event(StoredEvent("b", seq // 3, "tb", block_of(seq), 5.0))
+    await store.flush()
+    got = await store.read_events("a", 500, 1000)
+    assert [e.seq for e in got] == list(range(501, 1301))
+    assert all(e.block_json == block_of(e.seq) and e.ts == f"t{e.seq}" for e in got)
+    assert got[0].ts_unix == 1501.0
+    assert [e.seq for e in await store.read_events("a", 0, 3)] == [1, 2, 3]
+    assert [e.seq for e in await store.read_events("a", 1299, 10)] == [1300]
+    assert await store.read_events("a", 1300, 10) == []
+    assert [e.seq for e in await store.read_events("b", 430, 10)] == [431, 432, 433]
+    # Age: everything before t=2000 goes but the newest event of each session.
+    store.prune(max_events=10_000, max_age_s=time.time() - 1999.5)
+    await store.flush()
+    assert await store.first_seq("a") == 1000
+    assert [e.seq for e in await store.read_events("b", 0, 10)] == [433]
+    await store.close()
+
+
+async def test_sqlite_store_moves_a_row_per_event_database_over(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "bridge.sqlite3"
+    old = sqlite3.connect(db)
+    old.executescript(
+        "CREATE TABLE events (session TEXT NOT NULL, seq INTEGER NOT NULL, ts TEXT NOT NULL,"
+        " ts_unix REAL NOT NULL, block BLOB NOT NULL, PRIMARY KEY (session, seq)) WITHOUT ROWID;"
+    )
+    old.executemany(
+        "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+        [("s1", seq, "t", 1.5, block_of(seq)) for seq in range(1, 5001)],
+    )
+    old.commit()
+    old.close()
+    store = SqliteStore(db)
+    store.open(asyncio.get_running_loop())
+    assert store.load()[2] == {"s1": 5000}
+    got = await store.read_events("s1", 4990, 100)
+    assert [(e.seq, e.block_json, e.ts_unix) for e in got] == [
+        (seq, block_of(seq), 1.5) for seq in range(4991, 5001)
+    ]
+    store.append_event(StoredEvent("s1", 5001, "t", block_of(5001)))
+    await store.flush()
+    assert [e.seq for e in await store.read_events("s1", 4999, 10)] == [5000, 5001]
+    await store.close()
+
+
+# ---- a subscription's hand-over from replay to live ------------------------------------------
+
+
+class FakeConn:
+    msgpack = False
+
+    def __init__(self) -> None:
+        self.pushed: list[object] = []
+        self.cut = False
+
+    def push(self, item: object) -> None:
+        self.pushed.append(item)
+
+    async def put(self, item: object) -> None:
+        self.pushed.append(item)
+
+    @property
+    def behind(self) -> bool:
+        return False
+
+    async def catch_up(self, timeout: float) -> None:
+        pass
+
+    def cut_off(self) -> None:
+        self.cut = True
+
+    @property
+    def closed(self) -> bool:
+        return self.cut
+
+
+def test_a_replay_whose_backlog_overflows_is_cut_off_not_reordered() -> None:
+    from bridge.protocol import EncodedEvent
+    from bridge.sessions import Session, Subscription
+
+    conn = FakeConn()
+    sub = Subscription(conn=conn, session=Session(rec=SessionRecord(id="s", agent="a", cwd="/")))
+    live = [EncodedEvent("s", seq, "t", b"{}") for seq in range(100, 104)]
+    for ev in live[:3]:
+        sub.offer(ev, ev.seq, backlog_limit=3)
+    assert not conn.cut and conn.pushed == []  # held back while the replay runs
+    sub.offer(live[3], 103, backlog_limit=3)
+    # Pushed now it would land amid replayed events: the client is told it is too far behind.
+    assert conn.cut and conn.pushed == []
