@@ -140,15 +140,16 @@ class Registry:
         entry = self._entries.get(agent_id)
         return entry is None or entry.source in LOADED_SOURCES
 
-    async def wait_loaded(self, timeout: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._loaded.wait(), timeout)
-        return self._loaded.is_set()
+    async def settle(self, agent_id: str, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until the first load can no longer change
+        ``agent_id`` (at once for built-in and configured agents)."""
+        if self.may_change(agent_id):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._loaded.wait(), timeout)
 
     async def lookup(self, agent_id: str, timeout: float) -> AgentEntry | None:
         """The entry of ``agent_id``, after the first load if that may still bring it."""
-        if self.may_change(agent_id):
-            await self.wait_loaded(timeout)
+        await self.settle(agent_id, timeout)
         return self._entries.get(agent_id)
 
     def register(

@@ -16,7 +16,7 @@ import ssl
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
@@ -159,12 +159,13 @@ class Connection:
             self.cut_off()
             return
         self._outbox.append(item)
-        if len(self._outbox) >= self._cap // 2:
+        if self.behind:
             self._space.clear()
         self._wake.set()
 
     @property
     def behind(self) -> bool:
+        """More than half of the outbox is full (``put`` waits, turns slow down)."""
         return len(self._outbox) >= self._cap // 2
 
     async def catch_up(self, timeout: float) -> None:
@@ -177,7 +178,7 @@ class Connection:
             self.close(CLOSE_TOO_SLOW, "too far behind; reconnect and replay with after_seq")
 
     async def put(self, item: Outgoing) -> None:
-        while not self._closed and len(self._outbox) >= self._cap // 2:
+        while not self._closed and self.behind:
             self._space.clear()
             await self._space.wait()
         self.push(item)
@@ -238,37 +239,38 @@ class Connection:
             and transport.get_write_buffer_size() < WRITE_LIMIT
         )
 
-    def _write_burst(self) -> None:
-        """Frame up to ``SEND_BURST`` queued frames and write them to the socket at once.
+    def _burst(self) -> Iterator[bytes]:
+        """The encoded payloads of up to ``SEND_BURST`` queued frames, or ``BURST_BYTES``."""
+        size = 0
+        for _ in range(SEND_BURST):
+            if not self._outbox or size >= BURST_BYTES:
+                return
+            data = self._pop().encoded(self.msgpack)
+            size += len(data)
+            yield data
 
-        websockets frames them (and compresses, where negotiated); the bytes go out in one
-        write. An awaited send() per frame, and then a write (a system call) per frame, were
-        most of the sender's cost at full speed (docs/benchmarks.md).
+    def _write_burst(self) -> None:
+        """Frame a burst of queued frames and write it to the socket at once.
+
+        An awaited send() per frame, and then a write (a system call) per frame, were most of
+        the sender's cost at full speed (docs/benchmarks.md).
         """
         protocol = self.ws.protocol
         transport = self.ws.transport
-        size = 0
         if not protocol.extensions:
             # Nothing negotiated (no compression): a server frame is a header and the payload
             # (RFC 6455 section 5.2), which costs a third of going through the protocol object.
             opcode = 0x82 if self.msgpack else 0x81
             parts: list[bytes] = []
-            for _ in range(SEND_BURST):
-                if not self._outbox or size >= BURST_BYTES:
-                    break
-                data = self._pop().encoded(self.msgpack)
+            for data in self._burst():
                 parts.append(_frame_header(opcode, len(data)))
                 parts.append(data)
-                size += len(data)
             transport.write(b"".join(parts))
             return
+        # Compression negotiated: websockets frames and compresses.
         frame = protocol.send_binary if self.msgpack else protocol.send_text
-        for _ in range(SEND_BURST):
-            if not self._outbox or size >= BURST_BYTES:
-                break
-            data = self._pop().encoded(self.msgpack)
+        for data in self._burst():
             frame(data)
-            size += len(data)
         chunks = protocol.data_to_send()
         if all(chunks):
             transport.write(b"".join(chunks))

@@ -315,7 +315,7 @@ class Hub:
             self._resume(s)
 
     async def _resume_after_load(self, s: Session) -> None:
-        await self.registry.wait_loaded(self.config.adapters.start_timeout)
+        await self.registry.settle(s.rec.agent, self.config.adapters.start_timeout)
         if not self._closing:
             self._resume(s)
 
@@ -853,8 +853,7 @@ class Hub:
 
     async def _run_queue(self, s: Session) -> None:
         with structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent):
-            if self.registry.may_change(s.rec.agent):
-                await self.registry.wait_loaded(self.config.adapters.start_timeout)
+            await self.registry.settle(s.rec.agent, self.config.adapters.start_timeout)
             while (
                 s.queue
                 and not self._closing

@@ -478,27 +478,21 @@ class SqliteStore(Store):
             conn.close()
 
     def _write(self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]) -> bool:
-        events: list[StoredEvent] = []
+        events = [op for op in batch if isinstance(op, StoredEvent)]
         waiters: list[asyncio.Future[None]] = []
         keep_going = True
         try:
-            if all(isinstance(op, StoredEvent) for op in batch):
-                # The common case, one session's events: one statement, its own transaction.
-                events = batch  # type: ignore[assignment]
-                rows = _chunk_rows(events)
-                if len(rows) == 1:
-                    conn.execute(_INSERT_CHUNK, rows[0])
-                else:
-                    conn.execute("BEGIN")
-                    _insert_chunks(conn, rows)
-                    conn.execute("COMMIT")
-                batch = ()
+            rows = _chunk_rows(events)
+            # The common case, one session's events: one statement, its own transaction.
+            single = len(events) == len(batch) and len(rows) == 1
+            if single:
+                conn.execute(_INSERT_CHUNK, rows[0])
             else:
                 conn.execute("BEGIN")
             for op in batch:
                 if isinstance(op, StoredEvent):
-                    events.append(op)
-                elif op.kind == "session":
+                    continue  # inserted after the other operations, as rows
+                if op.kind == "session":
                     conn.execute(
                         "INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args
                     )
@@ -518,8 +512,8 @@ class SqliteStore(Store):
                     waiters.append(op.args)
                 elif op.kind == "stop":
                     keep_going = False
-            if batch:
-                _insert_chunks(conn, _chunk_rows(events))
+            if not single:
+                _insert_chunks(conn, rows)
                 conn.execute("COMMIT")
         except sqlite3.Error:
             log.exception("store_write_failed", batch=len(batch))
