@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import DaemonProcess
+from tests.test_loader_live import new_session, say
 from tests.test_loader_unit import adapter_source
 from tests.wsclient import Client, RequestFailed, text_of
 
@@ -51,12 +52,9 @@ async def test_ready_before_a_slow_file_and_a_create_waits_for_it(
         assert "still loading" in listed["slow_one"]["error"]
         # The import sleeps twice (probe, daemon): readiness came well before the load did.
         assert ready_s < 2 * DELAY_S
-        result = await c.request("session.create", agent="slow_one", cwd=str(project))
+        session = await new_session(c, "slow_one", project)
         assert time.monotonic() - t0 >= 2 * DELAY_S  # it waited for the load, then worked
-        session = result["session"]["session"]
-        await c.request("session.subscribe", session=session)
-        await c.request("session.send", session=session, text="hi")
-        assert "slow: hi" in text_of(await c.turn(session))
+        assert "slow: hi" in text_of(await say(c, session, "hi"))
         listed = {a["agent"]: a for a in (await c.request("agents.list"))["agents"]}
         assert listed["slow_one"]["display_name"] == "Slow agent"
         assert daemon.healthz()["adapters"] == "ready"
@@ -79,21 +77,26 @@ async def test_a_session_of_a_drop_in_agent_runs_right_after_a_restart(
     try:
         # Sent while the file is still loading: it runs once it loaded, not "not loaded".
         await c.request("session.subscribe", session=session)
-        await c.request("session.send", session=session, text="again")
-        blocks = await c.turn(session, timeout=30)
+        blocks = await say(c, session, "again")
         assert "slow: again" in text_of(blocks), blocks
     finally:
         await c.close()
 
 
-async def test_an_unknown_agent_is_still_refused_after_the_load(
+async def test_an_unknown_agent_asked_for_during_the_load_is_refused_once_it_ends(
     daemon: DaemonProcess, project: Path
 ) -> None:
-    daemon.start()
+    t0 = time.monotonic()
+    daemon.start(wait_adapters=False)
     c = await Client.open(daemon.url, daemon.token)
     try:
+        # A built-in agent never waits for the load: answered while it still runs.
+        await c.request("models.list", agent="demo")
+        assert daemon.healthz()["adapters"] == "loading"
+        # A drop-in file could still bring `nobody`: the answer waits for the load.
         with pytest.raises(RequestFailed, match="no agent `nobody`"):
             await c.request("session.create", agent="nobody", cwd=str(project))
+        assert time.monotonic() - t0 >= 2 * DELAY_S
     finally:
         await c.close()
 
