@@ -157,6 +157,34 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return _run(go())
 
 
+def cmd_projects(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        client = await _client()
+        try:
+            result = await client.request("projects.list")
+        finally:
+            await client.close()
+        projects = result["projects"]
+        if args.json:
+            print(json.dumps(projects, indent=2, ensure_ascii=False))
+            return 0
+        print(f"{'LAST USED':<17} {'SESS':>4}  {'BRANCH':<24} {'STATE':<11} PATH")
+        for p in projects:
+            used = (p.get("last_used") or "-")[:16].replace("T", " ")
+            g = p.get("git")
+            branch, state = "-", "-"
+            if g:
+                branch = (g.get("branch") or "(detached)")[:24]
+                marks = ["dirty" if g.get("dirty") else "clean"]
+                marks += [f"+{g['ahead']}"] if g.get("ahead") else []
+                marks += [f"-{g['behind']}"] if g.get("behind") else []
+                state = " ".join(marks)
+            print(f"{used:<17} {p['sessions']:>4}  {branch:<24} {state:<11} {p['path']}")
+        return 0
+
+    return _run(go())
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     async def go() -> int:
         client = await _client()
@@ -270,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sessions", cmd_sessions, "List sessions (bridge and terminal)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-external", action="store_true", help="hide terminal sessions")
+
+    p = add("projects", cmd_projects, "List projects: repositories and session directories")
+    p.add_argument("--json", action="store_true")
 
     p = add("send", cmd_send, "Send a message to a session")
     p.add_argument("session")

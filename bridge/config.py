@@ -84,6 +84,33 @@ class AcpAgentConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model: str | None = None
 
 
+#: directory names ``projects.list`` never descends into
+DEFAULT_PROJECT_IGNORE = [
+    "node_modules",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "target",
+    "dist",
+    "build",
+    "vendor",
+    ".tox",
+    ".cache",
+]
+
+
+class ProjectsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    #: directories searched for git repositories (none by default)
+    roots: list[str] = msgspec.field(default_factory=list)
+    #: levels below a root searched for repositories
+    max_depth: int = 3
+    ignore: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_PROJECT_IGNORE))
+    #: seconds a repository's git state is reused when no file watch covers it
+    git_cache_s: float = 10.0
+    #: watch the roots with watchfiles (inotify) to refresh git state on changes
+    watch: bool = True
+
+
 class LogConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     level: str = "info"
     #: "auto" (human on a TTY, JSON lines otherwise), "console" or "json".
@@ -98,6 +125,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     agents: dict[str, AdapterConfig] = msgspec.field(default_factory=dict)
     acp: dict[str, AcpAgentConfig] = msgspec.field(default_factory=dict)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
+    projects: ProjectsConfig = msgspec.field(default_factory=ProjectsConfig)
 
     @property
     def adapters_dir(self) -> Path:
@@ -118,7 +146,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return self.agents.get(agent_id) or AdapterConfig()
 
 
-_SECTIONS = ("server", "limits", "store", "adapters", "log")
+_SECTIONS = ("server", "limits", "store", "adapters", "log", "projects")
 
 
 def _env_overrides(raw: dict[str, Any], environ: dict[str, str]) -> None:
@@ -194,6 +222,10 @@ def _validate(config: Config, file: Path) -> None:
     for name, value in msgspec.structs.asdict(config.limits).items():
         if value <= 0:
             raise bad(f"limits.{name}", "must be greater than 0")
+    if not 0 <= config.projects.max_depth <= 8:
+        raise bad("projects.max_depth", "must be between 0 and 8")
+    if config.projects.git_cache_s < 0:
+        raise bad("projects.git_cache_s", "must not be negative")
     for name, acp in config.acp.items():
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")

@@ -285,6 +285,12 @@ class ChildProcess:
                 self._buffer += chunk[idx + 1 :]
                 return
 
+    async def read_chunk(self) -> bytes:
+        """The next raw piece of stdout (b"" at its end), for callers that do not want lines."""
+        stream = self._proc.stdout
+        assert stream is not None
+        return await stream.read(_CHUNK)
+
     async def lines(self, idle_timeout: float | None = None) -> AsyncIterator[bytes]:
         while (line := await self.read_line(idle_timeout)) is not None:
             yield line
@@ -318,3 +324,51 @@ class ChildProcess:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._stderr_task
         return self._proc.returncode
+
+
+@dataclass
+class BoundedResult:
+    returncode: int | None
+    stdout: bytes
+    stderr: str
+    #: stdout went past ``limit``: only its first ``limit`` bytes are kept, the child was stopped
+    truncated: bool = False
+    timed_out: bool = False
+
+
+async def run_bounded(
+    argv: Sequence[str],
+    *,
+    limit: int,
+    timeout: float,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> BoundedResult:
+    """Run a short read-only command (``git``) and keep at most ``limit`` bytes of its stdout.
+
+    No shell, its own process group, stdin from /dev/null. Past ``limit`` bytes or ``timeout``
+    seconds the whole group is killed, so a huge diff or a hung command costs neither memory
+    nor a stuck request. Raises ``SpawnError`` when the command cannot start.
+    """
+    child = await ChildProcess.spawn(argv, cwd=cwd, env=env, stdin=False, stderr_keep=16 * 1024)
+    data = bytearray()
+    truncated = timed_out = False
+    try:
+        async with asyncio.timeout(timeout):
+            while chunk := await child.read_chunk():
+                data += chunk
+                if len(data) > limit:
+                    truncated = True
+                    del data[limit:]
+                    break
+    except TimeoutError:
+        timed_out = True
+    if truncated or timed_out:
+        code = await child.terminate(0.5)
+    else:
+        try:
+            code = await child.wait(timeout)
+        except TimeoutError:
+            timed_out = True
+            code = await child.terminate(0.5)
+    return BoundedResult(code, bytes(data), child.stderr_tail(2000), truncated, timed_out)

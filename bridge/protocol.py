@@ -80,6 +80,7 @@ class SessionCreate(_Request, tag="session.create", kw_only=True):
     model: str | None = None
     effort: str | None = None
     resume: str | None = None
+    mode: str | None = None
 
 
 class SessionAttach(_Request, tag="session.attach", kw_only=True):
@@ -136,6 +137,33 @@ class Ping(_Request, tag="ping", kw_only=True):
     pass
 
 
+# ---- projects, workspace, modes (Additions) -----------------------------------------------------
+
+
+class ProjectsList(_Request, tag="projects.list", kw_only=True):
+    pass
+
+
+class WorkspaceStatus(_Request, tag="workspace.status", kw_only=True):
+    path: str
+
+
+class WorkspaceDiff(_Request, tag="workspace.diff", kw_only=True):
+    path: str
+    file: str | None = None
+    staged: bool = False
+
+
+class WorkspaceFile(_Request, tag="workspace.file", kw_only=True):
+    path: str
+    file: str
+
+
+class SessionMode(_Request, tag="session.mode", kw_only=True):
+    session: str
+    mode: str
+
+
 Request = (
     Hello
     | AgentsList
@@ -153,6 +181,11 @@ Request = (
     | SessionClose
     | UsageGet
     | Ping
+    | ProjectsList
+    | WorkspaceStatus
+    | WorkspaceDiff
+    | WorkspaceFile
+    | SessionMode
 )
 
 METHODS: frozenset[str] = frozenset(
@@ -174,6 +207,11 @@ METHODS: frozenset[str] = frozenset(
         SessionClose,
         UsageGet,
         Ping,
+        ProjectsList,
+        WorkspaceStatus,
+        WorkspaceDiff,
+        WorkspaceFile,
+        SessionMode,
     )
 )
 
@@ -195,6 +233,7 @@ class AgentObject(msgspec.Struct, kw_only=True):
     doc: str
     error: str | None = None
     file: str | None = None
+    modes: list[dict[str, str]] = msgspec.field(default_factory=list)
 
 
 class SessionObject(msgspec.Struct, kw_only=True):
@@ -211,6 +250,7 @@ class SessionObject(msgspec.Struct, kw_only=True):
     external: bool
     queued: int = 0
     model: str | None = None
+    mode: str | None = None
 
 
 # ---- server frames -----------------------------------------------------------------------------

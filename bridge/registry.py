@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, DetectedAgent
+from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, DetectedAgent, mode_list
 from bridge.config import Config
 from bridge.logs import get_logger
 from bridge.protocol import AgentObject
@@ -259,6 +259,7 @@ class Registry:
             doc=entry.cls.doc,
             error=error,
             file=entry.file,
+            modes=mode_list(entry.cls),
         )
 
     async def check(self, agent_id: str) -> list[Check]:

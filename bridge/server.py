@@ -35,6 +35,7 @@ from bridge.adapters.base import overall_status
 from bridge.auth import load_or_create_token, token_matches
 from bridge.config import Config
 from bridge.logs import get_logger
+from bridge.projects_api import ProjectsApi
 from bridge.protocol import (
     CLOSE_PROTOCOL,
     CLOSE_SHUTDOWN,
@@ -347,6 +348,9 @@ class BridgeServer:
             UsageGet: self._usage_get,
             Ping: self._ping,
         }
+        # projects.list, workspace.*, session.mode (bridge/projects_api.py)
+        self.projects_api = ProjectsApi(config, hub)
+        self._handlers.update(self.projects_api.handlers())
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -409,6 +413,7 @@ class BridgeServer:
                 await asyncio.wait_for(srv.wait_closed(), 5.0)
         for task in list(self._tasks):
             task.cancel()
+        await self.projects_api.close()
         if self.unix_path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.unix_path.unlink()
@@ -653,7 +658,9 @@ class BridgeServer:
         return {"sessions": await self.hub.list_sessions(req.include_external)}
 
     async def _session_create(self, _conn: Connection, req: SessionCreate) -> Any:
-        session, info = await self.hub.create(req.agent, req.cwd, req.model, req.effort, req.resume)
+        session, info = await self.hub.create(
+            req.agent, req.cwd, req.model, req.effort, req.resume, mode=req.mode
+        )
         return {"session": session, "info": info}
 
     async def _session_attach(self, _conn: Connection, req: SessionAttach) -> Any:

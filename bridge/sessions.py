@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
+from bridge import modes
 from bridge.adapters.base import BaseAdapter, ResumeCommand, cwd_matches, instantiate
 from bridge.blocks import (
     AgentInfoBlock,
@@ -477,6 +478,7 @@ class Hub:
             external=rec.external,
             queued=len(s.queue),
             model=rec.model,
+            mode=rec.mode,
         )
 
     async def list_sessions(self, include_external: bool) -> list[SessionObject]:
@@ -604,8 +606,11 @@ class Hub:
         model: str | None = None,
         effort: str | None = None,
         resume: str | None = None,
+        mode: str | None = None,
     ) -> tuple[SessionObject, AgentInfoBlock]:
         entry = await self._entry(agent)
+        if (why := modes.problem(entry.cls, mode)) is not None:
+            raise HubError("bad_request", why)
         cwd = self._check_cwd(cwd)
         s = self._new_record(
             agent,
@@ -615,6 +620,7 @@ class Hub:
             resume,
             external=False,
         )
+        s.rec.mode = mode
         info = await self._start_adapter(s, entry)
         self.sessions[s.id] = s
         self.store.save_session(s.rec)
@@ -710,6 +716,7 @@ class Hub:
             "on_session_id": on_session_id,
             "env": dict(conf.env),
             "options": dict(conf.options),
+            "mode": s.rec.mode,
         }
         bound = structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent)
         with bound:
@@ -1180,6 +1187,10 @@ class Hub:
         s.restart_adapter = True
         self.store.save_session(s.rec)
         self._emit(s, SystemBlock(code="model", text=f"model {model} from the next turn"))
+
+    async def set_mode(self, session_id: str, mode: str) -> dict[str, Any]:
+        """``session.mode`` (bridge/modes.py)."""
+        return await modes.switch(self, self.get(session_id), mode)
 
     async def models(self, agent: str) -> list[dict[str, str]]:
         entry = await self.registry.lookup(agent, self.config.adapters.start_timeout)

@@ -53,6 +53,8 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     last_seq: int = 0
     #: A handoff or other intent recorded before any process is stopped.
     intent: str | None = None
+    #: The agent mode (``session.mode``), one of the adapter's ``modes``; None: its default.
+    mode: str | None = None
 
 
 class AttachmentData(msgspec.Struct, kw_only=True):

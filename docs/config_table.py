@@ -24,6 +24,7 @@ from bridge.config import (  # noqa: E402
     AdaptersConfig,
     LimitsConfig,
     LogConfig,
+    ProjectsConfig,
     ServerConfig,
     StoreConfig,
 )
@@ -39,6 +40,7 @@ SECTIONS: list[tuple[str, type[msgspec.Struct]]] = [
     ("store", StoreConfig),
     ("adapters", AdaptersConfig),
     ("log", LogConfig),
+    ("projects", ProjectsConfig),
     ("agents.<id>", AdapterConfig),
     ("acp.<name>", AcpAgentConfig),
 ]
@@ -90,6 +92,15 @@ MEANING: dict[str, str] = {
     "adapters.watch": "Reload adapter files when they change, without a restart.",
     "log.level": "`debug`, `info`, `warning` or `error`.",
     "log.format": "`auto` (readable on a terminal, JSON lines otherwise), `console` or `json`.",
+    "projects.roots": "Directories searched for git repositories for `projects.list` (and the "
+    "web client's project picker). Directories used by sessions are listed even without roots.",
+    "projects.max_depth": "Levels below a root searched for repositories (0 to 8). The search "
+    "never descends into a repository, a hidden directory or an `ignore` name.",
+    "projects.ignore": "Directory names never searched.",
+    "projects.git_cache_s": "Seconds a directory's git state (branch, dirty, ahead/behind) is "
+    "reused when no file watch covers it; under watched roots a change refreshes it instead.",
+    "projects.watch": "Watch the roots with inotify (watchfiles) so a change refreshes the git "
+    "state of its repository; off or when watching fails, `git_cache_s` applies.",
     "agents.<id>.binary": "The agent's executable (name on PATH or path) instead of the default.",
     "agents.<id>.model": "Model for new sessions (else the agent's own default).",
     "agents.<id>.effort": "Reasoning effort for new sessions, where the agent has one.",

@@ -32,6 +32,7 @@ INIT_KEYWORDS: tuple[str, ...] = (
     "effort",
     "env",
     "options",
+    "mode",
 )
 
 #: The bridge's own slash commands, appended to every agent's command list.
@@ -79,6 +80,14 @@ class Check(msgspec.Struct, kw_only=True):
 class ModelInfo(msgspec.Struct, kw_only=True):
     id: str
     label: str
+
+
+class ModeInfo(msgspec.Struct, kw_only=True):
+    """One of the agent's own modes (how much it may do on its own), as the AGENT lists it."""
+
+    id: str
+    label: str
+    description: str = ""
 
 
 class ExternalSession(msgspec.Struct, kw_only=True):
@@ -161,6 +170,11 @@ class BaseAdapter:
     #: How a terminal can take the session over: "per_turn", "persistent" or "none".
     handoff: ClassVar[HandoffMode] = "none"
 
+    #: The agent's modes (``session.create`` ``mode``, ``session.mode``); the first is its
+    #: default. An adapter that declares modes takes a ``mode`` keyword in ``__init__``; one that
+    #: can switch a running session also implements ``set_mode()``.
+    modes: ClassVar[tuple[ModeInfo, ...]] = ()
+
     #: Seconds ``detect()`` waits for ``--version`` (some CLIs start slowly on a busy machine).
     detect_timeout: ClassVar[float] = DETECT_TIMEOUT_S
 
@@ -199,6 +213,11 @@ class BaseAdapter:
 
     async def list_models(self) -> list[ModelInfo]:
         return []
+
+    async def set_mode(self, mode: str) -> bool:
+        """Switch the running session to ``mode``; True if it applies now, False if from the
+        next turn. Optional: without it the daemon restarts the adapter before the next turn."""
+        raise NotImplementedError
 
     async def get_usage(self) -> UsageBlock | None:
         return None
@@ -310,7 +329,7 @@ def contract_problems(cls: type) -> list[str]:
     for name in _REQUIRED_COROUTINES:
         if not _declared_below_base(cls, name):
             problems.append(f"`{name}()` is not implemented")
-    for name in ("start", "send", "stop", "interrupt", "respond_permission"):
+    for name in ("start", "send", "stop", "interrupt", "respond_permission", "set_mode"):
         fn = getattr(cls, name, None)
         if _declared_below_base(cls, name) and not inspect.iscoroutinefunction(fn):
             problems.append(f"`{name}()` must be `async def`")
@@ -330,9 +349,25 @@ def contract_problems(cls: type) -> list[str]:
         problems.append("`provides_models = True` but `list_models()` is not implemented")
     if getattr(cls, "provides_usage", False) is True and not _declared_below_base(cls, "get_usage"):
         problems.append("`provides_usage = True` but `get_usage()` is not implemented")
+    modes = getattr(cls, "modes", ())
+    if not isinstance(modes, tuple | list) or not all(isinstance(m, ModeInfo) for m in modes):
+        problems.append("`modes` must be a tuple of ModeInfo")
+    elif modes and _declared_below_base(cls, "__init__"):
+        declared = init_keywords(cls)
+        if declared is not None and "mode" not in declared:
+            problems.append("`modes` is set but `__init__` takes no `mode` keyword")
     if getattr(cls, "handoff", "none") not in ("per_turn", "persistent", "none"):
         problems.append("`handoff` must be 'per_turn', 'persistent' or 'none'")
     return problems
+
+
+def mode_list(cls: type[BaseAdapter]) -> list[dict[str, str]]:
+    """The AGENT object's ``modes``: ``[{"id", "label", "description"}]``."""
+    return [{"id": m.id, "label": m.label, "description": m.description} for m in cls.modes]
+
+
+def mode_ids(cls: type[BaseAdapter]) -> list[str]:
+    return [m.id for m in cls.modes]
 
 
 def _returns_async_iterator(fn: Callable[..., Any]) -> bool:

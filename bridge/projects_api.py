@@ -1,0 +1,119 @@
+"""The requests of "Projects, workspace, modes": ``projects.list``, ``workspace.*``,
+``session.mode`` and the ``mode`` of ``session.create`` (the latter two live in the hub).
+
+``BridgeServer`` adds :meth:`ProjectsApi.handlers` to its dispatch table; the work is done in
+``bridge/projects.py``, ``bridge/workspace.py`` and ``bridge/modes.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from bridge.config import Config
+from bridge.projects import Projects, usage_from_sessions
+from bridge.protocol import (
+    ProjectsList,
+    SessionMode,
+    WorkspaceDiff,
+    WorkspaceFile,
+    WorkspaceStatus,
+)
+from bridge.workspace import WorkspaceError, diff, read_file, real_dir, status
+
+if TYPE_CHECKING:
+    from bridge.sessions import Hub
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+def make_projects(config: Config, hub: Hub | None) -> Projects:
+    conf = config.projects
+
+    async def usage() -> list[tuple[str, float | None]]:
+        if hub is None:
+            return []
+        return await usage_from_sessions(lambda: hub.list_sessions(True))
+
+    return Projects(
+        roots=conf.roots,
+        max_depth=conf.max_depth,
+        ignore=conf.ignore,
+        git_cache_s=conf.git_cache_s,
+        watch=conf.watch,
+        usage=usage,
+    )
+
+
+class ProjectsApi:
+    def __init__(self, config: Config, hub: Hub) -> None:
+        self.hub = hub
+        self.projects = make_projects(config, hub)
+
+    def handlers(self) -> dict[type, Handler]:
+        return {
+            ProjectsList: self.projects_list,
+            WorkspaceStatus: self.workspace_status,
+            WorkspaceDiff: self.workspace_diff,
+            WorkspaceFile: self.workspace_file,
+            SessionMode: self.session_mode,
+        }
+
+    async def close(self) -> None:
+        await self.projects.close()
+
+    # ---- requests -------------------------------------------------------------------------
+
+    async def projects_list(self, _conn: Any, _req: ProjectsList) -> Any:
+        return {"projects": await self.projects.listing()}
+
+    async def workspace_status(self, _conn: Any, req: WorkspaceStatus) -> Any:
+        root = await self._allowed(req.path)
+        return await self._guard(status(root))
+
+    async def workspace_diff(self, _conn: Any, req: WorkspaceDiff) -> Any:
+        root = await self._allowed(req.path)
+        return await self._guard(diff(root, req.file, req.staged))
+
+    async def workspace_file(self, _conn: Any, req: WorkspaceFile) -> Any:
+        root = await self._allowed(req.path)
+        return await self._guard(asyncio.to_thread(read_file, root, req.file))
+
+    async def session_mode(self, _conn: Any, req: SessionMode) -> Any:
+        return await self.hub.set_mode(req.session, req.mode)
+
+    # ---- confinement ------------------------------------------------------------------------
+
+    def _session_dirs(self) -> set[str]:
+        out: set[str] = set()
+        for s in self.hub.sessions.values():
+            try:
+                out.add(os.path.realpath(s.rec.cwd))
+            except (OSError, ValueError):
+                continue
+        return out
+
+    async def _allowed(self, path: str) -> str:
+        """The real path of ``path`` if it is a project or a session's cwd, else a refusal."""
+        from bridge.sessions import HubError
+
+        try:
+            root = real_dir(path)
+        except WorkspaceError as exc:
+            raise HubError(exc.code, str(exc)) from None
+        if root in self._session_dirs() or self.projects.known(root):
+            return root
+        await self.projects.listing()  # the cached list: cheap when warm
+        if self.projects.known(root):
+            return root
+        raise HubError("not_found", f"`{path}` is not a project or a session's directory")
+
+    async def _guard(self, work: Awaitable[Any]) -> Any:
+        from bridge.sessions import HubError
+
+        try:
+            return await work
+        except WorkspaceError as exc:
+            raise HubError(exc.code, str(exc)) from None

@@ -1,0 +1,195 @@
+"""``workspace.status`` / ``workspace.diff`` / ``workspace.file``: what an agent changed, read-only.
+
+Everything here is bounded and confined:
+
+- the directory must be a project (``projects.list``) or a session's cwd; the caller
+  (``bridge/server.py``) checks that on the real path;
+- a ``file`` is relative to that directory, without ``..``, NUL or a ``.git`` component, and its
+  real path (symlinks resolved, the file's own link included) must stay inside the directory's
+  real path; anything else is refused before a byte is read;
+- at most :data:`MAX_BYTES` of a diff or a file is returned, with ``truncated``; a binary file's
+  diff is git's one-line "Binary files ... differ", its content comes as base64;
+- git runs through :mod:`bridge.git` (no shell, no optional locks, no external diff or textconv
+  program, a timeout), so a repository cannot make the daemon run anything or change its index.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from typing import Any
+
+from bridge import git
+
+MAX_BYTES = 1024 * 1024
+#: bytes looked at for a NUL when deciding a file is binary (git's own heuristic)
+BINARY_SNIFF = 8000
+
+
+class WorkspaceError(Exception):
+    """A refusal; ``code`` is a protocol error code (``bad_request`` or ``not_found``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def real_dir(path: str) -> str:
+    """The real path of the directory ``path`` names (absolute, existing), or a refusal."""
+    if not path or "\x00" in path or not os.path.isabs(path):
+        raise WorkspaceError("bad_request", "`path` must be an absolute directory path")
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):
+        raise WorkspaceError("not_found", f"no directory `{path}`")
+    return real
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def confine(root: str, file: str) -> tuple[str, str]:
+    """``(relative path, real absolute path)`` of ``file`` under the real directory ``root``."""
+    if not file or "\x00" in file:
+        raise WorkspaceError("bad_request", "`file` must be a path relative to `path`")
+    if os.path.isabs(file) or file.startswith("~"):
+        raise WorkspaceError("bad_request", "`file` must be relative to `path`")
+    parts = [p for p in file.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise WorkspaceError("bad_request", "`file` must not leave `path` (no `..`)")
+    if ".git" in parts:
+        raise WorkspaceError("bad_request", "`file` must not be inside `.git`")
+    relative = "/".join(parts)
+    real = os.path.realpath(os.path.join(root, relative))
+    if not _inside(real, root) or real == root:
+        raise WorkspaceError("bad_request", f"`{relative}` leaves `path` (through a symlink)")
+    return relative, real
+
+
+def _git_error(exc: git.GitError) -> WorkspaceError:
+    text = str(exc)
+    if "not a git repository" in text.lower():
+        return WorkspaceError("bad_request", "not a git repository")
+    return WorkspaceError("bad_request", f"git failed: {text}")
+
+
+async def status(root: str) -> dict[str, Any]:
+    """Branch and changed files of the work tree at ``root`` (a real path)."""
+    try:
+        st = await git.status(root)
+    except git.GitError as exc:
+        raise _git_error(exc) from None
+    files: list[dict[str, Any]] = []
+    for path, xy, orig, submodule in st.entries:
+        item: dict[str, Any] = {
+            "path": path,
+            "status": git.describe(xy),
+            "xy": xy,
+            "staged": xy[:1] not in (".", "?", "!"),
+            "unstaged": xy[1:2] not in (".", ""),
+        }
+        if orig is not None:
+            item["orig_path"] = orig
+        if submodule:
+            item["submodule"] = True
+        files.append(item)
+    return {
+        "branch": st.branch,
+        "head": st.head,
+        "upstream": st.upstream,
+        "ahead": st.ahead,
+        "behind": st.behind,
+        "files": files,
+    }
+
+
+def _text_of(data: bytes, truncated: bool) -> str:
+    if truncated:
+        cut = data.rfind(b"\n")
+        if cut > 0:
+            data = data[: cut + 1]
+    return data.decode("utf-8", "replace")
+
+
+async def diff(root: str, file: str | None = None, staged: bool = False) -> dict[str, Any]:
+    """Unified diff of the work tree (or the index with ``staged``), of one file or all."""
+    args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--submodule=short"]
+    if staged:
+        args.append("--cached")
+    rel: str | None = None
+    real: str | None = None
+    if file is not None:
+        rel, real = confine(root, file)
+        args += ["--", rel]
+    try:
+        result = await git.run_git(root, args, limit=MAX_BYTES)
+        if result.returncode not in (0, 1) and not result.truncated:
+            raise _git_error(git.GitError(result.stderr.strip() or "git diff failed"))
+        data, truncated = result.stdout, result.truncated
+        if not data and rel is not None and real is not None and not staged:
+            data, truncated = await _untracked_diff(root, rel, real)
+    except git.GitError as exc:
+        raise _git_error(exc) from None
+    return {"diff": _text_of(data, truncated), "truncated": truncated}
+
+
+async def _untracked_diff(root: str, rel: str, real: str) -> tuple[bytes, bool]:
+    """A new, untracked file: its whole content as an addition (``git diff --no-index``)."""
+    try:
+        st = os.lstat(os.path.join(root, rel))
+    except OSError:
+        return b"", False
+    if not stat.S_ISREG(st.st_mode):
+        return b"", False
+    tracked = await git.run_git(root, ["ls-files", "-z", "--", rel], limit=4096)
+    if tracked.stdout:
+        return b"", False  # tracked and unchanged
+    args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-index", "--"]
+    result = await git.run_git(root, [*args, "/dev/null", rel], limit=MAX_BYTES)
+    return result.stdout, result.truncated
+
+
+def read_file(root: str, file: str) -> dict[str, Any]:
+    """The content of one regular file (blocking; run it in a thread)."""
+    rel, real = confine(root, file)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise WorkspaceError("not_found", f"no file `{rel}`") from None
+    except OSError as exc:
+        raise WorkspaceError("bad_request", f"`{rel}` cannot be read: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise WorkspaceError("bad_request", f"`{rel}` is not a regular file")
+        chunks: list[bytes] = []
+        left = MAX_BYTES
+        while left > 0 and (chunk := os.read(fd, min(left, 256 * 1024))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    truncated = st.st_size > len(data)
+    out: dict[str, Any] = {"path": rel, "size": st.st_size, "truncated": truncated}
+    text = _decode_text(data, truncated)
+    if text is None:
+        out["binary"] = True
+        out["base64"] = base64.b64encode(data).decode("ascii")
+    else:
+        out["binary"] = False
+        out["text"] = text
+    return out
+
+
+def _decode_text(data: bytes, truncated: bool) -> str | None:
+    if b"\x00" in data[:BINARY_SNIFF]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A multi-byte character cut by the size limit is still text.
+        if truncated and exc.start >= len(data) - 3:
+            return data[: exc.start].decode("utf-8", "replace")
+        return None
