@@ -24,6 +24,7 @@ from bridge.adapters.base import (
     BaseAdapter,
     Check,
     ExternalSession,
+    ModeInfo,
     ModelInfo,
     ResumeCommand,
 )
@@ -56,6 +57,34 @@ MODELS = (
 )
 STOP_GRACE_S = 3.0
 EXIT_WAIT_S = 5.0
+#: Claude Code's permission modes (``--permission-mode``; ``set_permission_mode`` live)
+MODES = (
+    ModeInfo(
+        id="default",
+        label="Ask",
+        description="Asks before edits and commands that are not pre-approved",
+    ),
+    ModeInfo(
+        id="acceptEdits",
+        label="Accept edits",
+        description="Edits files without asking; still asks before other commands",
+    ),
+    ModeInfo(
+        id="plan",
+        label="Plan",
+        description="Reads and plans: file edits are refused, commands still ask",
+    ),
+    ModeInfo(
+        id="dontAsk",
+        label="Don't ask",
+        description="Never asks: what is not pre-approved is refused",
+    ),
+    ModeInfo(
+        id="bypassPermissions",
+        label="Bypass permissions",
+        description="Runs everything without asking (Claude Code refuses this as root)",
+    ),
+)
 
 
 class ClaudeAdapter(BaseAdapter):
@@ -72,8 +101,9 @@ class ClaudeAdapter(BaseAdapter):
         "open in a terminal right now.\n\n"
         "One `claude` process serves the session across turns; its session id is kept so a "
         "daemon restart resumes the same conversation. `/model sonnet|opus|haiku` switches "
-        "model from the next turn. Options (`[agents.claude] options`): `permission_mode` "
-        "(`default`, `acceptEdits`, `plan`, `bypassPermissions`)."
+        "model from the next turn. Modes are Claude Code's permission modes (`default`, "
+        "`acceptEdits`, `plan`, `dontAsk`, `bypassPermissions`), switched live; "
+        "`[agents.claude] options` `permission_mode` sets the default."
     )
     cap_thinking = True
     cap_permissions = True
@@ -84,6 +114,7 @@ class ClaudeAdapter(BaseAdapter):
     provides_models = True
     provides_usage = True
     handoff = "persistent"
+    modes = MODES
 
     def __init__(
         self,
@@ -95,9 +126,11 @@ class ClaudeAdapter(BaseAdapter):
         effort: str | None = None,
         env: dict[str, str] | None = None,
         options: dict[str, Any] | None = None,
+        mode: str | None = None,
     ) -> None:
         self._cwd = cwd
         self._model = model
+        self._mode = mode
         self._binary = binary or self.cli_binary or "claude"
         self._effort = effort
         self._env = dict(env or {})
@@ -107,6 +140,7 @@ class ClaudeAdapter(BaseAdapter):
         self._session_id = resume_session_id
         self._child: ChildProcess | None = None
         self._parser = ClaudeParser(cwd=cwd)
+        self._parser.refuse_edits = self._effective_mode() == "plan"
         self._resumed: str | None = None
         self._pending: dict[str, Any] | None = None
         self._reported: str | None = resume_session_id
@@ -147,8 +181,8 @@ class ClaudeAdapter(BaseAdapter):
             argv += ["--model", self._model]
         if self._effort:
             argv += ["--effort", self._effort]
-        mode = self._options.get("permission_mode")
-        if isinstance(mode, str) and mode:
+        mode = self._effective_mode()
+        if mode:
             argv += ["--permission-mode", mode]
         return argv
 
@@ -297,6 +331,20 @@ class ClaudeAdapter(BaseAdapter):
     async def respond_permission(self, request_id: str, option_id: str) -> None:
         self._parser.answer_permission(request_id, option_id)
         await self._flush()
+
+    def _effective_mode(self) -> str | None:
+        mode = self._mode or self._options.get("permission_mode")
+        return mode if isinstance(mode, str) and mode else None
+
+    async def set_mode(self, mode: str) -> bool:
+        """Live: a ``set_permission_mode`` control request to the running process, which
+        applies to its next tool call; a process started later gets ``--permission-mode``."""
+        self._mode = mode
+        self._parser.refuse_edits = mode == "plan"
+        if self._child is not None and self._child.returncode is None:
+            self._parser.set_permission_mode(mode)
+            await self._flush()
+        return True
 
     async def list_models(self) -> list[ModelInfo]:
         return list(MODELS)

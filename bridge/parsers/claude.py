@@ -94,6 +94,13 @@ PLAN_STATUSES = {"pending": "pending", "in_progress": "in_progress", "completed"
 
 ALLOW, ALWAYS, DENY = "allow", "always", "deny"
 DENY_MESSAGE = "The user denied this action from agent-bridge."
+#: Tools that change files. Claude Code 2.1.332 in plan mode still asks the permission prompt
+#: tool before them (it does not refuse them itself), so the bridge refuses them in plan mode.
+EDIT_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+PLAN_MESSAGE = (
+    "Plan mode is on: files are not changed. Present the plan; the user switches the mode "
+    "to let you edit."
+)
 
 
 def is_unknown_session(text: str) -> bool:
@@ -152,6 +159,8 @@ class ClaudeParser:
     #: Claude said the resumed session does not exist (the adapter may retry fresh).
     session_missing: bool = False
     outbox: list[dict[str, Any]] = field(default_factory=list)
+    #: plan mode: edit tools are refused without asking the client
+    refuse_edits: bool = False
     _open: dict[str, bool] = field(default_factory=dict)  # delta id -> is thinking
     _index_ids: dict[int, str] = field(default_factory=dict)
     _message_id: str | None = None
@@ -209,6 +218,16 @@ class ClaudeParser:
                 "type": "control_request",
                 "request_id": f"bridge-interrupt-{self._next()}",
                 "request": {"subtype": "interrupt"},
+            }
+        )
+
+    def set_permission_mode(self, mode: str) -> None:
+        """Switch the running process's permission mode (its answer is ignored)."""
+        self.outbox.append(
+            {
+                "type": "control_request",
+                "request_id": f"bridge-mode-{self._next()}",
+                "request": {"subtype": "set_permission_mode", "mode": mode},
             }
         )
 
@@ -471,8 +490,21 @@ class ClaudeParser:
                 }
             )
             return []
-        self._permissions[request_id] = request
         name = get_str(request, "display_name") or get_str(request, "tool_name") or "a tool"
+        if self.refuse_edits and get_str(request, "tool_name") in EDIT_TOOLS:
+            decision = {"behavior": "deny", "message": PLAN_MESSAGE, "interrupt": False}
+            self.outbox.append(
+                {
+                    "type": "control_response",
+                    "response": {
+                        "subtype": "success",
+                        "request_id": request_id,
+                        "response": decision,
+                    },
+                }
+            )
+            return [SystemBlock(code="mode", text=f"plan mode: {name} refused, no file changed")]
+        self._permissions[request_id] = request
         tool_input = get_dict(request, "input")
         what = (
             get_str(tool_input, "command")
