@@ -74,7 +74,7 @@ async def switch(hub: Hub, s: Session, mode: str) -> dict[str, Any]:
             s.restart_adapter = True
     elif adapter is not None:
         s.restart_adapter = True
-    label = next((m.label for m in cls.modes if m.id == mode), mode)
+    label = next((m.label for m in cls.mode_infos() if m.id == mode), mode)
     when = "now" if live else "from the next turn"
     hub._emit(
         s,

@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bridge.adapters.base import BaseAdapter, DetectedAgent, ModelInfo
+from bridge.adapters.base import BaseAdapter, DetectedAgent, ModeInfo, ModelInfo
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -197,6 +197,13 @@ class AcpBase(BaseAdapter, abstract=True):
 
     #: models each agent reported in ``session/new``, by agent id
     _models_seen: ClassVar[dict[str, list[ModelInfo]]] = {}
+    #: modes an agent without declared ``modes`` reported in ``session/new``, by agent id
+    _modes_seen: ClassVar[dict[str, list[ModeInfo]]] = {}
+
+    @classmethod
+    def mode_infos(cls) -> tuple[ModeInfo, ...]:
+        """The declared modes, else those the agent reported (ACP ``availableModes``)."""
+        return cls.modes or tuple(cls._modes_seen.get(cls.agent_id, ()))
 
     def __init__(
         self,
@@ -207,6 +214,7 @@ class AcpBase(BaseAdapter, abstract=True):
         on_session_id: Callable[[str], None] | None = None,
         env: dict[str, str] | None = None,
         options: dict[str, Any] | None = None,
+        mode: str | None = None,
     ) -> None:
         self._cwd = os.path.abspath(cwd or os.getcwd())
         self._model = model or self.default_model
@@ -215,6 +223,8 @@ class AcpBase(BaseAdapter, abstract=True):
         self._on_session_id = on_session_id
         self._env = {**self.default_env, **(env or {})}
         self._options = dict(options or {})
+        wanted = mode or self._options.get("mode")
+        self._want_mode = wanted if isinstance(wanted, str) and wanted else None
         fs = self._options.get("fs", self.serve_fs)
         self._fs = fs if isinstance(fs, bool) else self.serve_fs
         self._proc: ChildProcess | None = None
@@ -705,6 +715,17 @@ class AcpBase(BaseAdapter, abstract=True):
         ]
         if seen:
             self._models_seen[self.agent_id] = seen[:200]
+        modes = [
+            ModeInfo(
+                id=clean(m["id"], 200),
+                label=clean(str(m.get("name") or m["id"]), 200),
+                description=clean(str(m.get("description") or ""), 500),
+            )
+            for m in _dict(result.get("modes")).get("availableModes") or []
+            if isinstance(m, dict) and isinstance(m.get("id"), str)
+        ]
+        if modes and not type(self).modes:
+            self._modes_seen[self.agent_id] = modes[:50]
         if self._on_session_id is not None:
             self._on_session_id(sid)
 
@@ -748,11 +769,26 @@ class AcpBase(BaseAdapter, abstract=True):
             )
 
     async def _apply_mode(self) -> None:
-        mode = self._options.get("mode")
-        if not isinstance(mode, str) or not mode or mode == self._mapper.mode:
+        mode = self._want_mode
+        if mode is None or mode == self._mapper.mode:
             return
         if await self._try_set("session/set_mode", {"sessionId": self._session_id, "modeId": mode}):
             self._mapper.set_mode(mode)
+
+    async def set_mode(self, mode: str) -> bool:
+        """ACP ``session/set_mode`` on the open session: in effect at once."""
+        self._want_mode = mode
+        if self._session_id is None or not self._alive():
+            return False  # applied when the session is opened, before the next turn
+        if mode == self._mapper.mode:
+            return True
+        params = {"sessionId": self._session_id, "modeId": mode}
+        try:
+            await self._call("session/set_mode", params)
+        except AcpCallError as exc:
+            raise RuntimeError(str(exc)) from None
+        self._mapper.set_mode(mode)
+        return True
 
     async def _try_set(self, method: str, params: dict[str, Any]) -> bool:
         try:

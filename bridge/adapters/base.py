@@ -225,6 +225,11 @@ class BaseAdapter:
     # ---- helpers ---------------------------------------------------------------------------
 
     @classmethod
+    def mode_infos(cls) -> tuple[ModeInfo, ...]:
+        """The modes offered now: ``modes``, or what a running agent reported (ACP)."""
+        return tuple(cls.modes)
+
+    @classmethod
     def capabilities(cls) -> dict[str, bool]:
         return {name: bool(getattr(cls, f"cap_{name}")) for name in CAPABILITIES}
 
@@ -363,11 +368,18 @@ def contract_problems(cls: type) -> list[str]:
 
 def mode_list(cls: type[BaseAdapter]) -> list[dict[str, str]]:
     """The AGENT object's ``modes``: ``[{"id", "label", "description"}]``."""
-    return [{"id": m.id, "label": m.label, "description": m.description} for m in cls.modes]
+    return [{"id": m.id, "label": m.label, "description": m.description} for m in _modes(cls)]
 
 
 def mode_ids(cls: type[BaseAdapter]) -> list[str]:
-    return [m.id for m in cls.modes]
+    return [m.id for m in _modes(cls)]
+
+
+def _modes(cls: type[BaseAdapter]) -> tuple[ModeInfo, ...]:
+    try:
+        return tuple(m for m in cls.mode_infos() if isinstance(m, ModeInfo))
+    except Exception:  # a drop-in's broken override must not break agents.list
+        return ()
 
 
 def _returns_async_iterator(fn: Callable[..., Any]) -> bool:

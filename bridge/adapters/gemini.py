@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bridge.adapters.acp import AcpBase
-from bridge.adapters.base import AdapterConfig, Check, ModelInfo
+from bridge.adapters.base import AdapterConfig, Check, ModeInfo, ModelInfo
 
 _MODE_UPDATE = re.compile(r"\[MODE_UPDATE\]\s+(\S+)")
 _KEY_VARS = (
@@ -65,7 +65,21 @@ class GeminiAdapter(AcpBase):
         "once in a terminal first.\n\n"
         "Runs `gemini --acp --debug -m <model>`, one process per session; resumes with ACP "
         "`session/load`. Set `[agents.gemini] model` (e.g. `gemini-2.5-pro`) to skip the "
-        'CLI\'s model router; `options = {mode = "autoEdit"}` approves edits without asking.'
+        'CLI\'s model router. Modes: `default`, `autoEdit` (edits without asking), `yolo`, `plan` '
+        "(read-only), switched live with ACP `session/set_mode`; "
+        '`options = {mode = "autoEdit"}` sets the default.'
+    )
+    #: Gemini CLI 0.61.0's approval modes, as its ``session/new`` lists them; switched live with
+    #: ACP ``session/set_mode``
+    modes = (
+        ModeInfo(id="default", label="Ask", description="Asks before edits and shell commands"),
+        ModeInfo(
+            id="autoEdit",
+            label="Accept edits",
+            description="Edits files without asking; still asks before shell commands",
+        ),
+        ModeInfo(id="yolo", label="YOLO", description="Runs every tool without asking"),
+        ModeInfo(id="plan", label="Plan", description="Read-only tools only: plans, no changes"),
     )
     #: as Gemini CLI 0.61.0 lists them in ``session/new`` (replaced by what a session reports)
     static_models: ClassVar[tuple[ModelInfo, ...]] = (
