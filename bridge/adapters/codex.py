@@ -27,6 +27,7 @@ from bridge.adapters.base import (
     BaseAdapter,
     Check,
     ExternalSession,
+    ModeInfo,
     ModelInfo,
     ResumeCommand,
 )
@@ -54,6 +55,29 @@ MAX_DIFF_FILE = 2 * 1024 * 1024
 #: asks (a permission request) when it needs more. Override in ``[agents.codex] options``.
 DEFAULT_APPROVAL = "on-request"
 DEFAULT_SANDBOX = "workspace-write"
+#: Codex's approval presets (its ``/approvals``): mode → (approval policy, sandbox)
+MODE_POLICIES = {
+    "read-only": ("on-request", "read-only"),
+    "auto": ("on-request", "workspace-write"),
+    "full-access": ("never", "danger-full-access"),
+}
+MODES = (
+    ModeInfo(
+        id="auto",
+        label="Auto",
+        description="Edits and runs commands in the project's sandbox; asks for anything more",
+    ),
+    ModeInfo(
+        id="read-only",
+        label="Read only",
+        description="Reads files; asks before any edit or command that changes something",
+    ),
+    ModeInfo(
+        id="full-access",
+        label="Full access",
+        description="No sandbox and no questions: edits and runs anything",
+    ),
+)
 
 
 class CodexAdapter(BaseAdapter):
@@ -70,7 +94,9 @@ class CodexAdapter(BaseAdapter):
         "Each turn runs `codex app-server` and resumes the Codex thread, so the conversation "
         "survives daemon restarts. Options (`[agents.codex] options`): `approval_policy` "
         "(`untrusted`, `on-request` (default), `never`), `sandbox` (`read-only`, "
-        "`workspace-write` (default), `danger-full-access`), `config` (Codex config overrides)."
+        "`workspace-write` (default), `danger-full-access`), `config` (Codex config overrides). "
+        "Modes are Codex's approval presets: `auto` (on-request, workspace-write), `read-only` "
+        "(on-request, read-only), `full-access` (never, danger-full-access), from the next turn."
     )
     cap_thinking = True
     cap_permissions = True
@@ -79,6 +105,7 @@ class CodexAdapter(BaseAdapter):
     provides_models = True
     provides_usage = True
     handoff = "per_turn"
+    modes = MODES
 
     def __init__(
         self,
@@ -90,8 +117,10 @@ class CodexAdapter(BaseAdapter):
         effort: str | None = None,
         env: dict[str, str] | None = None,
         options: dict[str, Any] | None = None,
+        mode: str | None = None,
     ) -> None:
         self._cwd = cwd
+        self._mode = mode
         self._model = model
         self._binary = binary or self.cli_binary or "codex"
         self._effort = effort
@@ -122,6 +151,20 @@ class CodexAdapter(BaseAdapter):
         """The pid of the running ``codex app-server`` (also in ``OWN_PIDS``), if a turn runs."""
         return self._child.pid if self._child is not None else None
 
+    def _policy(self) -> tuple[str | None, str | None]:
+        """(approval policy, sandbox): the mode's preset, else the options, else "auto"."""
+        if self._mode in MODE_POLICIES:
+            return MODE_POLICIES[self._mode]
+        return (
+            self._option("approval_policy", DEFAULT_APPROVAL),
+            self._option("sandbox", DEFAULT_SANDBOX),
+        )
+
+    async def set_mode(self, mode: str) -> bool:
+        """Each turn starts its own ``codex app-server``: the next one gets the new policy."""
+        self._mode = mode
+        return False
+
     def _option(self, name: str, default: str | None) -> str | None:
         value = self._options.get(name, default)
         return value if isinstance(value, str) and value else None
@@ -145,8 +188,8 @@ class CodexAdapter(BaseAdapter):
             cwd=self._cwd,
             model=self._model,
             effort=self._effort,
-            approval_policy=self._option("approval_policy", DEFAULT_APPROVAL),
-            sandbox=self._option("sandbox", DEFAULT_SANDBOX),
+            approval_policy=self._policy()[0],
+            sandbox=self._policy()[1],
             config=config if isinstance(config, dict) else None,
             client_version=__version__,
         )

@@ -34,6 +34,7 @@ from bridge.adapters.base import (
     BaseAdapter,
     Check,
     ExternalSession,
+    ModeInfo,
     ModelInfo,
     ResumeCommand,
 )
@@ -187,6 +188,16 @@ class OpenCodeAdapter(BaseAdapter):
     handoff = "persistent"
     detect_timeout = 20.0
 
+    #: OpenCode's primary agents: the prompt's ``agent`` picks one per turn
+    modes = (
+        ModeInfo(id="build", label="Build", description="Edits files and runs commands"),
+        ModeInfo(
+            id="plan",
+            label="Plan",
+            description="Analyses and plans; edits and commands are denied or asked first",
+        ),
+    )
+
     #: The environment variable the server reads its password from, and its basic-auth user.
     password_env: ClassVar[str] = "OPENCODE_SERVER_PASSWORD"  # noqa: S105 - a variable name
     server_user: ClassVar[str] = "opencode"
@@ -200,8 +211,10 @@ class OpenCodeAdapter(BaseAdapter):
         on_session_id: Callable[[str], None] | None = None,
         env: dict[str, str] | None = None,
         options: dict[str, Any] | None = None,
+        mode: str | None = None,
     ) -> None:
         self.cwd = cwd or "."
+        self.mode = mode
         self.model = model
         self.binary = binary or self.cli_binary or ""
         self.session_id = resume_session_id
@@ -331,10 +344,15 @@ class OpenCodeAdapter(BaseAdapter):
         if self.model and "/" in self.model:
             provider, _, model = self.model.partition("/")
             body["model"] = {"providerID": provider, "modelID": model}
-        agent = self.options.get("agent")
+        agent = self.mode or self.options.get("agent")
         if isinstance(agent, str) and agent:
             body["agent"] = agent
         return body
+
+    async def set_mode(self, mode: str) -> bool:
+        """The agent is chosen per prompt: the next turn's prompt names it."""
+        self.mode = mode
+        return False
 
     # ---- a turn ---------------------------------------------------------------------------------
 
