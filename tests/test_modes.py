@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bridge import modes
 from bridge.adapters.base import BaseAdapter, ModeInfo, contract_problems, instantiate, mode_list
 from bridge.adapters.codex import CodexAdapter
 from bridge.adapters.kilo import KiloAdapter
@@ -18,6 +19,7 @@ from tests.daemon import DaemonProcess
 from tests.wsclient import Client, text_of
 
 MOODY = '''
+from bridge import modes
 from bridge.adapters.base import BaseAdapter, ModeInfo
 from bridge.blocks import SessionEndBlock, TextBlock
 
@@ -58,6 +60,15 @@ def test_every_builtin_adapter_keeps_the_contract_with_its_modes() -> None:
     assert [m["id"] for m in mode_list(CodexAdapter)] == ["auto", "read-only", "full-access"]
     assert [m["id"] for m in mode_list(OpenCodeAdapter)] == ["build", "plan"]
     assert mode_list(KiloAdapter) == mode_list(OpenCodeAdapter)
+
+
+def test_a_mode_for_an_agent_without_modes_is_refused() -> None:
+    from bridge.adapters.pi import PiAdapter
+
+    assert mode_list(PiAdapter) == []
+    assert modes.problem(PiAdapter, "plan") == "agent `pi` has no modes"
+    assert modes.problem(PiAdapter, None) is None
+    assert modes.problem(CodexAdapter, "auto") is None
 
 
 def test_a_broken_modes_declaration_is_refused_at_import() -> None:
@@ -128,9 +139,10 @@ async def test_without_set_mode_the_adapter_restarts_with_the_mode_before_the_ne
             {"id": "calm", "label": "Calm", "description": "quiet"},
             {"id": "loud", "label": "Loud", "description": ""},
         ]
-        assert agents["demo"]["modes"] == []
-        bad = await c.call("session.create", agent="demo", cwd=str(project), mode="plan")
-        assert bad["t"] == "err" and bad["code"] == "bad_request" and "no modes" in bad["message"]
+        assert [m["id"] for m in agents["demo"]["modes"]] == ["ask", "accept-edits", "plan"]
+        bad = await c.call("session.create", agent="demo", cwd=str(project), mode="yolo")
+        assert bad["t"] == "err" and bad["code"] == "bad_request"
+        assert "no mode `yolo`" in bad["message"]
         created = await c.request("session.create", agent="moody", cwd=str(project), mode="calm")
         sid = created["session"]["session"]
         assert created["session"]["mode"] == "calm"
@@ -157,3 +169,27 @@ async def test_without_set_mode_the_adapter_restarts_with_the_mode_before_the_ne
         await c.close()
     finally:
         d.stop()
+
+
+async def test_demo_modes_change_what_it_does_and_switch_live(
+    daemon: DaemonProcess, project: Path
+) -> None:
+    c = await Client.open(daemon.url, daemon.token)
+    try:
+        created = await c.request("session.create", agent="demo", cwd=str(project), mode="plan")
+        sid = created["session"]["session"]
+        await c.request("session.subscribe", session=sid, after_seq=0)
+        await c.request("session.send", session=sid, text="write something")
+        frames = await c.turn(sid)
+        kinds = [f["block"]["type"] for f in frames]
+        assert "permission_request" not in kinds and "diff" not in kinds
+        assert await c.request("session.mode", session=sid, mode="accept-edits") == {
+            "mode": "accept-edits",
+            "live": True,
+        }
+        await c.request("session.send", session=sid, text="write it now")
+        frames = await c.turn(sid)
+        kinds = [f["block"]["type"] for f in frames]
+        assert "permission_request" not in kinds and "diff" in kinds
+    finally:
+        await c.close()

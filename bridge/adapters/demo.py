@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from bridge.adapters.base import BaseAdapter, DetectedAgent, ModelInfo
+from bridge.adapters.base import BaseAdapter, DetectedAgent, ModeInfo, ModelInfo
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -56,7 +56,13 @@ class DemoAdapter(BaseAdapter):
         "build and test an app against the protocol.\n\n"
         "**Don't use when** you want real work done: it does not read or change files.\n\n"
         "First word `echo` answers with text only; `slow` slows the tour down; `fail` ends "
-        "the turn with an error."
+        "the turn with an error. Modes: `ask` asks before writing demo.txt, `accept-edits` "
+        "writes it without asking, `plan` does not write it."
+    )
+    modes = (
+        ModeInfo(id="ask", label="Ask", description="Asks before writing demo.txt"),
+        ModeInfo(id="accept-edits", label="Accept edits", description="Writes without asking"),
+        ModeInfo(id="plan", label="Plan", description="Plans only: writes nothing"),
     )
     cap_thinking = True
     cap_permissions = True
@@ -72,8 +78,10 @@ class DemoAdapter(BaseAdapter):
         cwd: str | None = None,
         model: str | None = None,
         options: dict[str, Any] | None = None,
+        mode: str | None = None,
     ) -> None:
         self._cwd = cwd or "."
+        self._mode = mode or "ask"
         self._model = model or "demo-fast"
         self._delay = float((options or {}).get("delay", 0.02))
         self._chunk = max(1, int((options or {}).get("chunk", 12)))
@@ -113,6 +121,10 @@ class DemoAdapter(BaseAdapter):
 
     async def list_models(self) -> list[ModelInfo]:
         return list(DEMO_MODELS)
+
+    async def set_mode(self, mode: str) -> bool:
+        self._mode = mode
+        return True
 
     async def get_usage(self) -> UsageBlock | None:
         return self._usage
@@ -198,56 +210,16 @@ class DemoAdapter(BaseAdapter):
             yield ToolCallBlock(
                 id=write_id, name="Write", title="Write demo.txt", kind="edit", input=write_input
             )
-            perm_id = f"perm-{uuid.uuid4().hex[:8]}"
-            answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            self._answers[perm_id] = answer
-            yield PermissionRequestBlock(
-                id=perm_id,
-                tool_call_id=write_id,
-                title="Allow the demo agent to write demo.txt?",
-                options=[
-                    PermissionOption(id="allow", label="Allow once", kind="allow_once"),
-                    PermissionOption(id="always", label="Always allow", kind="allow_always"),
-                    PermissionOption(id="deny", label="Deny", kind="reject_once"),
-                ],
-            )
-            try:
-                choice = await answer
-            except asyncio.CancelledError:
-                if not self._interrupted.is_set():
-                    raise
-                choice = None
-            finally:
-                self._answers.pop(perm_id, None)
-            if choice is None:
-                yield ToolResultBlock(tool_call_id=write_id, content="interrupted", is_error=True)
-                yield ToolCallBlock(id=write_id, name="Write", status="error")
-                yield SessionEndBlock(reason="interrupted")
-                return
-            if choice in ("allow", "always"):
-                lines = new_text.splitlines()
-                yield DiffBlock(
-                    path="demo.txt",
-                    old_text=None,
-                    new_text=new_text,
-                    unified=f"--- /dev/null\n+++ b/demo.txt\n@@ -0,0 +1,{len(lines)} @@\n"
-                    + "".join(f"+{line}\n" for line in lines),
-                    tool_call_id=write_id,
-                )
-                yield ToolResultBlock(tool_call_id=write_id, content="wrote demo.txt")
-                yield ToolCallBlock(
-                    id=write_id,
-                    name="Write",
-                    title="Write demo.txt",
-                    kind="edit",
-                    input=write_input,
-                    status="done",
-                )
-            else:
+            if self._mode == "plan":
                 yield ToolResultBlock(
-                    tool_call_id=write_id, content="the user denied this action", is_error=True
+                    tool_call_id=write_id, content="plan mode: nothing written", is_error=True
                 )
                 yield ToolCallBlock(id=write_id, name="Write", status="error")
+            async for block in self._write(write_id, write_input, new_text):
+                if isinstance(block, SessionEndBlock):
+                    yield block
+                    return
+                yield block
             yield PlanBlock(
                 entries=[
                     PlanEntry(content="List the project files", status="completed"),
@@ -275,3 +247,62 @@ class DemoAdapter(BaseAdapter):
         )
         yield self._usage
         yield SessionEndBlock(reason="completed", exit_code=0)
+
+    async def _write(
+        self, write_id: str, write_input: dict[str, Any], new_text: str
+    ) -> AsyncIterator[Block]:
+        """Ask (mode ``ask``), or write at once (``accept-edits``); nothing in ``plan``."""
+        if self._mode == "plan":
+            return
+        choice: str | None = "allow"
+        if self._mode != "accept-edits":
+            perm_id = f"perm-{uuid.uuid4().hex[:8]}"
+            answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            self._answers[perm_id] = answer
+            yield PermissionRequestBlock(
+                id=perm_id,
+                tool_call_id=write_id,
+                title="Allow the demo agent to write demo.txt?",
+                options=[
+                    PermissionOption(id="allow", label="Allow once", kind="allow_once"),
+                    PermissionOption(id="always", label="Always allow", kind="allow_always"),
+                    PermissionOption(id="deny", label="Deny", kind="reject_once"),
+                ],
+            )
+            try:
+                choice = await answer
+            except asyncio.CancelledError:
+                if not self._interrupted.is_set():
+                    raise
+                choice = None
+            finally:
+                self._answers.pop(perm_id, None)
+        if choice is None:
+            yield ToolResultBlock(tool_call_id=write_id, content="interrupted", is_error=True)
+            yield ToolCallBlock(id=write_id, name="Write", status="error")
+            yield SessionEndBlock(reason="interrupted")
+            return
+        if choice in ("allow", "always"):
+            lines = new_text.splitlines()
+            yield DiffBlock(
+                path="demo.txt",
+                old_text=None,
+                new_text=new_text,
+                unified=f"--- /dev/null\n+++ b/demo.txt\n@@ -0,0 +1,{len(lines)} @@\n"
+                + "".join(f"+{line}\n" for line in lines),
+                tool_call_id=write_id,
+            )
+            yield ToolResultBlock(tool_call_id=write_id, content="wrote demo.txt")
+            yield ToolCallBlock(
+                id=write_id,
+                name="Write",
+                title="Write demo.txt",
+                kind="edit",
+                input=write_input,
+                status="done",
+            )
+        else:
+            yield ToolResultBlock(
+                tool_call_id=write_id, content="the user denied this action", is_error=True
+            )
+            yield ToolCallBlock(id=write_id, name="Write", status="error")
