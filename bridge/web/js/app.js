@@ -6,6 +6,7 @@ import { $, clear, h, randomId, relativeTime } from './dom.js';
 import { icon } from './icons.js';
 import { BridgeClient, defaultUrl } from './protocol.js';
 import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
+import { ChangesPanel, ProjectPicker, fillModes, modePicker, renderMode } from './workspace.js';
 
 const TOKEN_KEY = 'agent-bridge.token';
 const CWD_KEY = 'agent-bridge.cwd';
@@ -133,6 +134,12 @@ class SessionView {
       type: 'button', class: 'link-btn', title: 'End session', onclick: () => this.closeSession(),
     }, 'End', h('span', { class: 'hide-phone' }, ' session'));
     this.handoffBox = h('div', { class: 'handoff-box', hidden: true });
+    this.modeSelect = modePicker(this);
+    this.changes = new ChangesPanel(this);
+    this.changesBtn = h('button', {
+      type: 'button', class: 'changes-btn', title: 'Changes in the working directory',
+      onclick: () => this.toggleChanges(),
+    }, 'Changes');
     this.scroller = h('div', { class: 'transcript' });
     this.textarea = h('textarea', {
       rows: 2, placeholder: 'Message  (/ for commands)', 'aria-label': 'Message',
@@ -155,8 +162,9 @@ class SessionView {
       h('div', { class: 'session-head' },
         h('div', { class: 'head-main' }, this.titleEl, this.metaEl),
         h('div', { class: 'head-side' }, this.stateEl, this.usageEl),
-        h('div', { class: 'head-actions' }, this.stopBtn, this.handoffBtn, this.closeBtn)),
-      this.handoffBox, this.scroller, this.form);
+        h('div', { class: 'head-actions' }, this.modeSelect, this.changesBtn, this.stopBtn,
+          this.handoffBtn, this.closeBtn)),
+      this.handoffBox, this.changes.el, this.scroller, this.form);
   }
 
   renderHeader() {
@@ -173,6 +181,14 @@ class SessionView {
     this.handoffBtn.disabled = !['idle', 'running'].includes(s.state);
     this.closeBtn.hidden = s.state === 'ended';
     this.form.classList.toggle('disabled', s.state === 'ended');
+    renderMode(this);
+  }
+
+  toggleChanges(show = this.changes.el.hidden) {
+    this.changes.el.hidden = !show;
+    this.el.dataset.panel = show ? 'changes' : '';
+    this.changesBtn.classList.toggle('active', show);
+    if (show) this.changes.showStatus();
   }
 
   renderCapabilities() {
@@ -182,7 +198,7 @@ class SessionView {
   }
 
   setState(st) {
-    for (const key of ['state', 'writer', 'queued', 'title', 'model']) {
+    for (const key of ['state', 'writer', 'queued', 'title', 'model', 'mode']) {
       if (st[key] !== undefined && st[key] !== null) this.session[key] = st[key];
     }
     if (st.state === 'ended') this.session.queued = 0;
@@ -354,7 +370,8 @@ class App {
     $('#back').addEventListener('click', () => this.show(null));
     $('#conn').addEventListener('click', () => this.client?.nudge());
     $('#new-session').addEventListener('submit', (ev) => { ev.preventDefault(); this.createSession(); });
-    $('#ns-agent').addEventListener('change', () => this.loadModels());
+    $('#ns-agent').addEventListener('change', () => { this.loadModels(); this.loadModes(); });
+    this.projects = new ProjectPicker(this, $('#ns-cwd'), $('#ns-projects'));
     $('#ns-cwd').value = localStorage.getItem(CWD_KEY) || '';
     window.addEventListener('hashchange', () => {
       // A pairing link opened in a tab that already shows the client.
@@ -446,7 +463,7 @@ class App {
   }
 
   async onOpen() {
-    await Promise.all([this.loadAgents(), this.loadSessions()]);
+    await Promise.all([this.loadAgents(), this.loadSessions(), this.projects.load()]);
     clearInterval(this.refreshTimer);
     this.refreshTimer = setInterval(() => {
       if (document.visibilityState === 'visible' && this.client?.isOpen) this.loadSessions();
@@ -476,6 +493,7 @@ class App {
     select.value = this.agents.get(previous)?.available ? previous : (firstAvailable || '');
     this.renderAgents(agents);
     this.loadModels();
+    this.loadModes();
     for (const view of this.views.values()) {
       view.renderHeader();
       view.renderCapabilities();
@@ -537,17 +555,28 @@ class App {
     }
   }
 
+  loadModes() {
+    const agent = this.agents.get($('#ns-agent').value);
+    $('#ns-mode-row').hidden = !fillModes($('#ns-mode'), agent, $('#ns-mode').value, true);
+  }
+
+  notify(message, level = 'error') {
+    toast(message, level);
+  }
+
   async createSession() {
     const agent = $('#ns-agent').value;
     const cwd = $('#ns-cwd').value.trim();
     const model = $('#ns-model').value || undefined;
+    const mode = $('#ns-mode').value || undefined;
     const errorEl = $('#ns-error');
     errorEl.hidden = true;
     const button = $('#new-session button[type=submit]');
     button.disabled = true;
     try {
-      const { session } = await this.client.request('session.create', { agent, cwd, model });
+      const { session } = await this.client.request('session.create', { agent, cwd, model, mode });
       localStorage.setItem(CWD_KEY, cwd);
+      this.projects.load();
       this.sessions.set(session.session, session);
       this.renderSessions();
       this.open(session.session);
@@ -572,7 +601,7 @@ class App {
     this.sessions = new Map(sessions.map((s) => [s.session, s]));
     for (const view of this.views.values()) {
       const fresh = this.sessions.get(view.id);
-      if (fresh) view.setState({ title: fresh.title, writer: fresh.writer, queued: fresh.queued, model: fresh.model });
+      if (fresh) view.setState({ title: fresh.title, writer: fresh.writer, queued: fresh.queued, model: fresh.model, mode: fresh.mode });
     }
     this.renderSessions();
   }
