@@ -64,7 +64,10 @@ def browser(workdir: Path) -> Iterator[Browser]:
 
 def visible_projects(p: Page) -> list[str]:
     return list(
-        p.eval("[...document.querySelectorAll('#ns-projects .project-item')].map(b => b.dataset.path)")
+        p.eval(
+            "[...document.querySelectorAll('#ns-projects .project-item')]"
+            ".map(b => b.dataset.path)"
+        )
     )
 
 
@@ -72,7 +75,8 @@ def no_overflow(p: Page) -> list[str]:
     return list(
         p.eval(
             "[document.documentElement, ...document.querySelectorAll('.sidebar, .session-head,"
-            " .changes, .changes-body, .project-list')].filter((e) => e.scrollWidth > e.clientWidth + 1)"
+            " .changes, .changes-body, .project-list')]"
+            ".filter((e) => e.scrollWidth > e.clientWidth + 1)"
             ".map((e) => e.className || e.tagName)"
         )
     )
@@ -145,12 +149,13 @@ def run_flow(browser: Browser, daemon: DaemonProcess, repos: dict[str, Path], si
             ("notes/ünï code.md", "modified"),
         ]
         assert "feature/discounts" in p.text(".changes-title")
-        assert p.eval("getComputedStyle(document.querySelector('.session .transcript')).display") == "none"
+        shown = "getComputedStyle(document.querySelector('.session .transcript')).display"
+        assert p.eval(shown) == "none"
         shot(p, f"{size}-changes")
         p.click(".change-item[data-path='app.py']")
         p.wait(".changes-diff table.diff")
-        adds = p.eval("[...document.querySelectorAll('.changes-diff tr.add .code')].map(e => e.textContent)")
-        dels = p.eval("[...document.querySelectorAll('.changes-diff tr.del .code')].map(e => e.textContent)")
+        cells = "[...document.querySelectorAll('.changes-diff tr.{} .code')].map(e=>e.textContent)"
+        adds, dels = p.eval(cells.format("add")), p.eval(cells.format("del"))
         assert adds == ["+def total(items, discount=0):", "+    return sum(items) - discount"]
         assert dels == ["-def total(items):", "-    return sum(items)"]
         shot(p, f"{size}-diff")
