@@ -1,0 +1,84 @@
+"""OpenCode modes with the real ``opencode serve`` against the fake Chat Completions server: in
+``plan`` the agent does not write; switched to ``build`` (from the next turn) the same write runs
+without a permission request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import realcli
+from tests.fakes import CallTool, FakeChat, Reply
+from tests.test_claude_harness import Harness, daemon_env, of, run_turn
+from tests.test_pi_e2e import agent_toml, make_project, user
+
+BINARY = realcli.cli_bin("opencode")
+pytestmark = [
+    pytest.mark.realcli,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(BINARY is None, reason=realcli.missing_reason("opencode")),
+]
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeChat]:
+    with FakeChat() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeChat) -> Iterator[Harness]:
+    assert BINARY is not None
+    root = tmp_path_factory.mktemp("opencode-modes")
+    env = realcli.opencode_env(root / "cli", fake.base_url)
+    xdg = {k: v for k, v in env.items() if k.startswith("XDG_")}
+    h = Harness(
+        root / "daemon",
+        daemon_env(env),
+        agent_toml("opencode", BINARY, env=xdg, model="fake/fake-model"),
+    )
+    yield h
+    h.stop()
+
+
+async def test_plan_does_not_write_then_build_writes_without_asking(
+    harness: Harness, fake: FakeChat, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "project")
+    planned, built = project / "planned.txt", project / "built.txt"
+    def after(marker: str) -> Any:
+        return lambda r: r.view.last_is_tool_result and marker in r.view.last_user_text
+
+    fake.script(
+        CallTool("write", {"filePath": str(planned), "content": "p\n"}, when=user("OC-PLAN")),
+        Reply(text="Plan only.", when=after("OC-PLAN")),
+        CallTool("write", {"filePath": str(built), "content": "built\n"}, when=user("OC-BUILD")),
+        Reply(text="Built.", when=after("OC-BUILD")),
+    )
+    asked: list[dict[str, Any]] = []
+
+    def answer(request: dict[str, Any]) -> str:
+        asked.append(request)
+        return next(o["id"] for o in request["options"] if o["kind"] == "reject_once")
+
+    async with harness.client() as c:
+        created = await c.request(
+            "session.create", agent="opencode", cwd=str(project), mode="plan"
+        )
+        session = created["session"]["session"]
+        assert created["session"]["mode"] == "plan"
+        await c.request("session.subscribe", session=session, after_seq=0)
+        frames = await run_turn(c, session, "OC-PLAN write it", answer=answer, timeout=180)
+        assert not planned.exists()
+        assert of(frames, "session_end")[-1]["reason"] == "completed"
+        assert any("OC-PLAN" in r.view.last_user_text for r in fake.agent_requests)
+        switched = await c.request("session.mode", session=session, mode="build")
+        assert switched == {"mode": "build", "live": False}
+        asked.clear()
+        frames = await run_turn(c, session, "OC-BUILD write it", answer=answer, timeout=180)
+        assert built.read_text() == "built\n"
+        assert asked == [] and not of(frames, "permission_request")
