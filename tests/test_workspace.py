@@ -21,10 +21,14 @@ import pytest
 
 from bridge import git as bgit
 from bridge import workspace
+from bridge.process import SpawnError, run_bounded
 from bridge.projects import Projects, scan_roots
 from tests.daemon import DaemonProcess
 from tests.gitrepo import commit_all, git, make_repo
 from tests.wsclient import Client, RequestFailed
+
+CAPTURED = Path(__file__).resolve().parent / "fixtures" / "captured"
+CAPTURED_CWD = "/tmp/agent-bridge-capture/claude/plain/work"
 
 pytestmark = pytest.mark.skipif(bgit.git_binary() is None, reason="git is not installed")
 
@@ -281,6 +285,15 @@ async def test_a_change_under_a_watched_root_refreshes_that_repository(tmp_path:
         await p.close()
 
 
+async def test_run_bounded_stops_a_hung_command(tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = await run_bounded(["sleep", "30"], limit=10, timeout=0.5)
+    assert result.timed_out and not result.truncated
+    assert time.monotonic() - start < 10
+    with pytest.raises(SpawnError):
+        await run_bounded([str(tmp_path / "nothing")], limit=10, timeout=1)
+
+
 # ---- through the daemon --------------------------------------------------------------------
 
 
@@ -294,14 +307,26 @@ async def test_over_the_wire_confined_to_projects_and_session_dirs(
     loose = tmp_path / "loose"
     loose.mkdir()
     (loose / "notes.txt").write_text("n\n")
+    # A session Claude Code ran in a terminal (its own history, a captured transcript).
+    in_terminal = tmp_path / "terminal work"
+    in_terminal.mkdir()
+    transcript = (CAPTURED / "claude" / "transcript.plain.jsonl").read_text()
+    home = tmp_path / "home"
+    history = home / ".claude" / "projects" / "-terminal-work"
+    history.mkdir(parents=True)
+    used = history / "be620c71-dc72-4a6c-a02d-a193b723f27b.jsonl"
+    used.write_text(transcript.replace(CAPTURED_CWD, json.dumps(str(in_terminal))[1:-1]))
+    os.utime(used, (1_764_674_398.0, 1_764_674_398.0))  # 2025-12-02T11:19:58Z
     d: DaemonProcess = daemon_factory(
-        config=f"[projects]\nroots = [{json.dumps(str(roots))}]\nmax_depth = 2\n"
+        home=home, config=f"[projects]\nroots = [{json.dumps(str(roots))}]\nmax_depth = 2\n"
     ).start()
     c = await Client.open(d.url, d.token)
     try:
         listed = (await c.request("projects.list"))["projects"]
-        assert [p["path"] for p in listed] == [str(repo)]
-        assert listed[0]["git"]["dirty"] is True and listed[0]["name"] == "shop api"
+        assert [p["path"] for p in listed] == [str(in_terminal), str(repo)]
+        assert listed[0]["sessions"] == 1 and listed[0]["last_used"] == "2025-12-02T11:19:58.000Z"
+        assert listed[0]["git"] is None
+        assert listed[1]["git"]["dirty"] is True and listed[1]["name"] == "shop api"
         st = await c.request("workspace.status", path=str(repo))
         assert st["files"] == [
             {"path": "app.py", "status": "modified", "xy": ".M", "staged": False, "unstaged": True}
@@ -326,7 +351,7 @@ async def test_over_the_wire_confined_to_projects_and_session_dirs(
         f = await c.request("workspace.file", path=str(loose), file="notes.txt")
         assert f["text"] == "n\n"
         listed = (await c.request("projects.list"))["projects"]
-        assert [p["path"] for p in listed] == [str(loose), str(repo)]
+        assert [p["path"] for p in listed] == [str(loose), str(in_terminal), str(repo)]
         assert listed[0]["sessions"] == 1 and listed[0]["last_used"]
         with pytest.raises(RequestFailed):
             await c.request("workspace.status", path=str(loose))  # no git there
@@ -344,7 +369,8 @@ async def test_over_the_wire_confined_to_projects_and_session_dirs(
     lines = out.splitlines()
     assert lines[0].split() == ["LAST", "USED", "SESS", "BRANCH", "STATE", "PATH"]
     assert lines[1].endswith(str(loose)) and " 1 " in lines[1]
-    assert "main" in lines[2] and "dirty" in lines[2] and lines[2].endswith(str(repo))
+    assert lines[2].endswith(str(in_terminal))
+    assert "main" in lines[3] and "dirty" in lines[3] and lines[3].endswith(str(repo))
     as_json = subprocess.run(
         [sys.executable, "-m", "bridge", "projects", "--json"],
         env=env,
@@ -353,5 +379,5 @@ async def test_over_the_wire_confined_to_projects_and_session_dirs(
         timeout=60,
         check=True,
     ).stdout
-    assert [p["path"] for p in json.loads(as_json)] == [str(loose), str(repo)]
+    assert [p["path"] for p in json.loads(as_json)] == [str(loose), str(in_terminal), str(repo)]
     assert os.path.isdir(str(repo))
