@@ -83,3 +83,14 @@ async def switch(hub: Hub, s: Session, mode: str) -> dict[str, Any]:
         ),
     )
     return {"mode": mode, "live": live}
+
+
+def observe(hub: Hub, s: Session, block: SystemBlock) -> None:
+    """The agent changed its own mode (a ``system`` block ``code: "mode"`` with ``data.mode``:
+    Claude leaving plan mode, an ACP ``current_mode_update``): SESSION's ``mode`` follows."""
+    data = block.data if isinstance(block.data, dict) else {}
+    mode = data.get("mode")
+    if not isinstance(mode, str) or mode == s.rec.mode or mode not in mode_ids(hub._cls(s)):
+        return
+    s.rec.mode = mode
+    hub.store.save_session(s.rec)

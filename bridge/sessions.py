@@ -1061,6 +1061,8 @@ class Hub:
         typed: Block = block  # type: ignore[assignment]
         if isinstance(typed, PermissionRequestBlock):
             turn.permission_options[typed.id] = {o.id for o in typed.options}
+        elif isinstance(typed, SystemBlock) and typed.code == "mode":
+            modes.observe(self, s, typed)
         elif isinstance(typed, SessionEndBlock) and turn.end_reason is not None:
             typed = SessionEndBlock(
                 reason=turn.end_reason,

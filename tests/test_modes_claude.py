@@ -132,3 +132,36 @@ async def test_default_mode_asks_before_the_same_write(
         frames = await run_turn(c, session, "MODE-DEFAULT write asked.txt", answer="deny")
         assert len(of(frames, "permission_request")) == 1
         assert not target.exists()
+
+
+async def test_an_approved_plan_leaves_plan_mode_and_the_session_follows(
+    harness: Harness, fake: FakeAnthropic, project: Path
+) -> None:
+    target = project / "after-plan.txt"
+    fake.clear_script()
+    fake.script(
+        CallTool("ExitPlanMode", {"plan": "1. write after-plan.txt"}, when=user("MODE-EXIT")),
+        CallTool(
+            "Write",
+            {"file_path": str(target), "content": "planned then done\n"},
+            when=lambda r: r.view.last_is_tool_result
+            and "approved exiting plan mode" in r.view.tool_results[-1],
+        ),
+        Reply(text="Done.", when="tool_result"),
+    )
+    asked: list[str] = []
+
+    def answer(request: dict[str, Any]) -> str:
+        asked.append(request["title"])
+        return "allow"
+
+    async with harness.client() as c:
+        session, _ = await create(c, project, "plan")
+        frames = await run_turn(c, session, "MODE-EXIT plan, then write", answer=answer)
+        # Claude's default mode asks before the write; the daemon no longer refuses it
+        assert asked == ["Allow ExitPlanMode?", "Allow Write: after-plan.txt?"]
+        assert target.read_text() == "planned then done\n"
+        notes = [b for b in of(frames, "system") if b.get("code") == "mode"]
+        assert notes and notes[0]["data"] == {"mode": "default", "by_agent": True}
+        listed = await c.request("sessions.list", include_external=False)
+        assert next(s for s in listed["sessions"] if s["session"] == session)["mode"] == "default"

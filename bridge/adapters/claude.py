@@ -330,6 +330,8 @@ class ClaudeAdapter(BaseAdapter):
 
     async def respond_permission(self, request_id: str, option_id: str) -> None:
         self._parser.answer_permission(request_id, option_id)
+        if self._parser.left_plan:
+            self._mode = "default"  # a process started later must not go back to plan mode
         await self._flush()
 
     def _effective_mode(self) -> str | None:

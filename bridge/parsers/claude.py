@@ -161,6 +161,8 @@ class ClaudeParser:
     outbox: list[dict[str, Any]] = field(default_factory=list)
     #: plan mode: edit tools are refused without asking the client
     refuse_edits: bool = False
+    #: the client approved ``ExitPlanMode``: Claude left plan mode (said once, by ``feed``)
+    left_plan: bool = False
     _open: dict[str, bool] = field(default_factory=dict)  # delta id -> is thinking
     _index_ids: dict[int, str] = field(default_factory=dict)
     _message_id: str | None = None
@@ -177,6 +179,18 @@ class ClaudeParser:
     # ---- what the adapter calls ------------------------------------------------------------
 
     def feed(self, line: bytes | str) -> list[Block]:
+        blocks = self._feed(line)
+        if self.left_plan:
+            self.left_plan = False
+            notice = SystemBlock(
+                code="mode",
+                text="Claude Code left plan mode (plan approved): mode default",
+                data={"mode": "default", "by_agent": True},
+            )
+            blocks.insert(0, notice)
+        return blocks
+
+    def _feed(self, line: bytes | str) -> list[Block]:
         msg = decode_object(line)
         if msg is None:
             return []
@@ -234,6 +248,10 @@ class ClaudeParser:
     def answer_permission(self, request_id: str, option_id: str) -> None:
         """Queue the answer to a ``can_use_tool`` request; KeyError if it is not pending."""
         request = self._permissions.pop(request_id)
+        if option_id in (ALLOW, ALWAYS) and get_str(request, "tool_name") == "ExitPlanMode":
+            # Claude Code switches itself to the default mode once the plan is approved.
+            self.left_plan = self.refuse_edits
+            self.refuse_edits = False
         if option_id in (ALLOW, ALWAYS):
             decision: dict[str, Any] = {
                 "behavior": "allow",
