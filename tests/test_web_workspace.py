@@ -5,6 +5,7 @@ phone and desktop sizes land in tests/artifacts/web/.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.daemon import DaemonProcess
 from tests.gitrepo import git, make_repo
 from tests.test_web_browser import DESKTOP, PHONE, base, login, page_errors, shot, wait_turns
 from tests.web.browser import Browser, Page, missing
+from tests.wsclient import Client
 
 pytestmark = [
     pytest.mark.browser,
@@ -114,6 +116,14 @@ def daemon_of(p: Page) -> DaemonProcess:
     return _DAEMONS[id(p)]
 
 
+async def switch_mode(d: DaemonProcess, session: str, mode: str) -> None:
+    c = await Client.open(d.url, d.token)
+    try:
+        await c.request("session.mode", session=session, mode=mode)
+    finally:
+        await c.close()
+
+
 def run_flow(browser: Browser, daemon: DaemonProcess, repos: dict[str, Path], size: str) -> None:
     width, height = DESKTOP if size == "desktop" else PHONE
     p = browser.page(width, height, mobile=size == "phone")
@@ -173,6 +183,11 @@ def run_flow(browser: Browser, daemon: DaemonProcess, repos: dict[str, Path], si
         assert p.text(".changes-diff tr.add .code") == "+brand new"
         p.click(".changes-head >> text=Close")
         p.wait(".session .transcript")
+        # another client switches the mode: the open page's picker follows without a reload
+        p.eval("clearInterval(window.agentBridge.app.refreshTimer)")  # no list refresh
+        session = str(p.eval("window.agentBridge.app.current.id"))
+        asyncio.run(switch_mode(daemon, session, "plan"))
+        p.wait_for("document.querySelector('.session .mode-select').value === 'plan'", 8000)
         assert no_overflow(p) == []
         assert page_errors(p) == []
     finally:

@@ -6,7 +6,7 @@ import { $, clear, h, randomId, relativeTime } from './dom.js';
 import { icon } from './icons.js';
 import { BridgeClient, defaultUrl } from './protocol.js';
 import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
-import { ChangesPanel, ProjectPicker, fillModes, modePicker, renderMode } from './workspace.js';
+import { ChangesPanel, ProjectPicker, fillModes, followMode, modePicker, renderMode } from './workspace.js';
 
 const TOKEN_KEY = 'agent-bridge.token';
 const CWD_KEY = 'agent-bridge.cwd';
@@ -212,7 +212,7 @@ class SessionView {
 
   open() {
     this.app.client.subscribe(this.id, {
-      onEvent: (frame) => this.transcript.apply(frame),
+      onEvent: (frame) => { this.transcript.apply(frame); followMode(this, frame); },
       onState: (st) => this.setState(st),
       onError: (err) => toast(`Could not follow this session: ${err.message}`),
     }, this.transcript.lastSeq);

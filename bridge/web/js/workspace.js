@@ -113,6 +113,16 @@ export function renderMode(view) {
   view.modeSelect.disabled = view.session.state === 'ended';
 }
 
+/** A `system` block `code: "mode"` (a switch, or the agent changing its own mode) moves the picker. */
+export function followMode(view, frame) {
+  const b = frame.block;
+  const mode = b?.type === 'system' && b.code === 'mode' ? b.data?.mode : null;
+  if (typeof mode !== 'string' || mode === view.session.mode) return;
+  if (!(view.agent?.modes || []).some((m) => m.id === mode)) return;
+  view.session.mode = mode;
+  renderMode(view);
+}
+
 const STATUS_LABEL = {
   modified: 'M', added: 'A', deleted: 'D', renamed: 'R', copied: 'C', untracked: 'U',
   conflicted: '!', type_changed: 'T',
