@@ -10,6 +10,8 @@ Every call goes through :func:`bridge.process.run_bounded` (no shell, own proces
 timeout, output capped) with options that keep it read-only and inert in a repository an agent
 may have written to: no optional locks (``GIT_OPTIONAL_LOCKS=0``: never rewrite the index under
 a running agent), no fsmonitor hook, no external diff or textconv program, no pager, no prompt.
+(Content filters the repository configures, such as git-lfs's ``clean``, still run, as they do
+for ``git status`` in a terminal there.)
 The porcelain parser below is pure (tested on captured output).
 """
 
