@@ -10,7 +10,7 @@ Everything here is bounded and confined:
 - at most :data:`MAX_BYTES` of a diff or a file is returned, with ``truncated``; a binary file's
   diff is git's one-line "Binary files ... differ", its content comes as base64;
 - git runs through :mod:`bridge.git` (no shell, no optional locks, no external diff or textconv
-  program, a timeout), so a repository cannot make the daemon run anything or change its index.
+  program, a timeout): it never changes the index under a running agent.
 """
 
 from __future__ import annotations
