@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests import realcli
-from tests.fakes import CallTool, FakeGemini, Reply
+from tests.fakes import CallTool, FakeChat, FakeGemini, Reply
 from tests.test_acp_realcli import after_tool, detected, toml_string
 from tests.test_claude_harness import Harness, daemon_env, of, run_turn
 from tests.test_pi_e2e import make_project, user
@@ -94,3 +94,73 @@ async def test_gemini_plan_mode_does_not_write_then_auto_edit_writes_without_ask
         assert next(s for s in listed["sessions"] if s["session"] == session)["mode"] == (
             "autoEdit"
         )
+
+
+QWEN = realcli.qwen_bin()
+
+
+@pytest.fixture(scope="module")
+def qwen_fake() -> Iterator[FakeChat]:
+    with FakeChat() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def qwen_harness(
+    tmp_path_factory: pytest.TempPathFactory, qwen_fake: FakeChat
+) -> Iterator[Harness]:
+    if QWEN is None:
+        pytest.skip(realcli.missing_reason("qwen"))
+    root = tmp_path_factory.mktemp("acp-modes-qwen")
+    env = realcli.qwen_env(root / "cli", qwen_fake.base_url)
+    command = ", ".join(toml_string(a) for a in (QWEN, "--acp"))
+    config = f'[acp.qwen]\ncommand = [{command}]\ndisplay_name = "Qwen Code"\n'
+    h = Harness(root / "daemon", daemon_env(env), config)
+    yield h
+    h.stop()
+
+
+async def test_an_acp_agent_without_declared_modes_lists_and_switches_the_ones_it_reports(
+    qwen_harness: Harness, qwen_fake: FakeChat, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "project")
+    planned, done = project / "planned.txt", project / "yolo.txt"
+    qwen_fake.script(
+        CallTool(
+            "write_file", {"file_path": str(planned), "content": "p\n"}, when=user("QW-PLAN")
+        ),
+        Reply(text="Planned only.", when=after_tool("QW-PLAN")),
+        CallTool(
+            "write_file", {"file_path": str(done), "content": "y\n"}, when=user("QW-YOLO")
+        ),
+        Reply(text="Written.", when=after_tool("QW-YOLO")),
+    )
+    asked: list[dict[str, Any]] = []
+
+    def refuse(request: dict[str, Any]) -> str:
+        asked.append(request)
+        return next(o["id"] for o in request["options"] if o["kind"] == "reject_once")
+
+    async with qwen_harness.client() as c:
+        assert (await detected(c, "qwen"))["modes"] == []  # known once a session ran
+        bad = await c.call("session.create", agent="qwen", cwd=str(project), mode="plan")
+        assert bad["t"] == "err" and bad["code"] == "bad_request"
+        created = await c.request("session.create", agent="qwen", cwd=str(project))
+        session = created["session"]["session"]
+        modes = [m["id"] for m in (await detected(c, "qwen"))["modes"]]
+        assert {"plan", "default", "yolo"} <= set(modes)
+        await c.request("session.subscribe", session=session, after_seq=0)
+        assert await c.request("session.mode", session=session, mode="plan") == {
+            "mode": "plan",
+            "live": True,
+        }
+        await run_turn(c, session, "QW-PLAN write planned.txt", answer=refuse, timeout=120)
+        assert not planned.exists()
+        assert await c.request("session.mode", session=session, mode="yolo") == {
+            "mode": "yolo",
+            "live": True,
+        }
+        asked.clear()
+        frames = await run_turn(c, session, "QW-YOLO write yolo.txt", answer=refuse, timeout=120)
+        assert done.read_text() == "y\n"
+        assert asked == [] and not of(frames, "permission_request")
