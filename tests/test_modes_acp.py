@@ -164,3 +164,59 @@ async def test_an_acp_agent_without_declared_modes_lists_and_switches_the_ones_i
         frames = await run_turn(c, session, "QW-YOLO write yolo.txt", answer=refuse, timeout=120)
         assert done.read_text() == "y\n"
         assert asked == [] and not of(frames, "permission_request")
+
+
+HERMES = realcli.hermes_bin()
+
+
+@pytest.fixture(scope="module")
+def hermes_fake() -> Iterator[FakeChat]:
+    with FakeChat() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def hermes_harness(
+    tmp_path_factory: pytest.TempPathFactory, hermes_fake: FakeChat
+) -> Iterator[Harness]:
+    if HERMES is None:
+        pytest.skip(realcli.missing_reason("hermes"))
+    root = tmp_path_factory.mktemp("acp-modes-hermes")
+    env = realcli.hermes_env(root / "cli", hermes_fake.base_url)
+    config = f"[agents.hermes]\nbinary = {toml_string(HERMES)}\n"
+    h = Harness(root / "daemon", daemon_env(env), config)
+    yield h
+    h.stop()
+
+
+async def test_hermes_default_asks_then_accept_edits_writes_without_asking(
+    hermes_harness: Harness, hermes_fake: FakeChat, tmp_path: Path
+) -> None:
+    project = make_project(tmp_path / "project")
+    refused, accepted = project / "refused.txt", project / "accepted.txt"
+    hermes_fake.script(
+        CallTool("write_file", {"path": str(refused), "content": "r\n"}, when=user("HM-ASK")),
+        Reply(text="Not written.", when=after_tool("HM-ASK")),
+        CallTool("write_file", {"path": str(accepted), "content": "a\n"}, when=user("HM-ACC")),
+        Reply(text="Written.", when=after_tool("HM-ACC")),
+    )
+    asked: list[dict[str, Any]] = []
+
+    def refuse(request: dict[str, Any]) -> str:
+        asked.append(request)
+        return next(o["id"] for o in request["options"] if o["kind"] == "reject_once")
+
+    async with hermes_harness.client() as c:
+        entry = await detected(c, "hermes")
+        assert [m["id"] for m in entry["modes"]] == ["default", "accept_edits", "dont_ask"]
+        created = await c.request("session.create", agent="hermes", cwd=str(project))
+        session = created["session"]["session"]
+        await c.request("session.subscribe", session=session, after_seq=0)
+        await run_turn(c, session, "HM-ASK write refused.txt", answer=refuse, timeout=120)
+        assert asked and not refused.exists()
+        switched = await c.request("session.mode", session=session, mode="accept_edits")
+        assert switched == {"mode": "accept_edits", "live": True}
+        asked.clear()
+        frames = await run_turn(c, session, "HM-ACC write accepted.txt", answer=refuse, timeout=120)
+        assert accepted.read_text() == "a\n"
+        assert asked == [] and not of(frames, "permission_request")

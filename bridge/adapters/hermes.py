@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.adapters.acp import AcpBase
-from bridge.adapters.base import AdapterConfig, Check
+from bridge.adapters.base import AdapterConfig, Check, ModeInfo
 
 _TITLED = re.compile(r"([a-z][a-z0-9_]*): ")
 
@@ -46,7 +46,22 @@ class HermesAdapter(AcpBase):
         "**Don't use when** Hermes has no provider configured (`hermes setup`) or was "
         "installed without the `[acp]` extra.\n\n"
         "Runs `hermes acp`, one process per session; resumes with ACP `session/load`. The "
-        "model comes from Hermes' `config.yaml` unless `/model` picks one it offers."
+        "model comes from Hermes' `config.yaml` unless `/model` picks one it offers. Modes "
+        "`default`, `accept_edits`, `dont_ask`, switched live with ACP `session/set_mode`."
+    )
+    #: as Hermes 0.19.0 reports them in ``session/new``
+    modes = (
+        ModeInfo(id="default", label="Default", description="Ask before edits."),
+        ModeInfo(
+            id="accept_edits",
+            label="Accept Edits",
+            description="Auto-allow workspace and /tmp edits; still asks for sensitive paths.",
+        ),
+        ModeInfo(
+            id="dont_ask",
+            label="Don't Ask",
+            description="Auto-allow file edits for this session except sensitive paths.",
+        ),
     )
 
     def approval_only(self, tool_call_id: str) -> bool:
