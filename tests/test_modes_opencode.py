@@ -1,6 +1,6 @@
-"""OpenCode modes with the real ``opencode serve`` against the fake Chat Completions server: in
-``plan`` the agent does not write; switched to ``build`` (from the next turn) the same write runs
-without a permission request.
+"""OpenCode and Kilo modes with the real ``opencode serve`` / ``kilo serve`` against the fake
+Chat Completions server: in ``plan`` the agent does not write; switched to ``build`` (from the
+next turn) the same write runs without a permission request.
 """
 
 from __future__ import annotations
@@ -16,37 +16,42 @@ from tests.fakes import CallTool, FakeChat, Reply
 from tests.test_claude_harness import Harness, daemon_env, of, run_turn
 from tests.test_pi_e2e import agent_toml, make_project, user
 
-BINARY = realcli.cli_bin("opencode")
-pytestmark = [
-    pytest.mark.realcli,
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(BINARY is None, reason=realcli.missing_reason("opencode")),
-]
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module", params=["opencode", "kilo"])
+def cli(request: pytest.FixtureRequest) -> str:
+    name = str(request.param)
+    if realcli.cli_bin(name) is None:
+        pytest.skip(realcli.missing_reason(name))
+    return name
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeChat]:
+def fake(cli: str) -> Iterator[FakeChat]:
     with FakeChat() as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeChat) -> Iterator[Harness]:
-    assert BINARY is not None
-    root = tmp_path_factory.mktemp("opencode-modes")
-    env = realcli.opencode_env(root / "cli", fake.base_url)
+def harness(
+    cli: str, tmp_path_factory: pytest.TempPathFactory, fake: FakeChat
+) -> Iterator[Harness]:
+    binary = realcli.cli_bin(cli)
+    assert binary is not None
+    root = tmp_path_factory.mktemp(f"{cli}-modes")
+    make = realcli.opencode_env if cli == "opencode" else realcli.kilo_env
+    env = make(root / "cli", fake.base_url)
     xdg = {k: v for k, v in env.items() if k.startswith("XDG_")}
     h = Harness(
-        root / "daemon",
-        daemon_env(env),
-        agent_toml("opencode", BINARY, env=xdg, model="fake/fake-model"),
+        root / "daemon", daemon_env(env), agent_toml(cli, binary, env=xdg, model="fake/fake-model")
     )
     yield h
     h.stop()
 
 
 async def test_plan_does_not_write_then_build_writes_without_asking(
-    harness: Harness, fake: FakeChat, tmp_path: Path
+    cli: str, harness: Harness, fake: FakeChat, tmp_path: Path
 ) -> None:
     project = make_project(tmp_path / "project")
     planned, built = project / "planned.txt", project / "built.txt"
@@ -67,7 +72,7 @@ async def test_plan_does_not_write_then_build_writes_without_asking(
 
     async with harness.client() as c:
         created = await c.request(
-            "session.create", agent="opencode", cwd=str(project), mode="plan"
+            "session.create", agent=cli, cwd=str(project), mode="plan"
         )
         session = created["session"]["session"]
         assert created["session"]["mode"] == "plan"
