@@ -93,15 +93,29 @@ async def run_git(
     return result
 
 
-async def status(cwd: str, *, untracked: bool = True) -> GitStatus:
-    """``git status --porcelain=v2 --branch -z`` of ``cwd``; GitError when it is no work tree."""
+async def status(cwd: str, *, untracked: bool = True, pathspec: str | None = None) -> GitStatus:
+    """``git status --porcelain=v2 --branch -z`` of ``cwd``; GitError when it is no work tree.
+
+    Paths are relative to the repository's top, also when ``cwd`` is a subdirectory.
+    """
     args = ["status", "--porcelain=v2", "--branch", "-z"]
     args.append("--untracked-files=normal" if untracked else "--untracked-files=no")
+    if pathspec is not None:
+        args += ["--", pathspec]
     result = await run_git(cwd, args)
     if result.returncode != 0:
         why = result.stderr.strip().splitlines()
         raise GitError(why[-1] if why else f"git status exited with {result.returncode}")
     return parse_porcelain_v2(result.stdout)
+
+
+async def prefix(cwd: str) -> str:
+    """Where ``cwd`` is inside its work tree: ``""`` at the top, else ``"sub/dir/"``."""
+    result = await run_git(cwd, ["rev-parse", "--show-prefix"], limit=64 * 1024)
+    if result.returncode != 0:
+        why = result.stderr.strip().splitlines()
+        raise GitError(why[-1] if why else f"git rev-parse exited with {result.returncode}")
+    return result.stdout.decode("utf-8", "replace").strip("\n")
 
 
 def parse_porcelain_v2(data: bytes) -> GitStatus:

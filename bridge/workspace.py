@@ -75,13 +75,22 @@ def _git_error(exc: git.GitError) -> WorkspaceError:
 
 
 async def status(root: str) -> dict[str, Any]:
-    """Branch and changed files of the work tree at ``root`` (a real path)."""
+    """Branch and changed files of the work tree at ``root`` (a real path).
+
+    ``root`` may be a subdirectory of a repository (a session started there): only the changes
+    under it are listed, with paths relative to it, like every other ``file`` of this module.
+    """
     try:
-        st = await git.status(root)
+        prefix = await git.prefix(root)
+        st = await git.status(root, pathspec=".")
     except git.GitError as exc:
         raise _git_error(exc) from None
     files: list[dict[str, Any]] = []
-    for path, xy, orig, submodule in st.entries:
+    for full, xy, full_orig, submodule in st.entries:
+        path = _below(full, prefix)
+        orig = _below(full_orig, prefix) if full_orig is not None else None
+        if path is None:
+            continue
         item: dict[str, Any] = {
             "path": path,
             "status": git.describe(xy),
@@ -102,6 +111,13 @@ async def status(root: str) -> dict[str, Any]:
         "behind": st.behind,
         "files": files,
     }
+
+
+def _below(path: str, prefix: str) -> str | None:
+    """``path`` (relative to the repository's top) relative to the subdirectory ``prefix``."""
+    if not prefix:
+        return path
+    return path[len(prefix) :] if path.startswith(prefix) else None
 
 
 def _text_of(data: bytes, truncated: bool) -> str:

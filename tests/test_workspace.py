@@ -102,6 +102,22 @@ async def test_a_submodule_is_one_entry_and_not_a_project_of_its_own(tmp_path: P
     assert scan_roots([str(tmp_path / "roots")], 3, []) == [str(app.resolve())]
 
 
+async def test_a_subdirectory_of_a_repository_sees_its_own_changes(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"top.txt": "t\n", "pkg/mod.py": "a = 1\n"})
+    (repo / "top.txt").write_text("changed\n")
+    (repo / "pkg" / "mod.py").write_text("a = 2\n")
+    (repo / "pkg" / "new.py").write_text("b = 1\n")
+    sub = str(repo / "pkg")
+    st = await workspace.status(sub)
+    assert {f["path"]: f["status"] for f in st["files"]} == {
+        "mod.py": "modified",
+        "new.py": "untracked",
+    }
+    assert "+a = 2" in (await workspace.diff(sub, "mod.py"))["diff"]
+    assert "+b = 1" in (await workspace.diff(sub, "new.py"))["diff"]
+    assert workspace.read_file(sub, "mod.py")["text"] == "a = 2\n"
+
+
 async def test_not_a_repository_is_refused_plainly(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
