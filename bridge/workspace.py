@@ -138,6 +138,8 @@ async def diff(root: str, file: str | None = None, staged: bool = False) -> dict
     if file is not None:
         rel, real = confine(root, file)
         args += ["--", rel]
+    else:
+        args += ["--", "."]  # a subdirectory's own changes only
     try:
         result = await git.run_git(root, args, limit=MAX_BYTES)
         if result.returncode not in (0, 1) and not result.truncated:

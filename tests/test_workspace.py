@@ -116,6 +116,8 @@ async def test_a_subdirectory_of_a_repository_sees_its_own_changes(tmp_path: Pat
     assert "+a = 2" in (await workspace.diff(sub, "mod.py"))["diff"]
     assert "+b = 1" in (await workspace.diff(sub, "new.py"))["diff"]
     assert workspace.read_file(sub, "mod.py")["text"] == "a = 2\n"
+    whole = (await workspace.diff(sub))["diff"]
+    assert "+a = 2" in whole and "top.txt" not in whole
 
 
 async def test_not_a_repository_is_refused_plainly(tmp_path: Path) -> None:
