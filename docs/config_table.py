@@ -100,7 +100,9 @@ MEANING: dict[str, str] = {
     "projects.git_cache_s": "Seconds a directory's git state (branch, dirty, ahead/behind) is "
     "reused when no file watch covers it; under watched roots a change refreshes it instead.",
     "projects.watch": "Watch the roots with inotify (watchfiles) so a change refreshes the git "
-    "state of its repository; off or when watching fails, `git_cache_s` applies.",
+    "state of its repository; off or when watching fails, `git_cache_s` applies. It takes one "
+    "inotify watch per directory under the roots (`node_modules` included): turn it off for "
+    "very large trees.",
     "agents.<id>.binary": "The agent's executable (name on PATH or path) instead of the default.",
     "agents.<id>.model": "Model for new sessions (else the agent's own default).",
     "agents.<id>.effort": "Reasoning effort for new sessions, where the agent has one.",
