@@ -684,7 +684,7 @@ class BridgeServer:
         return {}
 
     async def _session_handoff(self, _conn: Connection, req: SessionHandoff) -> Any:
-        cmd = await self.hub.handoff(req.session)
+        cmd = await self.hub.handoff(req.session, dry_run=req.dry_run)
         return {"argv": cmd.argv, "cwd": cmd.cwd, "command": shlex.join(cmd.argv)}
 
     async def _session_close(self, _conn: Connection, req: SessionClose) -> Any:
