@@ -89,7 +89,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
     host = str(info.get("host") or config.server.host)
     port = int(info.get("port") or config.server.port)
     tls = bool(info.get("tls", bool(config.server.tls_cert)))
-    shown = pairing_host(host)
+    shown = args.host or pairing_host(host)
     url = pairing_url(shown, port, token, tls)
     if args.json:
         print(
@@ -101,6 +101,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
                     "port": port,
                     "tls": tls,
                     "rotated": args.rotate,
+                    "loopback": is_loopback(shown),
                 }
             )
         )
@@ -111,9 +112,32 @@ def cmd_pair(args: argparse.Namespace) -> int:
         print("(the daemon is not running; showing the configured address)")
     print(url)
     print(f"web client: {web_url(shown, port, token, tls)}")
+    if is_loopback(shown):
+        print(LOOPBACK_NOTE.format(host=shown))
     if not args.no_qr:
         print(qr_text(url))
     return 0
+
+
+LOOPBACK_NOTE = """\
+note: {host} is this computer only. A browser here can use these links; a phone cannot
+reach this address. To pair a phone, either:
+  - listen on your network with TLS: set server.host and server.tls_cert/tls_key (a
+    certificate the phone trusts), then run `agent-bridge pair` again; or
+  - reach this computer over a private network you already run (Tailscale, WireGuard,
+    an SSH tunnel) and pair with that address.
+Each way, step by step: docs/remote-access.md"""
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 # ---- client commands -------------------------------------------------------------------------
@@ -310,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("pair", cmd_pair, "Print the URL and QR code a phone connects with")
     p.add_argument("--rotate", action="store_true", help="make a new token first")
     p.add_argument("--no-qr", action="store_true", help="print no QR code")
+    p.add_argument(
+        "--host",
+        help="the address the phone uses, when it is not the one the daemon listens on "
+        "(the DNS name on your certificate, a VPN address): see docs/remote-access.md",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("agents", cmd_agents, "List adapters, detection and capabilities")
