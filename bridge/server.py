@@ -581,7 +581,7 @@ class BridgeServer:
             await conn.drain_then_close(CLOSE_PROTOCOL, "unsupported protocol")
             return False
         conn.authenticated = True
-        server = {"name": "agent-bridge", "version": __version__}
+        server = {"name": "agent-bridge", "version": __version__, "home": _home_dir()}
         conn.reply(req.id, {"protocol": PROTOCOL_VERSION, "server": server})
         return True
 
@@ -700,3 +700,10 @@ class BridgeServer:
 
 
 _ALREADY_ANSWERED = object()
+
+
+def _home_dir() -> str:
+    """The daemon user's home directory, a starting point for a new session's cwd."""
+    import os.path
+
+    return os.path.expanduser("~")

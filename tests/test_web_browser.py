@@ -284,6 +284,9 @@ def test_errors_and_slash_commands(page: Page, daemon: DaemonProcess, project: P
     page.click("#new-session button[type=submit]")
     page.wait("#ns-error")
     assert "absolute" in page.text("#ns-error")
+    # code spans, not raw backticks
+    assert page.texts("#ns-error code") == ["cwd", "relative/path"]
+    assert "`" not in page.text("#ns-error")
     new_session(page, project)
     page.wait(".blk-info")
     page.fill(".session textarea", "/st")
@@ -565,3 +568,37 @@ def test_transcript_module_folds_blocks_no_demo_emits(page: Page, daemon: Daemon
     assert result["gap"] == ["events 1 to 9 were dropped"]
     assert result["orphan"] == "orphan"
     assert result["seqs"] == len(frames)
+
+
+def test_the_working_directory_starts_somewhere_and_offers_recent_ones(
+    browser: Browser, project: Path, tmp_path: Path
+) -> None:
+    # A daemon of its own (another port: another origin, nothing remembered, no sessions).
+    d = DaemonProcess(tmp_path / "home").start()
+    other = tmp_path / "other"
+    other.mkdir()
+    first = browser.page(*DESKTOP)
+    try:
+        login(first, d)
+        # nothing used yet: the field starts at the daemon's home (hello's server.home)
+        first.wait_for("document.querySelector('#ns-cwd').value !== ''")
+        assert first.eval("document.querySelector('#ns-cwd').value") == d.env["HOME"]
+        new_session(first, project)
+        new_session(first, other)
+        first.eval("localStorage.removeItem('agent-bridge.cwd')")  # as a new browser would be
+    finally:
+        first.close()
+    again = browser.page(*DESKTOP)
+    try:
+        login(again, d)
+        again.wait("#ns-cwds option", state="attached")
+        # the newest session's directory, and the recent ones to pick from, newest first
+        assert again.eval("document.querySelector('#ns-cwd').value") == str(other)
+        options = again.eval(
+            "[...document.querySelectorAll('#ns-cwds option')].map((o) => o.value)")
+        assert options == [str(other), str(project)]
+        assert again.eval("document.querySelector('#ns-cwd').getAttribute('list')") == "ns-cwds"
+        assert page_errors(again) == []
+    finally:
+        again.close()
+        d.stop()
