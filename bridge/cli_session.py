@@ -94,6 +94,16 @@ async def follow(
             for ch in data.decode("utf-8", "replace"):
                 keyq.put_nowait(ch)
 
+    def discard_typed_ahead() -> None:
+        """Only a key pressed after the options are shown answers: what was typed before
+        (a command meant for the shell, say) must not pick an option."""
+        import termios
+
+        with contextlib.suppress(OSError, termios.error):
+            termios.tcflush(fd, termios.TCIFLUSH)
+        while not keyq.empty():
+            keyq.get_nowait()
+
     def write(text: str) -> None:
         if text:
             sys.stdout.write(text)
@@ -101,7 +111,7 @@ async def follow(
 
     async def answer(ch: str) -> None:
         request = pending.latest()
-        if request is None or not ch.isdigit():
+        if request is None or not ch.isdigit() or str(request.get("id")) not in offered:
             return
         options = request.get("options") or []
         index = int(ch) - 1
@@ -154,6 +164,7 @@ async def follow(
                 request = pending.latest()
                 if keys and request is not None and str(request.get("id")) not in offered:
                     offered.add(str(request.get("id")))
+                    discard_typed_ahead()
                     write(renderer.paint("yellow", key_prompt(request)))
         finally:
             for task in (next_frame, next_key):
@@ -171,8 +182,10 @@ async def follow(
 
 
 def stdin_is_terminal() -> bool:
+    """Keys answer permissions only where a person sees the options and types: stdin and
+    stdout both terminals (`watch … | grep` reads no keys)."""
     try:
-        return os.isatty(sys.stdin.fileno())
+        return os.isatty(sys.stdin.fileno()) and os.isatty(sys.stdout.fileno())
     except (OSError, ValueError):
         return False
 

@@ -368,3 +368,33 @@ def test_serve_warns_of_an_agents_table_that_names_no_agent(daemon_factory: Any,
     file = tmp_path / "config.toml"
     file.write_text("[server]\nport = 8797\n")
     assert load_config(file, {"AGENT_BRIDGE_SERVER_PORT": "9000"}).server.port == 9000
+
+
+def test_watch_into_a_pipe_reads_no_keys(daemon: DaemonProcess, project: Path) -> None:
+    """`agent-bridge watch S | grep …` in a terminal: the options are not on screen, so what
+    is typed there (a digit in the next command) must not answer the request."""
+    sid = run(daemon, "new", "demo", "tour please", cwd=project).stdout.strip()
+    master, slave = pty.openpty()
+    watch = subprocess.Popen([AGENT_BRIDGE, "watch", sid, "--no-color"], stdin=slave,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=daemon.env,
+                             start_new_session=True)
+    os.close(slave)
+    try:
+        assert watch.stdout is not None
+        seen = b""
+        while b"request perm-" not in seen:
+            ready, _, _ = select.select([watch.stdout], [], [], 30)
+            assert ready, seen
+            seen += os.read(watch.stdout.fileno(), 65536)
+        assert b"answer with a key" not in seen
+        os.write(master, b"1\n3\n")
+        time.sleep(1.5)
+        request = re.search(rb"request (perm-[0-9a-f]+)", seen)
+        assert request is not None
+        # still waiting: the command line answers it now
+        answered = run(daemon, "permission", sid, request.group(1).decode(), "deny")
+        assert answered.returncode == 0, answered.stderr
+    finally:
+        os.killpg(watch.pid, signal.SIGKILL)
+        watch.wait(10)
+        os.close(master)
