@@ -40,11 +40,9 @@ class Renderer:
     def frame(self, frame: dict[str, Any]) -> str:
         kind = frame.get("t")
         if kind == "state":
-            return self._break() + self.paint(
-                "dim",
-                f"-- state: {frame.get('state')} (writer {frame.get('writer')}, "
-                f"queued {frame.get('queued')})\n",
-            )
+            # Every state change is also a `system` block (code `state`) in the stream, which
+            # says why: printing the frame as well showed each change twice.
+            return ""
         if kind == "event":
             block = frame.get("block") or {}
             return self.block(block, frame.get("seq"))

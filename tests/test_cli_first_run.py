@@ -256,7 +256,7 @@ def test_resume_continues_a_demo_session_in_a_terminal_and_back(
     term = open_terminal(terminals, daemon, "resume", sid, cwd=project)
     term.read_until("you> ")
     assert "1 turns so far" in term.plain()
-    watch.read_until("writer terminal")
+    watch.read_until("(writer: terminal)")
     queued = run(daemon, "send", sid, "echo while away")
     assert queued.stdout.strip() == "queued"
     term.type("typed in the terminal\r")
@@ -293,6 +293,8 @@ def test_watch_renderer_prints_no_empty_assistant_line() -> None:
         {"t": "event", "block": {"type": "session_end", "reason": "completed"}},
     ]
     out = "".join(r.frame(f) for f in frames)
+    # a state frame repeats the `system` state block that comes with it: shown once, as that
+    assert r.frame({"t": "state", "state": "idle", "writer": "bridge", "queued": 0}) == ""
     assert out == "assistant: Hello.\nusage: in 3, out 4\n── turn ended: completed ──\n", out
 
 
