@@ -10,6 +10,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -400,3 +401,32 @@ def test_watch_into_a_pipe_reads_no_keys(daemon: DaemonProcess, project: Path) -
         os.killpg(watch.pid, signal.SIGKILL)
         watch.wait(10)
         os.close(master)
+
+
+def test_agents_table_says_when_a_broken_file_left_an_older_version_running(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    adapters = home / "config" / "agent-bridge" / "adapters"
+    adapters.mkdir(parents=True, mode=0o700)
+    example = Path(__file__).resolve().parent.parent / "ext_adapters_example"
+    for name in ("toy.py", "_toy_agent.py"):
+        shutil.copy(example / name, adapters / name)
+        (adapters / name).chmod(0o644)
+    d = daemon_factory(home=home, env={"TOY_AGENT_HOME": str(tmp_path / "toy")}).start()
+    listed = {a["agent"]: a for a in json.loads(run(d, "agents", "--json").stdout)}
+    assert listed["toy"]["available"] and not listed["toy"]["error"]
+    (adapters / "toy.py").write_text((adapters / "toy.py").read_text() + "\nthis is not python\n")
+    deadline = time.monotonic() + 60
+    while True:
+        listed = {a["agent"]: a for a in json.loads(run(d, "agents", "--json").stdout)}
+        if listed["toy"].get("error"):
+            break
+        assert time.monotonic() < deadline, listed["toy"]
+        time.sleep(0.3)
+    assert listed["toy"]["available"]  # the last good version still serves
+    table = run(d, "agents").stdout.splitlines()
+    row = next(line for line in table if line.startswith("toy "))
+    assert row.split()[1] == "warning"  # it used to say `yes`
+    text = " ".join(line.strip() for line in table)
+    assert "(the last version of the file that loaded stays in use)" in text
