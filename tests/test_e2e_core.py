@@ -382,6 +382,8 @@ async def test_attachments_and_limits(daemon_factory: Any, project: Path) -> Non
     frame = await c.call("session.send", session=session, text="x", attachments=[big])
     assert frame["code"] == "too_large"
     await c.request("session.send", session=session, text="slow a")
+    # until its turn has taken it off the queue, "slow a" still counts as waiting
+    await c.events_until(lambda b: b["type"] == "thinking", session=session)
     await c.request("session.send", session=session, text="slow b")
     await c.request("session.send", session=session, text="slow c")
     frame = await c.call("session.send", session=session, text="slow d")
