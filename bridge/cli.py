@@ -179,6 +179,9 @@ def agent_state(agent: dict[str, Any]) -> str:
 def agent_reason(agent: dict[str, Any]) -> str:
     """The whole reason behind a state other than ready ("" for none)."""
     error = str(agent.get("error") or "")
+    if not error and not agent.get("available"):
+        # Found but not offered: the config turned it off (the daemon gives no other reason).
+        return "disabled in config.toml (`enabled = false`); `agent-bridge doctor` checks it"
     if error and agent.get("available") and agent.get("source") == "external":
         error += " (the last version of the file that loaded stays in use)"
     return error

@@ -430,3 +430,11 @@ def test_agents_table_says_when_a_broken_file_left_an_older_version_running(
     assert row.split()[1] == "warning"  # it used to say `yes`
     text = " ".join(line.strip() for line in table)
     assert "(the last version of the file that loaded stays in use)" in text
+
+
+def test_agents_table_says_an_agent_is_disabled(daemon_factory: Any, tmp_path: Path) -> None:
+    d = daemon_factory(home=tmp_path / "home", config="[agents.demo]\nenabled = false\n").start()
+    lines = run(d, "agents").stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("demo "))
+    assert lines[at].split()[1] == "unavailable"
+    assert lines[at + 1].strip().startswith("why: disabled in config.toml")
