@@ -50,6 +50,10 @@ def test_an_old_node_is_replaced_by_one_from_pypi(tmp_path: Path) -> None:
     node = done.stdout.strip().splitlines()[-1]
     assert node == str(tmp_path / "venv" / "node-bin" / "node")
     assert subprocess.run([node, "-e", "process.exit(0)"], timeout=60).returncode == 0
+    # the next run finds it: nothing installed again
+    again = run_dev_function(tmp_path, old, "ensure_node; command -v node")
+    assert again.returncode == 0 and "installing" not in again.stderr, again.stderr
+    assert again.stdout.strip() == node
 
 
 def test_a_new_enough_node_is_kept(tmp_path: Path) -> None:
