@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -17,6 +18,20 @@ from bridge import __version__, paths
 from bridge.config import Config, ConfigError, load_config
 
 Handler = Callable[[argparse.Namespace], int]
+
+FIRST_STEPS = """\
+first steps (with `agent-bridge serve` running in another terminal):
+  agent-bridge agents                   which agents are installed
+  agent-bridge new demo "hello"         create a session, print its id, send a first message
+                                        and follow the turn (answer permissions with keys)
+  agent-bridge sessions                 list sessions and their ids
+  agent-bridge send SESSION TEXT        send another message
+  agent-bridge watch SESSION            follow a session live
+  agent-bridge permission SESSION REQUEST_ID OPTION_ID
+                                        answer a permission request from a script
+  agent-bridge resume SESSION           continue the session in this terminal
+  agent-bridge pair                     connect a phone or a browser
+"""
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -74,7 +89,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
     host = str(info.get("host") or config.server.host)
     port = int(info.get("port") or config.server.port)
     tls = bool(info.get("tls", bool(config.server.tls_cert)))
-    shown = pairing_host(host)
+    shown = args.host or pairing_host(host)
     url = pairing_url(shown, port, token, tls)
     if args.json:
         print(
@@ -86,6 +101,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
                     "port": port,
                     "tls": tls,
                     "rotated": args.rotate,
+                    "loopback": is_loopback(shown),
                 }
             )
         )
@@ -96,9 +112,32 @@ def cmd_pair(args: argparse.Namespace) -> int:
         print("(the daemon is not running; showing the configured address)")
     print(url)
     print(f"web client: {web_url(shown, port, token, tls)}")
+    if is_loopback(shown):
+        print(LOOPBACK_NOTE.format(host=shown))
     if not args.no_qr:
         print(qr_text(url))
     return 0
+
+
+LOOPBACK_NOTE = """\
+note: {host} is this computer only. A browser here can use these links; a phone cannot
+reach this address. To pair a phone, either:
+  - listen on your network with TLS: set server.host and server.tls_cert/tls_key (a
+    certificate the phone trusts), then run `agent-bridge pair` again; or
+  - reach this computer over a private network you already run (Tailscale, WireGuard,
+    an SSH tunnel) and pair with that address.
+Each way, step by step: docs/remote-access.md"""
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 # ---- client commands -------------------------------------------------------------------------
@@ -121,17 +160,51 @@ def cmd_agents(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(agents, indent=2))
             return 0
-        print(f"{'AGENT':<12} {'AVAILABLE':<9} {'VERSION':<28} {'HANDOFF':<10} CAPABILITIES")
-        for a in agents:
-            caps = ",".join(k for k, v in a["capabilities"].items() if v) or "-"
-            version = (a.get("version") or a.get("error") or "-")[:28]
-            print(
-                f"{a['agent']:<12} {'yes' if a['available'] else 'no':<9} {version:<28} "
-                f"{a['handoff']:<10} {caps}"
-            )
+        print_agents_table(agents)
         return 0
 
     return _run(go())
+
+
+def agent_state(agent: dict[str, Any]) -> str:
+    """One word for the AGENTS table: ready, warning, loading or unavailable."""
+    error = agent.get("error") or ""
+    if error.startswith("still loading") or error == "detection in progress":
+        return "loading"
+    if not agent.get("available"):
+        return "unavailable"
+    return "warning" if error else "ready"
+
+
+def agent_reason(agent: dict[str, Any]) -> str:
+    """The whole reason behind a state other than ready ("" for none)."""
+    error = str(agent.get("error") or "")
+    if not error and not agent.get("available"):
+        # Found but not offered: the config turned it off (the daemon gives no other reason).
+        return "disabled in config.toml (`enabled = false`); `agent-bridge doctor` checks it"
+    if error and agent.get("available") and agent.get("source") == "external":
+        error += " (the last version of the file that loaded stays in use)"
+    return error
+
+
+def print_agents_table(agents: list[dict[str, Any]]) -> None:
+    import shutil
+    import textwrap
+
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    print(f"{'AGENT':<12} {'STATE':<11} {'VERSION':<28} {'HANDOFF':<10} CAPABILITIES")
+    for a in agents:
+        caps = ",".join(k for k, v in a["capabilities"].items() if v) or "-"
+        version = str(a.get("version") or "-")
+        print(
+            f"{a['agent']:<12} {agent_state(a):<11} {version:<28} {a['handoff']:<10} {caps}"
+        )
+        reason = agent_reason(a)
+        if reason:
+            for line in textwrap.wrap(
+                reason, width - 1, initial_indent="  why: ", subsequent_indent="       "
+            ):
+                print(line)
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -204,6 +277,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    from bridge.cli_session import follow, stdin_is_terminal
     from bridge.render import Renderer
 
     renderer = Renderer(color=not args.no_color and sys.stdout.isatty())
@@ -219,14 +293,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
                     "dim", f"-- {args.session}: {result['state']}, {result['last_seq']} events\n"
                 )
             )
-            async for frame in client.frames():
-                if frame.get("session") != args.session:
-                    continue
-                sys.stdout.write(renderer.frame(frame))
-                sys.stdout.flush()
+            return await follow(client, args.session, renderer, keys=stdin_is_terminal())
         finally:
             await client.close()
-        return 0
 
     return _run(go())
 
@@ -237,7 +306,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     async def go() -> dict[str, Any]:
         client = await _client()
         try:
-            result: dict[str, Any] = await client.request("session.handoff", session=args.session)
+            # --print-only asks with dry_run: the daemon answers the command and hands nothing off.
+            extra = {"dry_run": True} if args.print_only else {}
+            result: dict[str, Any] = await client.request(
+                "session.handoff", session=args.session, **extra
+            )
             return result
         finally:
             await client.close()
@@ -250,10 +323,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
         print(f"agent-bridge: {exc.message}", file=sys.stderr)
         return 1
     argv = [str(a) for a in result["argv"]]
-    print(f"cd {shlex.quote(result['cwd'])} && {shlex.join(argv)}", file=sys.stderr)
     if args.print_only:
-        print(shlex.join(argv))
+        print(f"cd {shlex.quote(result['cwd'])} && {shlex.join(argv)}")
         return 0
+    print(f"cd {shlex.quote(result['cwd'])} && {shlex.join(argv)}", file=sys.stderr)
     os.chdir(result["cwd"])
     os.execvp(argv[0], argv)  # noqa: S606 - the agent's own CLI, argv from the daemon
 
@@ -265,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-bridge",
         description="Connect coding-agent CLIs to phone and desktop apps over WebSocket.",
+        epilog=FIRST_STEPS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -290,6 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("pair", cmd_pair, "Print the URL and QR code a phone connects with")
     p.add_argument("--rotate", action="store_true", help="make a new token first")
     p.add_argument("--no-qr", action="store_true", help="print no QR code")
+    p.add_argument(
+        "--host",
+        help="the address the phone uses, when it is not the one the daemon listens on "
+        "(the DNS name on your certificate, a VPN address): see docs/remote-access.md",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("agents", cmd_agents, "List adapters, detection and capabilities")
@@ -302,19 +382,31 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("projects", cmd_projects, "List projects: repositories and session directories")
     p.add_argument("--json", action="store_true")
 
-    p = add("send", cmd_send, "Send a message to a session")
+    from bridge.cli_session import add_commands
+
+    add_commands(add)
+
+    p = add("send", cmd_send, "Send a message to a session (ids: `new` prints one, `sessions`)")
     p.add_argument("session")
     p.add_argument("text")
     p.add_argument("--client-msg-id", help="idempotency key (a retry with it sends once)")
 
-    p = add("watch", cmd_watch, "Watch a session live, history first")
+    p = add(
+        "watch",
+        cmd_watch,
+        "Watch a session live, history first; on a terminal, answer permissions with keys",
+    )
     p.add_argument("session")
     p.add_argument("--after-seq", type=int, default=0, help="replay only events after this")
     p.add_argument("--no-color", action="store_true")
 
     p = add("resume", cmd_resume, "Continue a session in this terminal")
     p.add_argument("session")
-    p.add_argument("--print-only", action="store_true", help="print the command, don't run it")
+    p.add_argument(
+        "--print-only",
+        action="store_true",
+        help="print the command that would continue it; hand nothing off",
+    )
 
     for extend in _EXTENSIONS:
         extend(sub, add)
@@ -341,6 +433,24 @@ def _load_extensions() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _closed_stdout()
+    return code
+
+
+def _closed_stdout() -> int:
+    """The reader of stdout went away (`agent-bridge agents | head -1`): stop quietly, as
+    a program killed by SIGPIPE does, without a traceback at exit."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141
+
+
+def _main(argv: list[str] | None) -> int:
     _load_extensions()
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -196,13 +196,54 @@ def load_config(
             raise ConfigError(f"{file}: cannot be read: {exc}") from exc
     elif required:
         raise ConfigError(f"{file}: no such file")
+    _check_file_types(raw, file)
     _env_overrides(raw, dict(os.environ if environ is None else environ))
     try:
+        # Lax only for what the environment gave (its values are strings).
         config = msgspec.convert(raw, Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{file}: {_describe(exc)}") from exc
     _validate(config, file)
     return config
+
+
+def _check_file_types(raw: dict[str, Any], file: Path) -> None:
+    """The file's values as written: ``port = "8797"`` is a string, refused like ``"abc"``.
+    Each ``[agents.<id>]`` and ``[acp.<name>]`` table is checked on its own, so an error
+    names it (msgspec would say ``agents[...]``)."""
+    for section, struct in (("agents", AdapterConfig), ("acp", AcpAgentConfig)):
+        tables = raw.get(section)
+        if not isinstance(tables, dict):
+            continue
+        for name, table in tables.items():
+            try:
+                msgspec.convert(table, struct, strict=True)
+            except msgspec.ValidationError as exc:
+                text = _describe(exc).replace("key `", f"key `{section}.{name}.", 1)
+                if not text.startswith(("key `", "unknown key `")):
+                    text = f"[{section}.{name}]: {text}"
+                raise ConfigError(f"{file}: {text}") from exc
+    try:
+        msgspec.convert(raw, Config, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{file}: {_describe(exc)}") from exc
+
+
+def unknown_agent_ids(config: Config, known: set[str]) -> list[tuple[str, str | None]]:
+    """``[agents.<id>]`` tables that name no agent, each with the closest known id or None."""
+    import difflib
+
+    found = []
+    for name in sorted(config.agents):
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            found.append((name, close[0] if close else None))
+    return found
+
+
+def unknown_agent_message(name: str, suggestion: str | None) -> str:
+    hint = f"; did you mean `{suggestion}`?" if suggestion else ""
+    return f"config.toml has [agents.{name}], but no agent is called `{name}`{hint}"
 
 
 def _validate(config: Config, file: Path) -> None:

@@ -122,6 +122,19 @@ class Daemon:
             log.exception("adapters_load_failed", dir=str(self.config.adapters_dir))
         finally:
             self.registry.end_loading()
+            self._warn_unknown_agents()
+
+    def _warn_unknown_agents(self) -> None:
+        from bridge.config import unknown_agent_ids, unknown_agent_message
+
+        known = {e.agent_id for e in self.registry.entries()}
+        for name, suggestion in unknown_agent_ids(self.config, known):
+            log.warning(
+                "config_unknown_agent",
+                agent=name,
+                did_you_mean=suggestion,
+                message=unknown_agent_message(name, suggestion),
+            )
 
     def _write_runtime_info(self) -> None:
         assert self.server.tcp_address is not None

@@ -62,6 +62,8 @@ def daemon_checks(
         checks.append(Check(code="listening", message=f"listening on {listening}"))
     else:
         checks += _port_checks(config)
+        if not any(c.code == "daemon_running" for c in checks):
+            checks.append(_not_running_check())
     checks += _adapters_dir_checks(config.adapters_dir)
     return checks
 
@@ -285,6 +287,16 @@ def probe_health(host: str, port: int, tls: bool) -> dict[str, Any] | None:
     return None
 
 
+def _not_running_check() -> Check:
+    return Check(
+        code="daemon_not_running",
+        level="warn",
+        message="the daemon is not running: apps and the other commands cannot reach it",
+        hint="start it with `agent-bridge serve` (or `./dev serve` in a clone); "
+        "`agent-bridge service install` keeps it running",
+    )
+
+
 def _port_free(host: str, port: int) -> str | None:
     """None if the daemon could listen on host:port now, else why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -444,10 +456,28 @@ async def agent_findings(config: Config) -> list[Finding]:
         detail = ", ".join(f"{k}={v}" for k, v in what.items())
         if not any(error in detail for error in known):  # else its agent's line says it
             findings.append(_loader_finding(str(event.get("event")), detail))
+    findings += _unknown_agent_findings(config, {e.agent_id for e in entries})
     results = await asyncio.gather(*(_entry_findings(registry, config, e) for e in entries))
     for found in results:
         findings += found
     return findings
+
+
+def _unknown_agent_findings(config: Config, known: set[str]) -> list[Finding]:
+    from bridge.config import unknown_agent_ids, unknown_agent_message
+
+    return [
+        Finding(
+            "config",
+            Check(
+                code="unknown_agent",
+                level="warn",
+                message=unknown_agent_message(name, suggestion),
+                hint="rename the table, or remove it; `agent-bridge agents` lists the ids",
+            ),
+        )
+        for name, suggestion in unknown_agent_ids(config, known)
+    ]
 
 
 def _loader_finding(code: str, detail: str) -> Finding:

@@ -123,6 +123,7 @@ class SessionPermission(_Request, tag="session.permission", kw_only=True):
 
 class SessionHandoff(_Request, tag="session.handoff", kw_only=True):
     session: str
+    dry_run: bool = False  # only answer the command; hand nothing off
 
 
 class SessionClose(_Request, tag="session.close", kw_only=True):

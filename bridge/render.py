@@ -26,6 +26,7 @@ class Renderer:
     def __init__(self, color: bool = True) -> None:
         self.color = color
         self._open: str | None = None  # id of the delta stream being written
+        self._tools: dict[str, str] = {}  # tool call id -> the status last shown
 
     def paint(self, name: str, text: str) -> str:
         return f"{COLORS[name]}{text}{RESET}" if self.color else text
@@ -39,11 +40,9 @@ class Renderer:
     def frame(self, frame: dict[str, Any]) -> str:
         kind = frame.get("t")
         if kind == "state":
-            return self._break() + self.paint(
-                "dim",
-                f"-- state: {frame.get('state')} (writer {frame.get('writer')}, "
-                f"queued {frame.get('queued')})\n",
-            )
+            # Every state change is also a `system` block (code `state`) in the stream, which
+            # says why: printing the frame as well showed each change twice.
+            return ""
         if kind == "event":
             block = frame.get("block") or {}
             return self.block(block, frame.get("seq"))
@@ -54,6 +53,8 @@ class Renderer:
         if t in ("text", "thinking"):
             style = "bold" if t == "text" else "dim"
             out = ""
+            if self._open != block.get("id") and not block.get("text"):
+                return ""  # a bare "done" of a stream not on screen: no empty `assistant:` line
             if self._open != block.get("id"):
                 out += self._break()
                 out += self.paint(style, "assistant: " if t == "text" else "thinking: ")
@@ -70,6 +71,15 @@ class Renderer:
         if t == "tool_call":
             status = str(block.get("status"))
             color = {"running": "yellow", "done": "green", "error": "red"}.get(status, "yellow")
+            tool_id = str(block.get("id"))
+            shown = self._tools.get(tool_id)
+            if shown == status:
+                return prefix
+            self._tools[tool_id] = status
+            if shown is not None:
+                # The card is on screen already: only its new status, not the card again.
+                mark = {"done": "✔", "error": "✘"}.get(status, "…")
+                return prefix + self.paint(color, f"  {mark} {status}\n")
             args = json.dumps(block.get("input") or {}, ensure_ascii=False)
             if len(args) > 200:
                 args = args[:200] + "…"

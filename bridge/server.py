@@ -586,7 +586,7 @@ class BridgeServer:
             await conn.drain_then_close(CLOSE_PROTOCOL, "unsupported protocol")
             return False
         conn.authenticated = True
-        server = {"name": "agent-bridge", "version": __version__}
+        server = {"name": "agent-bridge", "version": __version__, "home": _home_dir()}
         conn.reply(req.id, {"protocol": PROTOCOL_VERSION, "server": server})
         return True
 
@@ -691,7 +691,7 @@ class BridgeServer:
         return {}
 
     async def _session_handoff(self, _conn: Connection, req: SessionHandoff) -> Any:
-        cmd = await self.hub.handoff(req.session)
+        cmd = await self.hub.handoff(req.session, dry_run=req.dry_run)
         return {"argv": cmd.argv, "cwd": cmd.cwd, "command": shlex.join(cmd.argv)}
 
     async def _session_close(self, _conn: Connection, req: SessionClose) -> Any:
@@ -707,3 +707,10 @@ class BridgeServer:
 
 
 _ALREADY_ANSWERED = object()
+
+
+def _home_dir() -> str:
+    """The daemon user's home directory, a starting point for a new session's cwd."""
+    import os.path
+
+    return os.path.expanduser("~")

@@ -39,6 +39,7 @@ from bridge.blocks import (
     PermissionRequestBlock,
     SessionEndBlock,
     SystemBlock,
+    TextBlock,
     UsageBlock,
     UserBlock,
     block_from_json,
@@ -1250,12 +1251,16 @@ class Hub:
     async def _run_mirror(self, s: Session, source: AsyncIterator[Block]) -> None:
         """Emit the terminal's activity; each terminal turn is checked like a bridge turn."""
         guard: TurnGuard | None = None
+        # A mirror whose transcript marks no turn end: a turn that got its answer ended
+        # normally when the mirror stops; one still without an answer was cut off.
+        answered = False
         try:
             async for block in source:
                 if isinstance(block, UserBlock):
                     if guard is not None:
                         self._finish(s, guard, "completed")
                     guard = TurnGuard(s.rec.agent_session_id)
+                    answered = False
                     if block.source != "terminal":
                         block = UserBlock(
                             id=block.id,
@@ -1270,6 +1275,7 @@ class Hub:
                 else:
                     if guard is None:  # mirroring began in the middle of a terminal turn
                         guard = TurnGuard(s.rec.agent_session_id)
+                    answered = answered or isinstance(block, TextBlock)
                     for out in guard.feed(block):
                         self._emit(s, out)
                     if guard.ended:
@@ -1279,9 +1285,10 @@ class Hub:
             raise
         except Exception as exc:
             log.warning("mirror_stopped", session=s.id, error=repr(exc))
+            answered = False
         finally:
             if guard is not None:
-                self._finish(s, guard, "interrupted")
+                self._finish(s, guard, "completed" if answered else "interrupted")
             aclose = getattr(source, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(BaseException):
@@ -1415,7 +1422,7 @@ class Hub:
         self._kick(s)
         return True
 
-    async def handoff(self, session_id: str) -> ResumeCommand:
+    async def handoff(self, session_id: str, *, dry_run: bool = False) -> ResumeCommand:
         s = self.get(session_id)
         cls = self._cls(s)
         pending = s.rec.state == "parked" and s.rec.intent == "handoff"
@@ -1428,8 +1435,8 @@ class Hub:
         command = cls.terminal_resume_command(s.rec.agent_session_id, s.rec.cwd)
         if command is None:
             raise HubError("conflict", f"{cls.display_name} gave no command to resume with")
-        if pending:
-            return command  # asked again (a lost answer, a retry): same command, no new stop
+        if pending or dry_run:
+            return command  # asked again (a lost answer, a retry), or only asked: no stop
         # The intent is durable before any process is stopped, so a crash in between resumes
         # the handoff at the next start instead of forgetting it.
         s.rec.intent = "handoff"

@@ -28,7 +28,7 @@ def test_cli_commands_talk_to_the_daemon(daemon: DaemonProcess, project: Path) -
     assert token.stdout.strip() == daemon.token
     agents = cli(daemon, "agents")
     assert agents.returncode == 0, agents.stderr
-    assert "demo" in agents.stdout and "AVAILABLE" in agents.stdout
+    assert "demo" in agents.stdout and "STATE" in agents.stdout
     listed = json.loads(cli(daemon, "agents", "--json").stdout)
     assert any(a["agent"] == "demo" and a["available"] for a in listed)
 

@@ -79,11 +79,14 @@ def home(tmp_path: Path) -> Home:
     return Home(tmp_path / "home")
 
 
-def test_pass(home: Home) -> None:
+def test_pass_but_the_daemon_is_not_running(home: Home) -> None:
     home.write_config(quiet_config(free_port()))
     rc, report = home.doctor_json()
-    assert (rc, report["status"], report["exit_code"]) == (0, "pass", 0), report
-    assert {c["level"] for c in report["checks"]} == {"info"}
+    # Everything is in order, but nothing answers: a warning (exit 1), not a pass.
+    assert (rc, report["status"], report["exit_code"]) == (1, "warn", 1), report
+    warnings = [c for c in report["checks"] if c["level"] != "info"]
+    assert [c["code"] for c in warnings] == ["daemon_not_running"], warnings
+    assert "not running" in warnings[0]["message"] and "agent-bridge serve" in warnings[0]["hint"]
     codes = by_code(report)
     for code in ("config_valid", "token_missing", "state_dir_ok", "bind_loopback", "port_free",
                  "adapters_dir_missing"):
@@ -95,9 +98,10 @@ def test_pass(home: Home) -> None:
     assert len(disabled) == len(load_builtin_classes()) - 1
 
     text = home.doctor()
-    assert text.returncode == 0
+    assert text.returncode == 1
     lines = text.stdout.splitlines()
-    assert lines[-1].startswith("doctor: pass (")
+    assert lines[-1].startswith("doctor: warn (")
+    assert any(line.startswith("warn  daemon") and "not running" in line for line in lines)
     assert any(line.startswith("info  daemon") and "is free" in line for line in lines)
     assert "\x1b[" not in text.stdout  # no color when not a terminal
 
@@ -218,6 +222,17 @@ async def test_running_daemon_is_recognised(daemon_factory: Any, tmp_path: Path)
     report = json.loads(result.stdout)
     running = by_code(report)["daemon_running"]
     assert f":{d.port}/" in running["message"] and str(d.proc.pid) in running["message"]
+    assert "daemon_not_running" not in by_code(report)
+    assert (result.returncode, report["status"]) == (0, "pass"), report
+
+
+def test_an_agents_table_that_names_no_agent_is_warned(home: Home) -> None:
+    home.write_config(quiet_config(free_port(), '[agents.claud]\nmodel = "opus"\n'))
+    rc, report = home.doctor_json()
+    typo = by_code(report)["unknown_agent"]
+    assert typo["level"] == "warn" and typo["scope"] == "config"
+    assert "[agents.claud]" in typo["message"] and "did you mean `claude`?" in typo["message"]
+    assert rc == 1
 
 
 async def test_agents_check_daemon_over_the_protocol(daemon: DaemonProcess) -> None:

@@ -185,11 +185,13 @@ async def test_slash_commands_are_handled_by_the_bridge(
     await c.request("session.send", session=session, text="/model demo-slow")
     frames = await c.events_until(lambda b: b.get("code") == "model", session=session)
     await c.request("session.send", session=session, text="/terminal")
-    frames = await c.events_until(lambda b: b["type"] == "error", session=session)
-    assert "terminal" in blocks(frames, "error")[-1]["message"]
-    # no turn ran for any of these
+    frames = await c.events_until(lambda b: b.get("code") == "terminal", session=session)
+    assert "bridge.adapters.demo_terminal" in blocks(frames, "system")[-1]["text"]
+    assert not blocks(frames, "session_end")
+    # no turn ran for any of these; /terminal handed the session off (no terminal holds it yet)
     listed = (await c.request("sessions.list", include_external=False))["sessions"]
-    assert next(s for s in listed if s["session"] == session)["state"] == "idle"
+    listed_session = next(s for s in listed if s["session"] == session)
+    assert (listed_session["state"], listed_session["writer"]) == ("parked", "none")
     await c.close()
 
 
@@ -380,6 +382,8 @@ async def test_attachments_and_limits(daemon_factory: Any, project: Path) -> Non
     frame = await c.call("session.send", session=session, text="x", attachments=[big])
     assert frame["code"] == "too_large"
     await c.request("session.send", session=session, text="slow a")
+    # until its turn has taken it off the queue, "slow a" still counts as waiting
+    await c.events_until(lambda b: b["type"] == "thinking", session=session)
     await c.request("session.send", session=session, text="slow b")
     await c.request("session.send", session=session, text="slow c")
     frame = await c.call("session.send", session=session, text="slow d")

@@ -128,6 +128,23 @@ def test_installed_agent_bridge_serves_healthz(venv: Path, tmp_path: Path) -> No
     assert rc == 0
 
 
+def test_license_is_an_spdx_expression(source: Path, wheel: Path, tmp_path: Path) -> None:
+    """`license = "MIT"` (PEP 639): no screenful of setuptools deprecation warnings on the
+    first `./dev serve`, and the metadata carries the expression."""
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        assert "License-Expression: MIT" in zf.read(metadata).decode().splitlines()
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "-v", "--no-deps",
+         "-w", str(tmp_path), str(source)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    out = built.stdout + built.stderr
+    assert "project.license" not in out and "License classifiers" not in out, out[-3000:]
+    assert "SetuptoolsDeprecationWarning" not in out, out[-3000:]
+
+
 def test_version_is_single_sourced() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "bridge", "--version"], cwd=ROOT, capture_output=True, text=True,

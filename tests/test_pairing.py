@@ -63,6 +63,14 @@ def test_pair_without_a_daemon_shows_the_configured_address(tmp_path: Path) -> N
     assert "the daemon is not running" in out
     assert data["url"] in out.splitlines()
     assert qr_text(data["url"]) in out  # the QR code encodes exactly the URL
+    # ... and says plainly that a phone cannot reach a loopback address, and what to do
+    assert data["loopback"] is True
+    assert "127.0.0.1 is this computer only" in out and "a phone cannot" in out
+    assert "tls_cert" in out and "Tailscale, WireGuard" in out and "docs/remote-access.md" in out
+    # --host: the name the phone uses (the one on a certificate, a VPN address)
+    named = pair_json(d.env, "--host", "box.tail1234.ts.net")
+    assert named["url"] == f"ws://box.tail1234.ts.net:9911/v1/ws?token={token}"
+    assert named["loopback"] is False
     assert qr_text(data["url"]) not in pair(d.env, "--no-qr").stdout
 
 
@@ -98,6 +106,8 @@ async def test_lan_listener_with_tls_pairs_over_wss_on_the_lan_address(
     host = ipaddress.ip_address(parts.hostname or "")
     if lan_address() is not None:
         assert not host.is_loopback and not host.is_unspecified, data
+        assert data["loopback"] is False
+        assert "this computer only" not in pair(d.env, "--no-qr").stdout
     # The URL works as printed, and the certificate matches the host in it.
     ctx = ssl.create_default_context(cafile=str(cert))
     c = await connect_like_a_phone(data["url"], ssl=ctx)

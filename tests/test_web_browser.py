@@ -199,10 +199,10 @@ def test_a_turn_renders_every_block_type(page: Page, daemon: DaemonProcess, proj
     assert page.eval("document.querySelector('.blk-thinking').open") is False
     page.click(".blk-thinking summary")
     assert page.text(".blk-thinking .md") == "Reading the request. Planning the steps. Ready."
-    # plan cards: the first is superseded by the second
-    assert page.count(".blk-plan") == 2
-    assert page.count(".blk-plan.superseded") == 1
-    assert page.count(".blk-plan:not(.superseded) li[data-status=completed]") == 2
+    # plan cards: each superseded by the next; the last, at the turn's end, is complete
+    assert page.count(".blk-plan") == 3
+    assert page.count(".blk-plan.superseded") == 2
+    assert page.count(".blk-plan:not(.superseded) li[data-status=completed]") == 3
     # tool calls with their status and results
     assert page.eval("[...document.querySelectorAll('.blk-tool')].map((e) => e.dataset.status)") \
         == ["done", "done"]
@@ -284,6 +284,9 @@ def test_errors_and_slash_commands(page: Page, daemon: DaemonProcess, project: P
     page.click("#new-session button[type=submit]")
     page.wait("#ns-error")
     assert "absolute" in page.text("#ns-error")
+    # code spans, not raw backticks
+    assert page.texts("#ns-error code") == ["cwd", "relative/path"]
+    assert "`" not in page.text("#ns-error")
     new_session(page, project)
     page.wait(".blk-info")
     page.fill(".session textarea", "/st")
@@ -295,10 +298,8 @@ def test_errors_and_slash_commands(page: Page, daemon: DaemonProcess, project: P
     page.click(".composer .send")
     page.wait(".blk-system.code-status")
     assert "state: idle" in page.text(".blk-system.code-status")
-    send(page, "/terminal")  # the demo agent cannot continue in a terminal
-    page.wait(".blk-error")
-    assert "cannot continue in a terminal" in page.text(".blk-error")
-    assert page.count(".head-actions button[title='Continue in terminal']:not([hidden])") == 0
+    # the demo agent can continue in a terminal (its tiny chat): the action is offered
+    assert page.count(".head-actions button[title='Continue in terminal']:not([hidden])") == 1
     send(page, "fail")
     page.wait(".blk-end.reason-error")
     assert page.text(".blk-end.reason-error") == "Turn ended with an error · exit 1"
@@ -567,3 +568,37 @@ def test_transcript_module_folds_blocks_no_demo_emits(page: Page, daemon: Daemon
     assert result["gap"] == ["events 1 to 9 were dropped"]
     assert result["orphan"] == "orphan"
     assert result["seqs"] == len(frames)
+
+
+def test_the_working_directory_starts_somewhere_and_offers_recent_ones(
+    browser: Browser, project: Path, tmp_path: Path
+) -> None:
+    # A daemon of its own (another port: another origin, nothing remembered, no sessions).
+    d = DaemonProcess(tmp_path / "home").start()
+    other = tmp_path / "other"
+    other.mkdir()
+    first = browser.page(*DESKTOP)
+    try:
+        login(first, d)
+        # nothing used yet: the field starts at the daemon's home (hello's server.home)
+        first.wait_for("document.querySelector('#ns-cwd').value !== ''")
+        assert first.eval("document.querySelector('#ns-cwd').value") == d.env["HOME"]
+        new_session(first, project)
+        new_session(first, other)
+        first.eval("localStorage.removeItem('agent-bridge.cwd')")  # as a new browser would be
+    finally:
+        first.close()
+    again = browser.page(*DESKTOP)
+    try:
+        login(again, d)
+        again.wait("#ns-projects .project-item", state="attached")
+        # the newest session's directory, and the recent ones to pick from, newest first
+        assert again.eval("document.querySelector('#ns-cwd').value") == str(other)
+        items = "[...document.querySelectorAll('#ns-projects .project-item')]"
+        assert again.eval(f"{items}.map((o) => o.dataset.path)") == [str(other), str(project)]
+        active = f"{items}.filter((o) => o.matches('.active'))"
+        assert again.eval(f"{active}.map((o) => o.dataset.path)") == [str(other)]
+        assert page_errors(again) == []
+    finally:
+        again.close()
+        d.stop()

@@ -9,16 +9,29 @@ What the first word of a message selects:
 - ``slow <text>``: the full tour with half a second between blocks.
 - ``fail``: an error block, then the turn ends with reason "error".
 - anything else: the full tour.
+
+The tour is real where it touches the disk: ``ls`` lists the session's directory, and once
+allowed, ``demo.txt`` is written there. The plan is complete when the turn ends.
+
+It can be continued in a terminal: its sessions are files (``$XDG_STATE_HOME/agent-bridge/
+demo-sessions``) and ``agent-bridge resume`` opens a tiny chat on one
+(:mod:`bridge.adapters.demo_terminal`) that the bridge mirrors while it runs and takes the
+session back from when it ends, as with a real agent's terminal CLI.
 """
 
 from __future__ import annotations
 
 import asyncio
+import difflib
+import os
+import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
-from bridge.adapters.base import BaseAdapter, DetectedAgent, ModeInfo, ModelInfo
+from bridge.adapters import demo_terminal as term
+from bridge.adapters.base import BaseAdapter, DetectedAgent, ModeInfo, ModelInfo, ResumeCommand
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -54,10 +67,12 @@ class DemoAdapter(BaseAdapter):
         "# Demo agent\n\n"
         "**Use when** you want to see every block type without installing an agent, or to "
         "build and test an app against the protocol.\n\n"
-        "**Don't use when** you want real work done: it does not read or change files.\n\n"
+        "**Don't use when** you want real work done: it lists the session's directory and, "
+        "when allowed, writes `demo.txt` there; nothing else.\n\n"
         "First word `echo` answers with text only; `slow` slows the tour down; `fail` ends "
         "the turn with an error. Modes: `ask` asks before writing demo.txt, `accept-edits` "
-        "writes it without asking, `plan` does not write it."
+        "writes it without asking, `plan` does not write it. `agent-bridge resume` continues "
+        "a session in a tiny terminal chat, to try the handoff."
     )
     modes = (
         ModeInfo(id="ask", label="Ask", description="Asks before writing demo.txt"),
@@ -71,7 +86,7 @@ class DemoAdapter(BaseAdapter):
     cap_documents = True
     provides_models = True
     provides_usage = True
-    handoff = "none"
+    handoff = "per_turn"
 
     def __init__(
         self,
@@ -79,9 +94,14 @@ class DemoAdapter(BaseAdapter):
         model: str | None = None,
         options: dict[str, Any] | None = None,
         mode: str | None = None,
+        resume_session_id: str | None = None,
+        on_session_id: Callable[[str], None] | None = None,
     ) -> None:
         self._cwd = cwd or "."
         self._mode = mode or "ask"
+        self._dir = term.sessions_dir()
+        self._sid = resume_session_id
+        self._on_session_id = on_session_id
         self._model = model or "demo-fast"
         self._delay = float((options or {}).get("delay", 0.02))
         self._chunk = max(1, int((options or {}).get("chunk", 12)))
@@ -100,6 +120,14 @@ class DemoAdapter(BaseAdapter):
     async def start(self, session_id: str) -> AgentInfoBlock:
         from bridge import __version__
 
+        if self._sid is None or not term.session_file(self._dir, self._sid).exists():
+            self._sid = self._sid or f"demo-{uuid.uuid4().hex[:12]}"
+            await asyncio.to_thread(
+                term.append, self._dir, self._sid, {"type": "meta", "cwd": self._cwd}
+            )
+        self._turns = await asyncio.to_thread(term.count_turns, self._dir, self._sid)
+        if self._on_session_id is not None:
+            self._on_session_id(self._sid)
         return self.make_agent_info(version=__version__, model=self._model)
 
     async def send(self, text: str, attachments: list[Any] | None = None) -> None:
@@ -140,9 +168,14 @@ class DemoAdapter(BaseAdapter):
             return False
         return True
 
+    def _record(self, record: dict[str, Any]) -> None:
+        if self._sid is not None:
+            term.append(self._dir, self._sid, {**record, "source": "bridge"})
+
     async def stream(self) -> AsyncIterator[Block]:
         text = await self._inbox.get()
         self._turns += 1
+        await asyncio.to_thread(self._record, {"type": "user", "text": text})
         word, _, rest = text.partition(" ")
         delay = 0.5 if word == "slow" else self._delay
         if word == "fail":
@@ -195,7 +228,8 @@ class DemoAdapter(BaseAdapter):
                 yield ToolCallBlock(id=tool_id, name="Bash", status="error")
                 yield SessionEndBlock(reason="interrupted")
                 return
-            yield ToolResultBlock(tool_call_id=tool_id, content="README.md\nsrc/\ntests/\n")
+            listing = await asyncio.to_thread(_listing, self._cwd)
+            yield ToolResultBlock(tool_call_id=tool_id, content=listing)
             yield ToolCallBlock(
                 id=tool_id,
                 name="Bash",
@@ -237,6 +271,15 @@ class DemoAdapter(BaseAdapter):
                     yield b
                 return
         yield TextBlock(id=msg_id, done=True)
+        await asyncio.to_thread(self._record, {"type": "assistant", "text": answer_text})
+        if tour:
+            yield PlanBlock(
+                entries=[
+                    PlanEntry(content="List the project files", status="completed"),
+                    PlanEntry(content="Write demo.txt", status="completed"),
+                    PlanEntry(content="Report back", status="completed"),
+                ]
+            )
         words = len(text.split())
         self._usage = UsageBlock(
             input_tokens=(self._usage.input_tokens or 0) + 10 + words,
@@ -282,17 +325,30 @@ class DemoAdapter(BaseAdapter):
             yield ToolCallBlock(id=write_id, name="Write", status="error")
             yield SessionEndBlock(reason="interrupted")
             return
-        if choice in ("allow", "always"):
-            lines = new_text.splitlines()
+        written = (
+            await asyncio.to_thread(_write_file, Path(self._cwd) / "demo.txt", new_text)
+            if choice in ("allow", "always")
+            else None
+        )
+        if isinstance(written, OSError):
+            yield ToolResultBlock(
+                tool_call_id=write_id,
+                content=f"could not write demo.txt: {written.strerror or written}",
+                is_error=True,
+            )
+            yield ToolCallBlock(id=write_id, name="Write", status="error")
+        elif written is not None:
+            old_text = written or None
             yield DiffBlock(
                 path="demo.txt",
-                old_text=None,
+                old_text=old_text,
                 new_text=new_text,
-                unified=f"--- /dev/null\n+++ b/demo.txt\n@@ -0,0 +1,{len(lines)} @@\n"
-                + "".join(f"+{line}\n" for line in lines),
+                unified=_unified(old_text, new_text),
                 tool_call_id=write_id,
             )
-            yield ToolResultBlock(tool_call_id=write_id, content="wrote demo.txt")
+            yield ToolResultBlock(
+                tool_call_id=write_id, content=f"wrote {Path(self._cwd) / 'demo.txt'}"
+            )
             yield ToolCallBlock(
                 id=write_id,
                 name="Write",
@@ -306,3 +362,56 @@ class DemoAdapter(BaseAdapter):
                 tool_call_id=write_id, content="the user denied this action", is_error=True
             )
             yield ToolCallBlock(id=write_id, name="Write", status="error")
+
+    # ---- terminal handoff: the tiny chat of bridge.adapters.demo_terminal ----------------------
+
+    @classmethod
+    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
+        return sid is not None and term.lock_owner(term.sessions_dir(), sid) is not None
+
+    @classmethod
+    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
+        from bridge.handoff.mirror import TranscriptMirror
+
+        path = term.session_file(term.sessions_dir(), sid)
+        return TranscriptMirror(lambda: path, term.DemoLineParser())
+
+    @classmethod
+    def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
+        directory = term.sessions_dir()
+        if not term.session_file(directory, sid).exists():
+            return None
+        argv = [sys.executable, "-m", "bridge.adapters.demo_terminal", "--dir", str(directory),
+                "--resume", sid]
+        return ResumeCommand(argv=argv, cwd=cwd or os.getcwd())
+
+
+def _listing(cwd: str) -> str:
+    try:
+        names = sorted(
+            p.name + ("/" if p.is_dir() else "") for p in Path(cwd).iterdir()
+            if not p.name.startswith(".")
+        )
+    except OSError as exc:
+        return f"ls: {exc.strerror or exc}"
+    return "".join(f"{name}\n" for name in names[:20]) or "(empty)\n"
+
+
+def _write_file(path: Path, text: str) -> str | OSError:
+    """Write ``text``; the old content ("" for a new file), or the error."""
+    try:
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        path.write_text(text, encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return exc if isinstance(exc, OSError) else OSError(str(exc))
+    return old
+
+
+def _unified(old: str | None, new: str) -> str:
+    lines = difflib.unified_diff(
+        (old or "").splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        "/dev/null" if old is None else "a/demo.txt",
+        "b/demo.txt",
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)

@@ -29,8 +29,9 @@ install_npm() {
   local ci_log
   ci_log="$(mktemp)"
   if ! npm ci --no-audit --no-fund >"$ci_log" 2>&1; then
-    # Registry mirrors that only carry linux-x64 platform packages make the lock miss the
-    # other platforms' optional packages, and `npm ci` refuses it as "out of sync".
+    # The lock lists every platform's optional package of the CLIs (entries without a
+    # tarball for the platforms the registry mirror lacks; npm skips them by os/cpu), so
+    # `npm ci` accepts it. Should a lock lose them again ("out of sync", EUSAGE),
     # `npm install --no-save` installs the same locked versions without rewriting the lock.
     log "npm: npm ci failed ($(grep -m1 -E 'npm error (code|[A-Za-z`])' "$ci_log" || true))"
     log "npm: retrying with npm install --no-save --no-audit --no-fund"

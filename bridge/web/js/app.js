@@ -2,7 +2,7 @@
 // The protocol lives in protocol.js and the rendering of blocks in transcript.js; this file
 // wires them to the page. `window.agentBridge` exposes the live objects for the curious.
 
-import { $, clear, h, randomId, relativeTime } from './dom.js';
+import { $, clear, codeSpans, h, randomId, relativeTime } from './dom.js';
 import { icon } from './icons.js';
 import { BridgeClient, defaultUrl } from './protocol.js';
 import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
@@ -58,7 +58,7 @@ function toast(message, level = 'error') {
     stack = h('div', { id: 'toasts', class: 'toasts', role: 'alert' });
     document.body.append(stack);
   }
-  const el = h('div', { class: `toast ${level}` }, message);
+  const el = h('div', { class: `toast ${level}` }, codeSpans(message));
   stack.append(el);
   setTimeout(() => el.remove(), 6000);
 }
@@ -464,6 +464,7 @@ class App {
 
   async onOpen() {
     await Promise.all([this.loadAgents(), this.loadSessions(), this.projects.load()]);
+    this.fillCwd();
     clearInterval(this.refreshTimer);
     this.refreshTimer = setInterval(() => {
       if (document.visibilityState === 'visible' && this.client?.isOpen) this.loadSessions();
@@ -513,9 +514,9 @@ class App {
             const r = await this.client.request('agents.check', { agent: a.agent });
             clear(result).append(h('b', { class: `check-${r.status}` }, r.status),
               ...r.checks.map((c) => h('div', { class: `check-${c.level}` },
-                `${c.message}${c.hint ? ` (${c.hint})` : ''}`)));
+                codeSpans(`${c.message}${c.hint ? ` (${c.hint})` : ''}`))));
           } catch (err) {
-            result.textContent = err.message;
+            clear(result).append(...codeSpans(err.message));
           }
         },
       }, 'Check');
@@ -527,7 +528,7 @@ class App {
           check),
         a.available
           ? (caps.length ? h('div', { class: 'caps' }, caps.map((c) => h('span', { class: 'tag' }, c))) : null)
-          : h('div', { class: 'reason small' }, a.error || 'not found on this machine'),
+          : h('div', { class: 'reason small' }, codeSpans(a.error || 'not found on this machine')),
         result);
     };
     const available = agents.filter((a) => a.available);
@@ -564,6 +565,20 @@ class App {
     toast(message, level);
   }
 
+  /**
+   * A value for an empty working-directory field: the last used directory, else the newest
+   * session's, else the daemon's home. The projects list under the field offers the others.
+   */
+  fillCwd() {
+    const input = $('#ns-cwd');
+    if (input.value) return;
+    const newest = [...this.sessions.values()]
+      .filter((s) => s.cwd)
+      .sort((a, b) => String(b.updated_at || '').localeCompare(String(a.updated_at || '')))[0];
+    input.value = localStorage.getItem(CWD_KEY) || newest?.cwd || this.client?.server?.home || '';
+    this.projects.render();
+  }
+
   async createSession() {
     const agent = $('#ns-agent').value;
     const cwd = $('#ns-cwd').value.trim();
@@ -581,7 +596,7 @@ class App {
       this.renderSessions();
       this.open(session.session);
     } catch (err) {
-      errorEl.textContent = err.message;
+      clear(errorEl).append(...codeSpans(err.message));
       errorEl.hidden = false;
     } finally {
       button.disabled = false;

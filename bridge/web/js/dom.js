@@ -37,6 +37,16 @@ export function clear(el) {
 
 export const $ = (selector, root = document) => root.querySelector(selector);
 
+/**
+ * Plain text with its `code spans` as <code> elements, as nodes to append. Error messages and
+ * reasons quote names this way (`claude` not found, key `server.port`); only backticks count,
+ * the rest stays text.
+ */
+export function codeSpans(text) {
+  const parts = String(text ?? '').split(/`([^`\n]+)`/);
+  return parts.map((part, i) => (i % 2 ? h('code', {}, part) : part)).filter((p) => p !== '');
+}
+
 /** Quote a word for a POSIX shell, so a shown command can be pasted as is. */
 export function shellQuote(word) {
   return /^[A-Za-z0-9_@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'"'"'`)}'`;

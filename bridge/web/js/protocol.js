@@ -165,7 +165,8 @@ export class BridgeClient extends EventTarget {
     this.#pending.set(id, {
       frame: null,
       sent: true,
-      resolve: () => {
+      resolve: (result) => {
+        this.server = result?.server || null; // {name, version, home}
         this.#open = true;
         this.#attempt = 0;
         this.stats.connects++;

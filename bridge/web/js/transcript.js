@@ -12,7 +12,7 @@
 // - usage, system, error, agent_info, session_end: one line or card each.
 // Unknown block types are skipped (the server may add them within protocol v1).
 
-import { appendAll, clear, copyText, formatCost, formatCount, h, shellQuote } from './dom.js';
+import { appendAll, clear, codeSpans, copyText, formatCost, formatCount, h, shellQuote } from './dom.js';
 import { diffStats, hunksOf, renderSplit, renderUnified } from './diff.js';
 import { hasIcon, icon } from './icons.js';
 import { renderMarkdown } from './markdown.js';
@@ -319,7 +319,7 @@ export class Transcript {
         this.#setPermission(p, 'settled', 'This request was already answered or has expired.');
       } else {
         p.buttons.forEach((btn) => { btn.disabled = false; });
-        p.note.textContent = `Could not answer: ${err.message}`;
+        clear(p.note).append(...codeSpans(`Could not answer: ${err.message}`));
       }
     }
   }
@@ -352,12 +352,12 @@ export class Transcript {
       return;
     }
     const text = b.text || b.code;
-    this.#add(h('div', { class: `blk blk-system level-${b.level || 'info'} code-${b.code}` }, text), frame);
+    this.#add(h('div', { class: `blk blk-system level-${b.level || 'info'} code-${b.code}` }, codeSpans(text)), frame);
   }
 
   #error(b, frame) {
     this.#add(h('div', { class: 'blk blk-error', role: 'alert' },
-      h('div', { class: 'err-head' }, icon('warn'), ' ', b.message || b.code, ' ', h('span', { class: 'badge' }, b.code)),
+      h('div', { class: 'err-head' }, icon('warn'), ' ', codeSpans(b.message || b.code), ' ', h('span', { class: 'badge' }, b.code)),
       b.detail ? h('details', {}, h('summary', {}, 'Details'), h('pre', {}, b.detail)) : null), frame);
   }
 
@@ -390,7 +390,7 @@ export class Transcript {
       queued: (queued) => { note.textContent = queued ? 'queued: waits for the agent' : 'sent'; },
       failed: (message) => {
         el.classList.add('is-failed');
-        note.textContent = `not sent: ${message}`;
+        clear(note).append(...codeSpans(`not sent: ${message}`));
       },
     };
   }

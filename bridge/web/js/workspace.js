@@ -46,8 +46,8 @@ export class ProjectPicker {
   matches() {
     const q = this.input.value.trim().toLowerCase();
     if (!q) return this.projects;
-    const exact = this.projects.find((p) => p.path === this.input.value.trim());
-    if (exact) return [exact];
+    // a picked (or prefilled) project shows the whole list, the picked one marked
+    if (this.projects.some((p) => p.path === this.input.value.trim())) return this.projects;
     return this.projects.filter((p) => p.name.toLowerCase().includes(q) || p.path.toLowerCase().includes(q));
   }
 
