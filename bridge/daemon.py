@@ -90,6 +90,9 @@ class Daemon:
         self.registry = Registry(config)
         self.hub = Hub(config, self.registry, self.store)
         self.server = BridgeServer(config, self.hub, self.registry, paths.token_file())
+        from bridge.attention import service as attention
+
+        self.attention = attention.attach(self.hub, self.server)
         self._stop = asyncio.Event()
         self._extras: list[Any] = []
 
@@ -163,6 +166,9 @@ class Daemon:
         conf = self.config.server
         await self.server.start(conf.host, conf.port, self.config.unix_socket_path)
         self._write_runtime_info()
+        from bridge.attention import service as attention
+
+        await attention.start(self.attention, self.server)
         print(f"listening on {self.server.url}", flush=True)
         log.info(
             "listening",
@@ -198,6 +204,7 @@ class Daemon:
             with contextlib.suppress(Exception):
                 await extra.close()
         await self.hub.shutdown()
+        await self.attention.close()
         await self.server.close()
         await self.store.close()
         with contextlib.suppress(OSError):
