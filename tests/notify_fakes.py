@@ -39,7 +39,7 @@ class _Server:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 hit = Hit(self.path, {k.lower(): v for k, v in self.headers.items()}, body)

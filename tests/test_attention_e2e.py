@@ -168,7 +168,7 @@ async def test_a_failed_delivery_is_retried(
     session = await demo_session(c, project)
     await run_turn(c, session, "echo after a hiccup")
     hits = receiver.wait(3, timeout=30)
-    assert [h.json()["message"] for h in hits][0] == hits[2].json()["message"]
+    assert len({h.body for h in hits}) == 1  # the same notification, tried three times
     assert hits[2].at - hits[0].at >= 4.0  # backoff: 1 s, then 4 s
     log = d.log_text()
     assert "notify_failed" in log

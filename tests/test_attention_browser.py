@@ -1,0 +1,218 @@
+"""The web client as an installed PWA in headless Chromium (Debian's), against a real daemon:
+its manifest and icons, the service worker showing a push delivered through the DevTools
+protocol, the notification's click opening the session, presence keeping a watched session
+quiet, and the settings panel. Screenshots land in tests/artifacts/web/ (docs/notifications.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon import ROOT, DaemonProcess
+from tests.notify_fakes import Receiver
+from tests.web.browser import Browser, Page, missing
+from tests.wsclient import Client
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(missing() is not None, reason=str(missing())),
+]
+
+ARTIFACTS = ROOT / "tests" / "artifacts" / "web"
+NOTIFICATIONS = (
+    "(async () => (await (await navigator.serviceWorker.ready).getNotifications())"
+    ".map((n) => ({title: n.title, body: n.body, tag: n.tag, data: n.data,"
+    " actions: (n.actions || []).map((a) => a.action + '=' + a.title)})))()"
+)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("attention-browser")
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def daemon(workdir: Path, receiver: Receiver) -> Iterator[DaemonProcess]:
+    config = (
+        "[notify]\nmin_turn_s = 0\n"
+        f'[[notify.targets]]\nurl = "{receiver.url}"\nname = "webhook on 127.0.0.1"\n'
+        'kinds = ["permission", "turn_end", "error"]\n'
+    )
+    d = DaemonProcess(workdir / "home", config=config).start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(workdir: Path) -> Iterator[Browser]:
+    b = Browser(workdir / "browser")
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def page(browser: Browser, daemon: DaemonProcess) -> Iterator[Page]:
+    p = browser.page(1280, 860)
+    p.goto(origin(daemon) + "/#token=" + daemon.token)
+    p.wait("#conn[data-state=open]")
+    p.wait_for("navigator.serviceWorker.ready.then((r) => Boolean(r.active))")
+    yield p
+    errors = [e["text"] for e in p.logs() if e["type"] in ("error", "pageerror")]
+    p.close()
+    assert not errors, errors
+
+
+def origin(d: DaemonProcess) -> str:
+    return f"http://127.0.0.1:{d.port}"
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def with_client(d: DaemonProcess, fn: Any) -> Any:
+    async def run() -> Any:
+        c = await Client.open(d.url, d.token)
+        try:
+            return await fn(c)
+        finally:
+            await c.close()
+
+    return asyncio.run(run())
+
+
+def create_sessions(d: DaemonProcess, cwd: Path, n: int) -> list[str]:
+    async def make(c: Client) -> list[str]:
+        out = []
+        for _ in range(n):
+            result = await c.request("session.create", agent="demo", cwd=str(cwd))
+            out.append(str(result["session"]["session"]))
+        return out
+
+    return list(with_client(d, make))
+
+
+def run_turn(d: DaemonProcess, session: str, text: str) -> None:
+    async def turn(c: Client) -> None:
+        await c.request("session.subscribe", session=session)
+        await c.request("session.send", session=session, text=text)
+        await c.turn(session)
+
+    with_client(d, turn)
+
+
+def test_manifest_has_png_icons_and_the_worker_registers(
+    page: Page, daemon: DaemonProcess
+) -> None:
+    with urllib.request.urlopen(origin(daemon) + "/manifest.webmanifest") as resp:
+        manifest = json.loads(resp.read())
+    icons = {i["sizes"]: i for i in manifest["icons"]}
+    for size in (192, 512):
+        icon = icons[f"{size}x{size}"]
+        assert icon["type"] == "image/png"
+        with urllib.request.urlopen(origin(daemon) + icon["src"]) as resp:
+            assert resp.headers["Content-Type"] == "image/png"
+            assert png_size(resp.read()) == (size, size)
+    assert icons["any"]["src"] == "/icon.svg"
+    assert manifest["display"] == "standalone" and manifest["start_url"] == "/"
+    scope = page.eval("navigator.serviceWorker.ready.then((r) => r.scope)")
+    assert scope == origin(daemon) + "/"
+    assert page.eval("Boolean(navigator.serviceWorker.controller)") in (True, False)
+
+
+def test_a_push_shows_a_notification_whose_click_opens_the_session(
+    page: Page, daemon: DaemonProcess, project: Path
+) -> None:
+    (session,) = create_sessions(daemon, project, 1)
+    page._call("grant", permissions=["notifications"], origin=origin(daemon))
+    payload = {
+        "kind": "permission",
+        "title": "demo asks permission (project)",
+        "body": "Write: demo.txt",
+        "session": session,
+        "agent": "demo",
+        "url": f"{origin(daemon)}/#session={session}",
+        "request_id": "perm-1",
+        "options": [
+            {"id": "allow", "label": "Allow", "kind": "allow_once"},
+            {"id": "deny", "label": "Deny", "kind": "reject_once"},
+        ],
+    }
+    page._call("push", origin=origin(daemon) + "/", data=json.dumps(payload))
+    page.wait_for(f"{NOTIFICATIONS}.then((n) => n.length === 1)")
+    (shown,) = page.eval(NOTIFICATIONS)
+    assert shown["title"] == payload["title"]
+    assert shown["body"] == "Write: demo.txt"
+    assert shown["data"]["url"] == payload["url"]
+    assert shown["tag"] == f"{session}:permission"
+    max_actions = page.eval("Notification.maxActions")
+    assert shown["actions"] == ["allow=Allow", "deny=Deny"][:max_actions]
+    # The page shows no session; the notification's click opens this one. (Chromium has no
+    # DevTools command that clicks a notification: the worker is given the click event.)
+    assert page.eval("window.agentBridge.app.current") is None
+    page._call(
+        "swEval",
+        expr="(async () => { const [n] = await self.registration.getNotifications();"
+        " self.dispatchEvent(new NotificationEvent('notificationclick', {notification: n}));"
+        " })()",
+    )
+    page.wait_for(f"window.agentBridge.app.current?.id === {json.dumps(session)}")
+    assert page.url().endswith(f"#session={session}")
+    page.wait(".session textarea")
+    page.wait_for(f"{NOTIFICATIONS}.then((n) => n.length === 0)")  # closed by the click
+    page.screenshot(ARTIFACTS / "notify-opened-session.png")
+
+
+def test_presence_keeps_the_shown_session_quiet(
+    page: Page, daemon: DaemonProcess, receiver: Receiver, project: Path
+) -> None:
+    watched, elsewhere = create_sessions(daemon, project, 2)
+    page.goto(f"{origin(daemon)}/?link#session={watched}")  # a deep link, opened anew
+    page.wait(".session textarea")
+    page.wait_for(f"window.agentBridge.app.current?.id === {json.dumps(watched)}")
+    time.sleep(0.5)  # the presence report is on its way with the page's own requests
+    before = len(receiver.hits)
+    run_turn(daemon, watched, "echo seen on screen")
+    run_turn(daemon, elsewhere, "echo nobody looks")
+    hits = receiver.wait(before + 1)
+    time.sleep(1.5)
+    new = receiver.hits[before:]
+    assert len(new) == 1, [h.json() for h in new]
+    assert new[0].json()["message"].endswith(f"#session={elsewhere}")
+    assert hits[before].json()["title"].startswith("demo finished")
+
+
+def test_settings_panel_lists_channels_and_sends_a_test(
+    page: Page, daemon: DaemonProcess, receiver: Receiver
+) -> None:
+    page.wait("#notify-channels li")
+    assert page.texts("#notify-channels li") == [
+        "webhook on 127.0.0.1 error, permission, turn_end"
+    ]
+    assert "0 device(s)" in page.text("#notify-devices")
+    before = len(receiver.hits)
+    page.click("#notify-test")
+    page.wait("#notify-status .check-pass")
+    assert page.text("#notify-status").startswith("✓ webhook on 127.0.0.1:")
+    hit = receiver.wait(before + 1)[before]
+    assert hit.json()["title"] == "agent-bridge test notification"
+    page.eval("document.querySelector('#notify-settings').scrollIntoView()")
+    page.screenshot(ARTIFACTS / "notify-settings.png")
