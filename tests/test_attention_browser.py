@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.daemon import ROOT, DaemonProcess
-from tests.notify_fakes import Receiver
+from tests.notify_fakes import FakePushService, Receiver
 from tests.web.browser import Browser, Page, missing
 from tests.wsclient import Client
 
@@ -45,6 +45,13 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.close()
+
+
+@pytest.fixture(scope="module")
+def push_service() -> Iterator[FakePushService]:
+    p = FakePushService()
+    yield p
+    p.close()
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +223,99 @@ def test_settings_panel_lists_channels_and_sends_a_test(
     assert hit.json()["title"] == "agent-bridge test notification"
     page.eval("document.querySelector('#notify-settings').scrollIntoView()")
     page.screenshot(ARTIFACTS / "notify-settings.png")
+
+
+def permission_pushed(
+    d: DaemonProcess, push_service: FakePushService, cwd: Path, name: str
+) -> dict[str, Any]:
+    """A turn of the demo agent that waits for a permission, nobody watching: the payload the
+    daemon pushed (encrypted, signed) to a subscription, as the push service decrypted it."""
+
+    async def go(c: Client) -> dict[str, Any]:
+        await c.request("webpush.subscribe", subscription=push_service.subscription(name))
+        result = await c.request("session.create", agent="demo", cwd=str(cwd))
+        session = result["session"]["session"]
+        await c.request("session.subscribe", session=session)
+        await c.request("session.send", session=session, text="write the file")
+        await c.events_until(lambda b: b["type"] == "permission_request", session=session)
+        await c.request("webpush.unsubscribe", endpoint=push_service.subscription(name)["endpoint"])
+        return {"session": session}
+
+    before = len(push_service.messages)
+    session = with_client(d, go)["session"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        mine = [m for m in push_service.messages[before:] if m["name"] == name]
+        if mine:
+            assert not push_service.problems, push_service.problems
+            payload: dict[str, Any] = mine[0]["payload"]
+            assert payload["session"] == session and payload["kind"] == "permission"
+            return payload
+        time.sleep(0.05)
+    raise AssertionError(f"no push for {name}: {push_service.problems}")
+
+
+def click(page: Page, action: str = "") -> None:
+    page._call(
+        "swEval",
+        expr="(async () => { const [n] = await self.registration.getNotifications();"
+        f" self.dispatchEvent(new NotificationEvent('notificationclick', {{notification: n,"
+        f" action: {json.dumps(action)}}})); }})()",
+    )
+
+
+def session_events(d: DaemonProcess, session: str) -> list[dict[str, Any]]:
+    async def go(c: Client) -> list[dict[str, Any]]:
+        await c.request("session.subscribe", session=session)
+        frames = []
+        while True:
+            try:
+                frame = await c.next_push(1.0)
+            except TimeoutError:
+                return frames
+            if frame.get("t") == "event":
+                frames.append(frame["block"])
+
+    return list(with_client(d, go))
+
+
+def test_the_daemons_permission_push_answered_from_the_notification(
+    page: Page, daemon: DaemonProcess, push_service: FakePushService, project: Path
+) -> None:
+    payload = permission_pushed(daemon, push_service, project, "chromium-1")
+    assert "Write: demo.txt" in payload["body"]
+    page._call("grant", permissions=["notifications"], origin=origin(daemon))
+    page._call("push", origin=origin(daemon) + "/", data=json.dumps(payload))
+    page.wait_for(f"{NOTIFICATIONS}.then((n) => n.length === 1)")
+    (shown,) = page.eval(NOTIFICATIONS)
+    assert shown["title"].startswith("demo asks permission")
+    allow = next(o for o in payload["options"] if o["kind"] == "allow_once")
+    # "Turn on for this device" keeps the remembered token where the worker can read it.
+    page.eval(
+        "new Promise((ok) => { const r = indexedDB.open('agent-bridge', 1);"
+        " r.onupgradeneeded = () => r.result.createObjectStore('kv');"
+        " r.onsuccess = () => { const tx = r.result.transaction('kv', 'readwrite');"
+        " tx.objectStore('kv').put(localStorage.getItem('agent-bridge.token'), 'token');"
+        " tx.oncomplete = () => ok(true); }; })"
+    )
+    click(page, allow["id"])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        ends = [b for b in session_events(daemon, payload["session"]) if b["type"] == "session_end"]
+        if ends:
+            break
+    assert ends and ends[-1]["reason"] == "completed", ends
+    assert page.eval("window.agentBridge.app.current") is None  # answered without opening
+
+
+def test_a_tap_without_a_token_opens_the_session_with_the_prompt_in_view(
+    page: Page, daemon: DaemonProcess, push_service: FakePushService, project: Path
+) -> None:
+    payload = permission_pushed(daemon, push_service, project, "chromium-2")
+    page._call("grant", permissions=["notifications"], origin=origin(daemon))
+    page._call("push", origin=origin(daemon) + "/", data=json.dumps(payload))
+    page.wait_for(f"{NOTIFICATIONS}.then((n) => n.length === 1)")
+    click(page)
+    page.wait(f".blk-permission[data-id={json.dumps(payload['request_id'])}][data-state=open]")
+    assert page.url().endswith(f"#session={payload['session']}")
+    page.screenshot(ARTIFACTS / "notify-permission-opened.png")
