@@ -297,7 +297,7 @@ _EXTENSIONS: list[Callable[[Any, Callable[..., argparse.ArgumentParser]], None]]
 def _load_extensions() -> None:
     import importlib
 
-    for name in ("bridge.cli_adapters", "bridge.doctor", "bridge.service"):
+    for name in ("bridge.cli_adapters", "bridge.doctor", "bridge.service", "bridge.attention.cli"):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:

@@ -240,18 +240,21 @@ async def test_channel_secrets_never_reach_logs_or_answers(
     daemon_factory: Any, receiver: Receiver, project: Path
 ) -> None:
     secret = "s3cretP4ssw0rd"
+    typo_secret = "t0kenInAMistypedURL"
     url = f"json://bob:{secret}@127.0.0.1:{receiver.port}/hook"
     down = f"json://alice:{secret}x@127.0.0.1:1/hook"
     config = (
         "[notify]\nmin_turn_s = 0\n"
         f'[[notify.targets]]\nurl = "{url}"\n'
         f'[[notify.targets]]\nurl = "{down}"\nname = "broken"\n'
+        f'[[notify.targets]]\nurl = "nosuchservice://{typo_secret}@example.com"\n'
     )
     d = start(daemon_factory, config)
     c = await Client.open(d.url, d.token)
     listed = await c.request("notify.channels")
     assert secret not in json.dumps(listed)
     assert [ch["name"] for ch in listed["channels"]][1] == "broken"
+    assert "nosuchservice://" in listed["problems"][0]
     results = (await c.request("notify.test"))["results"]
     assert [r["ok"] for r in results] == [True, False]
     assert secret not in json.dumps(results)
@@ -261,7 +264,7 @@ async def test_channel_secrets_never_reach_logs_or_answers(
     time.sleep(2.0)  # the broken channel's retry logs
     log = d.log_text()
     assert "notify_failed" in log
-    assert secret not in log
+    assert secret not in log and typo_secret not in log
     assert d.token not in log
     for hit in receiver.hits:
         assert d.token not in hit.body.decode()

@@ -43,6 +43,8 @@ class _AppriseLog(logging.Handler):
     """Apprise's log records: redacted into the daemon's log, and kept for the sender's answer."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(_local, "parsing", False):
+            return  # Apprise quotes a URL it cannot parse whole, secrets included
         try:
             text = redact(record.getMessage())
         except Exception:  # a record that cannot be formatted is not worth a crash
@@ -86,7 +88,11 @@ class Channel:
         route_apprise_logs()
         self.kinds = frozenset(target.kinds or NOTIFY_KINDS)
         self._url = target.url
-        plugin: Any = apprise.Apprise.instantiate(target.url, suppress_exceptions=True)
+        _local.parsing = True
+        try:
+            plugin: Any = apprise.Apprise.instantiate(target.url, suppress_exceptions=True)
+        finally:
+            _local.parsing = False
         if plugin is None:
             scheme = target.url.split("://", 1)[0]
             raise ChannelError(
