@@ -117,11 +117,6 @@ class Attention:
 
     def report(self, conn: Hashable, visible: bool, session: str | None) -> None:
         self.presence.report(conn, visible, session)
-        if visible and session:
-            # Whatever waited to be folded for this session is seen now.
-            for (sid, _kind), window in self._windows.items():
-                if sid == session and window.pending is not None:
-                    window.pending, window.folded = None, 0
 
     def drop(self, conn: Hashable) -> None:
         self.presence.drop(conn)
@@ -181,7 +176,7 @@ class Attention:
         if notice is None:
             return
         if self.presence.watched(notice.session):
-            return
+            return  # seen meanwhile: what waited is no news
         window.sent_at = time.monotonic()
         if count > 1:
             notice.count = count
