@@ -27,6 +27,7 @@ class Hit:
     headers: dict[str, str]
     body: bytes
     at: float = field(default_factory=time.monotonic)
+    wall: float = field(default_factory=time.time)
 
     def json(self) -> Any:
         return json.loads(self.body)
