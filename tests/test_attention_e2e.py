@@ -270,3 +270,20 @@ async def test_channel_secrets_never_reach_logs_or_answers(
         assert d.token not in hit.body.decode()
     assert os.environ.get("AGENT_BRIDGE_TOKEN") is None
     await c.close()
+
+
+async def test_a_turn_the_daemon_died_in_is_announced_after_the_restart(
+    daemon_factory: Any, receiver: Receiver, project: Path
+) -> None:
+    d = start(daemon_factory, notify_config(receiver, min_turn_s=3600))
+    c = await Client.open(d.url, d.token)
+    session = await demo_session(c, project)
+    await c.request("session.subscribe", session=session)
+    await c.request("session.send", session=session, text="slow and steady")
+    await c.events_until(lambda b: b["type"] == "plan", session=session)
+    d.kill9()
+    d.start()  # recovery closes the turn before the daemon listens: the link must be whole
+    data = message_of(receiver.wait(1)[0])
+    assert data["title"].startswith("demo failed"), data
+    assert "daemon_restarted" in data["message"]
+    assert data["message"].endswith(f"http://127.0.0.1:{d.port}/#session={session}")

@@ -39,6 +39,7 @@ log = get_logger("bridge.attention")
 RATE_WINDOW_S = 10.0
 RETRY_DELAYS_S = (1.0, 4.0, 15.0)
 DELIVERY_THREADS = 4
+EARLY_MAX = 100
 _enc = msgspec.json.Encoder()
 _sub_dec = msgspec.json.Decoder(dict[str, Any])
 
@@ -82,8 +83,9 @@ class Attention:
         self._pool = ThreadPoolExecutor(DELIVERY_THREADS, thread_name_prefix="bridge-notify")
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: (kind, session, sent at) of every notice handed to delivery; for tests and `bench/`
-        self.sent: list[tuple[str, str, float]] = []
+        #: Notices raised before ``start`` (a turn the daemon died in, closed by the recovery
+        #: before the server listens): sent once links can be made.
+        self._early: list[Notice] = []
 
     # ---- life -------------------------------------------------------------------------------
 
@@ -98,6 +100,10 @@ class Attention:
             channels=[c.safe_url for c in self.channels],
             webpush_subscriptions=len(self.subscriptions),
         )
+        early, self._early = self._early, []
+        for notice in early:
+            notice.url = self.url_of(notice.session)
+            self.raise_notice(notice)
 
     async def close(self) -> None:
         self._stop.set()
@@ -142,6 +148,10 @@ class Attention:
                 self.raise_notice(notice)
 
     def raise_notice(self, notice: Notice) -> None:
+        if self._loop is None:
+            if len(self._early) < EARLY_MAX:
+                self._early.append(notice)
+            return
         if self.presence.watched(notice.session):
             log.debug("notify_skipped_watched", kind=notice.kind, session=notice.session)
             return
@@ -194,7 +204,6 @@ class Attention:
     # ---- delivery -----------------------------------------------------------------------------
 
     def _dispatch(self, notice: Notice) -> None:
-        self.sent.append((notice.kind, notice.session, time.monotonic()))
         log.info("notify", kind=notice.kind, session=notice.session, count=notice.count)
         for channel in self.channels:
             if notice.kind in channel.kinds:
