@@ -287,3 +287,41 @@ async def test_a_turn_the_daemon_died_in_is_announced_after_the_restart(
     assert data["title"].startswith("demo failed"), data
     assert "daemon_restarted" in data["message"]
     assert data["message"].endswith(f"http://127.0.0.1:{d.port}/#session={session}")
+
+
+async def test_handoff_both_ways_with_a_terminal(
+    tmp_path: Path, receiver: Receiver, project: Path
+) -> None:
+    import shutil
+
+    from tests.handoffapp import App
+    from tests.test_handoff_hub import ADAPTER, Terminal, new_session
+
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    d = DaemonProcess(tmp_path / "home", config=notify_config(receiver, kinds='["handoff"]'),
+                      env={"HANDOFF_FAKE_DIR": str(fake)})
+    (d.config_dir / "adapters").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ADAPTER, d.config_dir / "adapters" / "fake_term_adapter.py")
+    d.start()
+    app = App(await Client.open(d.url, d.token))
+    term = None
+    try:
+        session, sid = await new_session(app, project)
+        await app.request("session.handoff", session=session)
+        await app.state(session, "parked", "none")
+        term = Terminal(fake, sid)
+        await app.state(session, "parked", "terminal")
+        took = message_of(receiver.wait(1)[0])
+        assert took["title"] == "fake_term: a terminal took the session (project)", took
+        term.exit()
+        await app.state(session, "idle", "bridge")
+        # Same session and kind within 10 s: it waits for the window's end.
+        back = message_of(receiver.wait(2, timeout=25)[1])
+        assert back["title"] == "fake_term: the terminal gave the session back (project)", back
+        assert back["message"].endswith(f"#session={session}")
+    finally:
+        if term is not None and term.proc.poll() is None:
+            term.exit()
+        await app.c.close()
+        d.stop()

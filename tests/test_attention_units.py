@@ -269,3 +269,33 @@ async def test_subscriptions_need_https_or_loopback_http(tmp_path: Path, endpoin
         await a.subscribe({"endpoint": endpoint, "keys": keys})
     assert a.subscriptions == {}
     await a.close()
+
+
+@pytest.mark.parametrize(("toml", "key"), [
+    ('[[notify.targets]]\nurl = "ntfy://t"\nkinds = ["turn_end", "lunch"]\n',
+     "notify.targets[0].kinds"),
+    ('[[notify.targets]]\nurl = "not a url"\n', "notify.targets[0].url"),
+    ('[notify]\nwebpush_kinds = ["everything"]\n', "notify.webpush_kinds"),
+    ('[notify]\nvapid_subject = "me"\n', "notify.vapid_subject"),
+    ('[notify]\nmin_turn_s = -1\n', "notify.min_turn_s"),
+    ('[[notify.targets]]\nkinds = ["error"]\n', "notify.targets"),
+])
+def test_bad_notify_config_names_the_key(tmp_path: Path, toml: str, key: str) -> None:
+    from bridge.config import ConfigError, load_config
+
+    file = tmp_path / "config.toml"
+    file.write_text(toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(file, environ={})
+    assert key in str(err.value)
+
+
+def test_notify_config_from_file_and_environment(tmp_path: Path) -> None:
+    from bridge.config import load_config
+
+    file = tmp_path / "config.toml"
+    file.write_text('[[notify.targets]]\nurl = "ntfys://ntfy.sh/topic"\nkinds = ["permission"]\n')
+    config = load_config(file, environ={"AGENT_BRIDGE_NOTIFY_MIN_TURN_S": "5"})
+    assert config.notify.min_turn_s == 5
+    assert config.notify.targets[0].kinds == ["permission"]
+    assert config.notify.webpush_kinds == ["permission", "turn_end", "error", "handoff"]
