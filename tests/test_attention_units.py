@@ -299,3 +299,15 @@ def test_notify_config_from_file_and_environment(tmp_path: Path) -> None:
     assert config.notify.min_turn_s == 5
     assert config.notify.targets[0].kinds == ["permission"]
     assert config.notify.webpush_kinds == ["permission", "turn_end", "error", "handoff"]
+
+
+def test_tool_calls_are_kept_small_and_an_ended_session_is_forgotten() -> None:
+    feed = Feeder()
+    big = "x" * 1_000_000
+    feed(ToolCallBlock(id="w", name="Write", input={"file_path": "a.txt", "content": big}))
+    track = feed.detector._tracks["s1"]
+    assert len(json.dumps(track.tools["w"])) < 1000
+    notice = feed(PermissionRequestBlock(id="p", tool_call_id="w"))
+    assert notice is not None and notice.body == "Write: a.txt"
+    assert feed(state("idle", "ended", "none")) is None
+    assert "s1" not in feed.detector._tracks

@@ -114,13 +114,29 @@ def duration(seconds: float) -> str:
     return f"{hours} h {minutes} min"
 
 
+#: Input keys that say what a tool does, in the order they are looked for.
+TOOL_KEYS = ("command", "cmd", "file_path", "path", "filePath", "url", "pattern", "query")
+
+
+def _tool_brief(block: dict[str, Any]) -> dict[str, Any]:
+    """What a permission notice needs of a tool call, and no more (a Write's content can be
+    megabytes; 64 of them per session would be kept otherwise)."""
+    args = _dict(block.get("input"))
+    brief = {k: args[k] for k in TOOL_KEYS if k in args}
+    for key, value in brief.items():
+        if isinstance(value, list):
+            value = " ".join(str(v) for v in value)
+        brief[key] = str(value)[:BODY_MAX * 2]
+    return {"name": block.get("name"), "title": block.get("title"), "input": brief}
+
+
 def tool_summary(tool: dict[str, Any] | None, fallback: str) -> str:
     """The tool and its command or path: ``Bash: npm test``, ``Write: src/app.py``."""
     if tool is None:
         return fallback or "a tool"
     name = str(tool.get("name") or "tool")
     args = _dict(tool.get("input"))
-    for key in ("command", "cmd", "file_path", "path", "filePath", "url", "pattern", "query"):
+    for key in TOOL_KEYS:
         value = args.get(key)
         if isinstance(value, list):
             value = " ".join(str(v) for v in value)
@@ -163,7 +179,7 @@ class Detector:
             return None
         if kind == "tool_call":
             tid = str(block.get("id"))
-            track.tools[tid] = block
+            track.tools[tid] = _tool_brief(block)
             track.tools.move_to_end(tid)
             while len(track.tools) > TOOLS_KEPT:
                 track.tools.popitem(last=False)
@@ -269,6 +285,9 @@ class Detector:
         if state != "running" and track.held_error is not None:
             error, track.held_error = track.held_error, None
             return self._error_notice(session, info, error)
+        if state == "ended":
+            self.forget(session)
+            return None
         if writer == "terminal" and before_writer != "terminal":
             return self._notice(
                 "handoff",
