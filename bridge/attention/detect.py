@@ -21,7 +21,7 @@ is its first field) and never decoded.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +33,8 @@ BODY_MAX = 240
 TITLE_MAX = 120
 #: Tool calls remembered per session, to describe the permission request that names one.
 TOOLS_KEPT = 64
-#: Characters of the answer's text kept per turn (its last line is what is shown).
-TEXT_KEPT = 4000
+#: The newest text deltas kept per session, undecoded: the answer's last line is in them.
+TEXT_KEPT = 64
 #: Error codes that need nobody: the person stopped the turn, or the daemon repaired output.
 QUIET_ERRORS = frozenset({"interrupted", "adapter_contract"})
 
@@ -79,8 +79,7 @@ class SessionInfo:
 @dataclass
 class _Track:
     turn_start: float | None = None
-    text_id: str | None = None
-    text: str = ""
+    texts: deque[bytes] = field(default_factory=lambda: deque(maxlen=TEXT_KEPT))
     tools: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
     error: dict[str, Any] | None = None
     #: a retryable error whose turn ended: sent unless a retry follows
@@ -164,7 +163,7 @@ class Detector:
         if track is None:
             track = self._tracks[session] = _Track()
         if block_json.startswith(_TEXT):
-            self._text(track, block_json)
+            track.texts.append(block_json)  # decoded only when the turn ends
             return None
         try:
             block = _decode.decode(block_json)
@@ -174,7 +173,7 @@ class Detector:
         if kind == "user":
             if block.get("source", "bridge") == "bridge":
                 track.turn_start = ts
-                track.text_id, track.text = None, ""
+                track.texts.clear()
                 track.error = track.held_error = None
             return None
         if kind == "tool_call":
@@ -196,15 +195,21 @@ class Detector:
             return self._system(session, info, track, block)
         return None
 
-    def _text(self, track: _Track, block_json: bytes) -> None:
-        try:
-            block = _decode.decode(block_json)
-        except msgspec.DecodeError:
-            return
-        tid = block.get("id")
-        if tid != track.text_id:
-            track.text_id, track.text = tid, ""
-        track.text = (track.text + str(block.get("text") or ""))[-TEXT_KEPT:]
+    @staticmethod
+    def _answer(track: _Track) -> str:
+        """The text of the newest message among the kept deltas."""
+        parts: list[str] = []
+        last_id: object = None
+        for raw in track.texts:
+            try:
+                block = _decode.decode(raw)
+            except msgspec.DecodeError:
+                continue
+            if block.get("id") != last_id:
+                last_id, parts = block.get("id"), []
+            parts.append(str(block.get("text") or ""))
+        track.texts.clear()
+        return "".join(parts)
 
     def _notice(self, kind: str, session: str, info: SessionInfo, title: str, body: str) -> Notice:
         project = os.path.basename(info.cwd.rstrip("/")) or info.cwd
@@ -259,7 +264,7 @@ class Detector:
         took = ts - start
         if took < self.min_turn_s:
             return None
-        lines = [line.strip() for line in track.text.splitlines() if line.strip()]
+        lines = [line.strip() for line in self._answer(track).splitlines() if line.strip()]
         last = lines[-1] if lines else "the turn ended"
         return self._notice(
             "turn_end", session, info, f"{info.agent} finished", f"after {duration(took)}: {last}"
