@@ -311,3 +311,29 @@ def test_tool_calls_are_kept_small_and_an_ended_session_is_forgotten() -> None:
     assert notice is not None and notice.body == "Write: a.txt"
     assert feed(state("idle", "ended", "none")) is None
     assert "s1" not in feed.detector._tracks
+
+
+@pytest.mark.parametrize(("url", "shown", "address", "secrets"), [
+    ("ntfys://ntfy.sh/bridge-7f3k9q2m", "ntfys://ntfy.sh/***", ("ntfy.sh", 443),
+     ["bridge-7f3k9q2m"]),
+    ("ntfy://me:hunter2hunter2@ntfy.lan:8080/alerts", "ntfy://me:****@ntfy.lan:8080/alerts",
+     ("ntfy.lan", 8080), ["hunter2hunter2"]),
+    ("tgram://123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/987654", "tgram://1...w/987654/",
+     ("api.telegram.org", 443), ["123456789", "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"]),
+    ("pover://u1234567890abcdefghijklmnopqr@a1234567890abcdefghijklmnopqr",
+     "pover://u...r@a...r//", ("api.pushover.net", 443),
+     ["u1234567890abcdefghijklmnopqr", "a1234567890abcdefghijklmnopqr"]),
+    ("json://127.0.0.1:8080/hook", "json://127.0.0.1:8080/hook", ("127.0.0.1", 8080), []),
+])
+def test_a_channel_is_shown_masked_and_its_secrets_are_redacted_everywhere(
+    url: str, shown: str, address: tuple[str, int], secrets: list[str]
+) -> None:
+    from bridge.attention.channels import Channel
+    from bridge.config import NotifyTarget
+    from bridge.redact import redact
+
+    channel = Channel(NotifyTarget(url=url), 0)
+    assert channel.safe_url == shown
+    assert channel.address() == address
+    for secret in secrets:
+        assert secret not in redact(f"Failed to send to {url}: {secret}")

@@ -70,8 +70,13 @@ def route_apprise_logs() -> None:
     logger.propagate = False
 
 
+def _looks_random(value: str) -> bool:
+    return len(value) >= 8 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
 def _remember_url_secrets(url: str, shown: str) -> None:
-    """Whatever part of ``url`` Apprise's privacy form hides is a secret."""
+    """Whatever part of ``url`` Apprise's privacy form hides is a secret; so is a path segment
+    or query value that looks random (an ntfy topic, a webhook's token), which Apprise shows."""
     visible = set(_SPLIT.split(shown))
     for part in _SPLIT.split(url):
         for value in {part, urllib.parse.unquote(part)}:
@@ -79,6 +84,11 @@ def _remember_url_secrets(url: str, shown: str) -> None:
                 remember_secret(value)
     parsed = urllib.parse.urlsplit(url)
     remember_secret(parsed.password)
+    query = [v for _k, v in urllib.parse.parse_qsl(parsed.query)]
+    for value in [*parsed.path.split("/"), *query]:
+        value = urllib.parse.unquote(value)
+        if _looks_random(value):
+            remember_secret(value)
 
 
 class Channel:
@@ -100,8 +110,11 @@ class Channel:
                 "see https://github.com/caronc/apprise/wiki for the URL of each service"
             )
         self._plugin = plugin
-        self.safe_url = str(plugin.url(privacy=True))
-        _remember_url_secrets(target.url, self.safe_url)
+        shown = str(plugin.url(privacy=True))
+        _remember_url_secrets(target.url, shown)
+        # Apprise's privacy form, without its query of defaults, and with what looks random
+        # masked too.
+        self.safe_url = redact(shown.split("?", 1)[0])
         self.name = target.name or self.safe_url
         self.service = str(getattr(plugin, "service_name", "") or target.url.split("://")[0])
         self._lock = threading.Lock()
@@ -123,29 +136,38 @@ class Channel:
         text = redact(lines[-1]) if lines else ("delivered" if ok else "not delivered")
         return Answer(ok, text)
 
+    def address(self) -> tuple[str, int] | None:
+        """Where the service listens: the URL's host, or, for services at a fixed address
+        (Telegram, Pushover, Discord, Slack: their URL's "host" is a token), that address."""
+        plugin = self._plugin
+        host = getattr(plugin, "host", None)
+        if isinstance(host, str) and _is_hostname(host) and host in self.safe_url:
+            secure = bool(getattr(plugin, "secure", False))
+            port = getattr(plugin, "port", None)
+            return host, int(port or (443 if secure else 80))
+        for attr in ("webhook_url", "notify_url", "cloud_notify_url", "api_url"):
+            value = getattr(plugin, attr, None)
+            if isinstance(value, str) and "://" in value:
+                parts = urllib.parse.urlsplit(value.replace("{}", ""))
+                if parts.hostname:
+                    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+        return None
+
     def reach(self, timeout: float = 5.0) -> str | None:
-        """Open a TCP connection to the service's host (nothing is sent); None when it works."""
-        host = getattr(self._plugin, "host", None)
-        port = getattr(self._plugin, "port", None)
-        secure = bool(getattr(self._plugin, "secure", True))
-        if not host:
-            host = _default_host(self._plugin)
-        if not host:
-            return None  # a local or host-less service (e.g. a file or a command): nothing to reach
+        """Open a TCP connection to the service (nothing is sent); None when it works."""
+        address = self.address()
+        if address is None:
+            return None  # a local or host-less service (a file, a command): nothing to reach
+        host, port = address
         try:
-            with socket.create_connection((host, int(port or (443 if secure else 80))), timeout):
+            with socket.create_connection((host, port), timeout):
                 return None
         except OSError as exc:
-            return redact(f"cannot reach {host}: {exc.strerror or exc}")
+            return redact(f"cannot reach {host}:{port}: {exc.strerror or exc}")
 
 
-def _default_host(plugin: Any) -> str | None:
-    """Services with a fixed host (Telegram, Pushover, ...) name it in their notify URL."""
-    for attr in ("notify_url", "api_url", "base_url"):
-        value = getattr(plugin, attr, None)
-        if isinstance(value, str) and "://" in value:
-            return urllib.parse.urlsplit(value.replace("{", "").replace("}", "")).hostname
-    return None
+def _is_hostname(host: str) -> bool:
+    return host == "localhost" or "." in host or ":" in host
 
 
 def build_channels(targets: list[NotifyTarget]) -> tuple[list[Channel], list[str]]:
