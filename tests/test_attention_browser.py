@@ -7,6 +7,7 @@ quiet, and the settings panel. Screenshots land in tests/artifacts/web/ (docs/no
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import struct
 import time
@@ -226,13 +227,14 @@ def test_settings_panel_lists_channels_and_sends_a_test(
 
 
 def permission_pushed(
-    d: DaemonProcess, push_service: FakePushService, cwd: Path, name: str
+    d: DaemonProcess, push_service: FakePushService, cwd: Path, name: str, subscribe: bool = True
 ) -> dict[str, Any]:
     """A turn of the demo agent that waits for a permission, nobody watching: the payload the
     daemon pushed (encrypted, signed) to a subscription, as the push service decrypted it."""
 
     async def go(c: Client) -> dict[str, Any]:
-        await c.request("webpush.subscribe", subscription=push_service.subscription(name))
+        if subscribe:
+            await c.request("webpush.subscribe", subscription=push_service.subscription(name))
         result = await c.request("session.create", agent="demo", cwd=str(cwd))
         session = result["session"]["session"]
         await c.request("session.subscribe", session=session)
@@ -279,25 +281,36 @@ def session_events(d: DaemonProcess, session: str) -> list[dict[str, Any]]:
     return list(with_client(d, go))
 
 
-def test_the_daemons_permission_push_answered_from_the_notification(
+def test_turned_on_in_the_panel_the_daemons_push_is_answered_from_the_notification(
     page: Page, daemon: DaemonProcess, push_service: FakePushService, project: Path
 ) -> None:
-    payload = permission_pushed(daemon, push_service, project, "chromium-1")
-    assert "Write: demo.txt" in payload["body"]
     page._call("grant", permissions=["notifications"], origin=origin(daemon))
+    # Headless Chromium reaches no vendor push service: its PushManager gets the subscription
+    # a browser would (keys the local push service decrypts with); the rest is the page's own.
+    sub = push_service.subscription("chromium-1")
+    page.eval(
+        "(() => { const sub = " + json.dumps(sub) + "; let made = null;"
+        " PushManager.prototype.subscribe = async function (options) {"
+        "   window.__serverKey = Array.from(new Uint8Array(options.applicationServerKey));"
+        "   made = { endpoint: sub.endpoint, options, toJSON: () => sub,"
+        "     unsubscribe: async () => { made = null; return true; } }; return made; };"
+        " PushManager.prototype.getSubscription = async function () { return made; };"
+        " return true; })()"
+    )
+    page.click("#notify-toggle")
+    page.wait("text=Notifications are on for this device.")
+    key = with_client(daemon, lambda c: c.request("webpush.key"))["public_key"]
+    raw = base64.urlsafe_b64decode(key + "=" * (-len(key) % 4))
+    assert page.eval("window.__serverKey") == list(raw)
+    assert page.text("#notify-toggle") == "Turn off on this device"
+    payload = permission_pushed(daemon, push_service, project, "chromium-1", subscribe=False)
+    assert "Write: demo.txt" in payload["body"]
     page._call("push", origin=origin(daemon) + "/", data=json.dumps(payload))
     page.wait_for(f"{NOTIFICATIONS}.then((n) => n.length === 1)")
     (shown,) = page.eval(NOTIFICATIONS)
     assert shown["title"].startswith("demo asks permission")
     allow = next(o for o in payload["options"] if o["kind"] == "allow_once")
-    # "Turn on for this device" keeps the remembered token where the worker can read it.
-    page.eval(
-        "new Promise((ok) => { const r = indexedDB.open('agent-bridge', 1);"
-        " r.onupgradeneeded = () => r.result.createObjectStore('kv');"
-        " r.onsuccess = () => { const tx = r.result.transaction('kv', 'readwrite');"
-        " tx.objectStore('kv').put(localStorage.getItem('agent-bridge.token'), 'token');"
-        " tx.oncomplete = () => ok(true); }; })"
-    )
+    # Turning notifications on kept the remembered token where the worker reads it.
     click(page, allow["id"])
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -306,6 +319,10 @@ def test_the_daemons_permission_push_answered_from_the_notification(
             break
     assert ends and ends[-1]["reason"] == "completed", ends
     assert page.eval("window.agentBridge.app.current") is None  # answered without opening
+    page.click("#notify-toggle")  # off again: the daemon forgets this device
+    page.wait("text=Notifications are off for this device.")
+    channels = with_client(daemon, lambda c: c.request("notify.channels"))
+    assert channels["webpush"]["subscriptions"] == 0
 
 
 def test_a_tap_without_a_token_opens_the_session_with_the_prompt_in_view(
