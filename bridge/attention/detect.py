@@ -35,8 +35,9 @@ TITLE_MAX = 120
 TOOLS_KEPT = 64
 #: The newest text deltas kept per session, undecoded: the answer's last line is in them.
 TEXT_KEPT = 64
-#: Error codes that need nobody: the person stopped the turn, or the daemon repaired output.
-QUIET_ERRORS = frozenset({"interrupted", "adapter_contract"})
+#: Error codes that need nobody: the turn was stopped on purpose (by the person, or by the
+#: daemon shutting down), or the daemon repaired the agent's output.
+QUIET_ERRORS = frozenset({"interrupted", "interrupt_forced", "adapter_contract"})
 
 _decode = msgspec.json.Decoder(dict[str, Any])
 _PREFIXES = {
