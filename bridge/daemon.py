@@ -166,9 +166,6 @@ class Daemon:
         conf = self.config.server
         await self.server.start(conf.host, conf.port, self.config.unix_socket_path)
         self._write_runtime_info()
-        from bridge.attention import service as attention
-
-        await attention.start(self.attention, self.server)
         print(f"listening on {self.server.url}", flush=True)
         log.info(
             "listening",
@@ -176,6 +173,9 @@ class Daemon:
             unix=str(self.server.unix_path or ""),
             version=__version__,
         )
+        from bridge.attention import service as attention
+
+        await attention.start(self.attention, self.server)
         notifier = notify.Notifier.from_env()
         notifier.ready(self._status_text())
         loading = asyncio.create_task(self._load_external_adapters())

@@ -71,9 +71,9 @@ class Attention:
         self.base_url = base_url.rstrip("/")
         self.presence = Presence()
         self.detector = Detector(conf.min_turn_s, self.url_of)
-        self.channels, self.problems = build_channels(conf.targets)
-        for problem in self.problems:
-            log.warning("notify_channel_unusable", problem=problem)
+        #: Built in ``start``, off the loop: Apprise takes half a second to load its plugins.
+        self.channels: list[Channel] = []
+        self.problems: list[str] = []
         self.webpush = WebPush(state_dir / KEY_FILE, conf.vapid_subject, conf.webpush_ttl)
         self.webpush_kinds = frozenset(conf.webpush_kinds or NOTIFY_KINDS)
         self.subscriptions: dict[str, dict[str, Any]] = {}
@@ -86,10 +86,17 @@ class Attention:
         #: Notices raised before ``start`` (a turn the daemon died in, closed by the recovery
         #: before the server listens): sent once links can be made.
         self._early: list[Notice] = []
+        self.ready = asyncio.Event()
 
     # ---- life -------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.config.targets:
+            self.channels, self.problems = await asyncio.to_thread(
+                build_channels, self.config.targets
+            )
+        for problem in self.problems:
+            log.warning("notify_channel_unusable", problem=problem)
         self._loop = asyncio.get_running_loop()
         for raw in await self.store.push_subscriptions():
             with contextlib.suppress(msgspec.DecodeError):
@@ -100,6 +107,7 @@ class Attention:
             channels=[c.safe_url for c in self.channels],
             webpush_subscriptions=len(self.subscriptions),
         )
+        self.ready.set()
         early, self._early = self._early, []
         for notice in early:
             notice.url = self.url_of(notice.session)
@@ -272,6 +280,11 @@ class Attention:
 
     async def key(self) -> str:
         return await asyncio.to_thread(self.webpush.public_key)
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Requests about channels wait for them to be built (just after the daemon listens)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.ready.wait(), timeout)
 
     def describe(self) -> dict[str, Any]:
         return {

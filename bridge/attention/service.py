@@ -80,9 +80,11 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
         return {}
 
     async def channels(_conn: Connection, _req: NotifyChannels) -> Any:
+        await attention.wait_ready()
         return attention.describe()
 
     async def test(_conn: Connection, req: NotifyTest) -> Any:
+        await attention.wait_ready()
         return {"results": await attention.send_test(req.kind, req.endpoint)}
 
     server.add_handler(ClientPresence, presence)
