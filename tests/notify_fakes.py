@@ -128,6 +128,8 @@ class FakePushService(_Server):
         super().__init__()
         self.keys: dict[str, BrowserKeys] = {}
         self.gone: set[str] = set()
+        #: name -> statuses to answer first (then it accepts)
+        self.answers: dict[str, list[int]] = {}
         self.messages: list[dict[str, Any]] = []
         self.problems: list[str] = []
         self.vapid_public: str | None = None  # the daemon's key, once known
@@ -148,6 +150,8 @@ class FakePushService(_Server):
         name = hit.path.rsplit("/", 1)[-1]
         if name in self.gone:
             return 410, b"gone"
+        if self.answers.get(name):
+            return self.answers[name].pop(0), b"not now"
         try:
             self._check_vapid(hit)
             payload = self._decrypt(name, hit)

@@ -325,3 +325,24 @@ async def test_handoff_both_ways_with_a_terminal(
             term.exit()
         await app.c.close()
         d.stop()
+
+
+async def test_web_push_retries_a_busy_service_but_not_a_refusal(
+    daemon_factory: Any, push_service: FakePushService, project: Path
+) -> None:
+    d = start(daemon_factory, "[notify]\nmin_turn_s = 0\n")
+    c = await Client.open(d.url, d.token)
+    push_service.vapid_public = (await c.request("webpush.key"))["public_key"]
+    push_service.answers = {"busy": [503], "refused": [400, 400, 400]}
+    for name in ("busy", "refused"):
+        await c.request("webpush.subscribe", subscription=push_service.subscription(name))
+    session = await demo_session(c, project)
+    await run_turn(c, session, "echo retry me")
+    push_service.wait(3, timeout=20)  # busy twice, refused once
+    await asyncio.sleep(2.5)
+    names = [h.path.rsplit("/", 1)[-1] for h in push_service.hits]
+    assert names.count("busy") == 2 and names.count("refused") == 1, names
+    assert [m["name"] for m in push_service.messages] == ["busy"]
+    channels = await c.request("notify.channels")
+    assert channels["webpush"]["subscriptions"] == 2  # a refusal does not remove it
+    await c.close()

@@ -37,6 +37,8 @@ class Answer:
     text: str
     #: Web Push: the subscription is gone (404/410) and was removed.
     gone: bool = False
+    #: Worth trying again (a push service refusing the request itself is not).
+    retry: bool = True
 
 
 class _AppriseLog(logging.Handler):

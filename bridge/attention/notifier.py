@@ -33,6 +33,7 @@ from bridge.attention.webpush import KEY_FILE, WebPush, check_endpoint, check_ke
 from bridge.config import NOTIFY_KINDS, Config
 from bridge.logs import get_logger
 from bridge.redact import remember_secret
+from bridge.store import PushSubscriptions
 
 log = get_logger("bridge.attention")
 
@@ -56,7 +57,7 @@ class Attention:
     def __init__(
         self,
         config: Config,
-        store: Any,
+        store: PushSubscriptions,
         lookup: Callable[[str], SessionInfo | None],
         base_url: str,
         state_dir: Path,
@@ -97,11 +98,11 @@ class Attention:
             )
         for problem in self.problems:
             log.warning("notify_channel_unusable", problem=problem)
-        self._loop = asyncio.get_running_loop()
         for raw in await self.store.push_subscriptions():
             with contextlib.suppress(msgspec.DecodeError):
                 sub = _sub_dec.decode(raw)
                 self.subscriptions[str(sub.get("endpoint"))] = sub
+        self._loop = asyncio.get_running_loop()  # from now on notices leave
         log.info(
             "notify_ready",
             channels=[c.safe_url for c in self.channels],
@@ -229,7 +230,7 @@ class Attention:
     def _retrying(self, what: str, attempt: Callable[[], Answer]) -> Answer:
         answer = attempt()
         for delay in self.retry_delays:
-            if answer.ok or answer.gone or self._stop.is_set():
+            if answer.ok or not answer.retry or answer.gone or self._stop.is_set():
                 break
             log.warning("notify_failed", to=what, answer=answer.text, retry_in_s=delay)
             if self._stop.wait(delay):

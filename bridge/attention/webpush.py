@@ -143,7 +143,9 @@ class WebPush:
             status = exc.response.status_code if exc.response is not None else None
             gone = status in (404, 410)
             why = f"{origin} answered {status}" if status else f"{origin}: {exc.message}"
-            return Answer(False, redact(why), gone=gone)
+            # 4xx other than 429: this request will never be accepted (a bad key, too big).
+            retry = status is None or status == 429 or status >= 500
+            return Answer(False, redact(why), gone=gone, retry=retry)
         except Exception as exc:  # requests' connection errors, a bad key, ...
             return Answer(False, redact(f"{origin}: {type(exc).__name__}: {exc}"))
         return Answer(True, f"{origin} answered {response.status_code}")
