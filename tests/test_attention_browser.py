@@ -35,6 +35,13 @@ NOTIFICATIONS = (
     " actions: (n.actions || []).map((a) => a.action + '=' + a.title)})))()"
 )
 
+KEPT_TOKEN = (
+    "new Promise((ok) => { const r = indexedDB.open('agent-bridge', 1);"
+    " r.onupgradeneeded = () => r.result.createObjectStore('kv');"
+    " r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('token');"
+    " g.onsuccess = () => ok(g.result ?? null); }; })"
+)
+
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -319,8 +326,10 @@ def test_turned_on_in_the_panel_the_daemons_push_is_answered_from_the_notificati
             break
     assert ends and ends[-1]["reason"] == "completed", ends
     assert page.eval("window.agentBridge.app.current") is None  # answered without opening
-    page.click("#notify-toggle")  # off again: the daemon forgets this device
+    assert page.eval(KEPT_TOKEN) == daemon.token
+    page.click("#notify-toggle")  # off again: the daemon forgets this device, the page the token
     page.wait("text=Notifications are off for this device.")
+    assert page.eval(KEPT_TOKEN) is None
     channels = with_client(daemon, lambda c: c.request("notify.channels"))
     assert channels["webpush"]["subscriptions"] == 0
 
