@@ -337,3 +337,19 @@ def test_a_channel_is_shown_masked_and_its_secrets_are_redacted_everywhere(
     assert channel.address() == address
     for secret in secrets:
         assert secret not in redact(f"Failed to send to {url}: {secret}")
+
+
+async def test_a_fault_in_the_notifier_never_reaches_the_hub(tmp_path: Path) -> None:
+    ch = FakeChannel()
+    a = await make(tmp_path, ch)
+
+    def broken(_session: str) -> SessionInfo:
+        raise RuntimeError("lookup failed")
+
+    a.lookup = broken
+    a.on_committed(end_of_turn("s1", 1, "one"))  # logged, not raised
+    a.lookup = lambda s: INFO
+    a.detector.feed = lambda *args: (_ for _ in ()).throw(ValueError("bad"))  # type: ignore[method-assign]
+    a.on_committed(end_of_turn("s1", 4, "two"))
+    assert ch.sent == []
+    await a.close()

@@ -139,22 +139,22 @@ class Attention:
     # ---- events in ----------------------------------------------------------------------------
 
     def on_committed(self, batch: list[Any]) -> None:
-        """The hub's committed events (``StoredEvent``), on the event loop: cheap per event."""
+        """The hub's committed events (``StoredEvent``), on the event loop: cheap per event.
+        Nothing raises from here into the hub's commit path."""
         info: SessionInfo | None = None
         current: str | None = None
         for ev in batch:
-            if ev.session != current:
-                current = ev.session
-                info = self.lookup(ev.session)
-            if info is None:
-                continue
             try:
+                if ev.session != current:
+                    current = ev.session
+                    info = self.lookup(ev.session)
+                if info is None:
+                    continue
                 notice = self.detector.feed(ev.session, info, ev.ts_unix, ev.block_json)
+                if notice is not None:
+                    self.raise_notice(notice)
             except Exception:
-                log.exception("notify_detect_failed", session=ev.session)
-                continue
-            if notice is not None:
-                self.raise_notice(notice)
+                log.exception("notify_failed_on_event", session=ev.session, seq=ev.seq)
 
     def raise_notice(self, notice: Notice) -> None:
         if self._loop is None:
