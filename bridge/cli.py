@@ -191,6 +191,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
                     "dim", f"-- {args.session}: {result['state']}, {result['last_seq']} events\n"
                 )
             )
+            if sys.stdout.isatty():
+                # Someone watches it on a terminal: no notifications for it meanwhile.
+                await client.request("client.presence", visible=True, session=args.session)
             async for frame in client.frames():
                 if frame.get("session") != args.session:
                     continue

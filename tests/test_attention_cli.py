@@ -94,3 +94,43 @@ def test_doctor_checks_channel_urls_and_online_reaches_their_service(
     assert [c["code"] for c in checks][3:] == ["notify_reachable", "notify_unreachable"], checks
     assert "cannot reach 127.0.0.1" in checks[4]["message"]
     assert receiver.hits == []  # reaching a service sends nothing
+
+
+async def test_watch_on_a_terminal_counts_as_looking(
+    daemon_factory: object, receiver: Receiver, project: Path
+) -> None:
+    import asyncio
+    import os
+    import pty
+
+    from tests.wsclient import Client
+
+    text = config(receiver.url).replace("[notify]\n", "[notify]\nmin_turn_s = 0\n")
+    d = daemon_factory(config=text).start()  # type: ignore[operator]
+    c = await Client.open(d.url, d.token)
+    watched = (await c.request("session.create", agent="demo", cwd=str(project)))["session"]
+    other = (await c.request("session.create", agent="demo", cwd=str(project)))["session"]
+    primary, secondary = pty.openpty()
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "watch", watched["session"], "--no-color"],
+        cwd=str(ROOT), env=d.env, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
+    )
+    os.close(secondary)
+    try:
+        seen = b""
+        while b"events" not in seen:
+            seen += await asyncio.to_thread(os.read, primary, 4096)
+        await asyncio.sleep(0.5)
+        for s in (watched, other):
+            await c.request("session.subscribe", session=s["session"])
+            await c.request("session.send", session=s["session"], text="echo hi")
+            await c.turn(s["session"])
+        hits = receiver.wait(1)
+        await asyncio.sleep(1.0)
+        assert len(receiver.hits) == 1
+        assert hits[0].json()["message"].endswith(f"#session={other['session']}")
+    finally:
+        watch.terminate()
+        watch.wait(10)
+        os.close(primary)
+        await c.close()
