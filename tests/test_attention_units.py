@@ -353,3 +353,11 @@ async def test_a_fault_in_the_notifier_never_reaches_the_hub(tmp_path: Path) -> 
     a.on_committed(end_of_turn("s1", 4, "two"))
     assert ch.sent == []
     await a.close()
+
+
+def test_adopting_a_session_a_terminal_runs_is_not_a_handoff() -> None:
+    feed = Feeder()
+    assert feed(SystemBlock(code="attached", text="attached to claude session x in /p")) is None
+    assert feed(state("idle", "parked", "terminal"), after=0.2) is None
+    assert feed(state("parked", "idle", "bridge"), after=60) is not None  # it comes back
+    assert feed(state("idle", "parked", "terminal"), after=60) is not None  # taken again

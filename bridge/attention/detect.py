@@ -35,6 +35,8 @@ TITLE_MAX = 120
 TOOLS_KEPT = 64
 #: The newest text deltas kept per session, undecoded: the answer's last line is in them.
 TEXT_KEPT = 64
+#: After ``session.attach`` adopts a session a terminal runs, its parking is not a handoff.
+ATTACH_QUIET_S = 5.0
 #: Error codes that need nobody: the turn was stopped on purpose (by the person, or by the
 #: daemon shutting down), or the daemon repaired the agent's output.
 QUIET_ERRORS = frozenset({"interrupted", "interrupt_forced", "adapter_contract"})
@@ -87,6 +89,8 @@ class _Track:
     held_error: dict[str, Any] | None = None
     state: str | None = None
     writer: str | None = None
+    #: when the bridge adopted the session (``attached``): a terminal owning it then is no news
+    attached_at: float | None = None
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -193,7 +197,7 @@ class Detector:
         if kind == "session_end":
             return self._turn_end(session, info, track, block, ts)
         if kind == "system":
-            return self._system(session, info, track, block)
+            return self._system(session, info, track, block, ts)
         return None
 
     @staticmethod
@@ -272,11 +276,14 @@ class Detector:
         )
 
     def _system(
-        self, session: str, info: SessionInfo, track: _Track, block: dict[str, Any]
+        self, session: str, info: SessionInfo, track: _Track, block: dict[str, Any], ts: float
     ) -> Notice | None:
         code = block.get("code")
         if code == "retrying":
             track.held_error = None
+            return None
+        if code == "attached":
+            track.attached_at = ts
             return None
         if code != "state":
             return None
@@ -294,7 +301,8 @@ class Detector:
         if state == "ended":
             self.forget(session)
             return None
-        if writer == "terminal" and before_writer != "terminal":
+        just_attached = track.attached_at is not None and ts - track.attached_at < ATTACH_QUIET_S
+        if writer == "terminal" and before_writer != "terminal" and not just_attached:
             return self._notice(
                 "handoff",
                 session,
