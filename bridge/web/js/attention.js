@@ -171,8 +171,9 @@ export class Attention {
     if (!supported || this.workerError) {
       toggle.disabled = true;
       toggle.textContent = 'Notifications unavailable here';
-      $('#notify-status').textContent = this.workerError
-        || 'This browser cannot receive push notifications (on iOS: add the page to the home screen first).';
+      $('#notify-status').textContent = this.workerError || (window.isSecureContext
+        ? 'This browser cannot receive push notifications (on iOS: add the page to the home screen first).'
+        : 'Push notifications need the page over https:// (or on localhost); the daemon\'s channels still work.');
       return;
     }
     const sub = await this.subscription().catch(() => null);
