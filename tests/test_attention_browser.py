@@ -345,3 +345,16 @@ def test_a_tap_without_a_token_opens_the_session_with_the_prompt_in_view(
     page.wait(f".blk-permission[data-id={json.dumps(payload['request_id'])}][data-state=open]")
     assert page.url().endswith(f"#session={payload['session']}")
     page.screenshot(ARTIFACTS / "notify-permission-opened.png")
+
+
+def test_sign_out_deletes_the_token_kept_for_the_worker(page: Page, daemon: DaemonProcess) -> None:
+    page.eval(
+        "new Promise((ok) => { const r = indexedDB.open('agent-bridge', 1);"
+        " r.onupgradeneeded = () => r.result.createObjectStore('kv');"
+        " r.onsuccess = () => { const tx = r.result.transaction('kv', 'readwrite');"
+        " tx.objectStore('kv').put('kept-token', 'token'); tx.oncomplete = () => ok(true); }; })"
+    )
+    assert page.eval(KEPT_TOKEN) == "kept-token"
+    page.click("#logout")
+    page.wait("#login-form")
+    page.wait_for(f"{KEPT_TOKEN}.then((t) => t === null)")
