@@ -361,3 +361,22 @@ def test_adopting_a_session_a_terminal_runs_is_not_a_handoff() -> None:
     assert feed(state("idle", "parked", "terminal"), after=0.2) is None
     assert feed(state("parked", "idle", "bridge"), after=60) is not None  # it comes back
     assert feed(state("idle", "parked", "terminal"), after=60) is not None  # taken again
+
+
+async def test_subscriptions_are_bounded_oldest_out(tmp_path: Path) -> None:
+    from bridge.attention import notifier
+    from tests.notify_fakes import BrowserKeys
+
+    store = PushSubscriptions(MemoryStore())
+    a = Attention(Config(), store, lambda s: INFO, "http://h:1", tmp_path)
+    await a.start()
+    keys = BrowserKeys.make()
+    auth = "A" * 22
+    for i in range(notifier.MAX_SUBSCRIPTIONS + 2):
+        await a.subscribe({"endpoint": f"https://push.example/{i}",
+                           "keys": {"p256dh": keys.p256dh(), "auth": auth}})
+    assert len(a.subscriptions) == notifier.MAX_SUBSCRIPTIONS
+    assert "https://push.example/0" not in a.subscriptions
+    assert "https://push.example/1" not in a.subscriptions
+    assert len(await store.push_subscriptions()) == notifier.MAX_SUBSCRIPTIONS
+    await a.close()

@@ -41,6 +41,8 @@ RATE_WINDOW_S = 10.0
 RETRY_DELAYS_S = (1.0, 4.0, 15.0)
 DELIVERY_THREADS = 4
 EARLY_MAX = 100
+#: Web Push subscriptions kept; a new one beyond this replaces the oldest (browsers renew them).
+MAX_SUBSCRIPTIONS = 100
 _enc = msgspec.json.Encoder()
 _sub_dec = msgspec.json.Decoder(dict[str, Any])
 
@@ -272,7 +274,12 @@ class Attention:
         check_endpoint(endpoint)
         check_keys(str(keys.get("p256dh", "")), str(keys.get("auth", "")))
         await self.store.save_push_subscription(endpoint, _enc.encode(subscription))
+        self.subscriptions.pop(endpoint, None)  # newest last
         self.subscriptions[endpoint] = subscription
+        while len(self.subscriptions) > MAX_SUBSCRIPTIONS:
+            oldest = next(iter(self.subscriptions))
+            del self.subscriptions[oldest]
+            await self.store.delete_push_subscription(oldest)
 
     async def unsubscribe(self, endpoint: str) -> bool:
         known = self.subscriptions.pop(endpoint, None) is not None
