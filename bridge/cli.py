@@ -293,6 +293,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
                     "dim", f"-- {args.session}: {result['state']}, {result['last_seq']} events\n"
                 )
             )
+            if sys.stdout.isatty():
+                # Someone watches it on a terminal: no notifications for it meanwhile.
+                await client.request("client.presence", visible=True, session=args.session)
             return await follow(client, args.session, renderer, keys=stdin_is_terminal())
         finally:
             await client.close()
@@ -420,7 +423,7 @@ _EXTENSIONS: list[Callable[[Any, Callable[..., argparse.ArgumentParser]], None]]
 def _load_extensions() -> None:
     import importlib
 
-    for name in ("bridge.cli_adapters", "bridge.doctor", "bridge.service"):
+    for name in ("bridge.cli_adapters", "bridge.doctor", "bridge.service", "bridge.attention.cli"):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:

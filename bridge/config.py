@@ -117,6 +117,34 @@ class LogConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     format: str = "auto"
 
 
+NOTIFY_KINDS = ("permission", "turn_end", "error", "handoff")
+
+
+class NotifyTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[notify.targets]]`` table: an Apprise URL and the kinds it gets."""
+
+    url: str
+    kinds: list[str] = msgspec.field(default_factory=lambda: list(NOTIFY_KINDS))
+    #: Shown in `notify test`, the settings panel and logs instead of the (masked) URL.
+    name: str = ""
+
+
+class NotifyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Attention: when nobody is looking at a session, tell the person (docs/notifications.md)."""
+
+    #: A turn that ran at least this long notifies when it ends.
+    min_turn_s: float = 20.0
+    #: Kinds sent to the web client's Web Push subscriptions.
+    webpush_kinds: list[str] = msgspec.field(default_factory=lambda: list(NOTIFY_KINDS))
+    #: How long a push service keeps an undelivered Web Push message (the TTL header, seconds).
+    webpush_ttl: int = 3600
+    #: The VAPID ``sub`` claim: a contact for push services (mailto: or https: URL).
+    vapid_subject: str = "mailto:agent-bridge@localhost"
+    #: Base URL of the web client in notification links; "" = this daemon's own address.
+    web_url: str = ""
+    targets: list[NotifyTarget] = msgspec.field(default_factory=list)
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
@@ -126,6 +154,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     acp: dict[str, AcpAgentConfig] = msgspec.field(default_factory=dict)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
     projects: ProjectsConfig = msgspec.field(default_factory=ProjectsConfig)
+    notify: NotifyConfig = msgspec.field(default_factory=NotifyConfig)
 
     @property
     def adapters_dir(self) -> Path:
@@ -146,7 +175,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return self.agents.get(agent_id) or AdapterConfig()
 
 
-_SECTIONS = ("server", "limits", "store", "adapters", "log", "projects")
+_SECTIONS = ("server", "limits", "store", "adapters", "log", "projects", "notify")
 
 
 def _env_overrides(raw: dict[str, Any], environ: dict[str, str]) -> None:
@@ -270,3 +299,24 @@ def _validate(config: Config, file: Path) -> None:
     for name, acp in config.acp.items():
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")
+    _validate_notify(config, bad)
+
+
+def _validate_notify(config: Config, bad: Any) -> None:
+    notify = config.notify
+    if notify.min_turn_s < 0:
+        raise bad("notify.min_turn_s", "must be 0 or more")
+    if notify.webpush_ttl < 0:
+        raise bad("notify.webpush_ttl", "must be 0 or more")
+    if not notify.vapid_subject.startswith(("mailto:", "https:")):
+        raise bad("notify.vapid_subject", "must be a mailto: or https: URL")
+    for name in notify.webpush_kinds:
+        if name not in NOTIFY_KINDS:
+            raise bad("notify.webpush_kinds", f"unknown kind {name!r}: use {NOTIFY_KINDS}")
+    for i, target in enumerate(notify.targets):
+        if "://" not in target.url:
+            raise bad(f"notify.targets[{i}].url", "must be an Apprise URL (scheme://...)")
+        for name in target.kinds:
+            if name not in NOTIFY_KINDS:
+                why = f"unknown kind {name!r}: use {NOTIFY_KINDS}"
+                raise bad(f"notify.targets[{i}].kinds", why)

@@ -90,6 +90,9 @@ class Daemon:
         self.registry = Registry(config)
         self.hub = Hub(config, self.registry, self.store)
         self.server = BridgeServer(config, self.hub, self.registry, paths.token_file())
+        from bridge.attention import service as attention
+
+        self.attention = attention.attach(self.hub, self.server)
         self._stop = asyncio.Event()
         self._extras: list[Any] = []
 
@@ -183,6 +186,9 @@ class Daemon:
             unix=str(self.server.unix_path or ""),
             version=__version__,
         )
+        from bridge.attention import service as attention
+
+        await attention.start(self.attention, self.server)
         notifier = notify.Notifier.from_env()
         notifier.ready(self._status_text())
         loading = asyncio.create_task(self._load_external_adapters())
@@ -211,6 +217,7 @@ class Daemon:
             with contextlib.suppress(Exception):
                 await extra.close()
         await self.hub.shutdown()
+        await self.attention.close()
         await self.server.close()
         await self.store.close()
         with contextlib.suppress(OSError):

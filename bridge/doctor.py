@@ -51,6 +51,7 @@ def daemon_checks(
     config_file: Path | None = None,
     config_error: str | None = None,
     listening: str | None = None,
+    online: bool = False,
 ) -> list[Check]:
     """Findings about the daemon's files and address. ``listening``: the running server's URL."""
     checks = [_config_check(config_file, config_error, running=listening is not None)]
@@ -65,6 +66,9 @@ def daemon_checks(
         if not any(c.code == "daemon_running" for c in checks):
             checks.append(_not_running_check())
     checks += _adapters_dir_checks(config.adapters_dir)
+    from bridge.attention.cli import channel_checks
+
+    checks += channel_checks(config, online=online)
     return checks
 
 
@@ -558,7 +562,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         config, error = Config(), str(exc)
     findings = [
         Finding("daemon", c)
-        for c in daemon_checks(config, config_file=path or paths.config_file(), config_error=error)
+        for c in daemon_checks(
+            config,
+            config_file=path or paths.config_file(),
+            config_error=error,
+            online=args.online,
+        )
     ]
     if not args.no_agents:
         findings += asyncio.run(agent_findings(config))
@@ -581,4 +590,7 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     p = add("doctor", cmd_doctor, "Check that the daemon and each agent can run here")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--no-agents", action="store_true", help="check only the daemon itself")
+    p.add_argument(
+        "--online", action="store_true", help="also check that notification services answer"
+    )
 

@@ -163,6 +163,60 @@ class WorkspaceFile(_Request, tag="workspace.file", kw_only=True):
 class SessionMode(_Request, tag="session.mode", kw_only=True):
     session: str
     mode: str
+# ---- attention: presence and notifications (docs/notifications.md) -----------------------------
+
+
+class ClientPresence(_Request, tag="client.presence", kw_only=True):
+    """Whether a person is looking at this client, and which session is in view."""
+
+    visible: bool
+    session: str | None = None
+
+
+class WebpushKey(_Request, tag="webpush.key", kw_only=True):
+    pass
+
+
+class PushKeys(msgspec.Struct, kw_only=True):
+    p256dh: str
+    auth: str
+
+
+class PushSubscription(msgspec.Struct, kw_only=True):
+    """What the browser's ``PushSubscription.toJSON()`` gives."""
+
+    endpoint: str
+    expirationTime: int | float | None = None  # the browser's own field name
+    keys: PushKeys
+
+
+class WebpushSubscribe(_Request, tag="webpush.subscribe", kw_only=True):
+    subscription: PushSubscription
+
+
+class WebpushUnsubscribe(_Request, tag="webpush.unsubscribe", kw_only=True):
+    endpoint: str
+
+
+class NotifyChannels(_Request, tag="notify.channels", kw_only=True):
+    """The configured channels (URLs with their secrets masked) and Web Push's state."""
+
+
+class NotifyTest(_Request, tag="notify.test", kw_only=True):
+    """Send a test notification through every channel; the result says what each answered."""
+
+    kind: Literal["permission", "turn_end", "error", "handoff"] = "turn_end"
+    endpoint: str | None = None
+
+
+ATTENTION_REQUESTS = (
+    ClientPresence,
+    WebpushKey,
+    WebpushSubscribe,
+    WebpushUnsubscribe,
+    NotifyChannels,
+    NotifyTest,
+)
 
 
 Request = (
@@ -187,6 +241,12 @@ Request = (
     | WorkspaceDiff
     | WorkspaceFile
     | SessionMode
+    | ClientPresence
+    | WebpushKey
+    | WebpushSubscribe
+    | WebpushUnsubscribe
+    | NotifyChannels
+    | NotifyTest
 )
 
 METHODS: frozenset[str] = frozenset(
@@ -213,6 +273,7 @@ METHODS: frozenset[str] = frozenset(
         WorkspaceDiff,
         WorkspaceFile,
         SessionMode,
+        *ATTENTION_REQUESTS,
     )
 )
 

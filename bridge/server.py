@@ -328,6 +328,8 @@ class BridgeServer:
         self._auth_failures: dict[str, deque[float]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.http_handlers: list[HttpHandler] = []
+        #: Called with each connection that closes (presence, for one).
+        self.on_disconnect: list[Callable[[Connection], None]] = []
         self.tcp_address: tuple[str, int] | None = None
         self.unix_path: Path | None = None
         registry.on_change(self.broadcast_agents_changed)
@@ -540,6 +542,8 @@ class BridgeServer:
         finally:
             self.connections.discard(conn)
             self.hub.drop_connection(conn)
+            for hook in self.on_disconnect:
+                hook(conn)
             conn.close(1000, "")
             sender.cancel()
             with contextlib.suppress(BaseException):
@@ -622,6 +626,12 @@ class BridgeServer:
         else:
             if result is not _ALREADY_ANSWERED:
                 conn.reply(req.id, result)
+
+    def add_handler(
+        self, request: type, handler: Callable[[Connection, Any], Awaitable[Any]]
+    ) -> None:
+        """Serve one more request type (requests other modules own: bridge/attention)."""
+        self._handlers[request] = handler
 
     def broadcast_agents_changed(self) -> None:
         frame = EncodedFrame(AgentsChanged())

@@ -253,6 +253,8 @@ class Hub:
         self._external_refresh: asyncio.Task[None] | None = None
         self._closing = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Also given every committed batch, after the subscribers (bridge/attention).
+        self.on_committed: Callable[[list[StoredEvent]], None] | None = None
         store.on_commit = self._committed
 
     # ---- start-up and shutdown ---------------------------------------------------------------
@@ -403,6 +405,8 @@ class Hub:
         for s in touched.values():
             if s.uncommitted <= UNCOMMITTED_LOW:
                 s.drained.set()
+        if self.on_committed is not None:
+            self.on_committed(batch)
 
     async def _pace(self, s: Session) -> None:
         """Give subscribers far behind a moment to catch up, bounded so that one that stopped

@@ -25,6 +25,8 @@ from bridge.config import (  # noqa: E402
     LimitsConfig,
     LogConfig,
     ProjectsConfig,
+    NotifyConfig,
+    NotifyTarget,
     ServerConfig,
     StoreConfig,
 )
@@ -43,6 +45,8 @@ SECTIONS: list[tuple[str, type[msgspec.Struct]]] = [
     ("projects", ProjectsConfig),
     ("agents.<id>", AdapterConfig),
     ("acp.<name>", AcpAgentConfig),
+    ("notify", NotifyConfig),
+    ("[notify.targets]", NotifyTarget),
 ]
 
 MEANING: dict[str, str] = {
@@ -119,6 +123,22 @@ MEANING: dict[str, str] = {
     "acp.<name>.display_name": "Name shown in apps (default: the table name).",
     "acp.<name>.env": "Extra environment for the agent's process.",
     "acp.<name>.model": "Model for new sessions, if the agent offers a choice.",
+    "notify.min_turn_s": "A turn that ran at least this many seconds notifies (`turn_end`) "
+    "when it ends and nobody is looking (docs/notifications.md).",
+    "notify.webpush_kinds": "Kinds sent to the web client's Web Push devices: `permission`, "
+    "`turn_end`, `error`, `handoff`.",
+    "notify.webpush_ttl": "Seconds a push service keeps an undelivered Web Push message (the "
+    "`TTL` header).",
+    "notify.vapid_subject": "The VAPID `sub` claim: a `mailto:` or `https:` contact push "
+    "services may use (some, like Apple's, want a real one).",
+    "notify.web_url": "Base URL of the web client in notification links (behind a proxy, say); "
+    "`\"\"` = this daemon's own address. Never holds the token.",
+    "notify.targets": "Notification channels: `[[notify.targets]]` tables, below.",
+    "[notify.targets].url": "Required. An Apprise URL: `ntfy://`, `tgram://`, `pover://`, "
+    "`json://`, `mailto://`, ... Its secrets are masked in logs and answers.",
+    "[notify.targets].kinds": "Kinds this channel gets (default: all four).",
+    "[notify.targets].name": "Shown instead of the (masked) URL in `notify test`, doctor and "
+    "the web client.",
 }
 
 
@@ -133,6 +153,8 @@ def _toml(value: Any) -> str:
         return f"`{value}` ({value // MiB} MiB)"
     if isinstance(value, list | dict) and not value:
         return "`[]`" if isinstance(value, list) else "`{}`"
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "`[" + ", ".join(f'"{v}"' for v in value) + "]`"
     return f"`{value}`"
 
 

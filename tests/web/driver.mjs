@@ -108,6 +108,39 @@ const ops = {
   async logs(args) {
     return pageOf(args).logs;
   },
+  async grant(args) {
+    await pageOf(args).context.grantPermissions(args.permissions, { origin: args.origin });
+  },
+  // The page's service worker (waits for it): evaluate an expression in its global scope.
+  async swEval(args) {
+    const { context } = pageOf(args);
+    const worker = context.serviceWorkers()[0]
+      || await context.waitForEvent('serviceworker', { timeout: args.ms ?? 15_000 });
+    return await worker.evaluate(args.expr);
+  },
+  // A push message as a push service would deliver it (DevTools' ServiceWorker domain).
+  async push(args) {
+    const entry = pageOf(args);
+    if (!entry.cdp) {
+      entry.cdp = await entry.context.newCDPSession(entry.page);
+      entry.registrations = [];
+      entry.cdp.on('ServiceWorker.workerRegistrationUpdated', (ev) => {
+        for (const r of ev.registrations) {
+          if (!r.isDeleted) entry.registrations.push(r);
+        }
+      });
+      await entry.cdp.send('ServiceWorker.enable');
+    }
+    const deadline = Date.now() + 10_000;
+    let reg;
+    while (!(reg = entry.registrations.find((r) => r.scopeURL.startsWith(args.origin)))) {
+      if (Date.now() > deadline) throw new Error(`no service worker registered for ${args.origin}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await entry.cdp.send('ServiceWorker.deliverPushMessage', {
+      origin: args.origin, registrationId: reg.registrationId, data: args.data,
+    });
+  },
 };
 
 const rl = createInterface({ input: process.stdin });

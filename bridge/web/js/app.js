@@ -3,6 +3,7 @@
 // wires them to the page. `window.agentBridge` exposes the live objects for the curious.
 
 import { $, clear, codeSpans, h, randomId, relativeTime } from './dom.js';
+import { Attention } from './attention.js';
 import { icon } from './icons.js';
 import { BridgeClient, defaultUrl } from './protocol.js';
 import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
@@ -355,6 +356,7 @@ class App {
     this.current = null;
     this.refreshTimer = null;
     this.countdown = null;
+    this.attention = new Attention(this);
   }
 
   init() {
@@ -383,6 +385,7 @@ class App {
       if (document.visibilityState === 'visible') this.client?.nudge();
     });
     phoneQuery.addEventListener('change', () => this.layout());
+    this.attention.init();
     const token = takeToken();
     if (token) this.connect(token);
     else this.showLogin();
@@ -399,6 +402,7 @@ class App {
 
   signOut() {
     forgetToken();
+    this.attention.forget();
     this.disconnect();
     this.setConn({ state: 'stopped' });
     this.showLogin();
@@ -470,6 +474,7 @@ class App {
       if (document.visibilityState === 'visible' && this.client?.isOpen) this.loadSessions();
     }, LIST_REFRESH_MS);
     this.route();
+    this.attention.onOpen();
   }
 
   // ---- agents and the new-session form -------------------------------------------------------
@@ -717,6 +722,7 @@ class App {
     $('#pane-empty').hidden = Boolean(this.current);
     this.renderSessions();
     this.layout();
+    this.attention.report();
   }
 
   layout() {

@@ -1,0 +1,103 @@
+"""Wiring: the notifier joins the daemon (hub hook, requests, presence) and leaves with it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bridge import paths
+from bridge.attention.detect import SessionInfo
+from bridge.attention.notifier import Attention
+from bridge.attention.webpush import SubscriptionError
+from bridge.pairing import pairing_host
+from bridge.protocol import (
+    ClientPresence,
+    NotifyChannels,
+    NotifyTest,
+    WebpushKey,
+    WebpushSubscribe,
+    WebpushUnsubscribe,
+)
+from bridge.store import PushSubscriptions
+
+if TYPE_CHECKING:
+    from bridge.server import BridgeServer, Connection
+    from bridge.sessions import Hub
+
+
+def web_base_url(server: BridgeServer) -> str:
+    """Where the daemon's web client is, for links in notifications (never with the token)."""
+    configured = server.config.notify.web_url
+    if configured:
+        return configured.split("#", 1)[0].rstrip("/")
+    assert server.tcp_address is not None
+    host, port = server.tcp_address
+    shown = pairing_host(host)
+    shown = f"[{shown}]" if ":" in shown else shown
+    scheme = "https" if server.config.server.tls_cert else "http"
+    return f"{scheme}://{shown}:{port}"
+
+
+def attach(hub: Hub, server: BridgeServer) -> Attention:
+    """Make the notifier, hook it to the hub's committed events and the server's requests."""
+
+    def lookup(session: str) -> SessionInfo | None:
+        s = hub.sessions.get(session)
+        if s is None:
+            return None
+        return SessionInfo(agent=s.rec.agent, cwd=s.rec.cwd, title=s.rec.title)
+
+    attention = Attention(
+        server.config, PushSubscriptions(hub.store), lookup, "", paths.state_dir()
+    )
+    attention.remember_token(server.token)
+    hub.on_committed = attention.on_committed
+    server.on_disconnect.append(attention.drop)
+
+    async def presence(conn: Connection, req: ClientPresence) -> Any:
+        attention.report(conn, req.visible, req.session)
+        return {}
+
+    async def key(_conn: Connection, _req: WebpushKey) -> Any:
+        return {"public_key": await attention.key()}
+
+    async def subscribe(_conn: Connection, req: WebpushSubscribe) -> Any:
+        from bridge.sessions import HubError
+
+        sub = req.subscription
+        data = {
+            "endpoint": sub.endpoint,
+            "expirationTime": sub.expirationTime,
+            "keys": {"p256dh": sub.keys.p256dh, "auth": sub.keys.auth},
+        }
+        try:
+            await attention.subscribe(data)
+        except SubscriptionError as exc:
+            raise HubError("bad_request", str(exc)) from None
+        return {}
+
+    async def unsubscribe(_conn: Connection, req: WebpushUnsubscribe) -> Any:
+        await attention.unsubscribe(req.endpoint)
+        return {}
+
+    async def channels(_conn: Connection, _req: NotifyChannels) -> Any:
+        await attention.wait_ready()
+        return attention.describe()
+
+    async def test(_conn: Connection, req: NotifyTest) -> Any:
+        await attention.wait_ready()
+        return {"results": await attention.send_test(req.kind, req.endpoint)}
+
+    server.add_handler(ClientPresence, presence)
+    server.add_handler(WebpushKey, key)
+    server.add_handler(WebpushSubscribe, subscribe)
+    server.add_handler(WebpushUnsubscribe, unsubscribe)
+    server.add_handler(NotifyChannels, channels)
+    server.add_handler(NotifyTest, test)
+    return attention
+
+
+async def start(attention: Attention, server: BridgeServer) -> None:
+    """Once the server listens (its port is known): links, subscriptions."""
+    if not attention.base_url:
+        attention.base_url = web_base_url(server)
+    await attention.start()

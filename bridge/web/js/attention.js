@@ -1,0 +1,185 @@
+// Attention: the web client as an installed PWA that tells the person when an agent needs them.
+//
+// - registers the service worker (/sw.js) that shows Web Push notifications;
+// - reports presence (`client.presence`) when the page is shown or hidden and when another
+//   session is opened, so the daemon does not notify about a session someone is looking at;
+// - a settings panel: turn notifications on or off on this device (a Web Push subscription),
+//   send a test, and list the channels configured in the daemon's config.toml;
+// - opens the session a notification was about (`#session=SID`, or a message from the worker).
+
+import { $, clear, h } from './dom.js';
+
+const TOKEN_KEY = 'agent-bridge.token';
+const DB = 'agent-bridge';
+const STORE = 'kv';
+
+function idb(mode, fn) {
+  return new Promise((resolve, reject) => {
+    const req = indexedDB.open(DB, 1);
+    req.onupgradeneeded = () => req.result.createObjectStore(STORE);
+    req.onerror = () => reject(req.error);
+    req.onsuccess = () => {
+      const tx = req.result.transaction(STORE, mode);
+      const result = fn(tx.objectStore(STORE));
+      tx.oncomplete = () => resolve(result?.result);
+      tx.onerror = () => reject(tx.error);
+    };
+  });
+}
+
+function b64urlToBytes(text) {
+  const pad = '='.repeat((4 - (text.length % 4)) % 4);
+  const raw = atob((text + pad).replace(/-/g, '+').replace(/_/g, '/'));
+  return Uint8Array.from(raw, (c) => c.charCodeAt(0));
+}
+
+export class Attention {
+  constructor(app) {
+    this.app = app;
+    this.registration = null;
+    this.lastReport = null;
+  }
+
+  init() {
+    document.addEventListener('visibilitychange', () => this.report());
+    window.addEventListener('pagehide', () => this.report(false));
+    if ('serviceWorker' in navigator) {
+      navigator.serviceWorker.addEventListener('message', (ev) => {
+        if (ev.data?.type === 'open-session') this.openSession(ev.data.session);
+      });
+      navigator.serviceWorker.register('/sw.js', { scope: '/' })
+        .then((reg) => { this.registration = reg; this.render(); })
+        .catch((err) => { this.workerError = err.message; this.render(); });
+    }
+    this.render();
+  }
+
+  /** A notification was tapped: show its session (one this page may not have listed yet). */
+  async openSession(session) {
+    if (!session) {
+      this.app.show(null);
+      return;
+    }
+    if (!this.app.sessions.has(session) && this.app.client?.isOpen) await this.app.loadSessions();
+    this.app.open(session);
+  }
+
+  /** Tell the daemon whether this page is seen, and which session it shows. */
+  report(visible = document.visibilityState === 'visible') {
+    const client = this.app.client;
+    if (!client?.isOpen) return;
+    const session = visible ? (this.app.current?.id ?? null) : null;
+    const key = `${visible}:${session}`;
+    if (key === this.lastReport) return;
+    this.lastReport = key;
+    client.request('client.presence', { visible, session }).catch(() => { this.lastReport = null; });
+  }
+
+  onOpen() {
+    this.lastReport = null;
+    this.report();
+    this.loadChannels();
+  }
+
+  async forget() {
+    this.lastReport = null;
+    await idb('readwrite', (s) => s.delete('token')).catch(() => {});
+  }
+
+  async subscription() {
+    const reg = this.registration || await navigator.serviceWorker?.getRegistration('/');
+    return reg?.pushManager ? reg.pushManager.getSubscription() : null;
+  }
+
+  async enable() {
+    const status = $('#notify-status');
+    try {
+      const permission = await Notification.requestPermission();
+      if (permission !== 'granted') throw new Error('notifications are blocked for this site in the browser');
+      const reg = await navigator.serviceWorker.ready;
+      const { public_key: key } = await this.app.client.request('webpush.key');
+      let sub = await reg.pushManager.getSubscription();
+      if (sub && !this.sameKey(sub, key)) { await sub.unsubscribe(); sub = null; }
+      sub = sub || await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: b64urlToBytes(key) });
+      await this.app.client.request('webpush.subscribe', { subscription: sub.toJSON() });
+      // Answering from a notification needs the token: kept only where the page keeps it too.
+      const remembered = localStorage.getItem(TOKEN_KEY);
+      if (remembered) await idb('readwrite', (s) => s.put(remembered, 'token'));
+      status.textContent = 'Notifications are on for this device.';
+    } catch (err) {
+      status.textContent = `Could not turn notifications on: ${err.message}`;
+    }
+    this.render();
+  }
+
+  sameKey(sub, key) {
+    const mine = sub.options?.applicationServerKey;
+    if (!mine) return true;
+    const a = new Uint8Array(mine);
+    const b = b64urlToBytes(key);
+    return a.length === b.length && a.every((x, i) => x === b[i]);
+  }
+
+  async disable() {
+    const sub = await this.subscription();
+    if (sub) {
+      await this.app.client.request('webpush.unsubscribe', { endpoint: sub.endpoint }).catch(() => {});
+      await sub.unsubscribe();
+    }
+    await this.forget();
+    $('#notify-status').textContent = 'Notifications are off for this device.';
+    this.render();
+  }
+
+  async test() {
+    const status = $('#notify-status');
+    const sub = await this.subscription().catch(() => null);
+    try {
+      const { results } = await this.app.client.request('notify.test', sub ? { endpoint: sub.endpoint } : {});
+      if (!results.length) {
+        status.textContent = 'No channel to test: turn notifications on here, or add [[notify.targets]] to config.toml.';
+        return;
+      }
+      clear(status).append(...results.map((r) => h('div', { class: r.ok ? 'check-pass' : 'check-fail' },
+        `${r.ok ? '✓' : '✗'} ${r.channel}: ${r.answer}`)));
+    } catch (err) {
+      status.textContent = `Test failed: ${err.message}`;
+    }
+  }
+
+  async loadChannels() {
+    const list = $('#notify-channels');
+    if (!list || !this.app.client?.isOpen) return;
+    try {
+      const info = await this.app.client.request('notify.channels');
+      clear(list).append(
+        ...info.channels.map((c) => h('li', { class: 'small' },
+          h('b', {}, c.name), ' ', h('span', { class: 'muted' }, c.kinds.join(', ')))),
+        ...info.problems.map((p) => h('li', { class: 'small error-text' }, p)),
+      );
+      $('#notify-channels-empty').hidden = info.channels.length + info.problems.length > 0;
+      $('#notify-devices').textContent = `${info.webpush.subscriptions} device(s) get Web Push notifications.`;
+    } catch (err) {
+      list.textContent = err.message;
+    }
+  }
+
+  async render() {
+    const toggle = $('#notify-toggle');
+    if (!toggle) return;
+    const supported = 'serviceWorker' in navigator && 'PushManager' in window && 'Notification' in window;
+    if (!supported || this.workerError) {
+      toggle.disabled = true;
+      toggle.textContent = 'Notifications unavailable here';
+      $('#notify-status').textContent = this.workerError || (window.isSecureContext
+        ? 'This browser cannot receive push notifications (on iOS: add the page to the home screen first).'
+        : 'Push notifications need the page over https:// (or on localhost); the daemon\'s channels still work.');
+      return;
+    }
+    const sub = await this.subscription().catch(() => null);
+    toggle.disabled = false;
+    toggle.textContent = sub ? 'Turn off on this device' : 'Turn on for this device';
+    toggle.onclick = () => (sub ? this.disable() : this.enable());
+    $('#notify-test').onclick = () => this.test();
+  }
+}
