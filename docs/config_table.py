@@ -24,9 +24,9 @@ from bridge.config import (  # noqa: E402
     AdaptersConfig,
     LimitsConfig,
     LogConfig,
-    ProjectsConfig,
     NotifyConfig,
     NotifyTarget,
+    ProjectsConfig,
     ServerConfig,
     StoreConfig,
 )
