@@ -211,6 +211,8 @@ class SessionObject(msgspec.Struct, kw_only=True):
     external: bool
     queued: int = 0
     model: str | None = None
+    #: The session's persistent agent process is running (its next turn starts without delay).
+    resident: bool = False
 
 
 # ---- server frames -----------------------------------------------------------------------------

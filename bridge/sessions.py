@@ -59,6 +59,7 @@ from bridge.protocol import (
     Writer,
 )
 from bridge.registry import AgentEntry, Registry
+from bridge.resident import Residency
 from bridge.store import AttachmentData, MessageRecord, SessionRecord, Store, StoredEvent
 
 log = get_logger("bridge.sessions")
@@ -252,6 +253,9 @@ class Hub:
         self._closing = False
         self._tasks: set[asyncio.Task[Any]] = set()
         store.on_commit = self._committed
+        self.resident = Residency(
+            config.adapters.idle_stop_s, config.limits.max_agent_processes, self._stop_adapter
+        )
 
     # ---- start-up and shutdown ---------------------------------------------------------------
 
@@ -329,6 +333,7 @@ class Hub:
     async def shutdown(self) -> None:
         """Interrupt running turns, stop every adapter, flush the store."""
         self._closing = True
+        self.resident.close()
         grace = self.config.adapters.stop_grace
         running = [s for s in self.sessions.values() if s.turn is not None]
         # All at once: a hung agent must not make every other one wait its grace period.
@@ -477,6 +482,7 @@ class Hub:
             external=rec.external,
             queued=len(s.queue),
             model=rec.model,
+            resident=self.resident.resident(s),
         )
 
     async def list_sessions(self, include_external: bool) -> list[SessionObject]:
@@ -734,6 +740,7 @@ class Hub:
         s.adapter = adapter
         s.adapter_cls = cls
         s.restart_adapter = False
+        self.resident.started(s)
         return info
 
     def _on_agent_session_id(self, s: Session, agent_session_id: str) -> None:
@@ -916,6 +923,7 @@ class Hub:
         )
         self._set_state(s, "running", "bridge", "a turn started")
         try:
+            await self.resident.settled(s)  # an idle stop still under way ends first
             if s.adapter is None or s.restart_adapter:
                 await self._stop_adapter(s)
                 try:
@@ -925,6 +933,7 @@ class Hub:
                     self._finish(s, turn, "error")
                     return
                 self._emit(s, info)
+            self.resident.busy(s)
             turn.task = asyncio.create_task(self._consume(s, turn, msg))
             try:
                 await asyncio.shield(turn.task)
@@ -939,6 +948,7 @@ class Hub:
             s.turn = None
             if s.rec.state == "running":
                 self._set_state(s, "idle", "bridge", "the turn ended")
+            self.resident.idle(s)
 
     def _finish(
         self, s: Session, turn: TurnGuard | Turn, reason: EndReason, exit_code: int | None = None

@@ -161,6 +161,12 @@ class BaseAdapter:
     #: How a terminal can take the session over: "per_turn", "persistent" or "none".
     handoff: ClassVar[HandoffMode] = "none"
 
+    #: The adapter keeps an agent process (a CLI, a local server) running between turns. The
+    #: daemon then stops it (``stop()``) after ``adapters.idle_stop_s`` without a turn, or when
+    #: more than ``limits.max_agent_processes`` are running, and the next turn creates a new
+    #: adapter with ``resume_session_id`` set: the adapter must resume the agent's session.
+    persistent_process: ClassVar[bool] = False
+
     #: Seconds ``detect()`` waits for ``--version`` (some CLIs start slowly on a busy machine).
     detect_timeout: ClassVar[float] = DETECT_TIMEOUT_S
 
@@ -202,6 +208,11 @@ class BaseAdapter:
 
     async def get_usage(self) -> UsageBlock | None:
         return None
+
+    def process_running(self) -> bool:
+        """Whether the agent's process runs now (``persistent_process`` adapters; shown to
+        clients as SESSION ``resident``). Default: true once started."""
+        return self.persistent_process
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -330,6 +341,8 @@ def contract_problems(cls: type) -> list[str]:
         problems.append("`provides_models = True` but `list_models()` is not implemented")
     if getattr(cls, "provides_usage", False) is True and not _declared_below_base(cls, "get_usage"):
         problems.append("`provides_usage = True` but `get_usage()` is not implemented")
+    if not isinstance(getattr(cls, "persistent_process", False), bool):
+        problems.append("`persistent_process` must be True or False")
     if getattr(cls, "handoff", "none") not in ("per_turn", "persistent", "none"):
         problems.append("`handoff` must be 'per_turn', 'persistent' or 'none'")
     return problems

@@ -84,6 +84,7 @@ class ClaudeAdapter(BaseAdapter):
     provides_models = True
     provides_usage = True
     handoff = "persistent"
+    persistent_process = True
 
     def __init__(
         self,
@@ -159,6 +160,9 @@ class ClaudeAdapter(BaseAdapter):
         self._resumed = resume
         self._parser.new_process()
         log.info("claude_started", pid=self._child.pid, resume=resume)
+
+    def process_running(self) -> bool:
+        return self._child is not None and self._child.returncode is None
 
     @property
     def pid(self) -> int | None:

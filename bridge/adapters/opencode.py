@@ -185,6 +185,7 @@ class OpenCodeAdapter(BaseAdapter):
     provides_models = True
     provides_usage = True
     handoff = "persistent"
+    persistent_process = True
     detect_timeout = 20.0
 
     #: The environment variable the server reads its password from, and its basic-auth user.
@@ -253,6 +254,9 @@ class OpenCodeAdapter(BaseAdapter):
 
     async def get_usage(self) -> UsageBlock | None:
         return self._total if has_usage(self._total) else None
+
+    def process_running(self) -> bool:
+        return self._server is not None and self._server.alive
 
     async def list_models(self) -> list[ModelInfo]:
         result = await asyncio.to_thread(
