@@ -256,6 +256,8 @@ class Hub:
         self.resident = Residency(
             config.adapters.idle_stop_s, config.limits.max_agent_processes, self._stop_adapter
         )
+        #: wakes the terminal sweep when a session may have become one to watch
+        self._sweep_wake = asyncio.Event()
 
     # ---- start-up and shutdown ---------------------------------------------------------------
 
@@ -453,6 +455,7 @@ class Hub:
         )
         self.store.save_session(s.rec)
         self._push_state(s)
+        self._sweep_wake.set()
         if state == "running":
             s.idle.clear()
         else:
@@ -750,6 +753,7 @@ class Hub:
         if s.turn is not None:
             s.turn.guard.agent_session_id = agent_session_id
         self.store.save_session(s.rec)
+        self._sweep_wake.set()
 
     async def _stop_adapter(self, s: Session) -> None:
         adapter, s.adapter = s.adapter, None
@@ -1340,22 +1344,28 @@ class Hub:
         the person at the terminal wins.
         """
         while not self._closing:
+            if not any(self._sweepable(s) for s in self.sessions.values()):
+                # Nothing a terminal could take: no timer until a session changes state or
+                # learns its agent's session id (an idle daemon does not wake for this).
+                self._sweep_wake.clear()
+                await self._sweep_wake.wait()
             await asyncio.sleep(SWEEP_S)
             try:
                 await self._sweep_once()
             except Exception:
                 log.exception("terminal_sweep_failed")
 
+    def _sweepable(self, s: Session) -> bool:
+        return bool(
+            s.rec.state in ("idle", "running")
+            and s.rec.agent_session_id
+            and s.rec.intent is None
+            and self._cls(s).handoff != "none"
+        )
+
     async def _sweep_once(self) -> None:
         candidates = sorted(
-            (
-                s
-                for s in self.sessions.values()
-                if s.rec.state in ("idle", "running")
-                and s.rec.agent_session_id
-                and s.rec.intent is None
-                and self._cls(s).handoff != "none"
-            ),
+            (s for s in self.sessions.values() if self._sweepable(s)),
             key=lambda s: s.rec.updated_at,
             reverse=True,
         )[:SWEEP_MAX]
