@@ -267,3 +267,34 @@ async def cold_vs_warm(agent: str, rounds: int = 3, idle_stop_s: float = 2.0) ->
             h.stop()
     finally:
         fake.stop()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m bench.resident [AGENT ...]``: prompt -> first text after an idle stop and
+    warm, per persistent agent (default: claude hermes gemini opencode)."""
+    import json
+    import sys
+
+    agents = argv or ["claude", "hermes", "gemini", "opencode"]
+    out: dict[str, Any] = {}
+    for agent in agents:
+        print(f"[bench] cold/warm: {agent}", file=sys.stderr, flush=True)
+        got = asyncio.run(cold_vs_warm(agent))
+        if got is None:
+            out[agent] = None
+            continue
+        out[agent] = {
+            "cold_p50_s": round(got.cold_p50, 3),
+            "warm_p50_s": round(got.warm_p50, 3),
+            "cold_s": [round(x, 3) for x in got.cold_first_text_s],
+            "warm_s": [round(x, 3) for x in got.warm_first_text_s],
+            "stopped_after_s": [round(x, 2) for x in got.stopped_within_s],
+        }
+        print(json.dumps({agent: out[agent]}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
