@@ -135,25 +135,39 @@ async def claude_sessions(n: int = 20, idle_stop_s: float = 5.0) -> Resident | N
         config = agent_config("claude", binary, f'model = "{CLAUDE_MODEL}"\n')
         h = Harness(root / "daemon", env, config + residency(idle_stop_s, max(8, n + 4)))
         try:
+            # One turn each, four sessions at a time (two cores shared with others), each
+            # worker on its own connection (a client's events are one stream).
+            sessions: list[str] = [""] * n
+
+            async def worker(k: int) -> None:
+                async with h.client() as wc:
+                    for i in range(k, n, 4):
+                        project = root / f"p{i}"
+                        project.mkdir()
+                        sessions[i], _ = await create(wc, "claude", project)
+                        await wc.request("session.send", session=sessions[i], text=f"FIRST-{i} hi")
+                        await finish_turn(wc, sessions[i], timeout=300)
+
+            peak = 0
+
+            async def sample() -> None:
+                nonlocal peak
+                while True:
+                    peak = max(peak, len(_agent_pids(h)))
+                    await asyncio.sleep(0.25)
+
+            sampler = asyncio.create_task(sample())
+            try:
+                await asyncio.gather(*(worker(k) for k in range(4)))
+            finally:
+                sampler.cancel()
+            await asyncio.sleep(10.0)  # after the last turn: every agent idle for 5 s is gone
+            left = len(_agent_pids(h))
             async with h.client() as c:
-                sessions = []
-                for i in range(n):
-                    project = root / f"p{i}"
-                    project.mkdir()
-                    sid, _ = await create(c, "claude", project)
-                    sessions.append(sid)
-                # One turn each, four at a time (two cores shared with others).
-                gate = asyncio.Semaphore(4)
-
-                async def first(i: int) -> None:
-                    async with gate:
-                        await c.request("session.send", session=sessions[i], text=f"FIRST-{i} hi")
-                        await finish_turn(c, sessions[i], timeout=300)
-
-                await asyncio.gather(*(first(i) for i in range(n)))
-                peak = len(_agent_pids(h))
-                await asyncio.sleep(10.0)
-                left = len(_agent_pids(h))
+                listed = (await c.request("sessions.list", include_external=False))["sessions"]
+                last = {s["session"]: s["last_seq"] for s in listed}
+                for sid in sessions:
+                    await c.request("session.subscribe", session=sid, after_seq=last[sid])
 
                 cold: list[float] = []
                 warm: list[float] = []

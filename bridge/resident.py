@@ -255,7 +255,9 @@ class Residency:
         now = self._now()
         for key in self.policy.due(now):
             s = self._sessions[key]
-            if may_stop(s):
+            if not holds_process(s.adapter):
+                self._drop(key)  # no process (not started yet, or it died): nothing to stop
+            elif may_stop(s):
                 self._stop_now(key, "idle")
             else:
                 self.policy.used(key, now)  # something waits in it: look again later

@@ -34,6 +34,7 @@ from bridge import __version__
 from bridge.adapters.base import overall_status
 from bridge.auth import load_or_create_token, token_matches
 from bridge.config import Config
+from bridge.dirwatch import DirWatch, WatchUnavailable
 from bridge.logs import get_logger
 from bridge.protocol import (
     CLOSE_PROTOCOL,
@@ -430,9 +431,21 @@ class BridgeServer:
             return 0.0
 
     async def _watch_token(self) -> None:
-        """Re-read the token file once a second while clients are connected, so a rotation
-        closes the connections that used the old token. Every new connection re-reads it
-        first, so with no client connected nothing needs to poll."""
+        """Re-read the token file when it changes (inotify on its directory), or else once a
+        second while clients are connected, so a rotation closes the connections that used
+        the old token. Every new connection re-reads it first, so with no client connected
+        nothing needs to poll."""
+        while True:
+            try:
+                with DirWatch(self.token_path.parent) as watch:
+                    while not watch.gone:
+                        await watch.changed()
+                        self._refresh_token()
+            except WatchUnavailable as exc:
+                log.info("token_watch_polls", error=str(exc))
+                break
+            if not self.token_path.parent.is_dir():
+                break
         while True:
             if not self.connections:
                 self._clients.clear()
