@@ -8,8 +8,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from bench.wakeups import thread_switches
 from bridge.dirwatch import DirWatch, nearest_existing
 from tests.daemon import DaemonProcess
@@ -24,7 +22,6 @@ async def test_an_idle_daemon_with_an_adapters_dir_does_not_wake(
     daemon_factory,  # type: ignore[no-untyped-def]
 ) -> None:
     d: DaemonProcess = daemon_factory()
-    (d.config_dir / "adapters").mkdir(parents=True, mode=0o700)
     d.start()
     assert d.proc is not None
     # a client comes and goes (the token watch, the sweep, the store all had work)
@@ -99,15 +96,15 @@ async def test_dirwatch_sees_changes_times_out_and_notices_its_directory_going(
     assert nearest_existing(where / "deeper" / "still") == tmp_path
 
 
-@pytest.mark.parametrize("missing", ["adapters"])
-async def test_an_adapters_dir_created_later_is_watched(
+async def test_an_adapters_dir_removed_then_made_again_is_watched_again(
     daemon_factory,  # type: ignore[no-untyped-def]
-    missing: str,
 ) -> None:
     d: DaemonProcess = daemon_factory()
     d.start()
-    adapters = d.config_dir / missing
-    assert not adapters.exists()
+    adapters = d.config_dir / "adapters"
+    assert adapters.is_dir()  # the daemon makes it
+    adapters.rmdir()
+    await asyncio.sleep(0.5)  # the loader moves its watch to the parent
     adapters.mkdir(mode=0o700)
     (adapters / "late.py").write_text(LATE)
     os.chmod(adapters / "late.py", 0o600)
