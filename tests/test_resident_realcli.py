@@ -3,7 +3,8 @@
 sees the earlier answer in its history), at most ``limits.max_agent_processes`` stay resident
 (the longest-idle one goes first), and a session with a turn running, a permission pending or
 a message queued is never stopped. Claude Code, Hermes (ACP) and OpenCode, each against its
-fake model server; outcomes are polled, never waited for with fixed sleeps.
+fake model server (and Gemini over ACP); outcomes are polled, never waited for with fixed
+sleeps.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests import realcli
-from tests.fakes import CallTool, FakeAnthropic, FakeChat, Reply
+from tests.fakes import CallTool, FakeAnthropic, FakeChat, FakeGemini, FakeServer, Reply
 from tests.test_claude_harness import (
     Harness,
     agent_config,
@@ -228,7 +229,9 @@ def chat() -> Iterator[FakeChat]:
         yield srv
 
 
-async def _idle_stop_and_resume(h: Harness, chat: FakeChat, agent: str, project: Path) -> None:
+async def _idle_stop_and_resume(
+    h: Harness, chat: FakeServer, agent: str, project: Path
+) -> None:
     marker = agent.upper()
     chat.clear_script()
     chat.script(
@@ -278,3 +281,20 @@ async def test_opencode_idle_stop_then_resume(chat: FakeChat, tmp_path: Path) ->
         await _idle_stop_and_resume(h, chat, "opencode", make_project(tmp_path / "project"))
     finally:
         h.stop()
+
+
+async def test_gemini_idle_stop_then_resume(tmp_path: Path) -> None:
+    binary = realcli.gemini_bin()
+    if binary is None:
+        pytest.skip(realcli.missing_reason("gemini"))
+    with FakeGemini() as fake:
+        env = realcli.gemini_env(tmp_path / "cli", fake.base_url)
+        config = (
+            f'[agents.gemini]\nbinary = "{binary}"\nmodel = "{realcli.GEMINI_MODEL}"\n'
+            + residency(3)
+        )
+        h = Harness(tmp_path / "daemon", daemon_env(env), config)
+        try:
+            await _idle_stop_and_resume(h, fake, "gemini", make_project(tmp_path / "project"))
+        finally:
+            h.stop()
