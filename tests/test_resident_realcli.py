@@ -2,9 +2,8 @@
 ``adapters.idle_stop_s``, the next turn resumes the same conversation (the fake model server
 sees the earlier answer in its history), at most ``limits.max_agent_processes`` stay resident
 (the longest-idle one goes first), and a session with a turn running, a permission pending or
-a message queued is never stopped. Claude Code, Hermes (ACP) and OpenCode, each against its
-fake model server (and Gemini over ACP); outcomes are polled, never waited for with fixed
-sleeps.
+a message queued is never stopped. Claude Code, Gemini and Hermes (ACP) and OpenCode, each
+against its fake model server; outcomes are polled, never waited for with fixed sleeps.
 """
 
 from __future__ import annotations
