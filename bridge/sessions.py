@@ -256,8 +256,10 @@ class Hub:
         self.resident = Residency(
             config.adapters.idle_stop_s, config.limits.max_agent_processes, self._stop_adapter
         )
-        #: wakes the terminal sweep when a session may have become one to watch
+        #: wakes the terminal sweep when a session may have become one to watch (a state
+        #: change, an agent session id, a drop-in adapter with handoff hooks loaded)
         self._sweep_wake = asyncio.Event()
+        registry.on_change(self._sweep_wake.set)
 
     # ---- start-up and shutdown ---------------------------------------------------------------
 
