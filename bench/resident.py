@@ -16,6 +16,7 @@ over ACP, OpenCode), for docs/benchmarks.md.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import statistics
 import tempfile
 import time
@@ -181,6 +182,7 @@ async def claude_sessions(n: int = 20, idle_stop_s: float = 5.0) -> Resident | N
                 return Resident(n, idle_stop_s, peak, left, resumed, cold, warm)
         finally:
             h.stop()
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass
@@ -281,6 +283,7 @@ async def cold_vs_warm(agent: str, rounds: int = 3, idle_stop_s: float = 2.0) ->
             h.stop()
     finally:
         fake.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
