@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import scenarios, startup
+from bench import resident, scenarios, startup
 from bench.targets import ROOT, BaselineTarget, DaemonTarget
 
 
@@ -139,8 +139,10 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
     rows: list[Row] = []
     facts = machine_facts()
 
-    base = await BaselineTarget().start()
-    daemon = await DaemonTarget().start()
+    # T6, T8 and T9 start their own daemons: run alone, they need neither of these.
+    paired = not args.only or bool(set(args.only) & PAIRED)
+    base = await BaselineTarget().start() if paired else None
+    daemon = await DaemonTarget().start() if paired else None
     memory = None
     try:
         wanted = set(args.only) if args.only else None
@@ -297,8 +299,10 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                 )
             )
     finally:
-        base.stop()
-        daemon.stop()
+        if base is not None:
+            base.stop()
+        if daemon is not None:
+            daemon.stop()
         if memory is not None:
             memory.stop()
 
@@ -319,10 +323,69 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                 asdict(s),
             )
         )
+    rows += await resident_rows(args)
     facts["loadavg_at_end"] = os.getloadavg()
-    order = {r: i for i, r in enumerate(("T1", "T2", "T3a", "T3b", "T4", "T5", "T6", "T7"))}
+    order = {
+        r: i
+        for i, r in enumerate(("T1", "T2", "T3a", "T3b", "T4", "T5", "T6", "T7", "T8", "T9"))
+    }
     rows.sort(key=lambda r: order.get(r.id, 99))
     return facts, rows
+
+
+PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7"}
+
+
+async def resident_rows(args: argparse.Namespace) -> list[Row]:
+    """T8 (idle daemon) and T9 (resident Claude Code processes), each with its own daemon."""
+    rows: list[Row] = []
+    if not args.only or "T8" in args.only:
+        secs = 20.0 if args.quick else 60.0
+        _progress(f"T8: an idle daemon (no session, no client) for {secs:.0f} s")
+        i8 = await resident.idle_daemon(secs)
+        rows.append(
+            Row(
+                "T8",
+                "idle daemon, no sessions, no clients: wakeups/s; CPU s/min",
+                "<= 2 wakeups/s; <= 0.1 s CPU/min",
+                f"{i8.wakeups_per_s:.2f}/s; {i8.cpu_s_per_min:.3f} s",
+                f"{i8.baseline_wakeups_per_s:.2f}/s; {i8.baseline_cpu_s_per_min:.3f} s",
+                "",
+                i8.wakeups_per_s <= 2 and i8.cpu_s_per_min <= 0.1,
+                f"context switches of every thread from /proc over {i8.seconds:.0f} s; "
+                "baseline: the bare websockets server, same window",
+                asdict(i8),
+            )
+        )
+    if not args.only or "T9" in args.only:
+        n = 5 if args.quick else 20
+        _progress(f"T9: {n} Claude Code sessions, idle_stop_s = 5")
+        r9 = await resident.claude_sessions(n)
+        if r9 is None:
+            rows.append(Row("T9", "resident agents", "", "", "", "", None, "claude not installed"))
+        else:
+            ok = (
+                r9.left_after_10s == 0
+                and r9.resumed_same_conversation == n
+                and r9.warm_p50 <= 0.1
+            )
+            rows.append(
+                Row(
+                    "T9",
+                    f"{n} Claude Code sessions, one turn each, idle_stop_s = 5: processes "
+                    "left after 10 s; next turns resumed; prompt -> first text",
+                    "0 left; all resumed; warm <= 0.1 s",
+                    f"{r9.left_after_10s} left (of {r9.peak_processes}); "
+                    f"{r9.resumed_same_conversation}/{n} resumed; warm {r9.warm_p50:.3f} s",
+                    f"after an idle stop {r9.cold_p50:.2f} s",
+                    f"{r9.cold_p50 / r9.warm_p50:.0f}x",
+                    ok,
+                    "medians over the sessions; cold = the turn after the idle stop (a new "
+                    "claude process resuming its session), warm = the turn right after it",
+                    asdict(r9),
+                )
+            )
+    return rows
 
 
 def render(facts: dict[str, Any], rows: list[Row]) -> str:
@@ -358,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     parser.add_argument("--repeat", type=int, default=3, help="throughput runs, best kept")
-    parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T7)")
+    parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T9)")
     parser.add_argument(
         "--profile", metavar="DIR", help="record the daemon with py-spy during T1, T2, T3b"
     )

@@ -54,6 +54,8 @@ class LimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     request_burst: int = 400
     send_queue_frames: int = 20000
     auth_failures_per_minute: int = 10
+    #: Persistent agent processes kept running at once; beyond that the longest-idle stops.
+    max_agent_processes: int = 8
 
 
 class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -73,6 +75,8 @@ class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     detect_timeout: float = 10.0
     import_timeout: float = 5.0
     watch: bool = True
+    #: Seconds a persistent agent process may sit without a turn before it is stopped (0: never).
+    idle_stop_s: float = 600.0
 
 
 class AcpAgentConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -296,6 +300,8 @@ def _validate(config: Config, file: Path) -> None:
         raise bad("projects.max_depth", "must be between 0 and 8")
     if config.projects.git_cache_s < 0:
         raise bad("projects.git_cache_s", "must not be negative")
+    if config.adapters.idle_stop_s < 0:
+        raise bad("adapters.idle_stop_s", "must be 0 (never) or more")
     for name, acp in config.acp.items():
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")

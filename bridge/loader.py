@@ -48,6 +48,7 @@ import msgspec
 
 from bridge.adapters.base import BaseAdapter, DetectedAgent, contract_problems
 from bridge.config import Config
+from bridge.dirwatch import IN_CREATE, IN_MOVED_TO, DirWatch, WatchUnavailable, nearest_existing
 from bridge.logs import get_logger
 from bridge.process import ChildProcess, SpawnError
 from bridge.registry import Registry
@@ -63,6 +64,8 @@ PROBES_AT_ONCE = 4
 #: watchfiles batches events for this long, so an editor's write-then-rename is one reload.
 WATCH_DEBOUNCE_MS = 100
 WATCH_RETRY_S = 1.0
+#: How often watchfiles' thread looks for events (it wakes this often, changes or not).
+WATCH_STEP_MS = 500
 MODULE_PREFIX = "agent_bridge_ext_"
 
 SourceKind = Literal["file", "entry_point"]
@@ -740,6 +743,55 @@ class AdapterLoader:
     # ---- live reload ---------------------------------------------------------------------------
 
     async def _watch(self) -> None:
+        """Rescan when a file of the adapters directory changes. inotify on the loop where
+        it works (no wakeup while nothing changes), else watchfiles."""
+        while not self._stop.is_set():
+            try:
+                await self._watch_inotify()
+                return
+            except WatchUnavailable as exc:
+                log.info("adapters_watch_inotify_unavailable", error=str(exc))
+                await self._watch_files()
+
+    async def _watch_inotify(self) -> None:
+        stopping = asyncio.ensure_future(self._stop.wait())
+        first = True
+        try:
+            while not self._stop.is_set():
+                if not self.dir.is_dir():
+                    # Wait for it to appear: watch the nearest directory that exists.
+                    with DirWatch(nearest_existing(self.dir), IN_CREATE | IN_MOVED_TO) as parent:
+                        if not self.dir.is_dir():
+                            await self._until(parent.changed(), stopping)
+                    if self.dir.is_dir():
+                        await self._rescan_logged()
+                    continue
+                with DirWatch(self.dir) as watch:
+                    if not first:
+                        await self._rescan_logged()  # what changed before the watch began
+                    first = False
+                    while not watch.gone and not self._stop.is_set():
+                        if not await self._until(watch.changed(), stopping):
+                            break
+                        # An editor's write-then-rename is one reload.
+                        await asyncio.sleep(WATCH_DEBOUNCE_MS / 1000)
+                        await self._rescan_logged()
+                await self._rescan_logged()  # the directory went away
+        finally:
+            stopping.cancel()
+
+    async def _until(self, aw: Any, stopping: asyncio.Future[Any]) -> bool:
+        """Await ``aw`` unless the loader stops first (then False)."""
+        task = asyncio.ensure_future(aw)
+        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            return False
+        return not self._stop.is_set()
+
+    async def _watch_files(self) -> None:
         import watchfiles
 
         polling = False
@@ -752,7 +804,7 @@ class AdapterLoader:
                     self.dir,
                     watch_filter=None,
                     debounce=WATCH_DEBOUNCE_MS,
-                    step=50,
+                    step=WATCH_STEP_MS,
                     stop_event=self._stop,
                     recursive=False,
                     force_polling=polling,

@@ -313,6 +313,8 @@ class SessionObject(msgspec.Struct, kw_only=True):
     queued: int = 0
     model: str | None = None
     mode: str | None = None
+    #: The session's persistent agent process is running (its next turn starts without delay).
+    resident: bool = False
 
 
 # ---- server frames -----------------------------------------------------------------------------

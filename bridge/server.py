@@ -34,6 +34,7 @@ from bridge import __version__
 from bridge.adapters.base import overall_status
 from bridge.auth import load_or_create_token, token_matches
 from bridge.config import Config
+from bridge.dirwatch import DirWatch, WatchUnavailable
 from bridge.logs import get_logger
 from bridge.projects_api import ProjectsApi
 from bridge.protocol import (
@@ -323,6 +324,8 @@ class BridgeServer:
         self.token_path = token_path
         self.token = load_or_create_token(token_path)
         self._token_mtime = self._mtime()
+        #: set while clients are connected: only then does the token file need watching
+        self._clients = asyncio.Event()
         self.connections: set[Connection] = set()
         self._servers: list[Server] = []
         self._auth_failures: dict[str, deque[float]] = {}
@@ -435,24 +438,45 @@ class BridgeServer:
             return 0.0
 
     async def _watch_token(self) -> None:
+        """Re-read the token file when it changes (inotify on its directory), or else once a
+        second while clients are connected, so a rotation closes the connections that used
+        the old token. Every new connection re-reads it first, so with no client connected
+        nothing needs to poll."""
         while True:
-            await asyncio.sleep(TOKEN_CHECK_S)
-            mtime = self._mtime()
-            if mtime == self._token_mtime:
-                continue
-            self._token_mtime = mtime
             try:
-                token = load_or_create_token(self.token_path)
-            except Exception as exc:
-                log.error("token_reload_failed", error=str(exc))
-                continue
-            if token == self.token:
-                continue
-            self.token = token
-            log.info("token_rotated")
-            for conn in list(self.connections):
-                if conn.token_used is not None and not token_matches(token, conn.token_used):
-                    conn.close(CLOSE_UNAUTHORIZED, "the token was rotated")
+                with DirWatch(self.token_path.parent) as watch:
+                    while not watch.gone:
+                        await watch.changed()
+                        self._refresh_token()
+            except WatchUnavailable as exc:
+                log.info("token_watch_polls", error=str(exc))
+                break
+            if not self.token_path.parent.is_dir():
+                break
+        while True:
+            if not self.connections:
+                self._clients.clear()
+                await self._clients.wait()
+            await asyncio.sleep(TOKEN_CHECK_S)
+            self._refresh_token()
+
+    def _refresh_token(self) -> None:
+        mtime = self._mtime()
+        if mtime == self._token_mtime:
+            return
+        self._token_mtime = mtime
+        try:
+            token = load_or_create_token(self.token_path)
+        except Exception as exc:
+            log.error("token_reload_failed", error=str(exc))
+            return
+        if token == self.token:
+            return
+        self.token = token
+        log.info("token_rotated")
+        for conn in list(self.connections):
+            if conn.token_used is not None and not token_matches(token, conn.token_used):
+                conn.close(CLOSE_UNAUTHORIZED, "the token was rotated")
 
     # ---- handshake ----------------------------------------------------------------------------
 
@@ -518,6 +542,7 @@ class BridgeServer:
         await self._handle(ws, trusted=True)
 
     async def _handle(self, ws: ServerConnection, *, trusted: bool) -> None:
+        self._refresh_token()  # not polled while no client is connected
         conn = Connection(ws, self, trusted=trusted)
         header = ws.request.headers.get("Authorization") if ws.request else None
         header_token: str | None = None
@@ -533,6 +558,7 @@ class BridgeServer:
         if not (conn.authenticated or trusted):
             _set_max_message(ws, min(HELLO_MAX_BYTES, self.config.limits.max_frame_bytes))
         self.connections.add(conn)
+        self._clients.set()
         sender = asyncio.create_task(conn.sender())
         try:
             if await self._handshake(conn):

@@ -61,6 +61,7 @@ from bridge.protocol import (
     Writer,
 )
 from bridge.registry import AgentEntry, Registry
+from bridge.resident import Residency
 from bridge.store import AttachmentData, MessageRecord, SessionRecord, Store, StoredEvent
 
 log = get_logger("bridge.sessions")
@@ -256,6 +257,13 @@ class Hub:
         #: Also given every committed batch, after the subscribers (bridge/attention).
         self.on_committed: Callable[[list[StoredEvent]], None] | None = None
         store.on_commit = self._committed
+        self.resident = Residency(
+            config.adapters.idle_stop_s, config.limits.max_agent_processes, self._stop_adapter
+        )
+        #: wakes the terminal sweep when a session may have become one to watch (a state
+        #: change, an agent session id, a drop-in adapter with handoff hooks loaded)
+        self._sweep_wake = asyncio.Event()
+        registry.on_change(self._sweep_wake.set)
 
     # ---- start-up and shutdown ---------------------------------------------------------------
 
@@ -333,6 +341,7 @@ class Hub:
     async def shutdown(self) -> None:
         """Interrupt running turns, stop every adapter, flush the store."""
         self._closing = True
+        self.resident.close()
         grace = self.config.adapters.stop_grace
         running = [s for s in self.sessions.values() if s.turn is not None]
         # All at once: a hung agent must not make every other one wait its grace period.
@@ -454,6 +463,7 @@ class Hub:
         )
         self.store.save_session(s.rec)
         self._push_state(s)
+        self._sweep_wake.set()
         if state == "running":
             s.idle.clear()
         else:
@@ -484,6 +494,7 @@ class Hub:
             queued=len(s.queue),
             model=rec.model,
             mode=rec.mode,
+            resident=self.resident.resident(s),
         )
 
     async def list_sessions(self, include_external: bool) -> list[SessionObject]:
@@ -746,6 +757,7 @@ class Hub:
         s.adapter = adapter
         s.adapter_cls = cls
         s.restart_adapter = False
+        self.resident.started(s)
         return info
 
     def _on_agent_session_id(self, s: Session, agent_session_id: str) -> None:
@@ -755,6 +767,7 @@ class Hub:
         if s.turn is not None:
             s.turn.guard.agent_session_id = agent_session_id
         self.store.save_session(s.rec)
+        self._sweep_wake.set()
 
     async def _stop_adapter(self, s: Session) -> None:
         adapter, s.adapter = s.adapter, None
@@ -928,6 +941,7 @@ class Hub:
         )
         self._set_state(s, "running", "bridge", "a turn started")
         try:
+            await self.resident.settled(s)  # an idle stop still under way ends first
             if s.adapter is None or s.restart_adapter:
                 await self._stop_adapter(s)
                 try:
@@ -937,6 +951,7 @@ class Hub:
                     self._finish(s, turn, "error")
                     return
                 self._emit(s, info)
+            self.resident.busy(s)
             turn.task = asyncio.create_task(self._consume(s, turn, msg))
             try:
                 await asyncio.shield(turn.task)
@@ -951,6 +966,7 @@ class Hub:
             s.turn = None
             if s.rec.state == "running":
                 self._set_state(s, "idle", "bridge", "the turn ended")
+            self.resident.idle(s)
 
     def _finish(
         self, s: Session, turn: TurnGuard | Turn, reason: EndReason, exit_code: int | None = None
@@ -1354,22 +1370,28 @@ class Hub:
         the person at the terminal wins.
         """
         while not self._closing:
+            if not any(self._sweepable(s) for s in self.sessions.values()):
+                # Nothing a terminal could take: no timer until a session changes state or
+                # learns its agent's session id (an idle daemon does not wake for this).
+                self._sweep_wake.clear()
+                await self._sweep_wake.wait()
             await asyncio.sleep(SWEEP_S)
             try:
                 await self._sweep_once()
             except Exception:
                 log.exception("terminal_sweep_failed")
 
+    def _sweepable(self, s: Session) -> bool:
+        return bool(
+            s.rec.state in ("idle", "running")
+            and s.rec.agent_session_id
+            and s.rec.intent is None
+            and self._cls(s).handoff != "none"
+        )
+
     async def _sweep_once(self) -> None:
         candidates = sorted(
-            (
-                s
-                for s in self.sessions.values()
-                if s.rec.state in ("idle", "running")
-                and s.rec.agent_session_id
-                and s.rec.intent is None
-                and self._cls(s).handoff != "none"
-            ),
+            (s for s in self.sessions.values() if self._sweepable(s)),
             key=lambda s: s.rec.updated_at,
             reverse=True,
         )[:SWEEP_MAX]

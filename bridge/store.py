@@ -311,6 +311,8 @@ class SqliteStore(Store):
         # behind slow `--version` probes and other blocking calls (docs/benchmarks.md, T6).
         self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="bridge-store-read")
         self._checkpoint_stop = threading.Event()
+        #: set after each write: the checkpoint thread sleeps on it while nothing is written
+        self._written = threading.Event()
         self._closed = False
 
     def _connect(self) -> sqlite3.Connection:
@@ -343,7 +345,13 @@ class SqliteStore(Store):
     def _checkpoints(self) -> None:
         conn = self._connect()
         try:
-            while not self._checkpoint_stop.wait(CHECKPOINT_EVERY_S):
+            while True:
+                # At most one checkpoint a second, and none while nothing was written: an
+                # idle daemon's threads do not wake (docs/benchmarks.md, T8).
+                self._written.wait()
+                if self._checkpoint_stop.wait(CHECKPOINT_EVERY_S):
+                    break
+                self._written.clear()
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
@@ -418,6 +426,7 @@ class SqliteStore(Store):
             return
         self._closed = True
         self._checkpoint_stop.set()
+        self._written.set()
         await self.flush()
         self._put(_Op("stop", None))
         if self._thread is not None:
@@ -521,6 +530,7 @@ class SqliteStore(Store):
             log.exception("store_write_failed", batch=len(batch))
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
+        self._written.set()
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):

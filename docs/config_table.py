@@ -78,6 +78,9 @@ MEANING: dict[str, str] = {
     "behind is closed with 4408 and replays with `after_seq`.",
     "limits.auth_failures_per_minute": "Failed logins per peer address per minute before its "
     "handshakes get HTTP 429.",
+    "limits.max_agent_processes": "Persistent agent processes (Claude Code, ACP agents, "
+    "OpenCode/Kilo servers) kept running at once; beyond that the longest-idle one is stopped "
+    "(its next turn resumes it). Busy ones are never stopped.",
     "store.backend": "`\"sqlite\"` (durable) or `\"memory\"` (lost at exit; tests, benchmarks).",
     "store.path": "SQLite file; `\"\"` = `$XDG_STATE_HOME/agent-bridge/bridge.sqlite3`.",
     "store.max_events_per_session": "Events kept per session; older ones are pruned (at start "
@@ -94,6 +97,9 @@ MEANING: dict[str, str] = {
     "get twice this.",
     "adapters.import_timeout": "Seconds importing one adapter file may take.",
     "adapters.watch": "Reload adapter files when they change, without a restart.",
+    "adapters.idle_stop_s": "Seconds a persistent agent process may sit without a turn before "
+    "it is stopped (the session stays `idle`; the next turn starts it again, resuming the "
+    "agent's session). `0` = never.",
     "log.level": "`debug`, `info`, `warning` or `error`.",
     "log.format": "`auto` (readable on a terminal, JSON lines otherwise), `console` or `json`.",
     "projects.roots": "Directories searched for git repositories for `projects.list` (and the "

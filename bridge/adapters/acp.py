@@ -194,6 +194,7 @@ class AcpBase(BaseAdapter, abstract=True):
     provides_models = True
     provides_usage = True
     handoff = "none"
+    persistent_process = True
 
     #: models each agent reported in ``session/new``, by agent id
     _models_seen: ClassVar[dict[str, list[ModelInfo]]] = {}
@@ -383,6 +384,9 @@ class AcpBase(BaseAdapter, abstract=True):
         )
 
     # ---- process and JSON-RPC plumbing ----------------------------------------------------
+
+    def process_running(self) -> bool:
+        return self._alive()
 
     def _alive(self) -> bool:
         return (

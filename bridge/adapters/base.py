@@ -174,6 +174,11 @@ class BaseAdapter:
     #: default. An adapter that declares modes takes a ``mode`` keyword in ``__init__``; one that
     #: can switch a running session also implements ``set_mode()``.
     modes: ClassVar[tuple[ModeInfo, ...]] = ()
+    #: The adapter keeps an agent process (a CLI, a local server) running between turns. The
+    #: daemon then stops it (``stop()``) after ``adapters.idle_stop_s`` without a turn, or when
+    #: more than ``limits.max_agent_processes`` are running, and the next turn creates a new
+    #: adapter with ``resume_session_id`` set: the adapter must resume the agent's session.
+    persistent_process: ClassVar[bool] = False
 
     #: Seconds ``detect()`` waits for ``--version`` (some CLIs start slowly on a busy machine).
     detect_timeout: ClassVar[float] = DETECT_TIMEOUT_S
@@ -221,6 +226,11 @@ class BaseAdapter:
 
     async def get_usage(self) -> UsageBlock | None:
         return None
+
+    def process_running(self) -> bool:
+        """Whether the agent's process runs now (``persistent_process`` adapters; shown to
+        clients as SESSION ``resident``). Default: true once started."""
+        return self.persistent_process
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -361,6 +371,8 @@ def contract_problems(cls: type) -> list[str]:
         declared = init_keywords(cls)
         if declared is not None and "mode" not in declared:
             problems.append("`modes` is set but `__init__` takes no `mode` keyword")
+    if not isinstance(getattr(cls, "persistent_process", False), bool):
+        problems.append("`persistent_process` must be True or False")
     if getattr(cls, "handoff", "none") not in ("per_turn", "persistent", "none"):
         problems.append("`handoff` must be 'per_turn', 'persistent' or 'none'")
     return problems

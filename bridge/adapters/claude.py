@@ -3,7 +3,8 @@
 The process reads user messages and control answers on stdin and writes stream-json on
 stdout (``bridge.parsers.claude`` turns it into blocks). It starts with the session's first
 message and stays up across turns, so later turns cost no start-up; it is started again (with
-``--resume``) when it died or the model changed.
+``--resume``) when it died, the model changed, or the daemon stopped it after
+``adapters.idle_stop_s`` without a turn (``bridge/resident.py``).
 Tools that need approval arrive as ``control_request`` ``can_use_tool`` because of
 ``--permission-prompt-tool stdio``; interrupt is a ``control_request`` too, and the process
 survives it.
@@ -115,6 +116,7 @@ class ClaudeAdapter(BaseAdapter):
     provides_usage = True
     handoff = "persistent"
     modes = MODES
+    persistent_process = True
 
     def __init__(
         self,
@@ -193,6 +195,9 @@ class ClaudeAdapter(BaseAdapter):
         self._resumed = resume
         self._parser.new_process()
         log.info("claude_started", pid=self._child.pid, resume=resume)
+
+    def process_running(self) -> bool:
+        return self._child is not None and self._child.returncode is None
 
     @property
     def pid(self) -> int | None:

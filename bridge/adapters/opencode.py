@@ -10,9 +10,11 @@ deltas too but drops cost and plans; the server is the richest and it is OpenCod
 
 One server per bridge session, started at the first turn in the session's directory on a free
 loopback port with a random password (HTTP basic auth), kept across turns (persistent) and
-stopped with the session. Resume is by session id (``ses_…``): an id the server does not know
-(404) starts a new session once and says ``session_reset``. If the server dies mid-turn the
-turn ends with an error and the next turn starts a new server on the same session.
+stopped with the session, or after ``adapters.idle_stop_s`` without a turn (the next turn
+starts a server again on the same session). Resume is by session id (``ses_…``): an id the
+server does not know (404) starts a new session once and says ``session_reset``. If the server
+dies mid-turn the turn ends with an error and the next turn starts a new server on the same
+session.
 
 Kilo CLI is a fork with the same server (``kilo serve``); :mod:`bridge.adapters.kilo` only
 changes names.
@@ -186,6 +188,7 @@ class OpenCodeAdapter(BaseAdapter):
     provides_models = True
     provides_usage = True
     handoff = "persistent"
+    persistent_process = True
     detect_timeout = 20.0
 
     #: OpenCode's primary agents: the prompt's ``agent`` picks one per turn
@@ -266,6 +269,9 @@ class OpenCodeAdapter(BaseAdapter):
 
     async def get_usage(self) -> UsageBlock | None:
         return self._total if has_usage(self._total) else None
+
+    def process_running(self) -> bool:
+        return self._server is not None and self._server.alive
 
     async def list_models(self) -> list[ModelInfo]:
         result = await asyncio.to_thread(

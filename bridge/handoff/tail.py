@@ -19,6 +19,8 @@ from pathlib import Path
 
 import structlog
 
+from bridge.dirwatch import DirWatch, WatchUnavailable
+
 log = structlog.get_logger("bridge.handoff.tail")
 
 #: A line longer than this is dropped whole (Claude's request snapshots can be megabytes; the
@@ -201,12 +203,11 @@ async def changes(
 ) -> AsyncIterator[None]:
     """Yields whenever ``target`` (a file) may have changed, and at least every ``tick`` s.
 
-    Watches the nearest existing directory non-recursively with ``watchfiles``; when a deeper
-    directory appears (the transcript's folder is created late) it moves the watch there.
-    Falls back to a ``tick`` poll where inotify is unavailable.
+    Watches the nearest existing directory non-recursively (inotify on the event loop, so
+    nothing wakes between changes but the ``tick``); when a deeper directory appears (the
+    transcript's folder is created late) it moves the watch there. Falls back to
+    ``watchfiles``, then to a ``tick`` poll, where inotify is unavailable.
     """
-    from watchfiles import awatch
-
     while not stop.is_set():
         where = nearest_dir(target)
         if where is None:
@@ -214,23 +215,55 @@ async def changes(
             yield None
             continue
         try:
-            async for _ in awatch(
-                where,
-                watch_filter=None,
-                debounce=debounce_ms,
-                step=10,
-                stop_event=stop,
-                rust_timeout=int(tick * 1000),
-                yield_on_timeout=True,
-                recursive=False,
-            ):
+            watch = DirWatch(where)
+        except WatchUnavailable:
+            async for _ in _changes_watchfiles(target, where, stop, tick, debounce_ms):
                 yield None
-                if nearest_dir(target) != where:
-                    break
-        except (OSError, RuntimeError) as exc:
-            log.warning("watch_failed", path=str(where), error=repr(exc))
-            await _sleep_or_stop(stop, tick)
+            continue
+        with watch:
+            stopping = asyncio.ensure_future(stop.wait())
+            try:
+                while not stop.is_set() and not watch.gone:
+                    waiting = asyncio.ensure_future(watch.changed(tick))
+                    await asyncio.wait([waiting, stopping], return_when=asyncio.FIRST_COMPLETED)
+                    if not waiting.done():
+                        waiting.cancel()
+                        with contextlib.suppress(BaseException):
+                            await waiting
+                        return
+                    if waiting.result() and debounce_ms:
+                        await asyncio.sleep(debounce_ms / 1000)
+                        watch.drain()  # what came in meanwhile is part of this change
+                    yield None
+                    if nearest_dir(target) != where:
+                        break
+            finally:
+                stopping.cancel()
+
+
+async def _changes_watchfiles(
+    target: Path, where: Path, stop: asyncio.Event, tick: float, debounce_ms: int
+) -> AsyncIterator[None]:
+    from watchfiles import awatch
+
+    try:
+        async for _ in awatch(
+            where,
+            watch_filter=None,
+            debounce=debounce_ms,
+            step=10,
+            stop_event=stop,
+            rust_timeout=int(tick * 1000),
+            yield_on_timeout=True,
+            recursive=False,
+        ):
             yield None
+            if nearest_dir(target) != where:
+                break
+    except (OSError, RuntimeError) as exc:
+        log.warning("watch_failed", path=str(where), error=repr(exc))
+        await _sleep_or_stop(stop, tick)
+        yield None
 
 
 async def _sleep_or_stop(stop: asyncio.Event, delay: float) -> None:

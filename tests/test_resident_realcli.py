@@ -1,0 +1,299 @@
+"""Resident agent processes with the real CLIs: an idle agent process is stopped after
+``adapters.idle_stop_s``, the next turn resumes the same conversation (the fake model server
+sees the earlier answer in its history), at most ``limits.max_agent_processes`` stay resident
+(the longest-idle one goes first), and a session with a turn running, a permission pending or
+a message queued is never stopped. Claude Code, Gemini and Hermes (ACP) and OpenCode, each
+against its fake model server; outcomes are polled, never waited for with fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import realcli
+from tests.fakes import CallTool, FakeAnthropic, FakeChat, FakeGemini, FakeServer, Reply
+from tests.test_claude_harness import (
+    Harness,
+    agent_config,
+    create,
+    daemon_env,
+    finish_turn,
+    of,
+    run_turn,
+    wait_for_block,
+)
+from tests.test_pi_e2e import agent_toml, descendants, make_project, user
+from tests.wsclient import Client, text_of
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
+
+CLAUDE = realcli.claude_bin()
+MODEL = "claude-sonnet-4-5"
+
+
+def residency(idle_stop_s: float, max_processes: int = 8) -> str:
+    return (
+        f"[adapters]\nidle_stop_s = {idle_stop_s}\n"
+        f"[limits]\nmax_agent_processes = {max_processes}\n"
+    )
+
+
+async def listed(c: Client) -> dict[str, dict[str, Any]]:
+    got = await c.request("sessions.list", include_external=False)
+    return {s["session"]: s for s in got["sessions"]}
+
+
+async def poll(check: Any, timeout: float = 60.0, what: str = "") -> None:
+    """Wait until ``await check()`` is true."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+def agents_below(h: Harness) -> list[int]:
+    assert h.daemon.proc is not None
+    return descendants(h.daemon.proc.pid)
+
+
+async def stopped(c: Client, h: Harness, session: str, timeout: float = 60.0) -> None:
+    async def check() -> bool:
+        return not (await listed(c))[session]["resident"] and not agents_below(h)
+
+    await poll(check, timeout, f"the agent of {session} to be stopped")
+
+
+# ---- Claude Code ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def claude_env(tmp_path_factory: pytest.TempPathFactory, fake: FakeAnthropic) -> dict[str, str]:
+    if CLAUDE is None:
+        pytest.skip(realcli.missing_reason("claude"))
+    root = tmp_path_factory.mktemp("resident-claude")
+    return daemon_env(realcli.claude_env(root / "cli", fake.base_url, cwd=root / "cli" / "work"))
+
+
+def claude_daemon(home: Path, env: dict[str, str], idle_stop_s: float, cap: int = 8) -> Harness:
+    assert CLAUDE is not None
+    config = agent_config("claude", CLAUDE, f'model = "{MODEL}"\n') + residency(idle_stop_s, cap)
+    return Harness(home, env, config)
+
+
+async def test_claude_idle_stop_then_the_next_turn_resumes_the_conversation(
+    fake: FakeAnthropic, claude_env: dict[str, str], tmp_path: Path
+) -> None:
+    h = claude_daemon(tmp_path / "daemon", claude_env, idle_stop_s=2)
+    try:
+        project = make_project(tmp_path / "project")
+        fake.clear_script()
+        fake.script(
+            Reply(text="First answer 5821.", when=user("IDLE-ONE")),
+            Reply(text="Second answer.", when=user("IDLE-TWO")),
+        )
+        async with h.client() as c:
+            session, _ = await create(c, "claude", project)
+            assert (await listed(c))[session]["resident"] is False  # no process before a turn
+            first = await run_turn(c, session, "IDLE-ONE hello")
+            assert text_of(first) == "First answer 5821."
+            sid = of(first, "session_end")[-1]["agent_session_id"]
+            assert (await listed(c))[session]["resident"] is True
+            assert agents_below(h)
+
+            await stopped(c, h, session)
+            assert (await listed(c))[session]["state"] == "idle"
+
+            second = await run_turn(c, session, "IDLE-TWO still there?")
+            assert text_of(second) == "Second answer."
+            assert of(second, "session_end")[-1]["agent_session_id"] == sid
+            assert not [b for b in of(second, "system") if b["code"] == "session_reset"]
+            assert fake.agent_requests[-1].contains("First answer 5821.")  # same conversation
+            assert (await listed(c))[session]["resident"] is True
+    finally:
+        h.stop()
+
+
+async def test_claude_cap_stops_the_longest_idle_first(
+    fake: FakeAnthropic, claude_env: dict[str, str], tmp_path: Path
+) -> None:
+    h = claude_daemon(tmp_path / "daemon", claude_env, idle_stop_s=600, cap=2)
+    try:
+        fake.clear_script()
+        fake.script(
+            *(Reply(text=f"Answer {n} for LRU.", when=user(f"LRU-{n} ")) for n in "ABC"),
+            Reply(text="A is back.", when=user("LRU-A-AGAIN")),
+        )
+        async with h.client() as c:
+            sessions = {}
+            for name in "ABC":
+                project = make_project(tmp_path / name)
+                sessions[name], _ = await create(c, "claude", project)
+            for name in "AB":
+                await run_turn(c, sessions[name], f"LRU-{name} go")
+            state = await listed(c)
+            assert [state[sessions[n]]["resident"] for n in "ABC"] == [True, True, False]
+
+            await run_turn(c, sessions["C"], "LRU-C go")
+
+            async def a_stopped() -> bool:
+                state = await listed(c)
+                return [state[sessions[n]]["resident"] for n in "ABC"] == [False, True, True]
+
+            await poll(a_stopped, what="A (the longest idle) to be stopped")
+            await poll(lambda: _count(h, 2), what="two claude processes")
+
+            again = await run_turn(c, sessions["A"], "LRU-A-AGAIN remember?")
+            assert text_of(again) == "A is back."
+            assert fake.agent_requests[-1].contains("Answer A for LRU.")
+
+            async def b_stopped() -> bool:
+                state = await listed(c)
+                return [state[sessions[n]]["resident"] for n in "ABC"] == [True, False, True]
+
+            await poll(b_stopped, what="B (now the longest idle) to be stopped")
+    finally:
+        h.stop()
+
+
+async def _count(h: Harness, n: int) -> bool:
+    return len(agents_below(h)) == n
+
+
+async def test_claude_pending_permission_and_queued_message_are_never_stopped(
+    fake: FakeAnthropic, claude_env: dict[str, str], tmp_path: Path
+) -> None:
+    h = claude_daemon(tmp_path / "daemon", claude_env, idle_stop_s=1)
+    try:
+        project = make_project(tmp_path / "project")
+        fake.clear_script()
+        fake.script(
+            CallTool(
+                "Bash",
+                {"command": "touch busy.txt", "description": "Create a file"},
+                when=user("BUSY-ONE"),
+            ),
+            Reply(text="Ran it.", when="tool_result"),
+            Reply(text="Queued one answered.", when=user("BUSY-TWO")),
+        )
+        async with h.client() as c:
+            session, _ = await create(c, "claude", project)
+            await c.request("session.send", session=session, text="BUSY-ONE create busy.txt")
+            frames = await wait_for_block(c, session, lambda b: b["type"] == "permission_request")
+            request = of(frames, "permission_request")[-1]
+            pids = agents_below(h)
+            assert pids
+            queued = await c.request("session.send", session=session, text="BUSY-TWO next")
+            assert queued["queued"] is True
+
+            # Several idle periods pass while the permission waits and a message is queued.
+            loop = asyncio.get_running_loop()
+            until = loop.time() + 4.0
+            while loop.time() < until:
+                assert agents_below(h) == pids
+                assert (await listed(c))[session]["resident"] is True
+                await asyncio.sleep(0.2)
+
+            await c.request(
+                "session.permission", session=session, request_id=request["id"], option_id="allow"
+            )
+            first = await finish_turn(c, session)
+            assert "Ran it." in text_of(first)
+            second = await finish_turn(c, session)
+            assert text_of(second) == "Queued one answered."
+            # both turns ran on the process that was running when the permission was asked
+            assert not [b for b in of(second, "agent_info")]
+            await stopped(c, h, session)
+    finally:
+        h.stop()
+
+
+# ---- Hermes over ACP, and OpenCode --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat() -> Iterator[FakeChat]:
+    with FakeChat() as srv:
+        yield srv
+
+
+async def _idle_stop_and_resume(
+    h: Harness, chat: FakeServer, agent: str, project: Path
+) -> None:
+    marker = agent.upper()
+    chat.clear_script()
+    chat.script(
+        Reply(text=f"{agent} first answer 7310.", when=user(f"{marker}-ONE")),
+        Reply(text=f"{agent} second answer.", when=user(f"{marker}-TWO")),
+    )
+    async with h.client() as c:
+        session, _ = await create(c, agent, project)
+        first = await run_turn(c, session, f"{marker}-ONE hello", timeout=180)
+        assert text_of(first) == f"{agent} first answer 7310."
+        sid = of(first, "session_end")[-1]["agent_session_id"]
+        assert (await listed(c))[session]["resident"] is True
+        assert agents_below(h)
+
+        await stopped(c, h, session, timeout=90)
+
+        second = await run_turn(c, session, f"{marker}-TWO still there?", timeout=180)
+        assert text_of(second) == f"{agent} second answer."
+        assert of(second, "session_end")[-1]["agent_session_id"] == sid
+        assert not [b for b in of(second, "system") if b["code"] == "session_reset"]
+        assert chat.agent_requests[-1].contains(f"{agent} first answer 7310.")
+        assert (await listed(c))[session]["resident"] is True
+
+
+async def test_hermes_idle_stop_then_resume(chat: FakeChat, tmp_path: Path) -> None:
+    binary = realcli.hermes_bin()
+    if binary is None:
+        pytest.skip(realcli.missing_reason("hermes"))
+    env = realcli.hermes_env(tmp_path / "cli", chat.base_url)
+    config = f'[agents.hermes]\nbinary = "{binary}"\n' + residency(3)
+    h = Harness(tmp_path / "daemon", daemon_env(env), config)
+    try:
+        await _idle_stop_and_resume(h, chat, "hermes", make_project(tmp_path / "project"))
+    finally:
+        h.stop()
+
+
+async def test_opencode_idle_stop_then_resume(chat: FakeChat, tmp_path: Path) -> None:
+    binary = realcli.cli_bin("opencode")
+    if binary is None:
+        pytest.skip(realcli.missing_reason("opencode"))
+    env = realcli.opencode_env(tmp_path / "cli", chat.base_url)
+    xdg = {k: v for k, v in env.items() if k.startswith("XDG_")}
+    config = agent_toml("opencode", binary, env=xdg, model="fake/fake-model") + residency(3)
+    h = Harness(tmp_path / "daemon", daemon_env(env), config)
+    try:
+        await _idle_stop_and_resume(h, chat, "opencode", make_project(tmp_path / "project"))
+    finally:
+        h.stop()
+
+
+async def test_gemini_idle_stop_then_resume(tmp_path: Path) -> None:
+    binary = realcli.gemini_bin()
+    if binary is None:
+        pytest.skip(realcli.missing_reason("gemini"))
+    with FakeGemini() as fake:
+        env = realcli.gemini_env(tmp_path / "cli", fake.base_url)
+        config = (
+            f'[agents.gemini]\nbinary = "{binary}"\nmodel = "{realcli.GEMINI_MODEL}"\n'
+            + residency(3)
+        )
+        h = Harness(tmp_path / "daemon", daemon_env(env), config)
+        try:
+            await _idle_stop_and_resume(h, fake, "gemini", make_project(tmp_path / "project"))
+        finally:
+            h.stop()
