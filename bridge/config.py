@@ -75,6 +75,17 @@ class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch: bool = True
 
 
+class HubConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How often the hub looks at terminals and caches (tests shorten these)."""
+
+    park_poll: float = 1.0
+    sweep_interval: float = 3.0
+    sweep_max: int = 32
+    handoff_wait: float = 300.0
+    mirror_drain: float = 5.0
+    external_cache: float = 5.0
+
+
 class AcpAgentConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """An ACP agent added by name and command line, without Python."""
 
@@ -98,6 +109,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     agents: dict[str, AdapterConfig] = msgspec.field(default_factory=dict)
     acp: dict[str, AcpAgentConfig] = msgspec.field(default_factory=dict)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
+    hub: HubConfig = msgspec.field(default_factory=HubConfig)
 
     @property
     def adapters_dir(self) -> Path:
@@ -118,7 +130,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return self.agents.get(agent_id) or AdapterConfig()
 
 
-_SECTIONS = ("server", "limits", "store", "adapters", "log")
+_SECTIONS = ("server", "limits", "store", "adapters", "log", "hub")
 
 
 def _env_overrides(raw: dict[str, Any], environ: dict[str, str]) -> None:
@@ -194,6 +206,9 @@ def _validate(config: Config, file: Path) -> None:
     for name, value in msgspec.structs.asdict(config.limits).items():
         if value <= 0:
             raise bad(f"limits.{name}", "must be greater than 0")
+    for name, value in msgspec.structs.asdict(config.hub).items():
+        if value <= 0:
+            raise bad(f"hub.{name}", "must be greater than 0")
     for name, acp in config.acp.items():
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")

@@ -23,11 +23,11 @@ from typing import Any
 
 from bridge import __version__, notify, paths
 from bridge.config import Config, ConfigError
+from bridge.hub import Hub
 from bridge.logs import get_logger
 from bridge.redact import remember_env_secrets
 from bridge.registry import Registry, load_builtin_classes
 from bridge.server import BridgeServer, is_loopback
-from bridge.sessions import Hub
 from bridge.store import MemoryStore, SqliteStore, Store
 
 log = get_logger("bridge.daemon")

@@ -34,6 +34,7 @@ from bridge import __version__
 from bridge.adapters.base import overall_status
 from bridge.auth import load_or_create_token, token_matches
 from bridge.config import Config
+from bridge.hub import Hub, HubError
 from bridge.logs import get_logger
 from bridge.protocol import (
     CLOSE_PROTOCOL,
@@ -70,7 +71,6 @@ from bridge.protocol import (
     decode_request,
 )
 from bridge.registry import Registry
-from bridge.sessions import Hub, HubError
 
 log = get_logger("bridge.server")
 

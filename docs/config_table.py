@@ -22,6 +22,7 @@ from bridge.adapters.base import AdapterConfig  # noqa: E402
 from bridge.config import (  # noqa: E402
     AcpAgentConfig,
     AdaptersConfig,
+    HubConfig,
     LimitsConfig,
     LogConfig,
     ServerConfig,
@@ -39,6 +40,7 @@ SECTIONS: list[tuple[str, type[msgspec.Struct]]] = [
     ("store", StoreConfig),
     ("adapters", AdaptersConfig),
     ("log", LogConfig),
+    ("hub", HubConfig),
     ("agents.<id>", AdapterConfig),
     ("acp.<name>", AcpAgentConfig),
 ]
@@ -106,6 +108,18 @@ MEANING: dict[str, str] = {
     "acp.<name>.display_name": "Name shown in apps (default: the table name).",
     "acp.<name>.env": "Extra environment for the agent's process.",
     "acp.<name>.model": "Model for new sessions, if the agent offers a choice.",
+    "hub.park_poll": "Seconds between ownership checks of a parked session (is the terminal "
+    "still there?).",
+    "hub.sweep_interval": "Seconds between sweeps for terminals that resumed a session the "
+    "bridge holds, without a handoff.",
+    "hub.sweep_max": "Most recently active sessions each sweep checks (each check may scan "
+    "`/proc`).",
+    "hub.handoff_wait": "Seconds a handed-off session waits for a terminal to take it before "
+    "the bridge takes it back.",
+    "hub.mirror_drain": "Seconds the transcript mirror may read a terminal's last lines when "
+    "the bridge takes a session back.",
+    "hub.external_cache": "Seconds a scan for sessions started in terminals is reused by "
+    "`sessions.list`.",
 }
 
 

@@ -388,8 +388,8 @@ class FakeConn:
 
 
 def test_a_replay_whose_backlog_overflows_is_cut_off_not_reordered() -> None:
+    from bridge.hub import Session, Subscription
     from bridge.protocol import EncodedEvent
-    from bridge.sessions import Session, Subscription
 
     conn = FakeConn()
     sub = Subscription(conn=conn, session=Session(rec=SessionRecord(id="s", agent="a", cwd="/")))
