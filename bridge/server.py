@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import shlex
 import ssl
@@ -31,11 +30,12 @@ from websockets.http11 import Response as HttpResponse
 from websockets.protocol import State
 
 from bridge import __version__
-from bridge.adapters.base import overall_status
+from bridge.agent_types import DAEMON_AGENT, Check, overall_status
 from bridge.auth import load_or_create_token, token_matches
 from bridge.config import Config
 from bridge.hub import Hub, HubError
 from bridge.logs import get_logger
+from bridge.netaddr import is_loopback as is_loopback
 from bridge.protocol import (
     CLOSE_PROTOCOL,
     CLOSE_SHUTDOWN,
@@ -87,15 +87,6 @@ BURST_BYTES = 64 * 1024
 HELLO_MAX_BYTES = 64 * 1024
 
 HttpHandler = Callable[[ServerConnection, HttpRequest], HttpResponse | None]
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _json_response(status: int, body: dict[str, Any]) -> HttpResponse:
@@ -327,6 +318,8 @@ class BridgeServer:
         self._auth_failures: dict[str, deque[float]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.http_handlers: list[HttpHandler] = []
+        #: The daemon's own checks (``agents.check`` of DAEMON_AGENT), handed in by the daemon.
+        self.daemon_checks: Callable[..., list[Check]] | None = None
         self.tcp_address: tuple[str, int] | None = None
         self.unix_path: Path | None = None
         registry.on_change(self.broadcast_agents_changed)
@@ -631,11 +624,9 @@ class BridgeServer:
         return {"agents": [self.registry.agent_object(e) for e in self.registry.entries()]}
 
     async def _agents_check(self, _conn: Connection, req: AgentsCheck) -> Any:
-        from bridge import doctor
-
-        if req.agent == doctor.DAEMON_AGENT:
+        if req.agent == DAEMON_AGENT and self.daemon_checks is not None:
             # The reserved pseudo-agent: the daemon's own checks, as `agent-bridge doctor` runs.
-            checks = await asyncio.to_thread(doctor.daemon_checks, self.config, listening=self.url)
+            checks = await asyncio.to_thread(self.daemon_checks, self.config, listening=self.url)
         elif await self.registry.lookup(req.agent, self.config.adapters.start_timeout) is None:
             raise HubError("not_found", f"no agent `{req.agent}`")
         else:

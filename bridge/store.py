@@ -25,11 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from bridge.logs import get_logger
+from bridge.protocol import SessionState, Writer
 
 log = get_logger("bridge.store")
 
@@ -44,15 +45,15 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     model: str | None = None
     effort: str | None = None
     title: str = ""
-    state: str = "idle"
-    writer: str = "bridge"
+    state: SessionState = "idle"
+    writer: Writer = "bridge"
     created_at: float = 0.0
     updated_at: float = 0.0
     agent_session_id: str | None = None
     external: bool = False
     last_seq: int = 0
     #: A handoff or other intent recorded before any process is stopped.
-    intent: str | None = None
+    intent: Literal["handoff"] | None = None
 
 
 class AttachmentData(msgspec.Struct, kw_only=True):

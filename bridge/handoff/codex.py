@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.adapters.base import ExternalSession, ResumeCommand
+from bridge.agent_types import ExternalSession, ResumeCommand
 from bridge.blocks import (
     Block,
     SessionEndBlock,

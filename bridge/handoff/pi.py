@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.adapters.base import ExternalSession
+from bridge.agent_types import ExternalSession
 from bridge.blocks import (
     Block,
     EndReason,

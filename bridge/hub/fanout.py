@@ -115,8 +115,8 @@ class Fanout:
         frame = EncodedFrame(
             StateFrame(
                 session=s.id,
-                state=s.rec.state,  # type: ignore[arg-type]
-                writer=s.rec.writer,  # type: ignore[arg-type]
+                state=s.rec.state,
+                writer=s.rec.writer,
                 queued=len(s.queue),
             )
         )

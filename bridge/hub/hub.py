@@ -177,8 +177,8 @@ class Hub:
             agent=rec.agent,
             cwd=rec.cwd,
             title=rec.title,
-            state=rec.state,  # type: ignore[arg-type]
-            writer=rec.writer,  # type: ignore[arg-type]
+            state=rec.state,
+            writer=rec.writer,
             created_at=iso(rec.created_at),
             updated_at=iso(rec.updated_at),
             last_seq=s.next_seq - 1,
@@ -381,7 +381,7 @@ class Hub:
                 await asyncio.wait_for(s.idle.wait(), self.config.adapters.stop_grace + 2)
         _cancel(s)
         await self.turns.stop_adapter(s)
-        if s.rec.state == "ended":
+        if s.ended():
             return  # closed by a concurrent request meanwhile
         dropped = len(s.queue)
         for msg in s.queue:
@@ -469,7 +469,7 @@ class Hub:
             if s.rec.state == "idle" and s.rec.intent is None:
                 self.parking.park(s, "a terminal process owns this session")
             queued = True
-        if s.rec.state == "ended":
+        if s.ended():  # closed while the ownership check ran
             raise HubError("conflict", "the session has ended")
         s.answered[msg_id] = queued
         if not s.rec.title:

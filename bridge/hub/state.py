@@ -91,7 +91,7 @@ class TransitionError(RuntimeError):
 
 
 def key_of(rec: SessionRecord) -> Key:
-    return (rec.state, rec.writer, rec.intent)  # type: ignore[return-value]
+    return (rec.state, rec.writer, rec.intent)
 
 
 def transition(rec: SessionRecord, event: Event) -> Key:
@@ -214,8 +214,12 @@ class Session:
         return self.rec.id
 
     @property
-    def state(self) -> str:
+    def state(self) -> SessionState:
         return self.rec.state
+
+    def ended(self) -> bool:
+        """Asked again after an await (a plain comparison would stay narrowed for mypy)."""
+        return self.rec.state == "ended"
 
     @property
     def running_queue(self) -> bool:
