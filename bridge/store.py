@@ -198,9 +198,6 @@ class Store:
     def save_message(self, record: MessageRecord) -> None:
         raise NotImplementedError
 
-    def delete_session(self, session: str) -> None:
-        raise NotImplementedError
-
     async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
         raise NotImplementedError
 
@@ -251,10 +248,6 @@ class MemoryStore(Store):
 
     def save_message(self, record: MessageRecord) -> None:
         self._messages[(record.session, record.client_msg_id)] = record
-
-    def delete_session(self, session: str) -> None:
-        self._sessions.pop(session, None)
-        self._events.pop(session, None)
 
     async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
         events = self._events.get(session, [])
@@ -398,9 +391,6 @@ class SqliteStore(Store):
     def save_message(self, record: MessageRecord) -> None:
         self._put(_Op("message", (record.session, record.client_msg_id, _enc.encode(record))))
 
-    def delete_session(self, session: str) -> None:
-        self._put(_Op("delete", session))
-
     def prune(self, max_events: int, max_age_s: float) -> None:
         self._put(_Op("prune", (max_events, time.time() - max_age_s)))
 
@@ -503,10 +493,6 @@ class SqliteStore(Store):
                         " VALUES (?, ?, ?)",
                         op.args,
                     )
-                elif op.kind == "delete":
-                    for table in ("sessions", "event_chunks", "messages"):
-                        column = "id" if table == "sessions" else "session"
-                        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op.args,))  # noqa: S608
                 elif op.kind == "prune":
                     self._prune(conn, *op.args)
                 elif op.kind == "flush":

@@ -148,8 +148,6 @@ class Term(BaseAdapter):
 class Sub:
     """A subscriber that reads everything at once and keeps it."""
 
-    msgpack = False
-
     def __init__(self) -> None:
         self.items: list[Outgoing] = []
         self.cut = False

@@ -110,8 +110,6 @@ def transition(rec: SessionRecord, event: Event) -> Key:
 class Subscriber(Protocol):
     """What the hub needs of a connection."""
 
-    msgpack: bool
-
     def push(self, item: Outgoing) -> None:
         """Queue without waiting; a connection that cannot keep up closes itself (4408)."""
 
@@ -212,10 +210,6 @@ class Session:
     @property
     def id(self) -> str:
         return self.rec.id
-
-    @property
-    def state(self) -> SessionState:
-        return self.rec.state
 
     def ended(self) -> bool:
         """Asked again after an await (a plain comparison would stay narrowed for mypy)."""
