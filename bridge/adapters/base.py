@@ -227,6 +227,38 @@ class BaseAdapter:
         return None
 
 
+class CliAdapter(BaseAdapter, abstract=True):
+    """Base of the adapters that run the agent's CLI: the daemon's keywords, kept once.
+
+    ``binary`` falls back to ``cli_binary``; ``session_id`` starts as the session to resume.
+    A subclass sets up its own state in ``setup()``, which runs at the end of ``__init__``.
+    """
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        model: str | None = None,
+        binary: str | None = None,
+        resume_session_id: str | None = None,
+        on_session_id: Callable[[str], None] | None = None,
+        effort: str | None = None,
+        env: dict[str, str] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.cwd = cwd
+        self.model = model
+        self.binary = binary or self.cli_binary or ""
+        self.session_id = resume_session_id
+        self.effort = effort
+        self.env = dict(env or {})
+        self.options = dict(options or {})
+        self._on_session_id = on_session_id
+        self.setup()
+
+    def setup(self) -> None:
+        """The subclass's own state (a parser, a child process slot)."""
+
+
 def contract_problems(cls: type) -> list[str]:
     """Everything that keeps ``cls`` from being a usable adapter, in plain words."""
     problems: list[str] = []
