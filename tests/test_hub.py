@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bridge.blocks import SessionEndBlock, TextBlock, UserBlock
-from bridge.hub import Hub, HubError
+from bridge.hub import Hub, HubError, Session, Subscription
 from bridge.hub import fanout as hub_fanout
 from bridge.hub.state import (
     LIVE,
@@ -26,6 +26,7 @@ from bridge.hub.state import (
     key_of,
     transition,
 )
+from bridge.protocol import EncodedEvent
 from bridge.store import MemoryStore, MessageRecord, SessionRecord
 from tests.hubkit import (
     PreloadedStore,
@@ -548,3 +549,15 @@ async def test_a_memory_store_hub_starts_empty() -> None:
     h, store = await make_hub(MemoryStore())
     assert h.sessions == {} and isinstance(store, MemoryStore)
     await h.shutdown()
+
+
+def test_a_replay_whose_backlog_overflows_is_cut_off_not_reordered() -> None:
+    conn = Sub()
+    sub = Subscription(conn=conn, session=Session(rec=SessionRecord(id="s", agent="a", cwd="/")))
+    live = [EncodedEvent("s", seq, "t", b"{}") for seq in range(100, 104)]
+    for ev in live[:3]:
+        sub.offer(ev, ev.seq, backlog_limit=3)
+    assert not conn.cut and conn.items == []  # held back while the replay runs
+    sub.offer(live[3], 103, backlog_limit=3)
+    # Pushed now it would land amid replayed events: the client is told it is too far behind.
+    assert conn.cut and conn.items == []
