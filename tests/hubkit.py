@@ -8,6 +8,7 @@ a park or a reattach takes milliseconds instead of a daemon subprocess and fixed
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ class World:
     sent: list[tuple[str, str]] = field(default_factory=list)
     #: stop() waits for this when set (a process slow to stop).
     stop_gate: asyncio.Event | None = None
+    #: Ownership checks so far; the check numbered ``check_gate[0]`` waits for ``check_gate[1]``.
+    checks: int = 0
+    check_gate: tuple[int, threading.Event] | None = None
 
     def say(self, sid: str, *blocks: Block) -> None:
         """The terminal writes to its transcript; every running mirror reads it."""
@@ -126,6 +130,10 @@ class Term(BaseAdapter):
 
     @classmethod
     def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
+        cls.world.checks += 1
+        gate = cls.world.check_gate
+        if gate is not None and gate[0] == cls.world.checks:
+            gate[1].wait(5)
         if cls.world.cwd_level:
             return bool(cls.world.owned)
         return sid in cls.world.owned

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -382,6 +383,26 @@ async def test_a_close_while_a_handoff_stops_the_agent_wins(
     await handoff
     assert seen.seen[-1] == CLOSE_DURING_HANDOFF[0]
     await until(lambda: sub.states()[-1:] == [("ended", "none")])  # not parked after the close
+
+
+async def test_a_handoff_during_the_check_before_a_turn_keeps_the_message_queued(
+    hub: Hub, tmp_path: Path, world: World
+) -> None:
+    """The queue runner asks whether a terminal owns the session before each turn; a
+    handoff that parks the session meanwhile must leave the message queued, not run it."""
+    sid, sub = await session(hub, tmp_path)
+    await turn(hub, sid, sub, "hello")
+    gate = threading.Event()
+    world.checks = 0
+    world.check_gate = (2, gate)  # 1: send()'s check, 2: the queue runner's
+    await hub.send(sid, "later", [], None)
+    await until(lambda: world.checks == 2)
+    await hub.handoff(sid)
+    gate.set()
+    await until(lambda: not hub.get(sid).running_queue)
+    assert key_of(hub.get(sid).rec) == ("parked", "none", "handoff")
+    assert [t for _, t in world.sent] == ["hello"]
+    assert [m.text for m in hub.get(sid).queue] == ["later"]
 
 
 HANDOFF_STUBBORN = covers(("running", "bridge", "handoff", "handed_off"))
