@@ -16,6 +16,7 @@ from typing import Any
 
 from bridge import __version__, paths
 from bridge.config import Config, ConfigError, load_config
+from bridge.netaddr import is_loopback
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -127,17 +128,6 @@ reach this address. To pair a phone, either:
   - reach this computer over a private network you already run (Tailscale, WireGuard,
     an SSH tunnel) and pair with that address.
 Each way, step by step: docs/remote-access.md"""
-
-
-def is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 # ---- client commands -------------------------------------------------------------------------

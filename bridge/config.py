@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from bridge import paths
-from bridge.adapters.base import AdapterConfig
+from bridge.agent_types import AdapterConfig
 
 ENV_PREFIX = "AGENT_BRIDGE_"
 MiB = 1024 * 1024
@@ -77,6 +77,17 @@ class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch: bool = True
     #: Seconds a persistent agent process may sit without a turn before it is stopped (0: never).
     idle_stop_s: float = 600.0
+
+
+class HubConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How often the hub looks at terminals and caches (tests shorten these)."""
+
+    park_poll: float = 1.0
+    sweep_interval: float = 3.0
+    sweep_max: int = 32
+    handoff_wait: float = 300.0
+    mirror_drain: float = 5.0
+    external_cache: float = 5.0
 
 
 class AcpAgentConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -159,6 +170,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log: LogConfig = msgspec.field(default_factory=LogConfig)
     projects: ProjectsConfig = msgspec.field(default_factory=ProjectsConfig)
     notify: NotifyConfig = msgspec.field(default_factory=NotifyConfig)
+    hub: HubConfig = msgspec.field(default_factory=HubConfig)
 
     @property
     def adapters_dir(self) -> Path:
@@ -179,7 +191,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return self.agents.get(agent_id) or AdapterConfig()
 
 
-_SECTIONS = ("server", "limits", "store", "adapters", "log", "projects", "notify")
+_SECTIONS = ("server", "limits", "store", "adapters", "log", "projects", "notify", "hub")
 
 
 def _env_overrides(raw: dict[str, Any], environ: dict[str, str]) -> None:
@@ -302,6 +314,9 @@ def _validate(config: Config, file: Path) -> None:
         raise bad("projects.git_cache_s", "must not be negative")
     if config.adapters.idle_stop_s < 0:
         raise bad("adapters.idle_stop_s", "must be 0 (never) or more")
+    for name, value in msgspec.structs.asdict(config.hub).items():
+        if value <= 0:
+            raise bad(f"hub.{name}", "must be greater than 0")
     for name, acp in config.acp.items():
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge import __version__, notify, paths
+from bridge import __version__, doctor, notify, paths
 from bridge.config import Config, ConfigError
+from bridge.hub import Hub
 from bridge.logs import get_logger
+from bridge.netaddr import is_loopback
 from bridge.redact import remember_env_secrets
 from bridge.registry import Registry, load_builtin_classes
-from bridge.server import BridgeServer, is_loopback
-from bridge.sessions import Hub
+from bridge.server import BridgeServer
 from bridge.store import MemoryStore, SqliteStore, Store
 
 log = get_logger("bridge.daemon")
@@ -93,6 +94,7 @@ class Daemon:
         from bridge.attention import service as attention
 
         self.attention = attention.attach(self.hub, self.server)
+        self.server.daemon_checks = doctor.daemon_checks
         self._stop = asyncio.Event()
         self._extras: list[Any] = []
 

@@ -32,11 +32,10 @@ from typing import Any
 import msgspec
 
 from bridge import paths
-from bridge.adapters.base import Check, overall_status
+from bridge.agent_types import DAEMON_AGENT, Check, overall_status
 from bridge.config import Config, ConfigError, load_config
+from bridge.netaddr import is_loopback
 
-#: ``agents.check`` with this name reports :func:`daemon_checks`; no adapter may use it.
-DAEMON_AGENT = "daemon"
 PROBE_TIMEOUT_S = 2.0
 MIN_TOKEN_CHARS = 32  # what a user-made token should at least have; ours has 43
 EXIT_CODES = {"pass": 0, "warn": 1, "fail": 2}
@@ -214,8 +213,6 @@ def _state_checks(config: Config) -> list[Check]:
 
 
 def _bind_checks(config: Config) -> list[Check]:
-    from bridge.server import is_loopback
-
     conf = config.server
     checks: list[Check] = []
     if conf.tls_cert:

@@ -14,14 +14,17 @@ The answer says which: ``{"mode": id, "live": bool}``.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bridge.adapters.base import BaseAdapter, mode_ids
-from bridge.blocks import SystemBlock
+from bridge.blocks import Block, SystemBlock
 from bridge.logs import get_logger
 
 if TYPE_CHECKING:
-    from bridge.sessions import Hub, Session
+    from bridge.hub.state import Session
+    from bridge.store import Store
 
 log = get_logger("bridge.modes")
 
@@ -49,20 +52,17 @@ def _implements_set_mode(cls: type[BaseAdapter]) -> bool:
     return False
 
 
-async def switch(hub: Hub, s: Session, mode: str) -> dict[str, Any]:
-    """``session.mode``: record the mode, apply it live when the adapter can."""
-    import asyncio
-
-    from bridge.sessions import HubError
-
-    cls = hub._cls(s)
-    why = problem(cls, mode)
-    if why is not None:
-        raise HubError("bad_request", why)
-    if s.rec.state == "ended":
-        raise HubError("conflict", "the session has ended")
+async def switch(
+    cls: type[BaseAdapter],
+    store: Store,
+    emit: Callable[[Session, Block], None],
+    s: Session,
+    mode: str,
+) -> dict[str, Any]:
+    """``session.mode`` (the hub checked ``problem()`` and that the session has not ended):
+    record the mode, apply it live when the adapter can."""
     s.rec.mode = mode
-    hub.store.save_session(s.rec)
+    store.save_session(s.rec)
     live = False
     adapter = s.adapter
     if adapter is not None and not s.restart_adapter and _implements_set_mode(cls):
@@ -76,7 +76,7 @@ async def switch(hub: Hub, s: Session, mode: str) -> dict[str, Any]:
         s.restart_adapter = True
     label = next((m.label for m in cls.mode_infos() if m.id == mode), mode)
     when = "now" if live else "from the next turn"
-    hub._emit(
+    emit(
         s,
         SystemBlock(
             code="mode", text=f"mode {label} {when}", data={"mode": mode, "live": live}
@@ -85,12 +85,12 @@ async def switch(hub: Hub, s: Session, mode: str) -> dict[str, Any]:
     return {"mode": mode, "live": live}
 
 
-def observe(hub: Hub, s: Session, block: SystemBlock) -> None:
+def observe(cls: type[BaseAdapter], store: Store, s: Session, block: SystemBlock) -> None:
     """The agent changed its own mode (a ``system`` block ``code: "mode"`` with ``data.mode``:
     Claude leaving plan mode, an ACP ``current_mode_update``): SESSION's ``mode`` follows."""
     data = block.data if isinstance(block.data, dict) else {}
     mode = data.get("mode")
-    if not isinstance(mode, str) or mode == s.rec.mode or mode not in mode_ids(hub._cls(s)):
+    if not isinstance(mode, str) or mode == s.rec.mode or mode not in mode_ids(cls):
         return
     s.rec.mode = mode
-    hub.store.save_session(s.rec)
+    store.save_session(s.rec)

@@ -24,7 +24,7 @@ from bridge.protocol import (
 from bridge.workspace import WorkspaceError, diff, read_file, real_dir, status
 
 if TYPE_CHECKING:
-    from bridge.sessions import Hub
+    from bridge.hub import Hub
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -97,7 +97,7 @@ class ProjectsApi:
 
     async def _allowed(self, path: str) -> str:
         """The real path of ``path`` if it is a project or a session's cwd, else a refusal."""
-        from bridge.sessions import HubError
+        from bridge.hub import HubError
 
         try:
             root = real_dir(path)
@@ -111,7 +111,7 @@ class ProjectsApi:
         raise HubError("not_found", f"`{path}` is not a project or a session's directory")
 
     async def _guard(self, work: Awaitable[Any]) -> Any:
-        from bridge.sessions import HubError
+        from bridge.hub import HubError
 
         try:
             return await work

@@ -34,7 +34,6 @@ ERROR_CODES = (
 )
 
 CLOSE_SHUTDOWN = 1001
-CLOSE_TOO_BIG = 1009
 CLOSE_PROTOCOL = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TOO_SLOW = 4408
@@ -430,10 +429,6 @@ class EncodedFrame:
 
     def encoded(self, msgpack: bool) -> bytes:
         return self.msgpack() if msgpack else self.json()
-
-
-def encode(frame: ServerFrame, msgpack: bool) -> bytes:
-    return _mp_enc.encode(frame) if msgpack else _json_enc.encode(frame)
 
 
 class EncodedEvent:

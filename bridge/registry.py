@@ -224,11 +224,6 @@ class Registry:
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
 
-    async def redetect(self, agent_id: str) -> None:
-        entry = self._entries.get(agent_id)
-        if entry is not None:
-            await self._detect(entry)
-
     def cancel_detection(self) -> None:
         for task in self._detect_tasks.values():
             task.cancel()

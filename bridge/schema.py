@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from bridge.adapters.base import Check
+from bridge.agent_types import Check
 from bridge.blocks import Block
 from bridge.protocol import PROTOCOL_VERSION, AgentObject, Request, ServerFrame, SessionObject
 

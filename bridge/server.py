@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import shlex
 import ssl
@@ -31,11 +30,13 @@ from websockets.http11 import Response as HttpResponse
 from websockets.protocol import State
 
 from bridge import __version__
-from bridge.adapters.base import overall_status
+from bridge.agent_types import DAEMON_AGENT, Check, overall_status
 from bridge.auth import load_or_create_token, token_matches
 from bridge.config import Config
 from bridge.dirwatch import DirWatch, WatchUnavailable
+from bridge.hub import Hub, HubError
 from bridge.logs import get_logger
+from bridge.netaddr import is_loopback as is_loopback
 from bridge.projects_api import ProjectsApi
 from bridge.protocol import (
     CLOSE_PROTOCOL,
@@ -72,7 +73,6 @@ from bridge.protocol import (
     decode_request,
 )
 from bridge.registry import Registry
-from bridge.sessions import Hub, HubError
 
 log = get_logger("bridge.server")
 
@@ -89,15 +89,6 @@ BURST_BYTES = 64 * 1024
 HELLO_MAX_BYTES = 64 * 1024
 
 HttpHandler = Callable[[ServerConnection, HttpRequest], HttpResponse | None]
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _json_response(status: int, body: dict[str, Any]) -> HttpResponse:
@@ -333,6 +324,8 @@ class BridgeServer:
         self.http_handlers: list[HttpHandler] = []
         #: Called with each connection that closes (presence, for one).
         self.on_disconnect: list[Callable[[Connection], None]] = []
+        #: The daemon's own checks (``agents.check`` of DAEMON_AGENT), handed in by the daemon.
+        self.daemon_checks: Callable[..., list[Check]] | None = None
         self.tcp_address: tuple[str, int] | None = None
         self.unix_path: Path | None = None
         registry.on_change(self.broadcast_agents_changed)
@@ -672,11 +665,9 @@ class BridgeServer:
         return {"agents": [self.registry.agent_object(e) for e in self.registry.entries()]}
 
     async def _agents_check(self, _conn: Connection, req: AgentsCheck) -> Any:
-        from bridge import doctor
-
-        if req.agent == doctor.DAEMON_AGENT:
+        if req.agent == DAEMON_AGENT and self.daemon_checks is not None:
             # The reserved pseudo-agent: the daemon's own checks, as `agent-bridge doctor` runs.
-            checks = await asyncio.to_thread(doctor.daemon_checks, self.config, listening=self.url)
+            checks = await asyncio.to_thread(self.daemon_checks, self.config, listening=self.url)
         elif await self.registry.lookup(req.agent, self.config.adapters.start_timeout) is None:
             raise HubError("not_found", f"no agent `{req.agent}`")
         else:

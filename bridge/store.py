@@ -25,11 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from bridge.logs import get_logger
+from bridge.protocol import SessionState, Writer
 
 log = get_logger("bridge.store")
 
@@ -44,15 +45,15 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     model: str | None = None
     effort: str | None = None
     title: str = ""
-    state: str = "idle"
-    writer: str = "bridge"
+    state: SessionState = "idle"
+    writer: Writer = "bridge"
     created_at: float = 0.0
     updated_at: float = 0.0
     agent_session_id: str | None = None
     external: bool = False
     last_seq: int = 0
     #: A handoff or other intent recorded before any process is stopped.
-    intent: str | None = None
+    intent: Literal["handoff"] | None = None
     #: The agent mode (``session.mode``), one of the adapter's ``modes``; None: its default.
     mode: str | None = None
 
@@ -199,9 +200,6 @@ class Store:
     def save_message(self, record: MessageRecord) -> None:
         raise NotImplementedError
 
-    def delete_session(self, session: str) -> None:
-        raise NotImplementedError
-
     async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
         raise NotImplementedError
 
@@ -252,10 +250,6 @@ class MemoryStore(Store):
 
     def save_message(self, record: MessageRecord) -> None:
         self._messages[(record.session, record.client_msg_id)] = record
-
-    def delete_session(self, session: str) -> None:
-        self._sessions.pop(session, None)
-        self._events.pop(session, None)
 
     async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
         events = self._events.get(session, [])
@@ -407,9 +401,6 @@ class SqliteStore(Store):
     def save_message(self, record: MessageRecord) -> None:
         self._put(_Op("message", (record.session, record.client_msg_id, _enc.encode(record))))
 
-    def delete_session(self, session: str) -> None:
-        self._put(_Op("delete", session))
-
     def prune(self, max_events: int, max_age_s: float) -> None:
         self._put(_Op("prune", (max_events, time.time() - max_age_s)))
 
@@ -513,10 +504,6 @@ class SqliteStore(Store):
                         " VALUES (?, ?, ?)",
                         op.args,
                     )
-                elif op.kind == "delete":
-                    for table in ("sessions", "event_chunks", "messages"):
-                        column = "id" if table == "sessions" else "session"
-                        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op.args,))  # noqa: S608
                 elif op.kind == "prune":
                     self._prune(conn, *op.args)
                 elif op.kind == "flush":

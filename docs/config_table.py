@@ -18,10 +18,11 @@ import msgspec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bridge.adapters.base import AdapterConfig  # noqa: E402
+from bridge.agent_types import AdapterConfig  # noqa: E402
 from bridge.config import (  # noqa: E402
     AcpAgentConfig,
     AdaptersConfig,
+    HubConfig,
     LimitsConfig,
     LogConfig,
     NotifyConfig,
@@ -43,6 +44,7 @@ SECTIONS: list[tuple[str, type[msgspec.Struct]]] = [
     ("adapters", AdaptersConfig),
     ("log", LogConfig),
     ("projects", ProjectsConfig),
+    ("hub", HubConfig),
     ("agents.<id>", AdapterConfig),
     ("acp.<name>", AcpAgentConfig),
     ("notify", NotifyConfig),
@@ -145,6 +147,18 @@ MEANING: dict[str, str] = {
     "[notify.targets].kinds": "Kinds this channel gets (default: all four).",
     "[notify.targets].name": "Shown instead of the (masked) URL in `notify test`, doctor and "
     "the web client.",
+    "hub.park_poll": "Seconds between ownership checks of a parked session (is the terminal "
+    "still there?).",
+    "hub.sweep_interval": "Seconds between sweeps for terminals that resumed a session the "
+    "bridge holds, without a handoff.",
+    "hub.sweep_max": "Most recently active sessions each sweep checks (each check may scan "
+    "`/proc`).",
+    "hub.handoff_wait": "Seconds a handed-off session waits for a terminal to take it before "
+    "the bridge takes it back.",
+    "hub.mirror_drain": "Seconds the transcript mirror may read a terminal's last lines when "
+    "the bridge takes a session back.",
+    "hub.external_cache": "Seconds a scan for sessions started in terminals is reused by "
+    "`sessions.list`.",
 }
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import DaemonProcess
+from tests.harness import make_project
 
 
 @pytest.fixture
@@ -30,7 +31,5 @@ def daemon(daemon_factory) -> DaemonProcess:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    path = tmp_path / "project"
-    path.mkdir()
-    (path / "README.md").write_text("# demo project\n")
-    return path
+    """A small project directory (README.md, notes.txt), its path resolved."""
+    return make_project(tmp_path / "project")

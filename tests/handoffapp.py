@@ -73,4 +73,4 @@ class App:
                     return dict(s)
             if loop.time() > deadline:
                 raise TimeoutError(f"no external {agent} session in {cwd}: {found}")
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.25)

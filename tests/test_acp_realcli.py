@@ -20,7 +20,7 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeChat, FakeGemini, FakeServer, RecordedRequest, Reply
-from tests.test_claude_harness import (
+from tests.harness import (
     UNKNOWN_SESSION,
     Harness,
     assert_tool_calls_paired,
@@ -28,11 +28,13 @@ from tests.test_claude_harness import (
     daemon_env,
     deltas,
     finish_turn,
+    kill_agent,
+    make_project,
     of,
     run_turn,
+    user,
     wait_for_block,
 )
-from tests.test_pi_e2e import kill_agent, make_project, user
 from tests.wsclient import text_of
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(240)]

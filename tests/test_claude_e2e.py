@@ -16,7 +16,7 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeAnthropic, RecordedRequest, Reply
-from tests.test_claude_harness import (
+from tests.harness import (
     UNKNOWN_SESSION,
     Harness,
     agent_config,
@@ -87,15 +87,6 @@ def strict(root: Path, cli_env: dict[str, str]) -> Iterator[tuple[Harness, Path]
     )
     yield h, link
     h.stop()
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    path = tmp_path / "project"
-    path.mkdir()
-    (path / "README.md").write_text("# e2e project\n")
-    (path / "notes.txt").write_text("hello\nworld\n")
-    return path.resolve()
 
 
 def user(marker: str) -> Callable[[RecordedRequest], bool]:

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from bridge.blocks import (
     DiffBlock,
     ErrorBlock,
@@ -21,8 +18,13 @@ from bridge.blocks import (
     ToolResultBlock,
 )
 from bridge.parsers.cursor import CursorParser
-from tests.test_parsers_claude_codex import garbage_lines, of, text
-from tests.test_pi_parser import FIXTURES, mutated, run, samples, survives, well_formed
+from tests.parserkit import (
+    FIXTURES,
+    of,
+    run,
+    text,
+    well_formed,
+)
 
 CURSOR = FIXTURES / "cursor"
 
@@ -123,12 +125,3 @@ def test_errors_and_todos() -> None:
     blocks += parser.feed('{"type":"error","message":"model access denied"}')
     assert parser.failed and of(blocks, ErrorBlock)[0].message == "model access denied"
     well_formed(parser, blocks)
-
-
-REAL = samples(*sorted(CURSOR.glob("*.jsonl")))
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(garbage_lines | mutated(REAL), max_size=25))
-def test_cursor_parser_never_raises_on_garbage(lines: list[bytes]) -> None:
-    survives(CursorParser, lines)

@@ -16,16 +16,19 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeChat, Reply, ToolCall
-from tests.test_claude_harness import (
+from tests.harness import (
+    UNKNOWN,
     Harness,
+    agent_toml,
     assert_tool_calls_paired,
     create,
     daemon_env,
     finish_turn,
+    kill_agent,
     of,
     run_turn,
+    user,
 )
-from tests.test_pi_e2e import UNKNOWN, agent_toml, kill_agent, make_project, user
 from tests.wsclient import text_of
 
 BINARY = realcli.droid_bin()
@@ -51,11 +54,6 @@ def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeChat) -> Iterato
     h = Harness(root / "daemon", daemon_env(env), config)
     yield h
     h.stop()
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    return make_project(tmp_path / "project")
 
 
 async def test_answer_then_a_second_turn_continues_the_conversation(

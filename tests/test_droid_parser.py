@@ -7,15 +7,17 @@ adapter (an ``Edit`` of notes.txt, "world" -> "there").
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from bridge.blocks import DiffBlock, ErrorBlock, TextBlock, ThinkingBlock, ToolCallBlock
 from bridge.blocks import ToolResultBlock as Result
 from bridge.parsers import apply_hunks, parse_unified
 from bridge.parsers.droid import DroidParser
-from tests.test_parsers_claude_codex import garbage_lines, of, text
-from tests.test_pi_parser import FIXTURES, mutated, run, samples, survives, well_formed
+from tests.parserkit import (
+    FIXTURES,
+    of,
+    run,
+    text,
+    well_formed,
+)
 
 DROID = FIXTURES / "captured" / "droid"
 EDIT_CALL = (
@@ -96,13 +98,3 @@ def test_text_ids_differ_between_runs() -> None:
     first = of(run(a, DROID / "plain.stdout.jsonl"), TextBlock)[0].id
     second = of(run(b, DROID / "plain.stdout.jsonl"), TextBlock)[0].id
     assert first != second  # each turn's messages stay apart in a client
-
-
-REAL = samples(*sorted(DROID.glob("*.stdout.jsonl")))
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(garbage_lines | mutated(REAL), max_size=25))
-def test_droid_parser_never_raises_on_garbage(lines: list[bytes]) -> None:
-    survives(DroidParser, lines)
-

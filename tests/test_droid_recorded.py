@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.test_claude_harness import (
+from tests.harness import (
+    UNKNOWN,
     Harness,
+    agent_toml,
     assert_tool_calls_paired,
     create,
     finish_turn,
@@ -22,7 +24,6 @@ from tests.test_claude_harness import (
     run_turn,
     wait_for_block,
 )
-from tests.test_pi_e2e import UNKNOWN, agent_toml, make_project
 from tests.wsclient import text_of
 
 FAKE = Path(__file__).parent / "fakes_cli" / "droid"
@@ -41,11 +42,6 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     h.log = log  # type: ignore[attr-defined]
     yield h
     h.stop()
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    return make_project(tmp_path / "project")
 
 
 def runs(h: Harness) -> list[dict[str, Any]]:

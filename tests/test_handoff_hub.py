@@ -28,6 +28,14 @@ from tests.handoffapp import App
 from tests.wsclient import Client, RequestFailed
 
 ADAPTER = Path(__file__).parent / "fixtures" / "handoff" / "fake_term_adapter.py"
+#: The hub's poll intervals, shortened (the defaults are 1 s and 3 s): a wait below that
+#: proves "nothing happens" lasts a few polls or sweeps, not a few seconds.
+PARK_POLL, SWEEP = 0.1, 0.2
+HUB_ENV = {
+    "AGENT_BRIDGE_HUB_PARK_POLL": str(PARK_POLL),
+    "AGENT_BRIDGE_HUB_SWEEP_INTERVAL": str(SWEEP),
+    "AGENT_BRIDGE_HUB_EXTERNAL_CACHE": "0.5",
+}
 
 
 class Terminal:
@@ -68,7 +76,7 @@ def terminals() -> Iterator[list[Terminal]]:
 
 
 def make_daemon(tmp_path: Path, fake_dir: Path) -> DaemonProcess:
-    d = DaemonProcess(tmp_path / "home", env={"HANDOFF_FAKE_DIR": str(fake_dir)})
+    d = DaemonProcess(tmp_path / "home", env={"HANDOFF_FAKE_DIR": str(fake_dir), **HUB_ENV})
     (d.config_dir / "adapters").mkdir(parents=True, exist_ok=True)
     shutil.copy(ADAPTER, d.config_dir / "adapters" / "fake_term_adapter.py")
     return d
@@ -121,7 +129,7 @@ async def test_handoff_mid_turn_holds_the_queue_until_the_terminal_lets_go(
     end = await app.until(session, lambda b: b["type"] == "session_end")
     assert end["reason"] == "handoff"  # the bridge's turn ended because of the handoff
     await app.state(session, "parked", "none")
-    await asyncio.sleep(2.5)
+    await asyncio.sleep(5 * PARK_POLL)
     assert [e["text"] for e in bridge_log(root)] == ["hello", "slow"]  # "next" waits
     # Asked again (a lost answer): the same command, nothing else happens.
     assert await app.request("session.handoff", session=session) == command
@@ -193,7 +201,7 @@ async def test_terminal_started_session_is_listed_attached_and_returned(
     assert [s["session"] for s in listed if s.get("agent_session_id") == sid] == [session]
 
     assert (await app.request("session.send", session=session, text="from app"))["queued"]
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(5 * PARK_POLL)
     assert bridge_log(root) == []
     term.exit()
     await app.state(session, "idle", "bridge")
@@ -219,7 +227,7 @@ async def test_reattach_follows_the_lineage_and_never_takes_an_owned_head(
     lineage = await app.until(session, lambda b: b["type"] == "system" and b["code"] == "lineage")
     assert lineage["data"]["agent_session_id"] == "sid-next"
     mark = app.mark()
-    await asyncio.sleep(2.5)
+    await asyncio.sleep(5 * PARK_POLL)
     with contextlib.suppress(TimeoutError):
         await app.until(session, lambda b: False, timeout=0.5)  # collect what arrived
     assert bridge_log(root)[1:] == []  # still parked: the head is owned too
@@ -351,7 +359,7 @@ async def test_with_only_a_directory_level_signal_the_running_turn_is_not_stoppe
     world["terms"].append(term)
     warn = await app.until(session, lambda b: b["type"] == "system" and b["level"] == "warn")
     assert warn["code"] == "terminal_took_over" and "stopped" not in warn["text"]
-    await asyncio.sleep(4)  # more sweeps: said once, and the turn goes on
+    await asyncio.sleep(5 * SWEEP)  # more sweeps: said once, and the turn goes on
     warnings = [b for b in app.blocks("system") if b["code"] == "terminal_took_over"]
     assert len(warnings) == 1 and not app.blocks("session_end")[1:]
     await app.request("session.interrupt", session=session)

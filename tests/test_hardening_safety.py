@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.sessions import safe_attachment_name
+from bridge.hub.state import safe_attachment_name
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client, blocks
 

@@ -19,7 +19,7 @@ def cli() -> str:
 
 # OpenCode's fixtures and tests, collected here with cli = "kilo", in OpenCode's order (the
 # shared-session tests build on each other).
-binary, fake, harness, project, shared = oc.binary, oc.fake, oc.harness, oc.project, oc.shared
+binary, fake, harness, shared = oc.binary, oc.fake, oc.harness, oc.shared
 test_streamed_answer_with_reasoning_and_usage = oc.test_streamed_answer_with_reasoning_and_usage
 test_tool_call_runs_in_the_project = oc.test_tool_call_runs_in_the_project
 test_todos_become_a_plan = oc.test_todos_become_a_plan

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import ROOT, DaemonProcess
-from tests.test_loader_unit import adapter_source
+from tests.loaderkit import adapter_source
 from tests.wsclient import Client, text_of
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.daemon import DaemonProcess
+from tests.loaderkit import new_session, say
 from tests.wsclient import Client, RequestFailed, blocks, text_of
 
 ADAPTER = '''
@@ -101,18 +102,6 @@ async def wait_pushed(c: Client, kind: str = "agents_changed", timeout: float = 
         frame = await c.next_push(timeout)
         if frame["t"] == kind:
             return
-
-
-async def new_session(c: Client, agent: str, cwd: Path) -> str:
-    result = await c.request("session.create", agent=agent, cwd=str(cwd))
-    session = str(result["session"]["session"])
-    await c.request("session.subscribe", session=session)
-    return session
-
-
-async def say(c: Client, session: str, text: str) -> list[dict[str, Any]]:
-    await c.request("session.send", session=session, text=text)
-    return await c.turn(session)
 
 
 async def test_a_dropped_file_is_usable_without_a_restart(live: DaemonProcess,

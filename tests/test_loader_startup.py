@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.test_loader_live import new_session, say
-from tests.test_loader_unit import adapter_source
+from tests.loaderkit import adapter_source, new_session, say
 from tests.wsclient import Client, RequestFailed, text_of
 
 #: Sleeps at import, in the probe and again in the daemon: loading it takes seconds.

@@ -19,40 +19,9 @@ from bridge import loader
 from bridge.adapters.demo import DemoAdapter
 from bridge.config import AdaptersConfig, Config
 from bridge.registry import Registry
+from tests.loaderkit import adapter_source
 
 root_only = pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
-
-
-def adapter_source(agent_id: str, reply: str = "hello", cls: str = "Echo") -> str:
-    return f'''
-import asyncio
-from bridge.adapters.base import BaseAdapter
-from bridge.blocks import SessionEndBlock, TextBlock
-
-
-class {cls}(BaseAdapter):
-    agent_id = {agent_id!r}
-    display_name = "{cls} agent"
-    provides_models = False
-    provides_usage = False
-
-    def __init__(self):
-        self.q = asyncio.Queue()
-
-    async def start(self, session_id):
-        return self.make_agent_info(version="1")
-
-    async def send(self, text, attachments=None):
-        await self.q.put(text)
-
-    async def stream(self):
-        text = await self.q.get()
-        yield TextBlock(id="m1", text={reply!r} + ": " + text, done=True)
-        yield SessionEndBlock(reason="completed")
-
-    async def stop(self):
-        pass
-'''
 
 
 def probe(path: str, timeout: float) -> loader.ProbeResult:

@@ -16,18 +16,21 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeChat, Reply
-from tests.test_claude_harness import (
+from tests.harness import (
     Harness,
+    agent_toml,
     assert_tool_calls_paired,
     create,
     daemon_env,
     deltas,
     finish_turn,
+    kill_agent,
+    make_project,
     of,
     run_turn,
+    user,
     wait_for_block,
 )
-from tests.test_pi_e2e import agent_toml, kill_agent, make_project, user
 from tests.wsclient import Client, text_of
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
@@ -67,11 +70,6 @@ def harness(
     h = Harness(root / "daemon", daemon_env(env), config)
     yield h
     h.stop()
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    return make_project(tmp_path / "project")
 
 
 @pytest.fixture(scope="module")

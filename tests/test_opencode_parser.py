@@ -11,8 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from bridge.blocks import (
     Block,
@@ -27,8 +25,12 @@ from bridge.blocks import (
 )
 from bridge.parsers import apply_hunks, parse_unified
 from bridge.parsers.opencode import OpenCodeParser, sse_data
-from tests.test_parsers_claude_codex import garbage_lines, of, text
-from tests.test_pi_parser import FIXTURES, mutated, samples, survives, well_formed
+from tests.parserkit import (
+    FIXTURES,
+    of,
+    text,
+    well_formed,
+)
 
 SERVE = FIXTURES / "opencode_serve"
 CLIS = ["opencode", "kilo"]
@@ -148,14 +150,3 @@ def test_events_of_other_sessions_are_ignored() -> None:
 def test_sse_data_lines() -> None:
     assert sse_data(b'data: {"type":"x","properties":{}}') == {"type": "x", "properties": {}}
     assert sse_data(": keepalive") is None and sse_data("event: message") is None
-
-
-REAL = samples(*sorted(SERVE.glob("*.jsonl")))
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(garbage_lines | mutated(REAL) | mutated(REAL).map(lambda b: b"data: " + b),
-                max_size=30))
-def test_opencode_parser_never_raises_on_garbage(lines: list[bytes]) -> None:
-    survives(lambda: OpenCodeParser("ses_dc958f19effee36OtAlqX7oVjO"), lines)
-    survives(OpenCodeParser, lines)

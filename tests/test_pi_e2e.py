@@ -1,29 +1,30 @@
 """Pi end to end: the real ``pi`` CLI, one process per turn, driven through a real daemon over
 WebSocket against the fake Chat Completions server. One fake server and one daemon serve the
-module. This module also holds the helpers the other per-turn CLI end-to-end modules share.
+module.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import realcli
-from tests.fakes import CallTool, FakeChat, RecordedRequest, Reply
-from tests.test_claude_harness import (
+from tests.fakes import CallTool, FakeChat, Reply
+from tests.harness import (
+    UNKNOWN,
     Harness,
+    agent_toml,
     assert_tool_calls_paired,
     create,
     daemon_env,
     deltas,
     finish_turn,
+    kill_agent,
     of,
     run_turn,
+    user,
     wait_for_block,
 )
 from tests.wsclient import text_of
@@ -34,84 +35,6 @@ pytestmark = [
     pytest.mark.timeout(180),
     pytest.mark.skipif(BINARY is None, reason=realcli.missing_reason("pi")),
 ]
-UNKNOWN = "00000000-0000-4000-8000-000000000000"
-
-
-# ---- shared with the other CLI end-to-end modules ------------------------------------------
-
-
-def agent_toml(
-    agent: str, binary: str, *, env: Mapping[str, str] | None = None, **keys: str
-) -> str:
-    """``[agents.<agent>]`` with its binary, string keys and an ``env`` table."""
-    lines = [f"[agents.{agent}]", f'binary = "{binary}"']
-    lines += [f'{k} = "{v}"' for k, v in keys.items()]
-    if env:
-        pairs = ", ".join(f'{k} = "{v}"' for k, v in env.items())
-        lines.append(f"env = {{ {pairs} }}")
-    return "\n".join(lines) + "\n"
-
-
-def descendants(root: int) -> list[int]:
-    """Every live process below ``root`` in the process tree."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    out: list[int] = []
-    todo = [root]
-    while todo:
-        for pid in children.get(todo.pop(), []):
-            out.append(pid)
-            todo.append(pid)
-    return out
-
-
-def agent_pids(harness: Harness, needle: str, title: str | None = None) -> list[int]:
-    """The daemon's descendants whose command line mentions ``needle`` (e.g. the binary), or
-    whose process title (what a node CLI may rewrite its command line to) is ``title``."""
-    assert harness.daemon.proc is not None
-    found = []
-    for pid in descendants(harness.daemon.proc.pid):
-        try:
-            argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        named = title is not None and argv[0].strip() == title.encode()
-        if named or any(needle.encode() in a for a in argv):
-            found.append(pid)
-    return found
-
-
-async def kill_agent(
-    harness: Harness, needle: str, title: str | None = None, timeout: float = 30.0
-) -> list[int]:
-    """SIGKILL the agent process(es) the daemon runs, once there are some."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not (pids := agent_pids(harness, needle, title)) and loop.time() < deadline:
-        await asyncio.sleep(0.1)
-    assert pids, f"no {needle} process below the daemon"
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-    return pids
-
-
-def user(marker: str) -> Callable[[RecordedRequest], bool]:
-    """Answer only the model call for a user message carrying ``marker``."""
-    return lambda r: marker in r.view.last_user_text and not r.view.last_is_tool_result
-
-
-def make_project(path: Path) -> Path:
-    path.mkdir(parents=True)
-    (path / "README.md").write_text("# e2e project\n")
-    (path / "notes.txt").write_text("hello\nworld\n")
-    return path.resolve()
 
 
 # ---- fixtures ----------------------------------------------------------------------------------
@@ -131,11 +54,6 @@ def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeChat) -> Iterato
     h = Harness(root / "daemon", daemon_env(env), agent_toml("pi", BINARY, model="fake/fake-model"))
     yield h
     h.stop()
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    return make_project(tmp_path / "project")
 
 
 # ---- tests --------------------------------------------------------------------------------------

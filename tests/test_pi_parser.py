@@ -1,102 +1,31 @@
 """The Pi parser on real ``pi --mode json`` / ``--mode rpc`` output, and on garbage.
 
 Fixtures: ``tests/fixtures/captured/pi`` (pi 0.73.1 against the fake model server, see SOURCE.md).
-This module also holds the helpers the other per-agent parser tests share.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, Protocol
-
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from bridge.blocks import (
-    Block,
     DiffBlock,
     ErrorBlock,
-    SessionEndBlock,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
     ToolResultBlock,
-    is_block,
 )
-from bridge.parsers import apply_hunks, decode_object, parse_unified
+from bridge.parsers import apply_hunks, parse_unified
 from bridge.parsers.pi import PiParser, pi_diff_to_unified
-from tests.test_parsers_claude_codex import (
-    assert_well_formed,
-    garbage_lines,
-    json_values,
-    lines_of,
+from tests.parserkit import (
+    FIXTURES,
     of,
+    run,
     text,
+    well_formed,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
 PI = FIXTURES / "captured" / "pi"
-
-
-class Parser(Protocol):
-    def feed(self, line: bytes | str) -> list[Block]: ...
-
-    def close_open(self) -> list[Block]: ...
-
-
-def run(parser: Parser, path: Path) -> list[Block]:
-    out: list[Block] = []
-    for line in lines_of(path):
-        out.extend(parser.feed(line))
-    return out
-
-
-def well_formed(parser: Parser, blocks: list[Block]) -> None:
-    """The parser's blocks plus what an adapter adds at the end form a valid turn."""
-    assert_well_formed([*blocks, *parser.close_open(), SessionEndBlock()])
-
-
-def samples(*paths: Path) -> list[Any]:
-    return [obj for p in paths for x in lines_of(p) if (obj := decode_object(x)) is not None]
-
-
-def mutated(real: Sequence[Any]) -> st.SearchStrategy[bytes]:
-    """A real line with one value somewhere replaced, removed or wrapped in a list."""
-
-    @st.composite
-    def build(draw: st.DrawFn) -> bytes:
-        obj = json.loads(json.dumps(draw(st.sampled_from(list(real)))))
-        node: Any = obj
-        for _ in range(draw(st.integers(0, 6))):
-            keys = list(node) if isinstance(node, dict) else list(range(len(node)))
-            if not keys:
-                break
-            key = draw(st.sampled_from(keys))
-            child = node[key]
-            if isinstance(child, dict | list) and child and draw(st.booleans()):
-                node = child
-                continue
-            action = draw(st.sampled_from(["replace", "remove", "wrap"]))
-            if action == "remove" and isinstance(node, dict):
-                del node[key]
-            elif action == "wrap":
-                node[key] = [child]
-            else:
-                node[key] = draw(json_values)
-            break
-        return json.dumps(obj).encode()
-
-    return build()
-
-
-def survives(make: Callable[[], Parser], lines: list[bytes]) -> None:
-    parser = make()
-    for line in lines:
-        out = parser.feed(line)
-        assert isinstance(out, list) and all(is_block(b) for b in out)
-    assert all(is_block(b) for b in parser.close_open())
 
 
 # ---- real output -------------------------------------------------------------------------------
@@ -201,14 +130,3 @@ def test_pi_numbered_diff_with_two_hunks_becomes_an_applicable_unified_diff() ->
     assert apply_hunks(old, parse_unified(unified)) == new
     assert apply_hunks(new, parse_unified(unified), reverse=True) == old
     assert pi_diff_to_unified("f.txt", "not a diff") is None
-
-
-# ---- garbage ------------------------------------------------------------------------------------
-
-REAL = samples(*sorted(PI.glob("*.stdout.jsonl")))
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(garbage_lines | mutated(REAL), max_size=25))
-def test_pi_parser_never_raises_on_garbage(lines: list[bytes]) -> None:
-    survives(PiParser, lines)

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import ROOT, DaemonProcess
-from tests.test_web_browser import (
+from tests.web.browser import Browser, Page, missing
+from tests.web.pages import (
     DESKTOP,
     PHONE,
     assert_history_exact,
@@ -29,7 +30,6 @@ from tests.test_web_browser import (
     shot,
     wait_turns,
 )
-from tests.web.browser import Browser, Page, missing
 
 pytestmark = [
     pytest.mark.browser,

@@ -12,15 +12,21 @@ import inspect
 import shutil
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-import msgspec
-
+from bridge.agent_types import COMMON_COMMANDS as COMMON_COMMANDS
+from bridge.agent_types import AdapterConfig as AdapterConfig
+from bridge.agent_types import Check as Check
+from bridge.agent_types import CheckLevel as CheckLevel
+from bridge.agent_types import DetectedAgent as DetectedAgent
+from bridge.agent_types import ExternalSession as ExternalSession
+from bridge.agent_types import HandoffMode as HandoffMode
+from bridge.agent_types import ModeInfo as ModeInfo
+from bridge.agent_types import ModelInfo as ModelInfo
+from bridge.agent_types import ResumeCommand as ResumeCommand
+from bridge.agent_types import overall_status as overall_status
 from bridge.blocks import AgentInfoBlock, Block, Command, UsageBlock
 from bridge.process import run_capture
-
-CheckLevel = Literal["info", "warn", "error"]
-HandoffMode = Literal["per_turn", "persistent", "none"]
 
 #: Keywords the daemon may pass to ``__init__``; each is passed only if declared.
 INIT_KEYWORDS: tuple[str, ...] = (
@@ -33,15 +39,6 @@ INIT_KEYWORDS: tuple[str, ...] = (
     "env",
     "options",
     "mode",
-)
-
-#: The bridge's own slash commands, appended to every agent's command list.
-COMMON_COMMANDS: tuple[Command, ...] = (
-    Command(name="/status", description="Session state, writer, queue, model and usage"),
-    Command(name="/model", description="Use another model from the next turn: /model <id>"),
-    Command(name="/stop", description="Interrupt the running turn"),
-    Command(name="/terminal", description="Continue this session in a terminal"),
-    Command(name="/help", description="List the commands available in this session"),
 )
 
 CAPABILITIES: tuple[str, ...] = (
@@ -58,77 +55,6 @@ CAPABILITIES: tuple[str, ...] = (
 DETECT_TIMEOUT_S = 5.0
 
 
-class DetectedAgent(msgspec.Struct, kw_only=True):
-    """What ``detect()`` found: whether the agent can run here, with which binary and version."""
-
-    available: bool = True
-    binary: str | None = None
-    version: str | None = None
-    error: str | None = None
-
-
-class Check(msgspec.Struct, kw_only=True):
-    """One finding of an environment check (the protocol's CHECK object)."""
-
-    code: str
-    level: CheckLevel = "info"
-    message: str
-    detail: str | None = None
-    hint: str | None = None
-
-
-class ModelInfo(msgspec.Struct, kw_only=True):
-    id: str
-    label: str
-
-
-class ModeInfo(msgspec.Struct, kw_only=True):
-    """One of the agent's own modes (how much it may do on its own), as the AGENT lists it."""
-
-    id: str
-    label: str
-    description: str = ""
-
-
-class ExternalSession(msgspec.Struct, kw_only=True):
-    """A session the user started in the agent's own terminal CLI, found on disk."""
-
-    agent_session_id: str
-    cwd: str
-    title: str = ""
-    updated_at: float = 0.0
-    owned: bool = False
-    owner_pid: int | None = None
-
-
-class ResumeCommand(msgspec.Struct, kw_only=True):
-    """How to continue a session in a terminal: argv run in cwd."""
-
-    argv: list[str]
-    cwd: str
-
-
-class AdapterConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The ``[agents.<id>]`` table of config.toml."""
-
-    binary: str | None = None
-    model: str | None = None
-    effort: str | None = None
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-    args: list[str] = msgspec.field(default_factory=list)
-    turn_timeout: float | None = None
-    idle_timeout: float | None = None
-    enabled: bool = True
-    options: dict[str, Any] = msgspec.field(default_factory=dict)
-
-
-def overall_status(checks: list[Check]) -> Literal["pass", "warn", "fail"]:
-    levels = {c.level for c in checks}
-    if "error" in levels:
-        return "fail"
-    if "warn" in levels:
-        return "warn"
-    return "pass"
 
 
 _REQUIRED_ATTRS = ("agent_id", "display_name", "provides_models", "provides_usage")
@@ -326,6 +252,41 @@ class BaseAdapter:
     @classmethod
     def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
         return None
+
+
+class CliAdapter(BaseAdapter, abstract=True):
+    """Base of the adapters that run the agent's CLI: the daemon's keywords, kept once.
+
+    ``binary`` falls back to ``cli_binary``; ``session_id`` starts as the session to resume.
+    A subclass sets up its own state in ``setup()``, which runs at the end of ``__init__``.
+    """
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        model: str | None = None,
+        binary: str | None = None,
+        resume_session_id: str | None = None,
+        on_session_id: Callable[[str], None] | None = None,
+        effort: str | None = None,
+        env: dict[str, str] | None = None,
+        options: dict[str, Any] | None = None,
+        mode: str | None = None,
+    ) -> None:
+        self.cwd = cwd
+        self.model = model
+        #: The agent mode (``session.mode``) to start in; None: the agent's default.
+        self.mode = mode
+        self.binary = binary or self.cli_binary or ""
+        self.session_id = resume_session_id
+        self.effort = effort
+        self.env = dict(env or {})
+        self.options = dict(options or {})
+        self._on_session_id = on_session_id
+        self.setup()
+
+    def setup(self) -> None:
+        """The subclass's own state (a parser, a child process slot)."""
 
 
 def contract_problems(cls: type) -> list[str]:

@@ -16,14 +16,14 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from bridge.adapters.base import (
     AdapterConfig,
-    BaseAdapter,
     Check,
+    CliAdapter,
     ExternalSession,
     ModeInfo,
     ModelInfo,
@@ -88,7 +88,7 @@ MODES = (
 )
 
 
-class ClaudeAdapter(BaseAdapter):
+class ClaudeAdapter(CliAdapter):
     agent_id = "claude"
     display_name = "Claude Code"
     cli_binary = "claude"
@@ -118,46 +118,25 @@ class ClaudeAdapter(BaseAdapter):
     modes = MODES
     persistent_process = True
 
-    def __init__(
-        self,
-        cwd: str | None = None,
-        model: str | None = None,
-        binary: str | None = None,
-        resume_session_id: str | None = None,
-        on_session_id: Callable[[str], None] | None = None,
-        effort: str | None = None,
-        env: dict[str, str] | None = None,
-        options: dict[str, Any] | None = None,
-        mode: str | None = None,
-    ) -> None:
-        self._cwd = cwd
-        self._model = model
-        self._mode = mode
-        self._binary = binary or self.cli_binary or "claude"
-        self._effort = effort
-        self._env = dict(env or {})
-        self._options = dict(options or {})
-        self._on_session_id = on_session_id
-        #: The session to resume: the stored one at first, then whatever Claude reports.
-        self._session_id = resume_session_id
+    def setup(self) -> None:
         self._child: ChildProcess | None = None
-        self._parser = ClaudeParser(cwd=cwd)
+        self._parser = ClaudeParser(cwd=self.cwd)
         self._parser.refuse_edits = self._effective_mode() == "plan"
         self._resumed: str | None = None
         self._pending: dict[str, Any] | None = None
-        self._reported: str | None = resume_session_id
+        self._reported: str | None = self.session_id
         self._spawn_error: SpawnError | None = None
 
     # ---- life cycle --------------------------------------------------------------------------
 
     async def start(self, session_id: str) -> AgentInfoBlock:
-        path = resolve_binary(self._binary, build_env(self._env))
-        check_cwd(self._cwd)
-        self._binary = path
+        path = resolve_binary(self.binary, build_env(self.env))
+        check_cwd(self.cwd)
+        self.binary = path
         version = await asyncio.to_thread(binary_version, path)
         # The process starts with the first message: Claude waits for one before it even
         # initializes, and a session nobody writes to should not hold a process.
-        return self.make_agent_info(version=version, model=self._model)
+        return self.make_agent_info(version=version, model=self.model)
 
     async def stop(self) -> None:
         child, self._child = self._child, None
@@ -166,7 +145,7 @@ class ClaudeAdapter(BaseAdapter):
 
     def _argv(self, resume: str | None) -> list[str]:
         argv = [
-            self._binary,
+            self.binary,
             "-p",
             "--input-format",
             "stream-json",
@@ -179,10 +158,10 @@ class ClaudeAdapter(BaseAdapter):
         ]
         if resume:
             argv += ["--resume", resume]
-        if self._model:
-            argv += ["--model", self._model]
-        if self._effort:
-            argv += ["--effort", self._effort]
+        if self.model:
+            argv += ["--model", self.model]
+        if self.effort:
+            argv += ["--effort", self.effort]
         mode = self._effective_mode()
         if mode:
             argv += ["--permission-mode", mode]
@@ -190,7 +169,7 @@ class ClaudeAdapter(BaseAdapter):
 
     async def _spawn(self, resume: str | None) -> None:
         self._child = await ChildProcess.spawn(
-            self._argv(resume), cwd=self._cwd, env=build_env(self._env)
+            self._argv(resume), cwd=self.cwd, env=build_env(self.env)
         )
         self._resumed = resume
         self._parser.new_process()
@@ -213,7 +192,7 @@ class ClaudeAdapter(BaseAdapter):
         if self._child is None or self._child.returncode is not None:
             self._child = None
             try:
-                await self._spawn(self._session_id)
+                await self._spawn(self.session_id)
             except SpawnError as exc:
                 self._spawn_error = exc
                 return
@@ -246,7 +225,7 @@ class ClaudeAdapter(BaseAdapter):
                 if not output_seen and not respawned and not missing:
                     # It died between turns (killed, crashed idle): start it again once.
                     respawned = True
-                    await self._spawn(self._session_id)
+                    await self._spawn(self.session_id)
                     if self._pending is not None:
                         await self._write(self._pending)
                     continue
@@ -286,7 +265,7 @@ class ClaudeAdapter(BaseAdapter):
         old = self._resumed
         if self._child is not None:
             await self._child.terminate(STOP_GRACE_S)
-        self._session_id = None
+        self.session_id = None
         await self._spawn(None)
         if self._pending is not None:
             await self._write(self._pending)
@@ -310,7 +289,7 @@ class ClaudeAdapter(BaseAdapter):
         sid = self._parser.session_id
         if sid and sid != self._reported:
             self._reported = sid
-            self._session_id = sid
+            self.session_id = sid
             if self._on_session_id is not None:
                 self._on_session_id(sid)
 
@@ -336,17 +315,17 @@ class ClaudeAdapter(BaseAdapter):
     async def respond_permission(self, request_id: str, option_id: str) -> None:
         self._parser.answer_permission(request_id, option_id)
         if self._parser.left_plan:
-            self._mode = "default"  # a process started later must not go back to plan mode
+            self.mode = "default"  # a process started later must not go back to plan mode
         await self._flush()
 
     def _effective_mode(self) -> str | None:
-        mode = self._mode or self._options.get("permission_mode")
+        mode = self.mode or self.options.get("permission_mode")
         return mode if isinstance(mode, str) and mode else None
 
     async def set_mode(self, mode: str) -> bool:
         """Live: a ``set_permission_mode`` control request to the running process, which
         applies to its next tool call; a process started later gets ``--permission-mode``."""
-        self._mode = mode
+        self.mode = mode
         self._parser.refuse_edits = mode == "plan"
         if self._child is not None and self._child.returncode is None:
             self._parser.set_permission_mode(mode)

@@ -17,15 +17,15 @@ import base64
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from bridge import __version__
 from bridge.adapters.base import (
     AdapterConfig,
-    BaseAdapter,
     Check,
+    CliAdapter,
     ExternalSession,
     ModeInfo,
     ModelInfo,
@@ -80,7 +80,7 @@ MODES = (
 )
 
 
-class CodexAdapter(BaseAdapter):
+class CodexAdapter(CliAdapter):
     agent_id = "codex"
     display_name = "Codex"
     cli_binary = "codex"
@@ -107,27 +107,7 @@ class CodexAdapter(BaseAdapter):
     handoff = "per_turn"
     modes = MODES
 
-    def __init__(
-        self,
-        cwd: str | None = None,
-        model: str | None = None,
-        binary: str | None = None,
-        resume_session_id: str | None = None,
-        on_session_id: Callable[[str], None] | None = None,
-        effort: str | None = None,
-        env: dict[str, str] | None = None,
-        options: dict[str, Any] | None = None,
-        mode: str | None = None,
-    ) -> None:
-        self._cwd = cwd
-        self._mode = mode
-        self._model = model
-        self._binary = binary or self.cli_binary or "codex"
-        self._effort = effort
-        self._env = dict(env or {})
-        self._options = dict(options or {})
-        self._on_session_id = on_session_id
-        self._thread_id = resume_session_id
+    def setup(self) -> None:
         self._child: ChildProcess | None = None
         self._parser: CodexParser | None = None
         self._pending: tuple[str, list[str]] | None = None
@@ -136,10 +116,10 @@ class CodexAdapter(BaseAdapter):
     # ---- life cycle --------------------------------------------------------------------------
 
     async def start(self, session_id: str) -> AgentInfoBlock:
-        self._binary = resolve_binary(self._binary, build_env(self._env))
-        check_cwd(self._cwd)
-        version = await asyncio.to_thread(binary_version, self._binary)
-        return self.make_agent_info(version=version, model=self._model)
+        self.binary = resolve_binary(self.binary, build_env(self.env))
+        check_cwd(self.cwd)
+        version = await asyncio.to_thread(binary_version, self.binary)
+        return self.make_agent_info(version=version, model=self.model)
 
     async def stop(self) -> None:
         child, self._child = self._child, None
@@ -153,8 +133,8 @@ class CodexAdapter(BaseAdapter):
 
     def _policy(self) -> tuple[str | None, str | None]:
         """(approval policy, sandbox): the mode's preset, else the options, else "auto"."""
-        if self._mode in MODE_POLICIES:
-            return MODE_POLICIES[self._mode]
+        if self.mode in MODE_POLICIES:
+            return MODE_POLICIES[self.mode]
         return (
             self._option("approval_policy", DEFAULT_APPROVAL),
             self._option("sandbox", DEFAULT_SANDBOX),
@@ -162,11 +142,11 @@ class CodexAdapter(BaseAdapter):
 
     async def set_mode(self, mode: str) -> bool:
         """Each turn starts its own ``codex app-server``: the next one gets the new policy."""
-        self._mode = mode
+        self.mode = mode
         return False
 
     def _option(self, name: str, default: str | None) -> str | None:
-        value = self._options.get(name, default)
+        value = self.options.get(name, default)
         return value if isinstance(value, str) and value else None
 
     # ---- a turn ------------------------------------------------------------------------------
@@ -183,11 +163,11 @@ class CodexAdapter(BaseAdapter):
         if self._pending is None:
             return
         text, images = self._pending
-        config = self._options.get("config")
+        config = self.options.get("config")
         parser = CodexParser(
-            cwd=self._cwd,
-            model=self._model,
-            effort=self._effort,
+            cwd=self.cwd,
+            model=self.model,
+            effort=self.effort,
             approval_policy=self._policy()[0],
             sandbox=self._policy()[1],
             config=config if isinstance(config, dict) else None,
@@ -196,7 +176,7 @@ class CodexAdapter(BaseAdapter):
         self._parser = parser
         try:
             self._child = await ChildProcess.spawn(
-                [self._binary, "app-server"], cwd=self._cwd, env=build_env(self._env)
+                [self.binary, "app-server"], cwd=self.cwd, env=build_env(self.env)
             )
         except SpawnError as exc:
             yield ErrorBlock(code=exc.code, message=str(exc))
@@ -204,9 +184,9 @@ class CodexAdapter(BaseAdapter):
                 yield block
             return
         child = self._child
-        log.info("codex_started", pid=child.pid, resume=self._thread_id)
+        log.info("codex_started", pid=child.pid, resume=self.session_id)
         try:
-            parser.start(text, resume=self._thread_id, images=images)
+            parser.start(text, resume=self.session_id, images=images)
             await self._flush()
             while not parser.done:
                 line = await child.read_line()
@@ -247,8 +227,8 @@ class CodexAdapter(BaseAdapter):
 
     def _report_session(self, parser: CodexParser) -> None:
         sid = parser.thread_id
-        if sid and sid != self._thread_id:
-            self._thread_id = sid
+        if sid and sid != self.session_id:
+            self.session_id = sid
             if self._on_session_id is not None:
                 self._on_session_id(sid)
 
@@ -286,8 +266,8 @@ class CodexAdapter(BaseAdapter):
 
     async def list_models(self) -> list[ModelInfo]:
         """Ask ``codex app-server`` (``model/list``) for the models of the configured account."""
-        binary = resolve_binary(self._binary, build_env(self._env))
-        child = await ChildProcess.spawn([binary, "app-server"], env=build_env(self._env))
+        binary = resolve_binary(self.binary, build_env(self.env))
+        child = await ChildProcess.spawn([binary, "app-server"], env=build_env(self.env))
         try:
             async with asyncio.timeout(MODEL_LIST_TIMEOUT_S):
                 await child.write_line(

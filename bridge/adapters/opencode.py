@@ -26,15 +26,15 @@ import asyncio
 import contextlib
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import httpx
 
 from bridge.adapters.base import (
     AdapterConfig,
-    BaseAdapter,
     Check,
+    CliAdapter,
     ExternalSession,
     ModeInfo,
     ModelInfo,
@@ -169,7 +169,7 @@ def parse_model_lines(text: str) -> list[ModelInfo]:
     ]
 
 
-class OpenCodeAdapter(BaseAdapter):
+class OpenCodeAdapter(CliAdapter):
     agent_id = "opencode"
     display_name = "OpenCode"
     cli_binary = "opencode"
@@ -205,27 +205,10 @@ class OpenCodeAdapter(BaseAdapter):
     password_env: ClassVar[str] = "OPENCODE_SERVER_PASSWORD"  # noqa: S105 - a variable name
     server_user: ClassVar[str] = "opencode"
 
-    def __init__(
-        self,
-        cwd: str | None = None,
-        model: str | None = None,
-        binary: str | None = None,
-        resume_session_id: str | None = None,
-        on_session_id: Callable[[str], None] | None = None,
-        env: dict[str, str] | None = None,
-        options: dict[str, Any] | None = None,
-        mode: str | None = None,
-    ) -> None:
-        self.cwd = cwd or "."
-        self.mode = mode
-        self.model = model
-        self.binary = binary or self.cli_binary or ""
-        self.session_id = resume_session_id
-        self.env = dict(env or {})
-        self.options = dict(options or {})
-        self._on_session_id = on_session_id
+    def setup(self) -> None:
+        self.cwd = self.cwd or "."
         self._server: LocalServer | None = None
-        self._parser = OpenCodeParser(resume_session_id)
+        self._parser = OpenCodeParser(self.session_id)
         self._verified = False  # the server confirmed it knows session_id
         self._prompt: str | None = None
         self._interrupted = False
@@ -295,7 +278,7 @@ class OpenCodeAdapter(BaseAdapter):
         remember_secret(password)
         self._server = await LocalServer.launch(
             [self.binary, "serve", "--port", "0", "--hostname", "127.0.0.1"],
-            cwd=self.cwd,
+            cwd=self.cwd or ".",
             env=self._child_env(password),
             user=self.server_user,
             password=password,

@@ -17,11 +17,11 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from bridge.adapters.base import BaseAdapter, DetectedAgent
+from bridge.adapters.base import CliAdapter, DetectedAgent
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -144,7 +144,7 @@ def cli_running_in(cwd: str, names: tuple[str, ...]) -> bool:
     return False
 
 
-class PerTurnAdapter(BaseAdapter, abstract=True):
+class PerTurnAdapter(CliAdapter, abstract=True):
     """One process per turn; resume by session id between turns."""
 
     handoff = "per_turn"
@@ -157,25 +157,7 @@ class PerTurnAdapter(BaseAdapter, abstract=True):
     #: Resume modes that continue under a new session id (a fork) rather than the same one.
     forking_modes: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(
-        self,
-        cwd: str | None = None,
-        model: str | None = None,
-        binary: str | None = None,
-        resume_session_id: str | None = None,
-        on_session_id: Callable[[str], None] | None = None,
-        effort: str | None = None,
-        env: dict[str, str] | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> None:
-        self.cwd = cwd
-        self.model = model
-        self.binary = binary or self.cli_binary or ""
-        self.session_id = resume_session_id
-        self.effort = effort
-        self.env = dict(env or {})
-        self.options = dict(options or {})
-        self._on_session_id = on_session_id
+    def setup(self) -> None:
         self._prompt: str | None = None
         self._child: ChildProcess | None = None
         self._interrupted = False

@@ -20,8 +20,8 @@ from bridge.protocol import (
 from bridge.store import PushSubscriptions
 
 if TYPE_CHECKING:
+    from bridge.hub import Hub
     from bridge.server import BridgeServer, Connection
-    from bridge.sessions import Hub
 
 
 def web_base_url(server: BridgeServer) -> str:
@@ -50,7 +50,7 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
         server.config, PushSubscriptions(hub.store), lookup, "", paths.state_dir()
     )
     attention.remember_token(server.token)
-    hub.on_committed = attention.on_committed
+    hub.fanout.on_committed = attention.on_committed
     server.on_disconnect.append(attention.drop)
 
     async def presence(conn: Connection, req: ClientPresence) -> Any:
@@ -61,7 +61,7 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
         return {"public_key": await attention.key()}
 
     async def subscribe(_conn: Connection, req: WebpushSubscribe) -> Any:
-        from bridge.sessions import HubError
+        from bridge.hub import HubError
 
         sub = req.subscription
         data = {

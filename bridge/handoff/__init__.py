@@ -1,6 +1,6 @@
 """Terminal handoff: find terminal-started sessions, tell who owns one, mirror it read-only.
 
-The hub (``bridge/sessions.py``) runs the single-writer state machine; the adapters' handoff
+The hub (``bridge/hub/``) runs the single-writer state machine; the adapters' handoff
 classmethods delegate here. Shared pieces:
 
 - ``tail``: a sans-I/O line splitter and a file tail that survives partial last lines,

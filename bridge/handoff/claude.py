@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from bridge.adapters.base import ExternalSession, ResumeCommand
+from bridge.agent_types import ExternalSession, ResumeCommand
 from bridge.blocks import Block, SystemBlock, UserBlock
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads, tail_lines

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.adapters.base import ExternalSession, ResumeCommand
+from bridge.agent_types import ExternalSession, ResumeCommand
 from bridge.blocks import (
     Block,
     SessionEndBlock,
@@ -37,8 +37,9 @@ from bridge.blocks import (
 )
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads
-from bridge.handoff.mirror import TranscriptMirror
+from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
+from bridge.parsers import unfinished_tool, with_status
 
 MAX_LISTED = 200
 TITLE_CHARS = 80
@@ -352,7 +353,7 @@ class RolloutParser:
             text = output if isinstance(output, str) else ""
             code = _EXIT.search(text)
             failed = code is not None and code.group(1) != "0"
-            out.append(_with_status(started, "error" if failed else "done"))
+            out.append(with_status(started, "error" if failed else "done"))
             out.append(
                 ToolResultBlock(tool_call_id=call_id, content=text[:MAX_RESULT], is_error=failed)
             )
@@ -363,13 +364,8 @@ class RolloutParser:
         if not self.turn_open:
             return []
         out: list[Block] = []
-        for call_id, call in self._tools.items():
-            out.append(_with_status(call, "error"))
-            out.append(
-                ToolResultBlock(
-                    tool_call_id=call_id, content="the tool call did not finish", is_error=True
-                )
-            )
+        for call in self._tools.values():
+            out += unfinished_tool(call)
         self._tools.clear()
         self._texts.clear()
         self.turn_open = False
@@ -383,28 +379,8 @@ class RolloutParser:
         return self._close("interrupted")
 
 
-def _with_status(call: ToolCallBlock, status: Any) -> ToolCallBlock:
-    return ToolCallBlock(
-        id=call.id,
-        name=call.name,
-        title=call.title,
-        kind=call.kind,
-        input=call.input,
-        status=status,
-    )
-
-
 def mirror(cwd: str, sid: str, base: Path | None = None) -> TranscriptMirror:
     """Follow thread ``sid``'s rollout from its end now (waits for the file if it is new)."""
 
-    found: list[Path] = []
-
-    def resolve() -> Path | None:
-        # A thread's rollout never moves, so the glob runs only until it is found.
-        if not found:
-            path = rollout_path(sid, base)
-            if path is not None:
-                found.append(path)
-        return found[0] if found else None
-
-    return TranscriptMirror(resolve, RolloutParser(sid))
+    # A thread's rollout never moves, so the glob runs only until it is found.
+    return TranscriptMirror(found_once(lambda: rollout_path(sid, base)), RolloutParser(sid))

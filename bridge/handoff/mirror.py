@@ -36,6 +36,21 @@ class LineParser(Protocol):
         """Blocks that close whatever is still open when the mirror ends."""
 
 
+def found_once(find: Callable[[], Path | None]) -> Callable[[], Path | None]:
+    """``find``, asked until it finds the file, then never again (for a transcript that never
+    moves once written, so a directory walk per tick would be wasted)."""
+    found: list[Path] = []
+
+    def resolve() -> Path | None:
+        if not found:
+            path = find()
+            if path is not None:
+                found.append(path)
+        return found[0] if found else None
+
+    return resolve
+
+
 class TranscriptMirror:
     """``AsyncIterator[Block]`` over what a terminal appends to its transcript."""
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge.adapters.base import ExternalSession
+from bridge.agent_types import ExternalSession
 from bridge.blocks import (
     Block,
     EndReason,
@@ -37,6 +37,7 @@ from bridge.handoff import procscan
 from bridge.handoff.files import loads
 from bridge.handoff.mirror import PollingMirror
 from bridge.handoff.sqlite_ro import open_ro, reading
+from bridge.parsers import unfinished_tool, with_status
 
 MAX_LISTED = 200
 TITLE_CHARS = 80
@@ -177,7 +178,7 @@ class PartParser:
             call = self._tools.pop(call_id)
             failed = status == "error"
             result = state.get("error") if failed else state.get("output")
-            out.append(_with_status(call, "error" if failed else "done"))
+            out.append(with_status(call, "error" if failed else "done"))
             out.append(
                 ToolResultBlock(
                     tool_call_id=call_id, content=str(result or "")[:MAX_RESULT], is_error=failed
@@ -190,12 +191,7 @@ class PartParser:
             return []
         out: list[Block] = []
         for call in self._tools.values():
-            out.append(_with_status(call, "error"))
-            out.append(
-                ToolResultBlock(
-                    tool_call_id=call.id, content="the tool call did not finish", is_error=True
-                )
-            )
+            out += unfinished_tool(call)
         self._tools.clear()
         self.turn_open = False
         out.append(SessionEndBlock(reason=reason, agent_session_id=self.sid))
@@ -203,17 +199,6 @@ class PartParser:
 
     def close(self) -> list[Block]:
         return self._close("interrupted")
-
-
-def _with_status(call: ToolCallBlock, status: Any) -> ToolCallBlock:
-    return ToolCallBlock(
-        id=call.id,
-        name=call.name,
-        title=call.title,
-        kind=call.kind,
-        input=call.input,
-        status=status,
-    )
 
 
 _ROWS = (

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.adapters.base import ExternalSession
+from bridge.agent_types import ExternalSession
 from bridge.blocks import (
     Block,
     EndReason,
@@ -33,8 +33,9 @@ from bridge.blocks import (
 )
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads
-from bridge.handoff.mirror import TranscriptMirror
+from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
+from bridge.parsers import unfinished_tool, with_status
 
 MAX_LISTED = 200
 TITLE_CHARS = 80
@@ -216,7 +217,7 @@ class SessionParser:
             call = ToolCallBlock(id=call_id, name=str(message.get("toolName") or "tool"))
             out.append(call)
         failed = message.get("isError") is True
-        out.append(_with_status(call, "error" if failed else "done"))
+        out.append(with_status(call, "error" if failed else "done"))
         text = _text(message.get("content"))[:MAX_RESULT]
         out.append(ToolResultBlock(tool_call_id=call_id, content=text, is_error=failed))
         return out
@@ -226,12 +227,7 @@ class SessionParser:
             return []
         out: list[Block] = []
         for call in self._tools.values():
-            out.append(_with_status(call, "error"))
-            out.append(
-                ToolResultBlock(
-                    tool_call_id=call.id, content="the tool call did not finish", is_error=True
-                )
-            )
+            out += unfinished_tool(call)
         self._tools.clear()
         self.turn_open = False
         out.append(SessionEndBlock(reason=reason, agent_session_id=self.sid))
@@ -244,25 +240,5 @@ class SessionParser:
         return self._close("interrupted")
 
 
-def _with_status(call: ToolCallBlock, status: Any) -> ToolCallBlock:
-    return ToolCallBlock(
-        id=call.id,
-        name=call.name,
-        title=call.title,
-        kind=call.kind,
-        input=call.input,
-        status=status,
-    )
-
-
 def mirror(cwd: str, sid: str, base: Path | None = None) -> TranscriptMirror:
-    found: list[Path] = []
-
-    def resolve() -> Path | None:
-        if not found:
-            path = session_path(sid, base)
-            if path is not None:
-                found.append(path)
-        return found[0] if found else None
-
-    return TranscriptMirror(resolve, SessionParser(sid))
+    return TranscriptMirror(found_once(lambda: session_path(sid, base)), SessionParser(sid))

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from bridge.blocks import DiffBlock
+from bridge.blocks import Block, DiffBlock, ToolCallBlock, ToolResultBlock, ToolStatus
 
 #: Lines longer than this are not decoded at all (the process layer caps them anyway).
 MAX_LINE_CHARS = 16 * 1024 * 1024
@@ -79,6 +79,26 @@ def get_float(obj: Any, key: str) -> float | None:
 def get_bool(obj: Any, key: str) -> bool:
     value = obj.get(key) if isinstance(obj, Mapping) else None
     return value is True
+
+
+#: The result of a tool call that a turn left unfinished.
+UNFINISHED_TOOL = "the tool call did not finish"
+
+
+def with_status(call: ToolCallBlock, status: ToolStatus) -> ToolCallBlock:
+    """The same call, in another status (a started call that finished or failed)."""
+    return msgspec.structs.replace(call, status=status)
+
+
+def unfinished_tool(call: ToolCallBlock) -> list[Block]:
+    """A call the turn left running, ended: as an error, with a result saying it did not
+    finish (so every call a client saw start gets its end and its result)."""
+    return [
+        with_status(call, "error"),
+        ToolResultBlock(
+            tool_call_id=call.id, content=UNFINISHED_TOOL, is_error=True, parent_id=call.parent_id
+        ),
+    ]
 
 
 def clip(text: str, limit: int = MAX_TEXT) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from bridge.adapters.base import COMMON_COMMANDS
+from bridge.agent_types import COMMON_COMMANDS
 from bridge.blocks import (
     AgentInfoBlock,
     Block,

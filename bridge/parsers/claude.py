@@ -58,6 +58,7 @@ from bridge.parsers import (
     hunks_from_json,
     render_unified,
     short,
+    unfinished_tool,
 )
 
 __all__ = ["ClaudeParser", "is_unknown_session", "user_message"]
@@ -576,17 +577,8 @@ class ClaudeParser:
             out.extend(self._close_delta(block_id))
         self._index_ids.clear()
         for tool_id, tool in list(self._tools.items()):
-            out.append(
-                ToolCallBlock(id=tool_id, name=tool.name, status="error", parent_id=tool.parent_id)
-            )
-            out.append(
-                ToolResultBlock(
-                    tool_call_id=tool_id,
-                    content="the tool call did not finish",
-                    is_error=True,
-                    parent_id=tool.parent_id,
-                )
-            )
+            call = ToolCallBlock(id=tool_id, name=tool.name, parent_id=tool.parent_id)
+            out += unfinished_tool(call)
             self._finished_tools.add(tool_id)
         self._tools.clear()
         return out

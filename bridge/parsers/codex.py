@@ -59,6 +59,7 @@ from bridge.parsers import (
     get_str,
     parse_unified,
     short,
+    unfinished_tool,
 )
 
 CLIENT_NAME = "agent-bridge"
@@ -652,12 +653,7 @@ class CodexParser:
             self._finished.add(item_id)
         self._open.clear()
         for item_id, tool in self._tools.items():
-            out.append(ToolCallBlock(id=item_id, name=tool.name, status="error"))
-            out.append(
-                ToolResultBlock(
-                    tool_call_id=item_id, content="the tool call did not finish", is_error=True
-                )
-            )
+            out += unfinished_tool(ToolCallBlock(id=item_id, name=tool.name))
             self._finished.add(item_id)
         self._tools.clear()
         self._permissions.clear()

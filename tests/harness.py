@@ -1,4 +1,4 @@
-"""What the Claude Code and Codex end-to-end modules share (this module holds no tests).
+"""What the end-to-end modules of the real CLIs share.
 
 A real daemon runs as a subprocess with the CLI's isolated environment (tests/realcli.py), the
 adapter is pointed at the pinned binary through config.toml, and a real WebSocket client
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -16,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.daemon import DaemonProcess
+from tests.fakes import RecordedRequest
 from tests.wsclient import Client, blocks
 
 Frames = list[dict[str, Any]]
 #: (permission request block) -> option id to answer with
 Answer = Callable[[dict[str, Any]], str]
 UNKNOWN_SESSION = "00000000-0000-4000-8000-000000000000"
+UNKNOWN = UNKNOWN_SESSION
 
 
 def daemon_env(cli_env: Mapping[str, str]) -> dict[str, str]:
@@ -169,3 +172,80 @@ def symlink_to(binary: str, link: Path) -> Path:
         link.unlink()
     link.symlink_to(binary)
     return link
+
+
+# ---- agents, processes, projects ----------------------------------------------------------
+
+
+def agent_toml(
+    agent: str, binary: str, *, env: Mapping[str, str] | None = None, **keys: str
+) -> str:
+    """``[agents.<agent>]`` with its binary, string keys and an ``env`` table."""
+    lines = [f"[agents.{agent}]", f'binary = "{binary}"']
+    lines += [f'{k} = "{v}"' for k, v in keys.items()]
+    if env:
+        pairs = ", ".join(f'{k} = "{v}"' for k, v in env.items())
+        lines.append(f"env = {{ {pairs} }}")
+    return "\n".join(lines) + "\n"
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` in the process tree."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def agent_pids(harness: Harness, needle: str, title: str | None = None) -> list[int]:
+    """The daemon's descendants whose command line mentions ``needle`` (e.g. the binary), or
+    whose process title (what a node CLI may rewrite its command line to) is ``title``."""
+    assert harness.daemon.proc is not None
+    found = []
+    for pid in descendants(harness.daemon.proc.pid):
+        try:
+            argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        named = title is not None and argv[0].strip() == title.encode()
+        if named or any(needle.encode() in a for a in argv):
+            found.append(pid)
+    return found
+
+
+async def kill_agent(
+    harness: Harness, needle: str, title: str | None = None, timeout: float = 30.0
+) -> list[int]:
+    """SIGKILL the agent process(es) the daemon runs, once there are some."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (pids := agent_pids(harness, needle, title)) and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+    assert pids, f"no {needle} process below the daemon"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def user(marker: str) -> Callable[[RecordedRequest], bool]:
+    """Answer only the model call for a user message carrying ``marker``."""
+    return lambda r: marker in r.view.last_user_text and not r.view.last_is_tool_result
+
+
+def make_project(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "README.md").write_text("# e2e project\n")
+    (path / "notes.txt").write_text("hello\nworld\n")
+    return path.resolve()

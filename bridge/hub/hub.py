@@ -1,0 +1,598 @@
+"""The hub's facade: what the server and the daemon call.
+
+It owns the sessions and wires the stages, each of which knows only those below it::
+
+    hub.py      start-up and recovery, create/attach/close, send, slash commands, listing
+    parking.py  park, mirror, watcher, sweep, reattach, handoff
+    turns.py    adapter lifecycle, the queue, the turn runner, call_adapter()
+    fanout.py   emit, publish after commit, state frames, pacing, subscribe/replay
+    state.py    Session, Turn, Subscription, the transition table
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bridge import modes
+from bridge.adapters.base import BaseAdapter, ResumeCommand, cwd_matches
+from bridge.blocks import (
+    AgentInfoBlock,
+    ErrorBlock,
+    SystemBlock,
+    UsageBlock,
+    UserBlock,
+    block_from_json,
+)
+from bridge.commands import SlashCommand, help_text, parse_command
+from bridge.config import Config
+from bridge.invariants import TurnGuard
+from bridge.logs import get_logger
+from bridge.protocol import Attachment, SessionObject
+from bridge.registry import AgentEntry, Registry
+from bridge.store import AttachmentData, MessageRecord, SessionRecord, Store
+
+from .fanout import REPLAY_CHUNK, Fanout
+from .parking import Parking
+from .state import HubError, Session, Subscriber, Tasks, iso, safe_attachment_name
+from .turns import TurnRunner, call_adapter
+
+log = get_logger("bridge.hub")
+
+#: The longest the first listing waits for the first scan of terminal sessions.
+FIRST_SCAN_WAIT_S = 2.0
+#: Deadline of one adapter's scan for terminal sessions (it reads the CLI's files).
+SCAN_TIMEOUT_S = 10.0
+
+
+class Hub:
+    def __init__(self, config: Config, registry: Registry, store: Store) -> None:
+        self.config = config
+        self.registry = registry
+        self.store = store
+        self.sessions: dict[str, Session] = {}
+        self.tasks = Tasks()
+        self.fanout = Fanout(config, store, self.sessions, self.tasks)
+        self.turns = TurnRunner(
+            config, registry, store, self.fanout, self.tasks, self._park_if_owned
+        )
+        self.parking = Parking(config, store, self.fanout, self.turns, self.tasks)
+        self.resident = self.turns.resident
+        registry.on_change(self.fanout.sweep_wake.set)
+        self._external_cache: tuple[float, list[SessionObject]] = (0.0, [])
+        self._external_refresh: asyncio.Task[None] | None = None
+
+    async def _park_if_owned(self, s: Session) -> bool:
+        return await self.parking.park_if_owned(s)
+
+    # ---- start-up and shutdown ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        sessions, messages, seqs = await asyncio.to_thread(self.store.load)
+        for rec in sessions:
+            s = Session(rec=rec, next_seq=max(rec.last_seq, seqs.get(rec.id, 0)) + 1)
+            s.published_seq = s.next_seq - 1  # everything on disk may be replayed
+            s.idle.set()
+            self.sessions[rec.id] = s
+        for msg in messages:
+            owner = self.sessions.get(msg.session)
+            if owner is None:
+                continue
+            queued = msg.status == "queued"
+            owner.answered[msg.client_msg_id] = queued
+            if queued:
+                owner.queue.append(msg)
+        for s in self.sessions.values():
+            await self._recover(s)
+        self.tasks.spawn(self.parking.sweep_terminals())
+
+    async def _recover(self, s: Session) -> None:
+        """Close a turn the daemon died in, restore parking, and continue the queue."""
+        if s.rec.state == "running":
+            guard = TurnGuard(s.rec.agent_session_id)
+            after = 0
+            while True:
+                events = await self.store.read_events(s.id, after, REPLAY_CHUNK)
+                if not events:
+                    break
+                for ev in events:
+                    after = ev.seq
+                    try:
+                        block = block_from_json(ev.block_json)
+                    except Exception:  # noqa: S112 - an unreadable stored block is skipped
+                        continue
+                    if isinstance(block, UserBlock) and block.source == "bridge":
+                        guard = TurnGuard(s.rec.agent_session_id)
+                    guard.feed(block)
+            self.fanout.emit(
+                s,
+                ErrorBlock(
+                    code="daemon_restarted",
+                    message="the daemon stopped while this turn was running",
+                ),
+            )
+            self.fanout.finish(s, guard, "error")
+            self.fanout.transition(s, "turn_end", "the daemon restarted during a turn")
+        if s.rec.intent == "handoff" and s.rec.state not in ("parked", "ended"):
+            # The daemon died between recording a handoff and parking: finish the handoff.
+            why = "resuming the handoff to a terminal after a restart"
+            self.fanout.transition(s, "handed_off", why)
+        if self.registry.may_change(s.rec.agent):
+            # A drop-in agent: mirrors, watchers and turns need its class, which the
+            # loader brings after the daemon listens.
+            self.tasks.spawn(self._resume_after_load(s))
+        else:
+            self._resume(s)
+
+    async def _resume_after_load(self, s: Session) -> None:
+        await self.registry.settle(s.rec.agent, self.config.adapters.start_timeout)
+        if not self.tasks.closing:
+            self._resume(s)
+
+    def _resume(self, s: Session) -> None:
+        """Restart the mirror and watcher of a parked session; continue the queue."""
+        if s.rec.state == "parked":
+            self.parking.start_mirror(s)
+            self.parking.start_watcher(s, handoff=s.rec.intent == "handoff")
+        self.turns.kick(s)
+
+    async def shutdown(self) -> None:
+        """Interrupt running turns, stop every adapter, flush the store."""
+        self.tasks.closing = True
+        self.resident.close()
+        grace = self.config.adapters.stop_grace
+        running = [s for s in self.sessions.values() if s.turn is not None]
+        # All at once: a hung agent must not make every other one wait its grace period.
+        await asyncio.gather(
+            *(self.turns.interrupt(s, "the daemon is shutting down") for s in running),
+            return_exceptions=True,
+        )
+        if running:
+            await asyncio.wait(
+                [asyncio.create_task(s.idle.wait()) for s in running], timeout=grace + 1
+            )
+        for s in self.sessions.values():
+            _cancel(s)
+        await asyncio.gather(
+            *(self.turns.stop_adapter(s) for s in self.sessions.values()), return_exceptions=True
+        )
+        self.tasks.cancel_all()
+        await self.store.flush()
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def get(self, session_id: str) -> Session:
+        s = self.sessions.get(session_id)
+        if s is None:
+            raise HubError("not_found", f"no session `{session_id}`")
+        return s
+
+    def session_object(self, s: Session) -> SessionObject:
+        rec = s.rec
+        return SessionObject(
+            session=rec.id,
+            agent=rec.agent,
+            cwd=rec.cwd,
+            title=rec.title,
+            state=rec.state,
+            writer=rec.writer,
+            created_at=iso(rec.created_at),
+            updated_at=iso(rec.updated_at),
+            last_seq=s.next_seq - 1,
+            agent_session_id=rec.agent_session_id,
+            external=rec.external,
+            queued=len(s.queue),
+            model=rec.model,
+            mode=rec.mode,
+            resident=self.resident.resident(s),
+        )
+
+    async def list_sessions(self, include_external: bool) -> list[SessionObject]:
+        own = sorted(
+            (self.session_object(s) for s in self.sessions.values()),
+            key=lambda o: o.updated_at,
+            reverse=True,
+        )
+        if not include_external:
+            return own
+        return own + await self._external_sessions()
+
+    async def _external_sessions(self) -> list[SessionObject]:
+        stamp, cached = self._external_cache
+        if time.monotonic() - stamp > self.config.hub.external_cache:
+            if self._external_refresh is None or self._external_refresh.done():
+                self._external_refresh = asyncio.create_task(self._scan_external())
+            if stamp == 0.0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        asyncio.shield(self._external_refresh), FIRST_SCAN_WAIT_S
+                    )
+                stamp, cached = self._external_cache
+        known = {
+            (s.rec.agent, s.rec.agent_session_id)
+            for s in self.sessions.values()
+            if s.rec.state != "ended"
+        }
+        return [o for o in cached if (o.agent, o.agent_session_id) not in known]
+
+    async def _scan_external(self) -> None:
+        found: list[SessionObject] = []
+        for entry in self.registry.entries():
+            cls = entry.cls
+            if _not_overridden(cls, "scan_external_sessions"):
+                continue
+            try:
+                items = await call_adapter(
+                    asyncio.to_thread(cls.scan_external_sessions), SCAN_TIMEOUT_S
+                )
+            except Exception as exc:
+                log.warning("scan_external_failed", agent=entry.agent_id, error=repr(exc))
+                continue
+            for item in items:
+                found.append(
+                    SessionObject(
+                        session=f"ext:{entry.agent_id}:{item.agent_session_id}",
+                        agent=entry.agent_id,
+                        cwd=item.cwd,
+                        title=item.title,
+                        state="parked" if item.owned else "idle",
+                        writer="terminal" if item.owned else "none",
+                        created_at=iso(item.updated_at),
+                        updated_at=iso(item.updated_at),
+                        last_seq=0,
+                        agent_session_id=item.agent_session_id,
+                        external=True,
+                    )
+                )
+        found.sort(key=lambda o: o.updated_at, reverse=True)
+        self._external_cache = (time.monotonic(), found)
+
+    # ---- create / attach / close -------------------------------------------------------------
+
+    async def _entry(self, agent: str) -> AgentEntry:
+        entry = await self.registry.lookup(agent, self.config.adapters.start_timeout)
+        if entry is None:
+            raise HubError("not_found", f"no agent `{agent}`")
+        if entry.detect_done and (entry.detected is None or not entry.detected.available):
+            raise HubError(
+                "agent_unavailable",
+                f"agent `{agent}` is not available here: "
+                + (self.registry.agent_object(entry).error or "not detected"),
+            )
+        if not entry.config.enabled:
+            raise HubError("agent_unavailable", f"agent `{agent}` is disabled in the config")
+        return entry
+
+    @staticmethod
+    def _check_cwd(cwd: str) -> str:
+        if not cwd or "\x00" in cwd:
+            raise HubError("bad_request", "`cwd` must be a directory path")
+        path = Path(cwd).expanduser()
+        if not path.is_absolute():
+            raise HubError("bad_request", f"`cwd` must be an absolute path, not `{cwd}`")
+        try:
+            resolved = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise HubError("bad_request", f"`cwd` `{cwd}` does not exist") from None
+        if not resolved.is_dir():
+            raise HubError("bad_request", f"`cwd` `{cwd}` is not a directory")
+        if not os.access(resolved, os.R_OK | os.X_OK):
+            raise HubError("bad_request", f"`cwd` `{cwd}` is not accessible")
+        return str(resolved)
+
+    def _new_record(
+        self,
+        agent: str,
+        cwd: str,
+        model: str | None,
+        effort: str | None,
+        agent_session_id: str | None,
+        external: bool,
+    ) -> Session:
+        if len(self.sessions) >= self.config.limits.max_sessions:
+            raise HubError(
+                "conflict", f"the daemon already holds {len(self.sessions)} sessions (the limit)"
+            )
+        now = time.time()
+        rec = SessionRecord(
+            id=f"s_{uuid.uuid4().hex[:16]}",
+            agent=agent,
+            cwd=cwd,
+            model=model,
+            effort=effort,
+            created_at=now,
+            updated_at=now,
+            agent_session_id=agent_session_id,
+            external=external,
+        )
+        s = Session(rec=rec)
+        s.idle.set()
+        return s
+
+    async def create(
+        self,
+        agent: str,
+        cwd: str,
+        model: str | None = None,
+        effort: str | None = None,
+        resume: str | None = None,
+        mode: str | None = None,
+    ) -> tuple[SessionObject, AgentInfoBlock]:
+        entry = await self._entry(agent)
+        if (why := modes.problem(entry.cls, mode)) is not None:
+            raise HubError("bad_request", why)
+        cwd = self._check_cwd(cwd)
+        s = self._new_record(
+            agent,
+            cwd,
+            model or entry.config.model,
+            effort or entry.config.effort,
+            resume,
+            external=False,
+        )
+        s.rec.mode = mode
+        info = await self.turns.start_adapter(s, entry)
+        self.sessions[s.id] = s
+        self.store.save_session(s.rec)
+        self.fanout.emit(s, info)
+        return self.session_object(s), info
+
+    async def attach(self, agent: str, agent_session_id: str, cwd: str) -> SessionObject:
+        entry = await self._entry(agent)
+        cwd = self._check_cwd(cwd)
+        for s in self.sessions.values():
+            if (
+                s.rec.agent == agent
+                and s.rec.agent_session_id == agent_session_id
+                and s.rec.state != "ended"
+            ):
+                return self.session_object(s)
+        found = next(
+            (
+                o
+                for o in self._external_cache[1]
+                if o.agent == agent and o.agent_session_id == agent_session_id
+            ),
+            None,
+        )
+        if found is not None and not cwd_matches(found.cwd, cwd):
+            # Resuming from another directory would not find it, or would fork it there.
+            raise HubError(
+                "bad_request", f"session `{agent_session_id}` belongs to `{found.cwd}`, not `{cwd}`"
+            )
+        s = self._new_record(agent, cwd, entry.config.model, None, agent_session_id, True)
+        s.rec.title = (found.title if found else "") or f"{entry.cls.display_name} terminal session"
+        self.sessions[s.id] = s
+        self.store.save_session(s.rec)
+        self.fanout.emit(
+            s,
+            SystemBlock(
+                code="attached",
+                text=f"attached to {agent} session {agent_session_id} in {cwd}",
+            ),
+        )
+        await self.parking.park_if_owned(s)
+        return self.session_object(s)
+
+    async def close(self, session_id: str) -> None:
+        s = self.get(session_id)
+        if s.rec.state == "ended":
+            return
+        if s.turn is not None:
+            await self.turns.interrupt(s, "the session is being closed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(s.idle.wait(), self.config.adapters.stop_grace + 2)
+        _cancel(s)
+        await self.turns.stop_adapter(s)
+        if s.ended():
+            return  # closed by a concurrent request meanwhile
+        dropped = len(s.queue)
+        for msg in s.queue:
+            msg.status = "dropped"
+            self.store.save_message(msg)
+        s.queue.clear()
+        why = "closed by a client" + (f"; {dropped} queued message(s) dropped" if dropped else "")
+        self.fanout.transition(s, "close", why)
+
+    # ---- sending -----------------------------------------------------------------------------
+
+    def _validate_attachments(
+        self, s: Session, attachments: list[Attachment]
+    ) -> list[AttachmentData]:
+        limits = self.config.limits
+        if len(attachments) > limits.max_attachments:
+            raise HubError("too_large", f"at most {limits.max_attachments} attachments per message")
+        cls = self.turns.cls(s)
+        out: list[AttachmentData] = []
+        for att in attachments:
+            if len(att.data) > limits.max_attachment_bytes:
+                raise HubError(
+                    "too_large",
+                    f"attachment `{safe_attachment_name(att.name)}` is over "
+                    f"{limits.max_attachment_bytes} bytes",
+                )
+            is_image = att.mime.lower().startswith("image/")
+            if is_image and not getattr(cls, "cap_images", False):
+                raise HubError("bad_request", "this agent does not accept images")
+            if not is_image and not getattr(cls, "cap_documents", False):
+                raise HubError("bad_request", "this agent does not accept documents")
+            out.append(
+                AttachmentData(name=safe_attachment_name(att.name), mime=att.mime, data=att.data)
+            )
+        return out
+
+    async def send(
+        self,
+        session_id: str,
+        text: str,
+        attachments: list[Attachment],
+        client_msg_id: str | None,
+    ) -> bool:
+        s = self.get(session_id)
+        msg_id = client_msg_id or f"m_{uuid.uuid4().hex[:16]}"
+        if client_msg_id is not None and msg_id in s.answered:
+            return s.answered[msg_id]
+        if s.rec.state == "ended":
+            raise HubError("conflict", "the session has ended")
+        command = parse_command(text) if not attachments else None
+        if command is not None:
+            s.answered[msg_id] = False
+            self.store.save_message(
+                MessageRecord(
+                    session=s.id,
+                    client_msg_id=msg_id,
+                    text=text,
+                    status="command",
+                    created_at=time.time(),
+                )
+            )
+            self.fanout.emit(s, UserBlock(id=msg_id, text=text, source="bridge"))
+            await self._run_command(s, command)
+            return False
+        if len(s.queue) >= self.config.limits.max_queued_messages:
+            raise HubError(
+                "rate_limited",
+                f"{len(s.queue)} messages are already waiting in this session (the limit)",
+            )
+        data = self._validate_attachments(s, attachments)
+        msg = MessageRecord(
+            session=s.id,
+            client_msg_id=msg_id,
+            text=text,
+            attachments=data,
+            created_at=time.time(),
+        )
+        queued = (
+            s.rec.state != "idle" or bool(s.queue) or s.running_queue
+        ) or s.rec.intent == "handoff"
+        if not queued and await self.parking.externally_owned(s):
+            # Answer truthfully: this message waits for a terminal, it does not start a turn.
+            if client_msg_id is not None and msg_id in s.answered:
+                return s.answered[msg_id]  # a retransmit arrived while we looked
+            if s.rec.state == "idle" and s.rec.intent is None:
+                self.parking.park(s, "a terminal process owns this session")
+            queued = True
+        if s.ended():  # closed while the ownership check ran
+            raise HubError("conflict", "the session has ended")
+        s.answered[msg_id] = queued
+        if not s.rec.title:
+            s.rec.title = " ".join(text.split())[:80]
+        s.queue.append(msg)
+        self.store.save_message(msg)
+        if queued:
+            self.fanout.push_state(s)
+        self.turns.kick(s)
+        return queued
+
+    # ---- requests the stages answer --------------------------------------------------------------
+
+    async def interrupt(self, session_id: str) -> None:
+        await self.turns.interrupt(self.get(session_id), "interrupted by a client")
+
+    async def permission(self, session_id: str, request_id: str, option_id: str) -> None:
+        await self.turns.permission(self.get(session_id), request_id, option_id)
+
+    async def usage(self, session_id: str) -> UsageBlock | None:
+        return await self.turns.usage(self.get(session_id))
+
+    async def set_mode(self, session_id: str, mode: str) -> dict[str, Any]:
+        """``session.mode`` (bridge/modes.py)."""
+        s = self.get(session_id)
+        cls = self.turns.cls(s)
+        if (why := modes.problem(cls, mode)) is not None:
+            raise HubError("bad_request", why)
+        if s.rec.state == "ended":
+            raise HubError("conflict", "the session has ended")
+        return await modes.switch(cls, self.store, self.fanout.emit, s, mode)
+
+    async def models(self, agent: str) -> list[dict[str, str]]:
+        return await self.turns.models(agent)
+
+    async def handoff(self, session_id: str, *, dry_run: bool = False) -> ResumeCommand:
+        return await self.parking.handoff(self.get(session_id), dry_run=dry_run)
+
+    def subscribe(
+        self, session_id: str, conn: Subscriber, after_seq: int
+    ) -> tuple[dict[str, Any], Callable[[], None]]:
+        return self.fanout.subscribe(self.get(session_id), conn, after_seq)
+
+    def unsubscribe(self, session_id: str, conn: Subscriber) -> None:
+        self.fanout.unsubscribe(self.get(session_id), conn)
+
+    def drop_connection(self, conn: Subscriber) -> None:
+        self.fanout.drop_connection(conn)
+
+    # ---- slash commands ----------------------------------------------------------------------
+
+    async def _run_command(self, s: Session, command: SlashCommand) -> None:
+        emit = self.fanout.emit
+        name = command.name
+        if name == "help":
+            emit(s, SystemBlock(code="help", text=help_text()))
+        elif name == "status":
+            text = (
+                f"state: {s.rec.state}, writer: {s.rec.writer}, queued: {len(s.queue)}, "
+                f"agent session: {s.rec.agent_session_id or '-'}, model: {s.rec.model or '-'}"
+            )
+            emit(s, SystemBlock(code="status", text=text))
+            if self.turns.cls(s).provides_usage:
+                usage = await self.usage(s.id)
+                if usage is not None:
+                    emit(s, usage)
+        elif name == "stop":
+            running = s.turn is not None
+            emit(
+                s,
+                SystemBlock(code="stop", text="interrupting" if running else "no turn is running"),
+            )
+            if running:
+                await self.turns.interrupt(s, "/stop")
+        elif name == "model":
+            self._command_model(s, command.argument)
+        elif name == "terminal":
+            try:
+                cmd = await self.handoff(s.id)
+            except HubError as exc:
+                emit(s, ErrorBlock(code=exc.code, message=str(exc)))
+            else:
+                emit(
+                    s,
+                    SystemBlock(
+                        code="terminal",
+                        text=shlex.join(cmd.argv),
+                        data={"argv": cmd.argv, "cwd": cmd.cwd},
+                    ),
+                )
+
+    def _command_model(self, s: Session, model: str) -> None:
+        emit = self.fanout.emit
+        if not getattr(self.turns.cls(s), "provides_models", False):
+            emit(s, ErrorBlock(code="model", message="this agent does not let you choose a model"))
+            return
+        if not model:
+            emit(s, ErrorBlock(code="model", message="usage: /model <id>"))
+            return
+        s.rec.model = model
+        s.restart_adapter = True
+        self.store.save_session(s.rec)
+        emit(s, SystemBlock(code="model", text=f"model {model} from the next turn"))
+
+
+def _cancel(s: Session) -> None:
+    for task in s.tasks():
+        if task is not None and not task.done():
+            task.cancel()
+
+
+def _not_overridden(cls: type[BaseAdapter], name: str) -> bool:
+    mine = getattr(cls, name)
+    base = getattr(BaseAdapter, name)
+    return getattr(mine, "__func__", mine) is getattr(base, "__func__", base)
+

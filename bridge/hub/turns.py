@@ -1,0 +1,486 @@
+"""Adapters in: their lifecycle, the message queue and the turn runner.
+
+Every call into adapter code goes through ``call_adapter()``: a deadline, and containment
+(an adapter that calls ``sys.exit()`` fails its call, not the daemon). A turn: record the
+``user`` block, go ``running``, start the adapter if needed, ``send()``, iterate ``stream()``
+under the turn and idle timeouts, feed every block through the ``TurnGuard``; however the
+stream ends, the guard closes what is open and supplies the one ``session_end``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import structlog
+
+from bridge import modes
+from bridge.adapters.base import BaseAdapter, cwd_matches, instantiate
+from bridge.blocks import (
+    AgentInfoBlock,
+    AttachmentRef,
+    Block,
+    EndReason,
+    ErrorBlock,
+    PermissionRequestBlock,
+    SessionEndBlock,
+    SystemBlock,
+    UsageBlock,
+    UserBlock,
+    is_block,
+)
+from bridge.config import Config
+from bridge.invariants import TurnGuard
+from bridge.logs import get_logger
+from bridge.registry import AgentEntry, Registry
+from bridge.resident import Residency
+from bridge.store import MessageRecord, Store
+
+from .fanout import UNCOMMITTED_HIGH, Fanout
+from .state import HubError, Session, Tasks, Turn
+
+log = get_logger("bridge.hub")
+
+#: Blocks a turn emits before it lets other tasks run (fewer than a sender's burst).
+YIELD_EVERY = 64
+#: Deadlines of the adapter calls a client waits for.
+PERMISSION_TIMEOUT_S = 10.0
+USAGE_TIMEOUT_S = 5.0
+MODELS_TIMEOUT_S = 15.0
+
+#: What adapter code may raise without taking the daemon down: an adapter that calls
+#: sys.exit() (CLI code pasted into an adapter) fails its turn, not the process.
+ADAPTER_FAILURES = (Exception, SystemExit)
+_T = TypeVar("_T")
+
+
+class AdapterExited(RuntimeError):
+    """Adapter code raised SystemExit."""
+
+
+class _SendTimeout(Exception):
+    """``send()`` did not return within the idle timeout (not the turn's own deadline)."""
+
+
+async def call_adapter(aw: Awaitable[_T], timeout: float | None) -> _T:
+    """Await adapter code (or a thread running it) for at most ``timeout`` seconds.
+
+    SystemExit becomes ``AdapterExited``: raised in a task, it would stop the event loop. No
+    task is created, so the call runs in the caller's context (its log bindings).
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            return await aw
+    except SystemExit as exc:
+        raise AdapterExited(f"the adapter called sys.exit({exc.code!r})") from None
+
+
+def adapter_class(registry: Registry, s: Session) -> type[BaseAdapter]:
+    """The class a session runs (kept across restarts), else the registered one."""
+    if s.adapter_cls is not None:
+        return s.adapter_cls
+    entry = registry.get(s.rec.agent)
+    return entry.cls if entry else BaseAdapter
+
+
+class TurnRunner:
+    """The queue and turns of every session.
+
+    ``park_if_owned`` is asked before each turn: it parks the session and answers True when a
+    terminal owns it (the parking stage, above this one, supplies it).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        registry: Registry,
+        store: Store,
+        fanout: Fanout,
+        tasks: Tasks,
+        park_if_owned: Callable[[Session], Awaitable[bool]],
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.store = store
+        self.fanout = fanout
+        self.tasks = tasks
+        self.park_if_owned = park_if_owned
+        #: which persistent agent processes stay resident (bridge/resident.py)
+        self.resident = Residency(
+            config.adapters.idle_stop_s, config.limits.max_agent_processes, self.stop_adapter
+        )
+
+    def cls(self, s: Session) -> type[BaseAdapter]:
+        return adapter_class(self.registry, s)
+
+    # ---- adapter lifecycle -------------------------------------------------------------------
+
+    async def start_adapter(self, s: Session, entry: AgentEntry | None = None) -> AgentInfoBlock:
+        entry = entry or self.registry.get(s.rec.agent)
+        # A session keeps the class it started with until it ends, also across adapter
+        # restarts (/model, reattach): a reloaded drop-in file only reaches new sessions.
+        cls = s.adapter_cls
+        if cls is None:
+            if entry is None:
+                raise HubError("agent_unavailable", f"agent `{s.rec.agent}` is not registered")
+            cls = entry.cls
+        conf = self.config.agent(s.rec.agent)
+        resume = s.rec.agent_session_id if cwd_matches(s.rec.cwd, s.rec.cwd) else None
+
+        def on_session_id(agent_session_id: str) -> None:
+            # The session itself, not a lookup: an adapter may report its id in start(),
+            # before session.create has registered the session.
+            self.on_agent_session_id(s, agent_session_id)
+
+        values = {
+            "cwd": s.rec.cwd,
+            "model": s.rec.model,
+            "effort": s.rec.effort,
+            "binary": conf.binary,
+            "resume_session_id": resume,
+            "on_session_id": on_session_id,
+            "env": dict(conf.env),
+            "options": dict(conf.options),
+            "mode": s.rec.mode,
+        }
+        bound = structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent)
+        with bound:
+            try:
+                adapter = instantiate(cls, values)
+                info = await call_adapter(adapter.start(s.id), self.config.adapters.start_timeout)
+            except HubError:
+                raise
+            except TimeoutError:
+                raise HubError(
+                    "agent_unavailable", f"agent `{s.rec.agent}` did not start in time"
+                ) from None
+            except ADAPTER_FAILURES as exc:
+                log.warning("adapter_start_failed", error=repr(exc))
+                raise HubError(
+                    "agent_unavailable", f"agent `{s.rec.agent}` failed to start: {exc}"
+                ) from None
+        if not isinstance(info, AgentInfoBlock):
+            info = AgentInfoBlock(agent=cls.agent_id, name=cls.display_name)
+        s.adapter = adapter
+        s.adapter_cls = cls
+        s.restart_adapter = False
+        self.resident.started(s)
+        return info
+
+    def on_agent_session_id(self, s: Session, agent_session_id: str) -> None:
+        if not agent_session_id or s.rec.agent_session_id == agent_session_id:
+            return
+        s.rec.agent_session_id = agent_session_id
+        if s.turn is not None:
+            s.turn.guard.agent_session_id = agent_session_id
+        self.store.save_session(s.rec)
+        self.fanout.sweep_wake.set()
+
+    async def stop_adapter(self, s: Session) -> None:
+        adapter, s.adapter = s.adapter, None
+        if adapter is None:
+            return
+        try:
+            await call_adapter(adapter.stop(), self.config.adapters.stop_grace + 2)
+        except Exception as exc:
+            log.warning("adapter_stop_failed", session=s.id, error=repr(exc))
+
+    # ---- the queue ---------------------------------------------------------------------------
+
+    def kick(self, s: Session) -> None:
+        """Start the session's queue runner if a message waits and the bridge may write."""
+        if self.tasks.closing or not s.queue or s.rec.state in ("parked", "ended"):
+            return
+        if s.rec.intent == "handoff":
+            return  # a handoff is stopping the bridge's side; the queue waits for the terminal
+        if not s.running_queue:
+            s.runner = self.tasks.spawn(self.run_queue(s))
+
+    def _may_start(self, s: Session) -> bool:
+        return (
+            bool(s.queue)
+            and not self.tasks.closing
+            and s.rec.state == "idle"
+            and s.rec.intent != "handoff"
+        )
+
+    async def run_queue(self, s: Session) -> None:
+        with structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent):
+            await self.registry.settle(s.rec.agent, self.config.adapters.start_timeout)
+            while self._may_start(s):
+                if await self.park_if_owned(s):
+                    return
+                if not self._may_start(s):
+                    break  # it changed during the ownership check (a handoff, a close)
+                msg = s.queue.popleft()
+                try:
+                    await self.run_turn(s, msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("turn_crashed")
+                    if s.rec.state == "running":
+                        self.fanout.transition(s, "turn_end", "the turn failed")
+
+    def _timeouts(self, agent: str) -> tuple[float, float]:
+        conf = self.config.agent(agent)
+        return (
+            conf.turn_timeout or self.config.adapters.turn_timeout,
+            conf.idle_timeout or self.config.adapters.idle_timeout,
+        )
+
+    # ---- one turn ----------------------------------------------------------------------------
+
+    async def run_turn(self, s: Session, msg: MessageRecord) -> None:
+        turn = Turn(guard=TurnGuard(s.rec.agent_session_id))
+        s.turn = turn
+        msg.status = "started"
+        self.store.save_message(msg)
+        emit = self.fanout.emit
+        emit(
+            s,
+            UserBlock(
+                id=msg.client_msg_id,
+                text=msg.text,
+                attachments=[
+                    AttachmentRef(name=a.name, mime=a.mime, size=len(a.data))
+                    for a in msg.attachments
+                ],
+                source="bridge",
+            ),
+        )
+        self.fanout.transition(s, "turn_start", "a turn started")
+        try:
+            await self.resident.settled(s)  # an idle stop still under way ends first
+            if s.adapter is None or s.restart_adapter:
+                await self.stop_adapter(s)
+                try:
+                    info = await self.start_adapter(s)
+                except HubError as exc:
+                    emit(s, ErrorBlock(code="agent_unavailable", message=str(exc)))
+                    self.fanout.finish(s, turn.guard, "error")
+                    return
+                emit(s, info)
+            self.resident.busy(s)
+            turn.task = asyncio.create_task(self.consume(s, turn, msg))
+            try:
+                await asyncio.shield(turn.task)
+            except asyncio.CancelledError:
+                if not turn.task.done():
+                    turn.task.cancel()
+                raise
+        finally:
+            if not turn.guard.ended:
+                reason = turn.end_reason or ("interrupted" if turn.interrupting else "error")
+                self.fanout.finish(s, turn.guard, reason)
+            s.turn = None
+            if s.rec.state == "running":
+                self.fanout.transition(s, "turn_end", "the turn ended")
+            self.resident.idle(s)
+
+    async def consume(self, s: Session, turn: Turn, msg: MessageRecord) -> None:
+        adapter = s.adapter
+        assert adapter is not None
+        turn_timeout, idle_timeout = self._timeouts(s.rec.agent)
+        stream: AsyncIterator[Block] | None = None
+        failure: tuple[str, str, EndReason] | None = None
+        try:
+            async with asyncio.timeout(turn_timeout):
+                try:
+                    await call_adapter(
+                        adapter.send(msg.text, list(msg.attachments) or None), idle_timeout
+                    )
+                except TimeoutError:
+                    raise _SendTimeout from None
+                stream = aiter(adapter.stream())
+                failure = await self._drain(s, turn, stream, idle_timeout)
+        except _SendTimeout:
+            failure = (
+                "idle_timeout",
+                f"the agent did not take the message within {idle_timeout:g}s",
+                "timeout",
+            )
+        except TimeoutError:
+            failure = ("turn_timeout", f"the turn ran longer than {turn_timeout:g}s", "timeout")
+        except asyncio.CancelledError:
+            if not turn.forced:
+                raise
+            failure = None
+        except ADAPTER_FAILURES as exc:
+            log.warning("adapter_raised", error=repr(exc))
+            failure = ("adapter_error", f"{type(exc).__name__}: {exc}", "error")
+        finally:
+            if stream is not None and hasattr(stream, "aclose"):
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(stream.aclose(), 2.0)
+        await self._settle(s, turn, failure)
+
+    async def _drain(
+        self, s: Session, turn: Turn, stream: AsyncIterator[Block], idle_timeout: float
+    ) -> tuple[str, str, EndReason] | None:
+        """Emit the stream's blocks until it ends; an idle timeout is returned as a failure."""
+        guard = turn.guard
+        # One idle timer for the whole stream, pushed forward at most every `slack` seconds
+        # (never early): a wait_for per block cost a task per block, a quarter of the hub's
+        # time at full speed (docs/benchmarks.md).
+        loop = asyncio.get_running_loop()
+        slack = min(1.0, idle_timeout / 20)
+        idle = asyncio.timeout(idle_timeout + slack)
+        burst = 0
+        try:
+            async with idle:
+                while True:
+                    now = loop.time()
+                    deadline = idle.when()
+                    if deadline is None or deadline - now < idle_timeout:
+                        idle.reschedule(now + idle_timeout + slack)
+                    try:
+                        block = await anext(stream)
+                    except StopAsyncIteration:
+                        break
+                    for out in self.accept(s, turn, block):
+                        self.fanout.emit(s, out)
+                    if guard.ended:
+                        break
+                    if s.uncommitted >= UNCOMMITTED_HIGH:
+                        idle.reschedule(None)  # waiting for the store is not idling
+                        await self.fanout.backpressure(s)
+                    burst += 1
+                    if burst >= YIELD_EVERY:
+                        # A stream that never waits would keep the loop from the senders
+                        # until the store pushes back, and a client reading at full speed
+                        # would still fall thousands of frames behind.
+                        burst = 0
+                        await asyncio.sleep(0)
+                        await self.fanout.pace(s)
+        except TimeoutError:
+            if not idle.expired():
+                raise
+            return ("idle_timeout", f"the agent produced nothing for {idle_timeout:g}s", "timeout")
+        return None
+
+    async def _settle(
+        self, s: Session, turn: Turn, failure: tuple[str, str, EndReason] | None
+    ) -> None:
+        """End the turn as it went: forced, failed (the adapter is stopped) or completed."""
+        guard = turn.guard
+        if guard.ended:
+            return
+        if turn.forced:
+            self.fanout.emit(
+                s,
+                ErrorBlock(
+                    code="interrupt_forced",
+                    message="the agent did not stop in time; it was stopped",
+                ),
+            )
+            self.fanout.finish(s, guard, "interrupted")
+            await self.stop_adapter(s)
+        elif failure is not None:
+            code, message, reason = failure
+            self.fanout.emit(s, ErrorBlock(code=code, message=message))
+            self.fanout.finish(s, guard, reason)
+            await self.stop_adapter(s)
+        else:
+            for out in guard.finish("completed"):
+                self.fanout.emit(s, out)
+
+    def accept(self, s: Session, turn: Turn, block: object) -> list[Block]:
+        """A block from the adapter, checked and repaired by the turn's guard."""
+        if not is_block(block):
+            return [
+                ErrorBlock(
+                    code="adapter_contract",
+                    message=f"the adapter yielded {type(block).__name__}, not a block",
+                )
+            ]
+        typed: Block = block  # type: ignore[assignment]
+        if isinstance(typed, PermissionRequestBlock):
+            turn.permission_options[typed.id] = {o.id for o in typed.options}
+        elif isinstance(typed, SystemBlock) and typed.code == "mode":
+            modes.observe(self.cls(s), self.store, s, typed)
+        elif isinstance(typed, SessionEndBlock) and turn.end_reason is not None:
+            typed = SessionEndBlock(
+                reason=turn.end_reason,
+                exit_code=typed.exit_code,
+                agent_session_id=typed.agent_session_id,
+            )
+        return turn.guard.feed(typed)
+
+    # ---- interrupt, permissions, usage, models -------------------------------------------------
+
+    async def interrupt(self, s: Session, why: str) -> None:
+        turn = s.turn
+        if turn is None or turn.interrupting:
+            return
+        turn.interrupting = True
+        adapter = s.adapter
+        grace = self.config.adapters.stop_grace
+        if adapter is not None and getattr(adapter, "cap_interrupt", False):
+            try:
+                await call_adapter(adapter.interrupt(), grace)
+            except Exception as exc:
+                log.warning("adapter_interrupt_failed", session=s.id, error=repr(exc))
+                grace = 0.0
+        else:
+            grace = 0.0
+
+        async def force() -> None:
+            if grace:
+                await asyncio.sleep(grace)
+            if s.turn is turn and turn.task is not None and not turn.task.done():
+                turn.forced = True
+                turn.task.cancel()
+
+        self.tasks.spawn(force())
+
+    async def permission(self, s: Session, request_id: str, option_id: str) -> None:
+        turn = s.turn
+        if turn is None or request_id not in turn.guard.pending_permissions:
+            raise HubError("not_found", f"no pending permission request `{request_id}`")
+        options = turn.permission_options.get(request_id, set())
+        if options and option_id not in options:
+            raise HubError(
+                "bad_request",
+                f"`{option_id}` is not an option of this request ({', '.join(sorted(options))})",
+            )
+        adapter = s.adapter
+        if adapter is None:
+            raise HubError("conflict", "the agent is not running")
+        try:
+            await call_adapter(
+                adapter.respond_permission(request_id, option_id), PERMISSION_TIMEOUT_S
+            )
+        except Exception as exc:
+            raise HubError("conflict", f"the agent could not take the answer: {exc}") from None
+        turn.guard.pending_permissions.pop(request_id, None)
+
+    async def usage(self, s: Session) -> UsageBlock | None:
+        if s.adapter is not None and s.adapter.provides_usage:
+            with contextlib.suppress(Exception):
+                got = await call_adapter(s.adapter.get_usage(), USAGE_TIMEOUT_S)
+                if isinstance(got, UsageBlock):
+                    return got
+        return s.usage
+
+    async def models(self, agent: str) -> list[dict[str, str]]:
+        entry = await self.registry.lookup(agent, self.config.adapters.start_timeout)
+        if entry is None:
+            raise HubError("not_found", f"no agent `{agent}`")
+        if not entry.cls.provides_models:
+            return []
+        try:
+            adapter = instantiate(
+                entry.cls,
+                {
+                    "binary": entry.config.binary,
+                    "env": dict(entry.config.env),
+                    "options": dict(entry.config.options),
+                },
+            )
+            models = await call_adapter(adapter.list_models(), MODELS_TIMEOUT_S)
+        except ADAPTER_FAILURES as exc:
+            raise HubError("agent_unavailable", f"could not list models: {exc}") from None
+        return [{"id": m.id, "label": m.label} for m in models]
