@@ -27,6 +27,7 @@ from bridge.logs import get_logger
 from bridge.redact import remember_env_secrets
 from bridge.registry import Registry, load_builtin_classes
 from bridge.server import BridgeServer, is_loopback
+from bridge.statelock import AlreadyRunning, StateLock, lock_paths
 from bridge.sessions import Hub
 from bridge.store import MemoryStore, SqliteStore, Store
 
@@ -213,6 +214,24 @@ def serve(config: Config, options: ServeOptions) -> int:
         remember_env_secrets(agent.env)
     for acp in config.acp.values():
         remember_env_secrets(acp.env)
+    # Before anything is opened, bound or written: a second daemon touches nothing.
+    db_path = config.db_path if config.store.backend == "sqlite" else None
+    lock = StateLock(lock_paths(paths.state_dir(), db_path))
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"agent-bridge: cannot lock the state directory: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return _serve_locked(config, options)
+    finally:
+        lock.release()
+
+
+def _serve_locked(config: Config, options: ServeOptions) -> int:
     daemon = Daemon(config, options)
     try:
         asyncio.run(daemon.run())
