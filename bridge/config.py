@@ -62,6 +62,8 @@ class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     path: str = ""
     max_events_per_session: int = 100_000
     max_age_days: float = 30.0
+    #: Writes failing this long interrupt running turns (docs/protocol.md, durability).
+    fail_after_s: float = 30.0
 
 
 class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -187,6 +189,8 @@ def _validate(config: Config, file: Path) -> None:
         raise bad("server.tls_cert", "tls_cert and tls_key must be set together")
     if config.store.backend not in ("sqlite", "memory"):
         raise bad("store.backend", "must be 'sqlite' or 'memory'")
+    if not config.store.fail_after_s > 0:
+        raise bad("store.fail_after_s", "must be more than 0")
     if config.log.format not in ("auto", "console", "json"):
         raise bad("log.format", "must be 'auto', 'console' or 'json'")
     if config.log.level.lower() not in ("debug", "info", "warning", "error"):

@@ -27,13 +27,15 @@ from bridge.logs import get_logger
 from bridge.redact import remember_env_secrets
 from bridge.registry import Registry, load_builtin_classes
 from bridge.server import BridgeServer, is_loopback
-from bridge.statelock import AlreadyRunning, StateLock, lock_paths
 from bridge.sessions import Hub
+from bridge.statelock import AlreadyRunning, StateLock, lock_paths
 from bridge.store import MemoryStore, SqliteStore, Store
 
 log = get_logger("bridge.daemon")
 
 RETENTION_EVERY_S = 3600.0
+#: How long a stopping daemon retries writes that fail before giving them up.
+STORE_CLOSE_GRACE_S = 10.0
 #: How long a thread waiting for the GIL lets the thread holding it run on (Python's default
 #: is 5 ms). The store's writer thread takes the GIL a few times per commit; while the event
 #: loop is busy and rarely blocks, each time waited the full interval, and a fast turn ran
@@ -88,14 +90,34 @@ class Daemon:
             config.server.insecure = True
         self.config = config
         self.store = make_store(config)
+        self.store.health.fail_after_s = config.store.fail_after_s
+        self.store.health.on_expired(self._store_failing_too_long)
         self.registry = Registry(config)
         self.hub = Hub(config, self.registry, self.store)
         self.server = BridgeServer(config, self.hub, self.registry, paths.token_file())
         self._stop = asyncio.Event()
         self._extras: list[Any] = []
+        self._extras_tasks: set[asyncio.Future[None]] = set()
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def _store_failing_too_long(self) -> None:
+        """Writes have failed for ``store.fail_after_s``: stop the turns that are running
+        (their closing blocks are written when the store recovers)."""
+        running = [s.id for s in self.hub.sessions.values() if s.turn is not None]
+        if running:
+            log.error("store_failing_interrupting", sessions=len(running))
+        for session_id in running:
+            task = asyncio.ensure_future(self._interrupt_quietly(session_id))
+            self._extras_tasks.add(task)
+            task.add_done_callback(self._extras_tasks.discard)
+
+    async def _interrupt_quietly(self, session_id: str) -> None:
+        try:
+            await self.hub.interrupt(session_id)
+        except Exception as exc:
+            log.warning("store_failing_interrupt_failed", session=session_id, error=repr(exc))
 
     def _register_adapters(self) -> None:
         for cls in load_builtin_classes():
@@ -194,6 +216,8 @@ class Daemon:
             await asyncio.sleep(RETENTION_EVERY_S)
 
     async def shutdown(self) -> None:
+        # A store that cannot write must not hold the shutdown forever.
+        self.store.closing(STORE_CLOSE_GRACE_S)
         self.registry.cancel_detection()
         for extra in self._extras:
             with contextlib.suppress(Exception):

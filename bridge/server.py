@@ -46,6 +46,7 @@ from bridge.protocol import (
     AgentsChanged,
     AgentsCheck,
     AgentsList,
+    DaemonFrame,
     EncodedFrame,
     Err,
     Hello,
@@ -71,6 +72,7 @@ from bridge.protocol import (
 )
 from bridge.registry import Registry
 from bridge.sessions import Hub, HubError
+from bridge.store import StoreUnavailable
 
 log = get_logger("bridge.server")
 
@@ -330,6 +332,7 @@ class BridgeServer:
         self.tcp_address: tuple[str, int] | None = None
         self.unix_path: Path | None = None
         registry.on_change(self.broadcast_agents_changed)
+        hub.store.health.subscribe(self.broadcast_store_health)
         self._handlers: dict[type, Callable[[Connection, Any], Awaitable[Any]]] = {
             AgentsList: self._agents_list,
             AgentsCheck: self._agents_check,
@@ -487,7 +490,10 @@ class BridgeServer:
         if path == "/healthz":
             # `adapters` says whether the first load of drop-in adapters is still running.
             adapters = "loading" if self.registry.loading else "ready"
-            return _json_response(200, {"ok": True, "version": __version__, "adapters": adapters})
+            if self.hub.store.health.failing:
+                return _json_response(503, self._healthz_failing(adapters))
+            body = {"ok": True, "version": __version__, "adapters": adapters, "store": "ok"}
+            return _json_response(200, body)
         if path != WS_PATH:
             for handler in self.http_handlers:
                 response = handler(connection, request)
@@ -583,6 +589,8 @@ class BridgeServer:
         conn.authenticated = True
         server = {"name": "agent-bridge", "version": __version__}
         conn.reply(req.id, {"protocol": PROTOCOL_VERSION, "server": server})
+        if self.hub.store.health.failing:
+            conn.push(self._store_health_frame())
         return True
 
     async def _serve(self, conn: Connection) -> None:
@@ -618,6 +626,32 @@ class BridgeServer:
             if result is not _ALREADY_ANSWERED:
                 conn.reply(req.id, result)
 
+    # ---- the store's health -----------------------------------------------------------------
+
+    def _store_health_frame(self) -> EncodedFrame:
+        health = self.hub.store.health
+        if health.failing:
+            return EncodedFrame(DaemonFrame(store="failing", message=health.message))
+        return EncodedFrame(DaemonFrame(store="ok"))
+
+    def broadcast_store_health(self, _failing: bool, _message: str) -> None:
+        """Each change, once, to every authenticated connection."""
+        frame = self._store_health_frame()
+        for conn in list(self.connections):
+            if conn.authenticated and not conn.closed:
+                conn.push(frame)
+
+    def _healthz_failing(self, adapters: str) -> dict[str, Any]:
+        health = self.hub.store.health
+        return {
+            "ok": False,
+            "version": __version__,
+            "adapters": adapters,
+            "store": "failing",
+            "error": health.message,
+            "failing_since": health.since,
+        }
+
     def broadcast_agents_changed(self) -> None:
         frame = EncodedFrame(AgentsChanged())
         for conn in list(self.connections):
@@ -625,6 +659,14 @@ class BridgeServer:
                 conn.push(frame)
 
     # ---- requests -------------------------------------------------------------------------------
+
+    async def _durable(self) -> None:
+        """The commit barrier behind an ``ok`` that promises durability (create, attach,
+        send, permission, close): what the request changed is committed before the answer."""
+        try:
+            await self.hub.store.barrier()
+        except StoreUnavailable:
+            raise HubError("internal", "the daemon is stopping and could not store this") from None
 
     async def _agents_list(self, _conn: Connection, _req: AgentsList) -> Any:
         await self.registry.wait_detected(1.0)
@@ -654,10 +696,13 @@ class BridgeServer:
 
     async def _session_create(self, _conn: Connection, req: SessionCreate) -> Any:
         session, info = await self.hub.create(req.agent, req.cwd, req.model, req.effort, req.resume)
+        await self._durable()
         return {"session": session, "info": info}
 
     async def _session_attach(self, _conn: Connection, req: SessionAttach) -> Any:
-        return {"session": await self.hub.attach(req.agent, req.agent_session_id, req.cwd)}
+        session = await self.hub.attach(req.agent, req.agent_session_id, req.cwd)
+        await self._durable()
+        return {"session": session}
 
     async def _session_subscribe(self, conn: Connection, req: SessionSubscribe) -> Any:
         if req.after_seq < 0:
@@ -673,6 +718,7 @@ class BridgeServer:
 
     async def _session_send(self, _conn: Connection, req: SessionSend) -> Any:
         queued = await self.hub.send(req.session, req.text, req.attachments, req.client_msg_id)
+        await self._durable()
         return {"queued": queued}
 
     async def _session_interrupt(self, _conn: Connection, req: SessionInterrupt) -> Any:
@@ -681,6 +727,7 @@ class BridgeServer:
 
     async def _session_permission(self, _conn: Connection, req: SessionPermission) -> Any:
         await self.hub.permission(req.session, req.request_id, req.option_id)
+        await self._durable()
         return {}
 
     async def _session_handoff(self, _conn: Connection, req: SessionHandoff) -> Any:
@@ -689,6 +736,7 @@ class BridgeServer:
 
     async def _session_close(self, _conn: Connection, req: SessionClose) -> Any:
         await self.hub.close(req.session)
+        await self._durable()
         return {}
 
     async def _usage_get(self, _conn: Connection, req: UsageGet) -> Any:

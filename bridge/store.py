@@ -30,11 +30,21 @@ from typing import Any
 import msgspec
 
 from bridge.logs import get_logger
+from bridge.storehealth import StoreHealth
 
 log = get_logger("bridge.store")
 
 MAX_BATCH = 5000
 CHECKPOINT_EVERY_S = 1.0
+#: A write that failed is retried after this, doubling up to RETRY_MAX_S.
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+#: How long a stopping daemon keeps retrying a failing write before it gives it up.
+CLOSE_GRACE_S = 10.0
+
+
+class StoreUnavailable(Exception):
+    """The store gave up on writes it could not commit (only while the daemon stops)."""
 
 
 class SessionRecord(msgspec.Struct, kw_only=True):
@@ -180,6 +190,8 @@ class Store:
     """Interface shared by the SQLite and in-memory stores."""
 
     on_commit: CommitCallback | None = None
+    #: Whether writes succeed; see bridge/storehealth.py.
+    health: StoreHealth
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
         raise NotImplementedError
@@ -212,6 +224,16 @@ class Store:
     async def flush(self) -> None:
         raise NotImplementedError
 
+    async def barrier(self) -> None:
+        """Return once everything handed to the store before this call is committed (the
+        commit barrier behind every ``ok`` that promises durability). It rides on the group
+        commit: concurrent barriers share one transaction. While writes fail it waits; it
+        raises ``StoreUnavailable`` only if the store gave up on those writes."""
+        await self.flush()
+
+    def closing(self, grace_s: float) -> None:
+        """The daemon is stopping: writes still failing ``grace_s`` from now are given up."""
+
     async def close(self) -> None:
         raise NotImplementedError
 
@@ -226,6 +248,7 @@ class MemoryStore(Store):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[StoredEvent] = []
         self._scheduled = False
+        self.health = StoreHealth()
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -310,6 +333,10 @@ class SqliteStore(Store):
         self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="bridge-store-read")
         self._checkpoint_stop = threading.Event()
         self._closed = False
+        self.health = StoreHealth()
+        #: monotonic time after which a failing write is given up (set while stopping)
+        self._give_up_at: float | None = None
+        self._wake = threading.Event()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -404,17 +431,28 @@ class SqliteStore(Store):
         self._put(_Op("prune", (max_events, time.time() - max_age_s)))
 
     async def flush(self) -> None:
+        with contextlib.suppress(StoreUnavailable):
+            await self.barrier()
+
+    async def barrier(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             return
         assert self._loop is not None
-        done: asyncio.Future[None] = self._loop.create_future()
+        done: asyncio.Future[bool] = self._loop.create_future()
         self._put(_Op("flush", done))
-        await done
+        if not await done:
+            raise StoreUnavailable("the store could not commit this write")
+
+    def closing(self, grace_s: float) -> None:
+        self._give_up_at = time.monotonic() + grace_s
+        self._wake.set()
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._give_up_at is None:
+            self.closing(CLOSE_GRACE_S)
         self._checkpoint_stop.set()
         await self.flush()
         self._put(_Op("stop", None))
@@ -472,65 +510,107 @@ class SqliteStore(Store):
                         batch += self._queue.get_nowait()
                     except queue.Empty:
                         break
-                if not self._write(conn, batch):
+                if not self._write_until_done(conn, batch):
                     return
         finally:
             conn.close()
 
-    def _write(self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]) -> bool:
-        events = [op for op in batch if isinstance(op, StoredEvent)]
-        waiters: list[asyncio.Future[None]] = []
-        keep_going = True
-        try:
-            rows = _chunk_rows(events)
-            # The common case, one session's events: one statement, its own transaction.
-            single = len(events) == len(batch) and len(rows) == 1
-            if single:
-                conn.execute(_INSERT_CHUNK, rows[0])
-            else:
-                conn.execute("BEGIN")
-            for op in batch:
-                if isinstance(op, StoredEvent):
-                    continue  # inserted after the other operations, as rows
-                if op.kind == "session":
-                    conn.execute(
-                        "INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args
-                    )
-                elif op.kind == "message":
-                    conn.execute(
-                        "INSERT OR REPLACE INTO messages (session, client_msg_id, data)"
-                        " VALUES (?, ?, ?)",
-                        op.args,
-                    )
-                elif op.kind == "delete":
-                    for table in ("sessions", "event_chunks", "messages"):
-                        column = "id" if table == "sessions" else "session"
-                        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op.args,))  # noqa: S608
-                elif op.kind == "prune":
-                    self._prune(conn, *op.args)
-                elif op.kind == "flush":
-                    waiters.append(op.args)
-                elif op.kind == "stop":
-                    keep_going = False
-            if not single:
-                _insert_chunks(conn, rows)
-                conn.execute("COMMIT")
-        except sqlite3.Error:
-            log.exception("store_write_failed", batch=len(batch))
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
+    def _write_until_done(
+        self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]
+    ) -> bool:
+        """Commit the batch, retrying with backoff while it fails: nothing of it is handed
+        back (so nothing is pushed) until it is committed. Only a daemon that is stopping
+        gives a failing batch up, and then nothing of it is pushed either."""
+        delay = RETRY_FIRST_S
+        failing = False
+        while True:
+            try:
+                keep_going = self._write(conn, batch)
+            except (sqlite3.Error, OSError) as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                message = f"{type(exc).__name__}: {exc}"
+                if not failing:
+                    failing = True
+                    log.error("store_write_failed", batch=len(batch), error=message)
+                self._tell_loop(self.health.set_failing, message)
+                give_up = self._give_up_at
+                if give_up is not None and time.monotonic() >= give_up:
+                    return self._give_up(batch, message)
+                self._wake.wait(delay)
+                self._wake.clear()
+                delay = min(RETRY_MAX_S, delay * 2)
+                continue
+            if failing:
+                self._tell_loop(self.health.set_ok)
+            return keep_going
+
+    def _give_up(self, batch: Sequence[_Op | StoredEvent], message: str) -> bool:
+        events = sum(isinstance(op, StoredEvent) for op in batch)
+        log.error("store_write_abandoned", batch=len(batch), events=events, error=message)
+        waiters = [
+            op.args for op in batch if isinstance(op, _Op) and op.kind == "flush"
+        ]
+        self._tell_loop(self._resolve, waiters, False)
+        return not any(isinstance(op, _Op) and op.kind == "stop" for op in batch)
+
+    def _tell_loop(self, callback: Callable[..., None], *args: Any) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._committed, events, waiters)
-        return keep_going
+                loop.call_soon_threadsafe(callback, *args)
 
-    def _committed(self, events: list[StoredEvent], waiters: list[asyncio.Future[None]]) -> None:
-        if events and self.on_commit is not None:
-            self.on_commit(events)
+    @staticmethod
+    def _resolve(waiters: list[asyncio.Future[bool]], committed: bool) -> None:
         for waiter in waiters:
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(committed)
+
+    def _write(self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]) -> bool:
+        """One attempt; raises on failure, after which nothing of the batch is committed."""
+        events = [op for op in batch if isinstance(op, StoredEvent)]
+        waiters: list[asyncio.Future[bool]] = []
+        keep_going = True
+        rows = _chunk_rows(events)
+        # The common case, one session's events: one statement, its own transaction.
+        single = len(events) == len(batch) and len(rows) == 1
+        if single:
+            conn.execute(_INSERT_CHUNK, rows[0])
+        else:
+            conn.execute("BEGIN")
+        for op in batch:
+            if isinstance(op, StoredEvent):
+                continue  # inserted after the other operations, as rows
+            if op.kind == "session":
+                conn.execute(
+                    "INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args
+                )
+            elif op.kind == "message":
+                conn.execute(
+                    "INSERT OR REPLACE INTO messages (session, client_msg_id, data)"
+                    " VALUES (?, ?, ?)",
+                    op.args,
+                )
+            elif op.kind == "delete":
+                for table in ("sessions", "event_chunks", "messages"):
+                    column = "id" if table == "sessions" else "session"
+                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op.args,))  # noqa: S608
+            elif op.kind == "prune":
+                self._prune(conn, *op.args)
+            elif op.kind == "flush":
+                waiters.append(op.args)
+            elif op.kind == "stop":
+                keep_going = False
+        if not single:
+            _insert_chunks(conn, rows)
+            conn.execute("COMMIT")
+        self._tell_loop(self._committed, events, waiters)
+        return keep_going
+
+    def _committed(self, events: list[StoredEvent], waiters: list[asyncio.Future[bool]]) -> None:
+        if events and self.on_commit is not None:
+            self.on_commit(events)
+        self._resolve(waiters, True)
 
     @staticmethod
     def _prune(conn: sqlite3.Connection, max_events: int, cutoff: float) -> None:

@@ -60,7 +60,7 @@ MEANING: dict[str, str] = {
     "server.serve_web": "Serve the reference web client at `/`.",
     "limits.max_frame_bytes": "Largest frame a client may send (attachments included).",
     "limits.max_connections": "Open WebSocket connections; beyond it the handshake gets HTTP 503.",
-    "limits.max_sessions": "Sessions the daemon holds at once.",
+    "limits.max_sessions": "Sessions not ended that the daemon holds at once.",
     "limits.max_subscribers_per_session": "Connections subscribed to one session.",
     "limits.max_queued_messages": "Messages waiting in one session's queue.",
     "limits.max_attachments": "Attachments in one message.",
@@ -77,6 +77,8 @@ MEANING: dict[str, str] = {
     "store.max_events_per_session": "Events kept per session; older ones are pruned (at start "
     "and hourly).",
     "store.max_age_days": "Events older than this are pruned.",
+    "store.fail_after_s": "Seconds of failing writes (disk full, database locked, I/O error) "
+    "after which running turns are interrupted; nothing unstored is ever shown meanwhile.",
     "adapters.dir": "Drop-in adapters directory; `\"\"` = "
     "`$XDG_CONFIG_HOME/agent-bridge/adapters`.",
     "adapters.turn_timeout": "Seconds one turn may run before it is ended with `turn_timeout`.",
