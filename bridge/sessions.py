@@ -268,7 +268,9 @@ class Hub:
                 continue
             s = owner
             queued = msg.status == "queued"
-            s.answered[msg.client_msg_id] = queued
+            s.answered[msg.client_msg_id] = (
+                queued if msg.answered_queued is None else msg.answered_queued
+            )
             if queued:
                 s.queue.append(msg)
         for s in self.sessions.values():
@@ -837,6 +839,7 @@ class Hub:
         if not s.rec.title:
             s.rec.title = " ".join(text.split())[:80]
         s.queue.append(msg)
+        msg.answered_queued = queued
         self.store.save_message(msg)
         if queued:
             self._push_state(s)

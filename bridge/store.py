@@ -79,6 +79,9 @@ class MessageRecord(msgspec.Struct, kw_only=True):
     #: "queued" (waiting), "started" (its turn began), "command" (handled by the bridge)
     status: str = "queued"
     created_at: float = 0.0
+    #: The ``queued`` its ``session.send`` was answered with: a retransmit, also after a
+    #: restart, gets the same answer (None in records from before this field).
+    answered_queued: bool | None = None
 
 
 @dataclass(slots=True)
