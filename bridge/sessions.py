@@ -60,6 +60,7 @@ from bridge.protocol import (
 )
 from bridge.registry import AgentEntry, Registry
 from bridge.store import AttachmentData, MessageRecord, SessionRecord, Store, StoredEvent
+from bridge.textsafe import encode_block
 
 log = get_logger("bridge.sessions")
 
@@ -363,6 +364,7 @@ class Hub:
 
     def _emit(self, s: Session, block: Block) -> None:
         """Number, store and (after commit) publish one block."""
+        block_json = encode_block(block)  # before numbering: a block that fails takes no seq
         seq = s.next_seq
         s.next_seq += 1
         now = time.time()
@@ -373,7 +375,7 @@ class Hub:
         s.uncommitted += 1
         if s.uncommitted >= UNCOMMITTED_HIGH:
             s.drained.clear()
-        event = StoredEvent(s.id, seq, iso(now), block_to_json(block), now)
+        event = StoredEvent(s.id, seq, iso(now), block_json, now)
         s.last_pending = event
         self.store.append_event(event)
 
