@@ -88,6 +88,9 @@ BURST_BYTES = 64 * 1024
 #: unauthenticated peer must not make the daemon buffer `max_frame_bytes` per connection.
 HELLO_MAX_BYTES = 64 * 1024
 
+#: Headers a request must not repeat (which one would count is ambiguous).
+SINGLE_HEADERS = ("Host", "Origin", "Authorization", "Sec-WebSocket-Key")
+
 HttpHandler = Callable[[ServerConnection, HttpRequest], HttpResponse | None]
 
 
@@ -365,7 +368,7 @@ class BridgeServer:
     def _serve_kwargs(self) -> dict[str, Any]:
         conf = self.config.server
         return {
-            "process_request": self._process_request,
+            "process_request": self._checked_request,
             "select_subprotocol": self._select_subprotocol,
             "subprotocols": [SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK],
             "max_size": self.config.limits.max_frame_bytes,
@@ -482,6 +485,22 @@ class BridgeServer:
                 if origin == f"{scheme}://{host_header}":
                     return True
         return False
+
+    def _checked_request(
+        self, connection: ServerConnection, request: HttpRequest
+    ) -> HttpResponse | None:
+        """Refuse an ambiguous request (a header that must be single, repeated) with 400, and
+        answer anything unexpected with a JSON 500, both logged: never a plain traceback."""
+        for name in SINGLE_HEADERS:
+            if len(request.headers.get_all(name)) > 1:
+                log.warning("http_bad_request", peer=_peer(connection), header=name,
+                            why="repeated header")
+                return _json_response(400, {"ok": False, "error": f"repeated {name} header"})
+        try:
+            return self._process_request(connection, request)
+        except Exception:
+            log.exception("http_request_failed", peer=_peer(connection), path=request.path)
+            return _json_response(500, {"ok": False, "error": "internal error"})
 
     def _process_request(
         self, connection: ServerConnection, request: HttpRequest

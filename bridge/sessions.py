@@ -559,7 +559,10 @@ class Hub:
     def _check_cwd(cwd: str) -> str:
         if not cwd or "\x00" in cwd:
             raise HubError("bad_request", "`cwd` must be a directory path")
-        path = Path(cwd).expanduser()
+        try:
+            path = Path(cwd).expanduser()
+        except RuntimeError:  # `~user` of no such user
+            raise HubError("bad_request", f"`cwd` `{cwd}`: no such user's home") from None
         if not path.is_absolute():
             raise HubError("bad_request", f"`cwd` must be an absolute path, not `{cwd}`")
         try:
@@ -581,9 +584,10 @@ class Hub:
         agent_session_id: str | None,
         external: bool,
     ) -> Session:
-        if len(self.sessions) >= self.config.limits.max_sessions:
+        live = sum(1 for other in self.sessions.values() if other.rec.state != "ended")
+        if live >= self.config.limits.max_sessions:
             raise HubError(
-                "conflict", f"the daemon already holds {len(self.sessions)} sessions (the limit)"
+                "conflict", f"the daemon already holds {live} sessions not ended (the limit)"
             )
         now = time.time()
         rec = SessionRecord(
