@@ -24,7 +24,7 @@ from typing import Any
 from bridge import __version__, notify, paths
 from bridge.config import Config, ConfigError
 from bridge.logs import get_logger
-from bridge.redact import remember_env_secrets
+from bridge.redact import remember_agent_env, remember_env_secrets
 from bridge.registry import Registry, load_builtin_classes
 from bridge.server import BridgeServer, is_loopback
 from bridge.sessions import Hub
@@ -235,9 +235,9 @@ def serve(config: Config, options: ServeOptions) -> int:
     # Secrets given to agents in the config are masked from the start, not only once a
     # child process has been spawned with them (an adapter may fail before that).
     for agent in config.agents.values():
-        remember_env_secrets(agent.env)
+        remember_agent_env(agent.env)
     for acp in config.acp.values():
-        remember_env_secrets(acp.env)
+        remember_agent_env(acp.env)
     # Before anything is opened, bound or written: a second daemon touches nothing.
     db_path = config.db_path if config.store.backend == "sqlite" else None
     lock = StateLock(lock_paths(paths.state_dir(), db_path))
