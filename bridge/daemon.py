@@ -28,7 +28,7 @@ from bridge.redact import remember_agent_env, remember_env_secrets
 from bridge.registry import Registry, load_builtin_classes
 from bridge.server import BridgeServer, is_loopback
 from bridge.sessions import Hub
-from bridge.statelock import AlreadyRunning, StateLock, lock_paths
+from bridge.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
 from bridge.store import MemoryStore, SqliteStore, Store
 
 log = get_logger("bridge.daemon")
@@ -250,6 +250,8 @@ def serve(config: Config, options: ServeOptions) -> int:
         print(f"agent-bridge: cannot lock the state directory: {exc}", file=sys.stderr)
         return 1
     try:
+        if tighten_state_dir(paths.state_dir()):
+            log.warning("state_dir_tightened", dir=str(paths.state_dir()), mode="0700")
         return _serve_locked(config, options)
     finally:
         lock.release()

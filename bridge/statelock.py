@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 LOCK_NAME = "daemon.lock"
@@ -75,6 +76,19 @@ class StateLock:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def tighten_state_dir(state_dir: Path) -> bool:
+    """A state directory the user owns is made 0700 (transcripts live in it); True when its
+    mode was changed. One owned by someone else is left alone (the lock then fails)."""
+    try:
+        st = state_dir.stat()
+    except FileNotFoundError:
+        return False
+    if st.st_uid != os.getuid() or not stat.S_IMODE(st.st_mode) & 0o077:
+        return False
+    os.chmod(state_dir, 0o700)
+    return True
 
 
 def lock_paths(state_dir: Path, db_path: Path | None) -> list[Path]:

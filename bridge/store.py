@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import operator
+import os
 import queue
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -183,6 +185,21 @@ def _migrate_event_rows(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
         raise
     log.info("store_migrated", events=moved, to="event_chunks")
+
+
+def _private_files(path: Path) -> None:
+    """The database and its companions are the owner's alone (0600), whatever the umask or
+    the directory: SQLite creates ``-wal`` and ``-shm`` with the database file's mode, so the
+    database is created 0600 before SQLite opens it, and files left wider are tightened."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        name = Path(f"{path}{suffix}")
+        try:
+            if stat.S_IMODE(name.stat().st_mode) & 0o077:
+                os.chmod(name, 0o600)
+        except FileNotFoundError:
+            continue
 
 
 _dec_session = msgspec.msgpack.Decoder(SessionRecord)
@@ -352,6 +369,7 @@ class SqliteStore(Store):
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private_files(self.path)
         writer = self._connect()
         writer.executescript(_SCHEMA)
         _migrate_event_rows(writer)
