@@ -54,6 +54,8 @@ class LimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     request_burst: int = 400
     send_queue_frames: int = 20000
     auth_failures_per_minute: int = 10
+    #: TCP handshakes that have not authenticated yet, held at once (bridge/admission.py).
+    max_unauthenticated: int = 16
 
 
 class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

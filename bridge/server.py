@@ -32,6 +32,7 @@ from websockets.protocol import State
 
 from bridge import __version__
 from bridge.adapters.base import overall_status
+from bridge.admission import Admission
 from bridge.auth import load_or_create_token, token_matches
 from bridge.config import Config
 from bridge.logs import get_logger
@@ -152,6 +153,11 @@ class Connection:
             server.config.limits.requests_per_second, server.config.limits.request_burst
         )
         self.peer = _peer(ws)
+        self.said_hello = False
+
+    def evict(self) -> None:
+        """Give its unauthenticated slot to a newer handshake (bridge/admission.py)."""
+        self.close(CLOSE_UNAUTHORIZED, "too many unauthenticated connections")
 
     @property
     def closed(self) -> bool:
@@ -309,6 +315,11 @@ def _set_max_message(ws: ServerConnection, size: int) -> None:
         protocol.max_size = size
 
 
+def _bearer(header: str) -> str:
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
 def _peer(ws: ServerConnection) -> str:
     try:
         addr = ws.remote_address
@@ -329,7 +340,9 @@ class BridgeServer:
         self._token_mtime = self._mtime()
         self.connections: set[Connection] = set()
         self._servers: list[Server] = []
-        self._auth_failures: dict[str, deque[float]] = {}
+        self.admission = Admission(
+            config.limits.max_unauthenticated, config.limits.auth_failures_per_minute
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self.http_handlers: list[HttpHandler] = []
         self.tcp_address: tuple[str, int] | None = None
@@ -461,19 +474,20 @@ class BridgeServer:
                 return str(name)
         return None
 
-    def _auth_throttled(self, peer: str) -> bool:
-        window = self._auth_failures.get(peer)
-        if not window:
-            return False
-        cutoff = time.monotonic() - 60
-        while window and window[0] < cutoff:
-            window.popleft()
-        return len(window) >= self.config.limits.auth_failures_per_minute
-
-    def _auth_failed(self, peer: str) -> None:
-        self._auth_failures.setdefault(peer, deque()).append(time.monotonic())
-        if len(self._auth_failures) > 10_000:
-            self._auth_failures.clear()
+    def _admit(self, connection: ServerConnection, request: HttpRequest) -> HttpResponse | None:
+        """Connection slots: see bridge/admission.py."""
+        unix = _peer(connection) == "unix"
+        header = request.headers.get("Authorization")
+        bearer = _bearer(header) if header is not None else None
+        if unix or (bearer is not None and token_matches(self.token, bearer)):
+            owned = sum(1 for c in self.connections if c.authenticated or c.trusted)
+            if owned >= self.config.limits.max_connections:
+                return _json_response(503, {"ok": False, "error": "too many connections"})
+            return None
+        if not self.admission.room_for_one():
+            error = "too many unauthenticated connections"
+            return _json_response(503, {"ok": False, "error": error})
+        return None
 
     def origin_allowed(self, origin: str, host_header: str | None) -> bool:
         allowed = self.config.server.allowed_origins
@@ -522,12 +536,7 @@ class BridgeServer:
         origin = request.headers.get("Origin")
         if origin is not None and not self.origin_allowed(origin, request.headers.get("Host")):
             return _json_response(403, {"ok": False, "error": "origin not allowed"})
-        if len(self.connections) >= self.config.limits.max_connections:
-            return _json_response(503, {"ok": False, "error": "too many connections"})
-        peer = _peer(connection)
-        if self._auth_throttled(peer):
-            return _json_response(429, {"ok": False, "error": "too many failed logins"})
-        return None
+        return self._admit(connection, request)
 
     async def _handle_tcp(self, ws: ServerConnection) -> None:
         await self._handle(ws, trusted=False)
@@ -540,16 +549,16 @@ class BridgeServer:
         header = ws.request.headers.get("Authorization") if ws.request else None
         header_token: str | None = None
         if header is not None:
-            scheme, _, value = header.partition(" ")
-            header_token = value.strip() if scheme.lower() == "bearer" else ""
+            header_token = _bearer(header)
             if not token_matches(self.token, header_token):
-                self._auth_failed(conn.peer)
+                await self.admission.penalty(conn.peer)
                 await ws.close(CLOSE_UNAUTHORIZED, "unauthorized")
                 return
             conn.authenticated = True
             conn.token_used = header_token
         if not (conn.authenticated or trusted):
             _set_max_message(ws, min(HELLO_MAX_BYTES, self.config.limits.max_frame_bytes))
+            self.admission.enter(conn)
         self.connections.add(conn)
         sender = asyncio.create_task(conn.sender())
         try:
@@ -558,6 +567,7 @@ class BridgeServer:
         except ConnectionClosed:
             pass
         finally:
+            self.admission.leave(conn)
             self.connections.discard(conn)
             self.hub.drop_connection(conn)
             conn.close(1000, "")
@@ -580,19 +590,20 @@ class BridgeServer:
             conn.error(exc.request_id, "bad_request", f"the first frame must be hello: {exc}")
             await conn.drain_then_close(CLOSE_PROTOCOL, "expected hello")
             return False
+        conn.said_hello = True
         if not isinstance(req, Hello):
             conn.error(req.id, "bad_request", "the first frame must be hello")
             await conn.drain_then_close(CLOSE_PROTOCOL, "expected hello")
             return False
         if not (conn.authenticated or conn.trusted):
             if not token_matches(self.token, req.token):
-                self._auth_failed(conn.peer)
-                # Slow down guessing: the close waits longer the more a peer fails.
-                failures = len(self._auth_failures.get(conn.peer, ()))
-                await asyncio.sleep(min(2.0, 0.1 * failures))
+                # Slow down guessing: the answer waits longer the more a peer fails, and
+                # past the limit the connection keeps its unauthenticated slot meanwhile.
+                await self.admission.penalty(conn.peer)
                 await ws.close(CLOSE_UNAUTHORIZED, "unauthorized")
                 return False
             conn.authenticated = True
+            self.admission.leave(conn)
             conn.token_used = req.token
             _set_max_message(ws, self.config.limits.max_frame_bytes)
         elif req.token is not None and not conn.authenticated:

@@ -70,8 +70,11 @@ MEANING: dict[str, str] = {
     "limits.request_burst": "Bucket size of that token bucket.",
     "limits.send_queue_frames": "Frames queued for one client; a client that falls this far "
     "behind is closed with 4408 and replays with `after_seq`.",
-    "limits.auth_failures_per_minute": "Failed logins per peer address per minute before its "
-    "handshakes get HTTP 429.",
+    "limits.auth_failures_per_minute": "Wrong tokens per peer address per minute answered "
+    "quickly; past it, answers to wrong tokens are spaced 60/this seconds apart (the right token "
+    "is always taken at once).",
+    "limits.max_unauthenticated": "TCP handshakes not yet authenticated, held at once; they "
+    "never count against `max_connections`. A new one replaces the oldest silent one.",
     "store.backend": "`\"sqlite\"` (durable) or `\"memory\"` (lost at exit; tests, benchmarks).",
     "store.path": "SQLite file; `\"\"` = `$XDG_STATE_HOME/agent-bridge/bridge.sqlite3`.",
     "store.max_events_per_session": "Events kept per session; older ones are pruned (at start "
