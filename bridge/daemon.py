@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge import __version__, notify, paths
+from bridge import __version__, logthrottle, notify, paths
 from bridge.config import Config, ConfigError
 from bridge.logs import get_logger
 from bridge.redact import remember_agent_env, remember_env_secrets
@@ -178,6 +178,7 @@ class Daemon:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        logthrottle.install(loop)
         self.store.open(loop)
         self._register_adapters()
         self._start_web()
