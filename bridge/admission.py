@@ -5,8 +5,9 @@
   authenticated and Unix-socket connections. So silent or guessing peers can never take the
   owner's slots: the Unix socket and a client presenting the right token in the
   ``Authorization`` header are never refused because of them. When the budget is full, a new
-  handshake takes the place of the oldest one that has not said hello yet; only when every
-  unauthenticated slot holds a penalised wrong guess is the new one refused (503).
+  handshake takes the place of the oldest one that has been silent (no hello) for ``SILENT_S``;
+  only when there is none (the slots hold penalised wrong guesses, or handshakes younger than
+  that) is the new one refused (503).
 - A token is always checked at once, and the right one is accepted at once. Wrong tokens are
   counted per peer address: the first ``limits.auth_failures_per_minute`` in a minute are
   answered after a short growing delay; beyond that each answer is scheduled one
@@ -22,10 +23,16 @@ import time
 from collections import deque
 from typing import Protocol
 
+#: A silent handshake is given up for a newer one only once it has been silent this long: a
+#: client sends its hello within milliseconds, so a burst of real clients never evicts itself.
+SILENT_S = 1.0
+
 
 class Handshake(Protocol):
     #: a hello has been received (it is then not evicted for silence)
     said_hello: bool
+    #: time.monotonic() when it connected
+    opened_at: float
 
     def evict(self) -> None:
         """Close it: it gave its slot to a newer handshake."""
@@ -49,8 +56,9 @@ class Admission:
         """Make room for a new unauthenticated handshake; False if there is none to make."""
         if len(self._pending) < self.max_unauthenticated:
             return True
+        quiet_since = time.monotonic() - SILENT_S
         for old in self._pending:
-            if not old.said_hello:
+            if not old.said_hello and old.opened_at <= quiet_since:
                 del self._pending[old]
                 old.evict()
                 return True

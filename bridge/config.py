@@ -53,9 +53,13 @@ class LimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     requests_per_second: float = 200.0
     request_burst: int = 400
     send_queue_frames: int = 20000
+    #: Bytes queued per connection before it is cut off (4408), like send_queue_frames.
+    send_queue_bytes: int = 16 * MiB
+    #: A connection whose socket has taken no byte this long while data waits is closed (4408).
+    write_stall_s: float = 30.0
     auth_failures_per_minute: int = 10
     #: TCP handshakes that have not authenticated yet, held at once (bridge/admission.py).
-    max_unauthenticated: int = 16
+    max_unauthenticated: int = 64
 
 
 class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -48,6 +48,7 @@ from bridge.protocol import (
     AgentsCheck,
     AgentsList,
     DaemonFrame,
+    EncodedEvent,
     EncodedFrame,
     Err,
     Hello,
@@ -88,6 +89,11 @@ BURST_BYTES = 64 * 1024
 #: Largest frame a client may send before its token is checked: a hello is small, and an
 #: unauthenticated peer must not make the daemon buffer `max_frame_bytes` per connection.
 HELLO_MAX_BYTES = 64 * 1024
+#: A connection whose socket took nothing for this long while data waits has stopped reading:
+#: turns no longer wait for it (Connection.stalled).
+STALLED_S = 0.5
+#: Bytes an event frame adds around its block (session id, seq, time stamp).
+EVENT_OVERHEAD = 96
 
 #: Headers a request must not repeat (which one would count is ambiguous).
 SINGLE_HEADERS = ("Host", "Origin", "Authorization", "Sec-WebSocket-Key")
@@ -145,6 +151,10 @@ class Connection:
         self.token_used: str | None = None
         self._outbox: deque[Outgoing] = deque()
         self._cap = server.config.limits.send_queue_frames
+        self._byte_cap = server.config.limits.send_queue_bytes
+        self._bytes = 0
+        #: When the socket last took bytes (or the connection opened): see ``stalled``.
+        self.progress_at = time.monotonic()
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -154,6 +164,7 @@ class Connection:
         )
         self.peer = _peer(ws)
         self.said_hello = False
+        self.opened_at = time.monotonic()
 
     def evict(self) -> None:
         """Give its unauthenticated slot to a newer handshake (bridge/admission.py)."""
@@ -166,20 +177,31 @@ class Connection:
     def push(self, item: Outgoing) -> None:
         if self._closed:
             return
-        if len(self._outbox) >= self._cap:
+        size = _size(item, self.msgpack, self._byte_cap)
+        if len(self._outbox) >= self._cap or self._bytes + size > self._byte_cap:
             self.cut_off()
             return
         self._outbox.append(item)
+        self._bytes += size
         if self.behind:
             self._space.clear()
         self._wake.set()
 
     @property
     def behind(self) -> bool:
-        """More than half of the outbox is full (``put`` waits, turns slow down)."""
-        return len(self._outbox) >= self._cap // 2
+        """More than half of the outbox is full, in frames or bytes (``put`` waits, turns
+        slow down)."""
+        return len(self._outbox) >= self._cap // 2 or self._bytes >= self._byte_cap // 2
+
+    @property
+    def stalled(self) -> bool:
+        """Data waits and the socket has taken none of it for ``STALLED_S``: the client has
+        stopped reading, and is not waited for (it is cut off when its outbox is full)."""
+        return bool(self._outbox) and time.monotonic() - self.progress_at > STALLED_S
 
     async def catch_up(self, timeout: float) -> None:
+        if self.stalled:
+            return  # a client that stopped reading never paces the turn
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._space.wait(), timeout)
 
@@ -217,7 +239,6 @@ class Connection:
         self.close(code, reason)
 
     async def sender(self) -> None:
-        ws = self.ws
         try:
             while not self._closed:
                 await self._wake.wait()
@@ -225,20 +246,51 @@ class Connection:
                 while self._outbox and not self._closed:
                     if self._writable():
                         self._write_burst()
+                        self.progress_at = time.monotonic()
                         await asyncio.sleep(0)  # let other connections and the hub run
                     else:
                         # The socket's buffer is full: send() waits for the client, and raises
                         # once the connection is lost.
-                        await ws.send(self._pop().encoded(self.msgpack), text=not self.msgpack)
+                        data = self._pop().encoded(self.msgpack)
+                        if not await self._send_unless_stalled(data):
+                            return
+                        self.progress_at = time.monotonic()
         except ConnectionClosed:
             pass
         finally:
             self._closed = True
             self._space.set()
 
+    async def _send_unless_stalled(self, data: bytes) -> bool:
+        """Send one frame through websockets (which waits while the socket's buffer is full);
+        False, and the connection closed with 4408, once the socket has taken no byte for
+        ``limits.write_stall_s``."""
+        stall_s = self.server.config.limits.write_stall_s
+        transport = self.ws.transport
+        send = asyncio.ensure_future(self.ws.send(data, text=not self.msgpack))
+        waiting = transport.get_write_buffer_size()
+        moved_at = time.monotonic()
+        while True:
+            done, _ = await asyncio.wait({send}, timeout=min(1.0, stall_s))
+            if done:
+                send.result()
+                return True
+            now = time.monotonic()
+            left = transport.get_write_buffer_size()
+            if left < waiting:
+                moved_at = now
+                self.progress_at = now
+            waiting = left
+            if now - moved_at >= stall_s:
+                send.cancel()
+                log.warning("client_stalled", peer=self.peer, stalled_s=stall_s)
+                self.close(CLOSE_TOO_SLOW, "stopped reading; reconnect and replay with after_seq")
+                return False
+
     def _pop(self) -> Outgoing:
         item = self._outbox.popleft()
-        if len(self._outbox) < self._cap // 4:
+        self._bytes -= _size(item, self.msgpack, self._byte_cap)
+        if len(self._outbox) < self._cap // 4 and self._bytes < self._byte_cap // 4:
             self._space.set()
         return item
 
@@ -313,6 +365,17 @@ def _set_max_message(ws: ServerConnection, size: int) -> None:
         protocol.max_message_size = size
     else:  # websockets < 15
         protocol.max_size = size
+
+
+def _size(item: Outgoing, msgpack: bool, cap: int) -> int:
+    """Bytes a queued frame holds: a stored event's block plus its frame, or the encoded frame
+    (encoded once and shared by every connection); counted as at most a quarter of ``cap``, so
+    one frame near ``max_frame_bytes`` (a large message) does not cut a reader off alone."""
+    if isinstance(item, EncodedEvent) and not msgpack:
+        size = len(item.block_json) + EVENT_OVERHEAD
+    else:
+        size = len(item.encoded(msgpack))
+    return min(size, cap // 4)
 
 
 def _bearer(header: str) -> str:

@@ -70,6 +70,10 @@ MEANING: dict[str, str] = {
     "limits.request_burst": "Bucket size of that token bucket.",
     "limits.send_queue_frames": "Frames queued for one client; a client that falls this far "
     "behind is closed with 4408 and replays with `after_seq`.",
+    "limits.send_queue_bytes": "Bytes queued for one connection before it is cut off with "
+    "4408 (it reconnects and replays), like `send_queue_frames`.",
+    "limits.write_stall_s": "A connection whose socket has taken no byte for this long while "
+    "data waits is closed with 4408. Turns never wait for a client that stopped reading.",
     "limits.auth_failures_per_minute": "Wrong tokens per peer address per minute answered "
     "quickly; past it, answers to wrong tokens are spaced 60/this seconds apart (the right token "
     "is always taken at once).",

@@ -34,7 +34,8 @@ async def test_silent_handshakes_never_take_the_owners_slots(daemon_factory: Any
         "[limits]\nmax_connections = 4\nmax_unauthenticated = 3\n"
     ).start()
     silent = [RawWebSocket(d.port) for _ in range(12)]  # far more than every limit
-    assert all(s.status == 101 for s in silent)
+    assert sum(s.status == 101 for s in silent) >= 3
+    await asyncio.sleep(1.2)  # silent past admission.SILENT_S: their slots go to newcomers
     owners: list[Client] = []
     try:
         # Hello-token clients, a header client and the Unix socket: all get in.
