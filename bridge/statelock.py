@@ -26,7 +26,7 @@ class AlreadyRunning(Exception):
     def __init__(self, path: Path, pid: int | None) -> None:
         who = f"pid {pid}" if pid is not None else "another process"
         super().__init__(
-            f"already running: {who} holds {path}; stop it first (agent-bridge status)"
+            f"already running: {who} holds {path}; stop that daemon first"
         )
         self.path = path
         self.pid = pid
