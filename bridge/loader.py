@@ -201,6 +201,16 @@ class _ImportTimeout(Exception):
     pass
 
 
+class _Changed(Exception):
+    pass
+
+
+#: The probe found other bytes in the file than the daemon read: it checks (and the daemon
+#: imports) exactly one version, so this one is refused; the change itself is seen and
+#: checked on the next scan.
+CHANGED_WHILE_CHECKED = "the file changed while it was being checked; it is checked again"
+
+
 def _probe_main(argv: list[str]) -> int:
     """Import one file or entry point under an alarm and print a ProbeResult as JSON."""
     parser = argparse.ArgumentParser(prog="python -m bridge.loader probe")
@@ -208,6 +218,9 @@ def _probe_main(argv: list[str]) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--file")
     group.add_argument("--entry-point", help="module:attr")
+    parser.add_argument(
+        "--sha256", help="the file's bytes must hash to this (the bytes the daemon will import)"
+    )
     args = parser.parse_args(argv)
     out = sys.stdout
     sys.stdout = sys.stderr  # whatever the file prints must not corrupt the report
@@ -223,7 +236,10 @@ def _probe_main(argv: list[str]) -> int:
         if args.file:
             path = os.path.abspath(args.file)
             name = module_name_for(Path(path), 0)
-            module = import_source(name, Path(path), Path(path).read_bytes())
+            source = Path(path).read_bytes()
+            if args.sha256 and hashlib.sha256(source).hexdigest() != args.sha256:
+                raise _Changed
+            module = import_source(name, Path(path), source)
             classes, error = find_adapters(module, name)
         else:
             obj = importlib.metadata.EntryPoint(
@@ -241,6 +257,9 @@ def _probe_main(argv: list[str]) -> int:
         )
     except _ImportTimeout:
         result = ProbeResult(ok=False, error=timeout_message(args.timeout))
+    except _Changed:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        result = ProbeResult(ok=False, error=CHANGED_WHILE_CHECKED)
     except BaseException as exc:  # SystemExit at import is a finding too
         signal.setitimer(signal.ITIMER_REAL, 0)
         result = ProbeResult(ok=False, error=describe_import_error(exc, path))
@@ -263,11 +282,17 @@ def _probe_env() -> dict[str, str]:
     return env
 
 
-async def probe(target: str, timeout: float, *, entry_point: bool = False) -> ProbeResult:
-    """Run the probe subprocess; cancelling this kills it, so shutdown never waits for one."""
+async def probe(
+    target: str, timeout: float, *, entry_point: bool = False, source: bytes | None = None
+) -> ProbeResult:
+    """Run the probe subprocess; cancelling this kills it, so shutdown never waits for one.
+    With ``source`` (the bytes the daemon read and will import), the probe checks exactly
+    those: it refuses a file whose bytes differ by then."""
     flag = "--entry-point" if entry_point else "--file"
     argv = [sys.executable, "-m", "bridge.loader", "probe", "--timeout", f"{timeout:g}",
             flag, target]
+    if source is not None:
+        argv += ["--sha256", hashlib.sha256(source).hexdigest()]
     try:
         child = await ChildProcess.spawn(argv, env=_probe_env(), stdin=False)
     except SpawnError as exc:
@@ -524,15 +549,21 @@ class AdapterLoader:
             pending.append((src, data))
         return pending
 
-    async def _probe(self, target: str, *, entry_point: bool = False) -> ProbeResult:
+    async def _probe(
+        self, target: str, *, entry_point: bool = False, source: bytes | None = None
+    ) -> ProbeResult:
         async with self._probes:
-            return await probe(target, self.timeout, entry_point=entry_point)
+            return await probe(target, self.timeout, entry_point=entry_point, source=source)
 
     async def _load_files(self, pending: list[tuple[Source, bytes]]) -> None:
-        results = await asyncio.gather(*(self._probe(src.label) for src, _ in pending))
+        results = await asyncio.gather(
+            *(self._probe(src.label, source=data) for src, data in pending)
+        )
         for (src, data), result in zip(pending, results, strict=True):
             src.loading = False
             if not result.ok:
+                if result.error == CHANGED_WHILE_CHECKED:
+                    src.signature = None  # the next scan reads and checks it again
                 self._fail(src, result.error or "the file could not be imported")
                 continue
             await self._import_file(src, data)
