@@ -161,12 +161,27 @@ def _describe(exc: msgspec.ValidationError) -> str:
     return text
 
 
+def _check_private(file: Path) -> None:
+    """The configuration and its directory must be the user's alone (bridge/perms.py): they
+    name the programs the daemon runs, and hold the token."""
+    from bridge.perms import CONFIG_RUNS, permission_problem, real_path_problem
+
+    for target, what in ((file.parent, "configuration directory"), (file, "configuration file")):
+        if target.exists():
+            problem = permission_problem(target, what=what, why=CONFIG_RUNS) or (
+                real_path_problem(target, why=CONFIG_RUNS)
+            )
+            if problem:
+                raise ConfigError(f"refusing to use the configuration: {problem}")
+
+
 def load_config(
     path: Path | None = None, environ: dict[str, str] | None = None, *, required: bool = False
 ) -> Config:
     """Read, merge with the environment, and validate the configuration."""
     file = path or paths.config_file()
     raw: dict[str, Any] = {}
+    _check_private(file)
     if file.exists():
         try:
             raw = tomllib.loads(file.read_text(encoding="utf-8"))

@@ -31,10 +31,8 @@ import importlib.metadata
 import importlib.util
 import inspect
 import os
-import pwd
 import re
 import signal
-import stat
 import sys
 import threading
 import traceback
@@ -49,6 +47,8 @@ import msgspec
 from bridge.adapters.base import BaseAdapter, DetectedAgent, contract_problems
 from bridge.config import Config
 from bridge.logs import get_logger
+from bridge.perms import permission_problem as permission_problem  # re-exported
+from bridge.perms import real_path_problem
 from bridge.process import ChildProcess, SpawnError
 from bridge.registry import Registry
 
@@ -85,36 +85,6 @@ class ProbeResult(msgspec.Struct, kw_only=True):
 
 
 # ---- plain-words checks, shared by the daemon and `agent-bridge adapters check` ----------------
-
-
-def permission_problem(path: Path, *, what: str = "file") -> str | None:
-    """Like OpenSSH with key files: only load what no one but the user (or root) can change."""
-    try:
-        st = path.stat()
-    except OSError as exc:
-        return f"cannot read the {what} {path}: {exc.strerror or exc}"
-    me = os.getuid()
-    if st.st_uid not in (me, 0):
-        return (
-            f"the {what} {path} is owned by {_user_name(st.st_uid)}, not by you; an adapter runs "
-            f"with your rights, so only your own files are loaded. Fix: "
-            f"chown {_user_name(me)} {path}"
-        )
-    writable = [name for bit, name in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others"))
-                if st.st_mode & bit]
-    if writable:
-        return (
-            f"the {what} {path} is writable by {' and '.join(writable)}, so someone else could "
-            f"put code in it that runs as you. Fix: chmod go-w {path}"
-        )
-    return None
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
 
 
 def describe_import_error(exc: BaseException, path: str | None = None) -> str:
@@ -542,7 +512,7 @@ class AdapterLoader:
                 continue
             src.signature = signature
             src.declared = declared_ids(data)
-            problem = dir_problem or permission_problem(path)
+            problem = dir_problem or permission_problem(path) or real_path_problem(path)
             if problem:
                 self._fail(src, problem)
                 continue
