@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,8 +214,17 @@ class Daemon:
     async def _retention(self) -> None:
         conf = self.config.store
         while True:
+            self._forget_old_ended_sessions(conf.max_age_days * 86400)
             self.store.prune(conf.max_events_per_session, conf.max_age_days * 86400)
             await asyncio.sleep(RETENTION_EVERY_S)
+
+    def _forget_old_ended_sessions(self, max_age_s: float) -> None:
+        """Retention removes an ended session older than ``store.max_age_days`` whole: the
+        store deletes its rows (``prune``), and the hub stops listing it."""
+        cutoff = time.time() - max_age_s
+        for sid, s in list(self.hub.sessions.items()):
+            if s.rec.state == "ended" and s.rec.updated_at < cutoff:
+                del self.hub.sessions[sid]
 
     async def shutdown(self) -> None:
         # A store that cannot write must not hold the shutdown forever.

@@ -202,6 +202,18 @@ def _private_files(path: Path) -> None:
             continue
 
 
+_MESSAGE_COLUMNS = (("status", "TEXT"), ("answered", "INTEGER"), ("created_at", "REAL"))
+
+
+def _add_message_columns(conn: sqlite3.Connection) -> None:
+    """Plain columns beside each message's record, so start-up and retention need not decode
+    (or even read) the bodies. Rows from before have them NULL and are read whole once."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(messages)")}
+    for name, kind in _MESSAGE_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE messages ADD COLUMN {name} {kind}")
+
+
 _dec_session = msgspec.msgpack.Decoder(SessionRecord)
 _dec_message = msgspec.msgpack.Decoder(MessageRecord)
 
@@ -373,6 +385,7 @@ class SqliteStore(Store):
         writer = self._connect()
         writer.executescript(_SCHEMA)
         _migrate_event_rows(writer)
+        _add_message_columns(writer)
         # Checkpoints (copying the WAL into the database, with an fsync) run on their own
         # connection and thread: done by the writer on commit, they held back every event
         # behind them by 5 to 70 ms (docs/benchmarks.md, T3).
@@ -402,10 +415,7 @@ class SqliteStore(Store):
                 _dec_session.decode(row[0])
                 for row in self._reader.execute("SELECT data FROM sessions")
             ]
-            messages = [
-                _dec_message.decode(row[0])
-                for row in self._reader.execute("SELECT data FROM messages")
-            ]
+            messages = self._load_messages(self._reader)
             seqs = dict(
                 self._reader.execute(
                     "SELECT session, MAX(last_seq) FROM event_chunks GROUP BY session"
@@ -413,6 +423,33 @@ class SqliteStore(Store):
             )
         messages.sort(key=lambda m: m.created_at)
         return sessions, messages, seqs
+
+    @staticmethod
+    def _load_messages(conn: sqlite3.Connection) -> list[MessageRecord]:
+        """Whole records only for messages still queued (their bodies and attachments are
+        needed); of the others only what answers a retransmit, read from plain columns, so
+        start-up does not read every message body ever sent into memory."""
+        out = [
+            _dec_message.decode(row[0])
+            for row in conn.execute(
+                "SELECT data FROM messages WHERE status IS NULL OR status = 'queued'"
+            )
+        ]
+        for session, msg_id, status, answered, created in conn.execute(
+            "SELECT session, client_msg_id, status, answered, created_at FROM messages"
+            " WHERE status IS NOT NULL AND status != 'queued'"
+        ):
+            out.append(
+                MessageRecord(
+                    session=session,
+                    client_msg_id=msg_id,
+                    text="",
+                    status=status,
+                    created_at=created or 0.0,
+                    answered_queued=None if answered is None else bool(answered),
+                )
+            )
+        return out
 
     def _put(self, op: _Op | StoredEvent) -> None:
         # Operations reach the writer once per event-loop pass, in order, as one list: a put
@@ -443,7 +480,20 @@ class SqliteStore(Store):
         self._put(_Op("session", (record.id, _enc.encode(record))))
 
     def save_message(self, record: MessageRecord) -> None:
-        self._put(_Op("message", (record.session, record.client_msg_id, _enc.encode(record))))
+        answered = None if record.answered_queued is None else int(record.answered_queued)
+        self._put(
+            _Op(
+                "message",
+                (
+                    record.session,
+                    record.client_msg_id,
+                    _enc.encode(record),
+                    record.status,
+                    answered,
+                    record.created_at,
+                ),
+            )
+        )
 
     def delete_session(self, session: str) -> None:
         self._put(_Op("delete", session))
@@ -608,8 +658,9 @@ class SqliteStore(Store):
                 )
             elif op.kind == "message":
                 conn.execute(
-                    "INSERT OR REPLACE INTO messages (session, client_msg_id, data)"
-                    " VALUES (?, ?, ?)",
+                    "INSERT OR REPLACE INTO messages"
+                    " (session, client_msg_id, data, status, answered, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
                     op.args,
                 )
             elif op.kind == "delete":
@@ -636,7 +687,21 @@ class SqliteStore(Store):
     @staticmethod
     def _prune(conn: sqlite3.Connection, max_events: int, cutoff: float) -> None:
         """Keep the newest ``max_events`` of each session, and nothing older than ``cutoff``,
-        except each session's newest event, so its numbering is never lost."""
+        except each session's newest event, so its numbering is never lost. Messages no
+        longer queued (their ``user`` blocks are in the events) go after ``cutoff`` too, and
+        an ended session last changed before ``cutoff`` goes whole."""
+        for sid, data in conn.execute("SELECT id, data FROM sessions").fetchall():
+            rec = _dec_session.decode(data)
+            if rec.state == "ended" and rec.updated_at < cutoff:
+                for table, column in (
+                    ("sessions", "id"), ("event_chunks", "session"), ("messages", "session")
+                ):
+                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))  # noqa: S608
+        conn.execute(
+            "DELETE FROM messages WHERE status IS NOT NULL AND status != 'queued'"
+            " AND created_at < ?",
+            (cutoff,),
+        )
         tops = conn.execute(
             "SELECT session, MAX(last_seq) FROM event_chunks GROUP BY session"
         ).fetchall()
