@@ -83,7 +83,8 @@ MEANING: dict[str, str] = {
     "store.path": "SQLite file; `\"\"` = `$XDG_STATE_HOME/agent-bridge/bridge.sqlite3`.",
     "store.max_events_per_session": "Events kept per session; older ones are pruned (at start "
     "and hourly).",
-    "store.max_age_days": "Events older than this are pruned.",
+    "store.max_age_days": "Events, and messages no longer queued (bodies, attachments), older "
+    "than this are pruned; an ended session last changed before this is removed whole.",
     "store.fail_after_s": "Seconds of failing writes (disk full, database locked, I/O error) "
     "after which running turns are interrupted; nothing unstored is ever shown meanwhile.",
     "adapters.dir": "Drop-in adapters directory; `\"\"` = "
