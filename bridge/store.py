@@ -127,6 +127,11 @@ _enc = msgspec.msgpack.Encoder()
 #: loop was busy each hand-over waited for the interpreter's switch interval: the writer fell
 #: behind the hub (docs/benchmarks.md, T7). A row per run of events costs one.
 CHUNK_EVENTS = 512
+#: ... and at most about this many bytes of blocks per row.
+CHUNK_BYTES = 1024 * 1024
+#: A read of history (a replay, recovery) returns at most about this many bytes at a time,
+#: however many events were asked for: replays stream in bounded pieces.
+READ_BYTES = 4 * 1024 * 1024
 _CHUNK_ITEM = operator.attrgetter("seq", "ts", "ts_unix", "block_json")
 _SESSION_OF = operator.attrgetter("session")
 _dec_chunk = msgspec.msgpack.Decoder(list[tuple[int, str, float, bytes]])
@@ -141,13 +146,29 @@ _ROWS_PER_INSERT = (192, 48, 12, 3, 1)
 _INSERT_CHUNKS = {n: _INSERT_CHUNK + ", (?, ?, ?, ?, ?)" * (n - 1) for n in _ROWS_PER_INSERT}
 
 
+def _parts(run: list[StoredEvent]) -> list[list[StoredEvent]]:
+    """Cut a run every CHUNK_EVENTS events or CHUNK_BYTES bytes (a row of large blocks stays
+    small enough to read a piece of history at a time)."""
+    parts: list[list[StoredEvent]] = []
+    part: list[StoredEvent] = []
+    size = 0
+    for ev in run:
+        if part and (len(part) >= CHUNK_EVENTS or size >= CHUNK_BYTES):
+            parts.append(part)
+            part, size = [], 0
+        part.append(ev)
+        size += len(ev.block_json)
+    if part:
+        parts.append(part)
+    return parts
+
+
 def _chunk_rows(events: Sequence[StoredEvent]) -> list[tuple[str, int, int, float, bytes]]:
-    """Rows for ``event_chunks``: each run of one session's events, cut every CHUNK_EVENTS."""
+    """Rows for ``event_chunks``: each run of one session's events, cut every CHUNK_EVENTS
+    (or CHUNK_BYTES)."""
     rows = []
     for session, group in groupby(events, key=_SESSION_OF):
-        run = list(group)
-        for at in range(0, len(run), CHUNK_EVENTS):
-            part = run[at : at + CHUNK_EVENTS]
+        for part in _parts(list(group)):
             items = _enc.encode(list(map(_CHUNK_ITEM, part)))
             rows.append((session, part[0].seq, part[-1].seq, part[-1].ts_unix, items))
     return rows
@@ -548,13 +569,15 @@ class SqliteStore(Store):
                 " ORDER BY first_seq",
                 (session, after_seq),
             )
+            size = 0
             try:
                 for (blob,) in rows:
                     for seq, ts, ts_unix, block in _dec_chunk.decode(blob):
                         if seq > after_seq:
                             out.append(StoredEvent(session, seq, ts, block, ts_unix))
-                    if len(out) >= limit:
-                        break
+                            size += len(block)
+                            if size >= READ_BYTES or len(out) >= limit:
+                                return out
             finally:
                 rows.close()
         return out[:limit]

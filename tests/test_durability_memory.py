@@ -77,3 +77,29 @@ async def test_a_client_that_stops_reading_is_cut_off(
     assert code == 4408, f"{why}: closed with {code}"
     assert time.monotonic() - started < 60
     assert "client_too_slow" in d.log_text() or "client_stalled" in d.log_text()
+
+
+async def test_history_is_read_in_bounded_pieces(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from bridge.store import SqliteStore, StoredEvent
+
+    store = SqliteStore(tmp_path / "bridge.sqlite3")
+    store.open(asyncio.get_running_loop())
+    try:
+        big = b'{"type":"text","id":"m","text":"' + b"x" * MiB + b'","done":false}'
+        for seq in range(1, 41):  # 40 MiB of history, committed in one batch
+            store.append_event(StoredEvent("s1", seq, "2026-01-01T00:00:00.000Z", big))
+        await store.flush()
+        tracemalloc.start()
+        first = await store.read_events("s1", 0, 1000)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert 1 <= len(first) <= 8, f"one read returned {len(first)} MiB of history"
+        assert peak < 16 * MiB, f"one read held {peak / MiB:.0f} MiB"
+        seen = [e.seq for e in first]
+        while batch := await store.read_events("s1", seen[-1], 1000):
+            seen += [e.seq for e in batch]
+        assert seen == list(range(1, 41))
+    finally:
+        await store.close()
