@@ -273,7 +273,7 @@ class Hub:
                 queued if msg.answered_queued is None else msg.answered_queued
             )
             if queued:
-                s.queue.append(msg)
+                s.queue.append(self.store.spill(msg))
         for s in self.sessions.values():
             await self._recover(s)
         self._spawn(self._sweep_terminals())
@@ -847,6 +847,7 @@ class Hub:
         s.queue.append(msg)
         msg.answered_queued = queued
         self.store.save_message(msg)
+        s.queue[-1] = self.store.spill(msg)  # its body waits on disk, not in memory
         if queued:
             self._push_state(s)
         self._kick(s)
@@ -872,7 +873,12 @@ class Hub:
                 if await self._externally_owned(s):
                     self._park(s, "a terminal process owns this session")
                     return
-                msg = s.queue.popleft()
+                msg = await self.store.unspill(s.queue[0])  # its body, from disk
+                if not s.queue or s.queue[0].client_msg_id != msg.client_msg_id:
+                    continue  # closed or changed while it was read: look again
+                if s.rec.state != "idle":
+                    continue
+                s.queue.popleft()
                 try:
                     await self._run_turn(s, msg)
                 except asyncio.CancelledError:

@@ -84,6 +84,9 @@ class MessageRecord(msgspec.Struct, kw_only=True):
     #: The ``queued`` its ``session.send`` was answered with: a retransmit, also after a
     #: restart, gets the same answer (None in records from before this field).
     answered_queued: bool | None = None
+    #: A stand-in held in memory while the message waits: its text and attachments are on
+    #: disk only (``Store.spill``); ``Store.unspill`` reads them back when its turn starts.
+    spilled: bool = False
 
 
 @dataclass(slots=True)
@@ -264,6 +267,15 @@ class Store:
 
     def delete_session(self, session: str) -> None:
         raise NotImplementedError
+
+    def spill(self, record: MessageRecord) -> MessageRecord:
+        """What to keep in memory of a message handed to ``save_message``: by default the
+        record itself; the SQLite store keeps only a stand-in (its body is on disk)."""
+        return record
+
+    async def unspill(self, record: MessageRecord) -> MessageRecord:
+        """The whole message for a stand-in made by ``spill``."""
+        return record
 
     async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
         raise NotImplementedError
@@ -447,19 +459,18 @@ class SqliteStore(Store):
 
     @staticmethod
     def _load_messages(conn: sqlite3.Connection) -> list[MessageRecord]:
-        """Whole records only for messages still queued (their bodies and attachments are
-        needed); of the others only what answers a retransmit, read from plain columns, so
-        start-up does not read every message body ever sent into memory."""
+        """Stand-ins read from plain columns (state, answer, time): start-up reads no message
+        body; a queued message's body is read when its turn starts (``unspill``). Rows
+        written before those columns existed are read whole, once."""
         out = [
             _dec_message.decode(row[0])
-            for row in conn.execute(
-                "SELECT data FROM messages WHERE status IS NULL OR status = 'queued'"
-            )
+            for row in conn.execute("SELECT data FROM messages WHERE status IS NULL")
         ]
         for session, msg_id, status, answered, created in conn.execute(
             "SELECT session, client_msg_id, status, answered, created_at FROM messages"
-            " WHERE status IS NOT NULL AND status != 'queued'"
+            " WHERE status IS NOT NULL"
         ):
+            # Queued ones are stand-ins too: their bodies are read when their turns start.
             out.append(
                 MessageRecord(
                     session=session,
@@ -468,6 +479,7 @@ class SqliteStore(Store):
                     status=status,
                     created_at=created or 0.0,
                     answered_queued=None if answered is None else bool(answered),
+                    spilled=True,
                 )
             )
         return out
@@ -502,6 +514,14 @@ class SqliteStore(Store):
 
     def save_message(self, record: MessageRecord) -> None:
         answered = None if record.answered_queued is None else int(record.answered_queued)
+        if record.spilled:  # a stand-in: the body on disk stays, the state changes
+            self._put(
+                _Op(
+                    "message_state",
+                    (record.status, answered, record.session, record.client_msg_id),
+                )
+            )
+            return
         self._put(
             _Op(
                 "message",
@@ -518,6 +538,35 @@ class SqliteStore(Store):
 
     def delete_session(self, session: str) -> None:
         self._put(_Op("delete", session))
+
+    def spill(self, record: MessageRecord) -> MessageRecord:
+        if record.spilled:
+            return record
+        return msgspec.structs.replace(record, text="", attachments=[], spilled=True)
+
+    async def unspill(self, record: MessageRecord) -> MessageRecord:
+        if not record.spilled:
+            return record
+        with contextlib.suppress(StoreUnavailable):
+            await self.barrier()  # its row may still be on its way to the disk
+
+        def query() -> bytes | None:
+            assert self._reader is not None
+            with self._read_lock:
+                row = self._reader.execute(
+                    "SELECT data FROM messages WHERE session = ? AND client_msg_id = ?",
+                    (record.session, record.client_msg_id),
+                ).fetchone()
+            return None if row is None else bytes(row[0])
+
+        data = await asyncio.get_running_loop().run_in_executor(self._read_pool, query)
+        if data is None:
+            log.error("message_body_missing", session=record.session, message=record.client_msg_id)
+            return record
+        whole = _dec_message.decode(data)
+        return msgspec.structs.replace(
+            whole, status=record.status, answered_queued=record.answered_queued, spilled=False
+        )
 
     def prune(self, max_events: int, max_age_s: float) -> None:
         self._put(_Op("prune", (max_events, time.time() - max_age_s)))
@@ -619,7 +668,7 @@ class SqliteStore(Store):
         failing = False
         while True:
             try:
-                keep_going = self._write(conn, batch)
+                keep_going = self._write(conn, batch, recovered=failing)
             except (sqlite3.Error, OSError) as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
@@ -635,8 +684,6 @@ class SqliteStore(Store):
                 self._wake.clear()
                 delay = min(RETRY_MAX_S, delay * 2)
                 continue
-            if failing:
-                self._tell_loop(self.health.set_ok)
             return keep_going
 
     def _give_up(self, batch: Sequence[_Op | StoredEvent], message: str) -> bool:
@@ -660,8 +707,11 @@ class SqliteStore(Store):
             if not waiter.done():
                 waiter.set_result(committed)
 
-    def _write(self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]) -> bool:
-        """One attempt; raises on failure, after which nothing of the batch is committed."""
+    def _write(
+        self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent], *, recovered: bool
+    ) -> bool:
+        """One attempt; raises on failure, after which nothing of the batch is committed.
+        ``recovered``: earlier attempts failed; clients hear "ok" before the events."""
         events = [op for op in batch if isinstance(op, StoredEvent)]
         waiters: list[asyncio.Future[bool]] = []
         keep_going = True
@@ -686,6 +736,12 @@ class SqliteStore(Store):
                     " VALUES (?, ?, ?, ?, ?, ?)",
                     op.args,
                 )
+            elif op.kind == "message_state":
+                conn.execute(
+                    "UPDATE messages SET status = ?, answered = ?"
+                    " WHERE session = ? AND client_msg_id = ?",
+                    op.args,
+                )
             elif op.kind == "delete":
                 for table in ("sessions", "event_chunks", "messages"):
                     column = "id" if table == "sessions" else "session"
@@ -699,6 +755,8 @@ class SqliteStore(Store):
         if not single:
             _insert_chunks(conn, rows)
             conn.execute("COMMIT")
+        if recovered:
+            self._tell_loop(self.health.set_ok)
         self._tell_loop(self._committed, events, waiters)
         return keep_going
 

@@ -39,6 +39,7 @@ async def _turn_with_a_non_reader(d: DaemonProcess, project: Path, text: str) ->
         await asyncio.sleep(0.1)
     else:
         raise AssertionError("the turn never ended")
+    await asyncio.sleep(1.0)  # its last events reach the disk (idle is set before they do)
     # A reader replaying the turn (replays wait for the reader, they are never cut off).
     await c.request("session.subscribe", session=session)
     frames = await c.turn(session, timeout=120)
@@ -103,3 +104,47 @@ async def test_history_is_read_in_bounded_pieces(tmp_path: Path) -> None:
         assert seen == list(range(1, 41))
     finally:
         await store.close()
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_queued_message_bodies_wait_on_disk(daemon_factory: Any, project: Path) -> None:
+    d: DaemonProcess = daemon_factory(config="[server]\nunix_socket = \"off\"\n").start()
+    assert d.proc is not None
+    c = await Client.open(d.url, d.token)
+    session = (await c.request("session.create", agent="demo", cwd=str(project)))["session"][
+        "session"
+    ]
+    await c.request("session.subscribe", session=session)
+    await c.request("session.send", session=session, text="tour")  # waits for a permission
+    frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
+    request_id = frames[-1]["block"]["id"]
+    await asyncio.sleep(0.5)
+    before = _rss_mib(d.proc.pid)
+    for i in range(10):  # 40 MiB waiting behind the turn
+        got = await c.request("session.send", session=session, text=f"fail {i} " + "q" * 4 * MiB)
+        assert got == {"queued": True}
+    await c.request("session.send", session=session, text="echo the last one")
+    await asyncio.sleep(1.0)
+    grown = _rss_mib(d.proc.pid) - before
+    assert grown < 20, f"RSS grew {grown:.0f} MiB for 40 MiB of queued messages"
+    # They run, in order, with their whole text, once the turn goes on.
+    await c.request("session.permission", session=session, request_id=request_id,
+                    option_id="allow")
+    said = await c.events_until(
+        lambda b: b["type"] == "user" and b["text"] == "echo the last one",
+        timeout=120, session=session,
+    )
+    said += await c.turn(session)
+    assert "You said: the last one" in "".join(
+        f["block"].get("text") or "" for f in said if f["block"]["type"] == "text"
+    )
+    users = [f["block"]["text"] for f in said if f["block"]["type"] == "user"]
+    assert [u[:7] for u in users] == [f"fail {i} "[:7] for i in range(10)] + ["echo th"]
+    assert all(len(u) == len(f"fail {i} ") + 4 * MiB for i, u in enumerate(users[:10]))
+    await c.close()

@@ -40,7 +40,14 @@ async def test_start_up_reads_the_bodies_of_queued_messages_only(tmp_path: Path)
     finally:
         await again.close()
     by_id = {m.client_msg_id: m for m in messages}
-    assert by_id["waiting"].text == "y" * MiB and by_id["waiting"].status == "queued"
+    assert by_id["waiting"].status == "queued" and by_id["waiting"].spilled
+    again = SqliteStore(db)
+    again.open(asyncio.get_running_loop())
+    try:
+        whole = await again.unspill(by_id["waiting"])  # when its turn starts
+    finally:
+        await again.close()
+    assert whole.text == "y" * MiB and not whole.spilled and whole.answered_queued is True
     # The others are known (a retransmit is answered as before), without their bodies.
     assert all(by_id[f"old{i}"].answered_queued == bool(i % 2) for i in range(40))
     assert all(by_id[f"old{i}"].text == "" for i in range(40))

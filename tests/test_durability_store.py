@@ -86,18 +86,24 @@ def _write_lock(db: Path) -> Iterator[sqlite3.Connection]:
 async def _fault_round(
     d: DaemonProcess, project: Path, hold: Any, release: Any, text: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], str]:
-    """Start a turn while the store fails; return (pushed while failing, pushed after, sid)."""
+    """Make the store fail in the middle of a streaming turn. Returns what the client got
+    before the ``failing`` frame, between it and the ``ok`` frame, after it, and the session."""
     c = await Client.open(d.url, d.token)
     session = (await c.request("session.create", agent="demo", cwd=str(project)))["session"][
         "session"
     ]
     await c.request("session.subscribe", session=session)
     seen: list[dict[str, Any]] = []
-    await _pushes_until(c, lambda f: f["t"] == "event", 10, seen)  # the agent_info block
+    await c.request("session.send", session=session, text=text)
+    await _pushes_until(  # the turn streams
+        c, lambda f: f["t"] == "event" and f["block"]["type"] == "text", 30, seen
+    )
     hold()
-    send = asyncio.create_task(c.call("session.send", session=session, text=text))
     during: list[dict[str, Any]] = []
-    failing = await _pushes_until(c, lambda f: f["t"] == "daemon", 30, during)
+    # Events committed before the fault may still arrive; after the `failing` frame, none.
+    failing = await _pushes_until(c, lambda f: f["t"] == "daemon", 30, seen)
+    # A message sent now is not acknowledged until it is stored.
+    send = asyncio.create_task(c.call("session.send", session=session, text="echo later"))
     assert failing == {"t": "daemon", "store": "failing", "message": failing["message"]}
     assert failing["message"]
     status, body = _healthz(d)
@@ -113,13 +119,15 @@ async def _fault_round(
     assert not send.done(), "session.send answered ok before its message was stored"
     release()
     after: list[dict[str, Any]] = []
-    ok = await _pushes_until(c, lambda f: f["t"] == "daemon", 60, after)
+    ok = await _pushes_until(c, lambda f: f["t"] == "daemon", 60, during)
+    during.pop()
     assert ok == {"t": "daemon", "store": "ok"}
     answer = await asyncio.wait_for(send, 30)
     assert answer["t"] == "ok", answer
-    await _pushes_until(
-        c, lambda f: f["t"] == "event" and f["block"]["type"] == "session_end", 60, after
-    )
+    for _ in range(2):  # the turn under the fault, then the message sent during it
+        await _pushes_until(
+            c, lambda f: f["t"] == "event" and f["block"]["type"] == "session_end", 60, after
+        )
     assert _healthz(d)[0] == 200
     await c.close()
     return seen, during, after, session
@@ -138,7 +146,7 @@ async def test_locked_database_pushes_nothing_until_stored_and_keeps_every_seq(
         project,
         lambda: stack.enter_context(_write_lock(db)),
         stack.close,
-        "echo " + "x" * 80,
+        "echo " + "x" * 300,
     )
     events_before = [f for f in before if f["t"] == "event"]
     pushed_during = [f for f in during if f["t"] == "event"]
@@ -174,7 +182,7 @@ async def test_writes_failing_past_fail_after_s_interrupt_the_turn(
         "echo " + "y" * 1000,  # 1000 blocks, 25 s at this pace
     )
     end = [f for f in after if f["t"] == "event" and f["block"]["type"] == "session_end"]
-    assert end[-1]["block"]["reason"] == "interrupted"
+    assert end[0]["block"]["reason"] == "interrupted"
 
 
 @pytest.fixture
