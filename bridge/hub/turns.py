@@ -214,7 +214,12 @@ class TurnRunner:
                     return
                 if not self._may_start(s):
                     break  # it changed during the ownership check (a handoff, a close)
-                msg = s.queue.popleft()
+                msg = await self.store.unspill(s.queue[0])  # its body, from disk
+                if not s.queue or s.queue[0].client_msg_id != msg.client_msg_id:
+                    continue  # closed or changed while it was read: look again
+                if not self._may_start(s):
+                    continue
+                s.queue.popleft()
                 try:
                     await self.run_turn(s, msg)
                 except asyncio.CancelledError:
