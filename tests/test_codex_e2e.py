@@ -38,7 +38,7 @@ from tests.harness import (
 from tests.wsclient import text_of
 
 BINARY = realcli.codex_bin()
-MODEL = "gpt-5.5"
+MODEL = realcli.CODEX_MODEL
 pytestmark = [
     pytest.mark.realcli,
     pytest.mark.timeout(180),

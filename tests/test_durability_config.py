@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from tests.daemon import ROOT, DaemonProcess
-from tests.test_loader_unit import Harness, adapter_source, write
+from tests.loaderkit import LoaderHarness as Harness
+from tests.loaderkit import adapter_source, write
 
 
 def _serve(d: DaemonProcess) -> subprocess.CompletedProcess[str]:

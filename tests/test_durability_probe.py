@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from bridge import loader
-from tests.test_loader_unit import Harness, adapter_source, write
+from tests.loaderkit import LoaderHarness as Harness
+from tests.loaderkit import adapter_source, write
 
 
 async def test_a_file_swapped_during_its_probe_is_not_imported_unchecked(

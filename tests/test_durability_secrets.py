@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 
 from bridge.auth import load_or_create_token
@@ -11,7 +12,8 @@ from bridge.logs import configure_logging, get_logger
 from bridge.parsers import acp
 from bridge.process import ChildProcess, build_env
 from bridge.redact import FRAGMENT_LEN
-from tests.test_process import py
+
+PRINT_PAT = "import os, sys; sys.stderr.write('pat=' + os.environ['GITHUB_PAT'] + '\\n')"
 
 
 def _logged(**fields: str) -> str:
@@ -49,7 +51,7 @@ async def test_every_value_passed_in_an_agent_env_is_masked_whatever_its_name() 
     value = "ghp_plainnamedvalue4242"
     env = build_env({"GITHUB_PAT": value})  # a name that does not look secret
     child = await ChildProcess.spawn(
-        py("import os, sys; sys.stderr.write('pat=' + os.environ['GITHUB_PAT'] + '\\n')"),
+        [sys.executable, "-c", PRINT_PAT],
         env=env,
     )
     assert await child.read_line(timeout=30) is None
