@@ -16,7 +16,12 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from bridge.blocks import AgentInfoBlock, Block, Command, UsageBlock
+from bridge.blocks import AgentInfoBlock, Block, Command, ErrorBlock, UsageBlock
+
+# Re-exported for adapters (built-in and drop-in): classify what the agent reported.
+from bridge.failures import FailureReport as FailureReport
+from bridge.failures import classify_failure as classify_failure
+from bridge.failures import failure_block as failure_block
 from bridge.process import run_capture
 
 CheckLevel = Literal["info", "warn", "error"]
@@ -202,6 +207,16 @@ class BaseAdapter:
 
     async def get_usage(self) -> UsageBlock | None:
         return None
+
+    # ---- failures (optional) -----------------------------------------------------------------
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        """True when the agent already retried the failed model call itself in this turn.
+
+        The daemon retries a turn that ended with a retryable ``error`` block (see
+        ``adapters.retry_max``) unless this says the agent's own retries were used up already.
+        """
+        return False
 
     # ---- helpers ---------------------------------------------------------------------------
 
