@@ -73,6 +73,7 @@ class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     detect_timeout: float = 10.0
     import_timeout: float = 5.0
     watch: bool = True
+    retry_max: int = 2
 
 
 class AcpAgentConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -194,6 +195,8 @@ def _validate(config: Config, file: Path) -> None:
     for name, value in msgspec.structs.asdict(config.limits).items():
         if value <= 0:
             raise bad(f"limits.{name}", "must be greater than 0")
+    if not 0 <= config.adapters.retry_max <= 10:
+        raise bad("adapters.retry_max", "must be between 0 and 10")
     for name, acp in config.acp.items():
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")

@@ -674,3 +674,14 @@ def _exit_message(r: FailureReport) -> str:
     if r.exit_code is not None:
         return f"the agent exited with code {r.exit_code}"
     return ""
+
+
+def bridge_failure(code: str, message: str) -> ErrorBlock:
+    """The ``error`` block for a turn the daemon itself ended (its own codes kept as ``detail``).
+
+    The idle and turn timeouts are the protocol's ``timeout``; other daemon codes
+    (``adapter_error``, ``adapter_contract``, …) stay as they are, not retryable.
+    """
+    if code in ("idle_timeout", "turn_timeout"):
+        return classify(None, FailureReport(bridge="timeout")).block(message, detail=code)
+    return ErrorBlock(code=code, message=message)

@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
+from bridge import retry
 from bridge.adapters.base import BaseAdapter, ResumeCommand, cwd_matches, instantiate
 from bridge.blocks import (
     AgentInfoBlock,
@@ -46,6 +47,7 @@ from bridge.blocks import (
 )
 from bridge.commands import SlashCommand, help_text, parse_command
 from bridge.config import Config
+from bridge.failures import bridge_failure
 from bridge.invariants import TurnGuard
 from bridge.logs import get_logger
 from bridge.protocol import (
@@ -207,6 +209,8 @@ class Turn:
     end_reason: EndReason | None = None
     #: A terminal was seen taking the session during this turn (said once).
     terminal_seen: bool = False
+    #: What the attempt produced, for the automatic retry (bridge/retry.py).
+    watch: retry.RetryWatch = field(default_factory=retry.RetryWatch)
 
 
 @dataclass
@@ -925,13 +929,19 @@ class Hub:
                     self._finish(s, turn, "error")
                     return
                 self._emit(s, info)
-            turn.task = asyncio.create_task(self._consume(s, turn, msg))
-            try:
-                await asyncio.shield(turn.task)
-            except asyncio.CancelledError:
-                if not turn.task.done():
-                    turn.task.cancel()
-                raise
+            text: str | None = None
+            for attempt in range(self.config.adapters.retry_max + 1):
+                turn.task = asyncio.create_task(self._consume(s, turn, msg, text))
+                try:
+                    await asyncio.shield(turn.task)
+                except asyncio.CancelledError:
+                    if not turn.task.done():
+                        turn.task.cancel()
+                    raise
+                text = await self._retry_wait(s, turn, attempt, msg.text)
+                if text is None:
+                    break
+                turn = s.turn = Turn(guard=TurnGuard(s.rec.agent_session_id))
         finally:
             if not turn.guard.ended:
                 reason = turn.end_reason or ("interrupted" if turn.interrupting else "error")
@@ -940,6 +950,23 @@ class Hub:
             if s.rec.state == "running":
                 self._set_state(s, "idle", "bridge", "the turn ended")
 
+    async def _retry_wait(self, s: Session, turn: Turn, attempt: int, text: str) -> str | None:
+        """After a failed attempt: the text to send again once the wait is over, or None."""
+        retry_max = self.config.adapters.retry_max
+        delay = retry.next_delay(turn.watch, attempt, retry_max, s.adapter, turn.interrupting)
+        if delay is None or turn.watch.error is None:
+            return None
+        self._emit(s, retry.retrying_block(turn.watch.error, attempt + 1, retry_max, delay))
+        if not await retry.wait(delay, lambda: turn.interrupting or s.rec.state != "running"):
+            return None
+        if s.adapter is None:
+            try:
+                self._emit(s, await self._start_adapter(s))
+            except HubError as exc:
+                self._emit(s, ErrorBlock(code="agent_unavailable", message=str(exc)))
+                return None
+        return s.adapter.retry_prompt(text) if s.adapter is not None else None
+
     def _finish(
         self, s: Session, turn: TurnGuard | Turn, reason: EndReason, exit_code: int | None = None
     ) -> None:
@@ -947,7 +974,9 @@ class Hub:
         for block in guard.finish(reason, exit_code, silent=True):
             self._emit(s, block)
 
-    async def _consume(self, s: Session, turn: Turn, msg: MessageRecord) -> None:
+    async def _consume(
+        self, s: Session, turn: Turn, msg: MessageRecord, text: str | None = None
+    ) -> None:
         adapter = s.adapter
         assert adapter is not None
         turn_timeout, idle_timeout = self._timeouts(s.rec.agent)
@@ -958,7 +987,11 @@ class Hub:
             async with asyncio.timeout(turn_timeout):
                 try:
                     await asyncio.wait_for(
-                        _contained(adapter.send(msg.text, list(msg.attachments) or None)),
+                        _contained(
+                            adapter.send(msg.text, list(msg.attachments) or None)
+                            if text is None or text == msg.text
+                            else adapter.send(text, None)
+                        ),
                         idle_timeout,
                     )
                 except TimeoutError:
@@ -1036,7 +1069,7 @@ class Hub:
             await self._stop_adapter(s)
         elif failure is not None and not guard.ended:
             code, message, reason = failure
-            self._emit(s, ErrorBlock(code=code, message=message))
+            self._emit(s, bridge_failure(code, message))
             self._finish(s, turn, reason)
             await self._stop_adapter(s)
         elif not guard.ended:
@@ -1052,6 +1085,7 @@ class Hub:
                 )
             ]
         typed: Block = block  # type: ignore[assignment]
+        turn.watch.see(typed)
         if isinstance(typed, PermissionRequestBlock):
             turn.permission_options[typed.id] = {o.id for o in typed.options}
         elif isinstance(typed, SessionEndBlock) and turn.end_reason is not None:

@@ -88,6 +88,10 @@ MEANING: dict[str, str] = {
     "get twice this.",
     "adapters.import_timeout": "Seconds importing one adapter file may take.",
     "adapters.watch": "Reload adapter files when they change, without a restart.",
+    "adapters.retry_max": (
+        "Times a turn that failed for a transient reason (a retryable failure code) is tried "
+        "again automatically, after the provider's delay or 2 s, 8 s, …; 0 turns it off."
+    ),
     "log.level": "`debug`, `info`, `warning` or `error`.",
     "log.format": "`auto` (readable on a terminal, JSON lines otherwise), `console` or `json`.",
     "agents.<id>.binary": "The agent's executable (name on PATH or path) instead of the default.",

@@ -34,11 +34,18 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bridge.adapters.base import BaseAdapter, DetectedAgent, ModelInfo
+from bridge.adapters.base import (
+    BaseAdapter,
+    DetectedAgent,
+    FailureReport,
+    ModelInfo,
+    failure_block,
+)
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
     Command,
+    ErrorBlock,
     PermissionKind,
     PermissionRequestBlock,
     SessionEndBlock,
@@ -46,6 +53,7 @@ from bridge.blocks import (
     UsageBlock,
 )
 from bridge.logs import get_logger
+from bridge.parsers import decode_object
 from bridge.parsers.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -499,8 +507,17 @@ class AcpBase(BaseAdapter, abstract=True):
         self._fail_pending(f"{why}: {detail}" if detail else why)
         if self._prompt_id is not None:
             self._prompt_id = None
+            error = failure_block(
+                self.agent_id,
+                FailureReport(
+                    message=clean(f"{self.display_name}: {why}", 2000),
+                    stderr=detail or "",
+                    exit_code=code,
+                ),
+                detail=detail,
+            )
             for block in self._mapper.fail_turn(
-                "agent_exited", f"{self.display_name}: {why}", detail, exit_code=code
+                error.code, error.message, detail, exit_code=code, error=error
             ):
                 self._events.put_nowait(block)
 
@@ -525,15 +542,32 @@ class AcpBase(BaseAdapter, abstract=True):
             elif self._cancelling:
                 blocks = self._mapper.end_turn({"stopReason": "cancelled"}, cancelled=True)
             else:
-                blocks = self._mapper.fail_turn(
-                    "agent_error", f"{self.display_name}: {msg.error.describe()}"
-                )
+                error = self.classify_rpc_error(msg.error)
+                blocks = self._mapper.fail_turn(error.code, error.message, error=error)
             for block in blocks:
                 self._events.put_nowait(block)
             return
         fut = self._pending.get(msg.id) if msg.id is not None else None
         if fut is not None and not fut.done():
             fut.set_result(msg)
+
+    def classify_rpc_error(self, error: RpcError) -> ErrorBlock:
+        """The ``error`` block for a failed ``session/prompt``: the JSON-RPC error classified.
+
+        Gemini CLI puts the provider's HTTP status in the JSON-RPC ``code``; a code in the
+        HTTP error range is read as one, JSON-RPC's own codes (negative) are not.
+        """
+        code = error.code if isinstance(error.code, int) and 400 <= error.code <= 599 else None
+        body: dict[str, Any] = {"data": error.data}
+        inner = decode_object(error.message) if error.message.startswith("{") else None
+        if inner is not None:
+            body["message"] = inner
+        report = FailureReport(
+            message=clean(f"{self.display_name}: {error.describe()}", 2000),
+            status=code,
+            body=body,
+        )
+        return failure_block(self.agent_id, report)
 
     def _on_update(self, params: Any) -> None:
         params = _dict(params)

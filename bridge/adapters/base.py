@@ -61,6 +61,12 @@ CAPABILITIES: tuple[str, ...] = (
 
 DETECT_TIMEOUT_S = 5.0
 
+#: Sent on a retry to an agent whose session already holds the failed message.
+CONTINUE_PROMPT = (
+    "(The previous attempt at my last message failed with a temporary provider error. "
+    "Please carry on with it.)"
+)
+
 
 class DetectedAgent(msgspec.Struct, kw_only=True):
     """What ``detect()`` found: whether the agent can run here, with which binary and version."""
@@ -209,6 +215,15 @@ class BaseAdapter:
         return None
 
     # ---- failures (optional) -----------------------------------------------------------------
+
+    def retry_prompt(self, text: str) -> str:
+        """What to send when the daemon retries a turn that failed for a transient reason.
+
+        By default the user's message ``text`` again. An agent whose own session already
+        holds the failed message (so that sending it again would put it there twice) returns
+        :data:`CONTINUE_PROMPT` instead.
+        """
+        return text
 
     def agent_retried(self, block: ErrorBlock) -> bool:
         """True when the agent already retried the failed model call itself in this turn.

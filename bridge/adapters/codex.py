@@ -27,8 +27,10 @@ from bridge.adapters.base import (
     BaseAdapter,
     Check,
     ExternalSession,
+    FailureReport,
     ModelInfo,
     ResumeCommand,
+    failure_block,
 )
 from bridge.blocks import AgentInfoBlock, Block, DiffBlock, ErrorBlock, SessionEndBlock, UsageBlock
 from bridge.handoff import codex as handoff_codex
@@ -101,6 +103,7 @@ class CodexAdapter(BaseAdapter):
         self._thread_id = resume_session_id
         self._child: ChildProcess | None = None
         self._parser: CodexParser | None = None
+        self._agent_retried = False
         self._pending: tuple[str, list[str]] | None = None
         self._usage: UsageBlock | None = None
 
@@ -169,12 +172,17 @@ class CodexAdapter(BaseAdapter):
                 line = await child.read_line()
                 if line is None:
                     code = await self._reap(child)
-                    yield ErrorBlock(
-                        code="agent_exited",
-                        message=f"Codex exited with code {code}"
-                        if code is not None
-                        else "Codex stopped",
-                        detail=child.stderr_tail() or None,
+                    stderr = child.stderr_tail()
+                    yield failure_block(
+                        "codex",
+                        FailureReport(
+                            message=f"Codex exited with code {code}"
+                            if code is not None
+                            else "Codex stopped",
+                            stderr=stderr,
+                            exit_code=code,
+                        ),
+                        detail=stderr or None,
                     )
                     for block in parser.close_turn("error", code):
                         yield block
@@ -190,9 +198,14 @@ class CodexAdapter(BaseAdapter):
                         return
         finally:
             self._usage = parser.usage() or self._usage
+            self._agent_retried = parser.agent_retried
             self._parser = None
             self._child = None
             await child.terminate(STOP_GRACE_S)
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # Codex announces its own retries (`request_max_retries`, `stream_max_retries`).
+        return self._agent_retried
 
     @staticmethod
     def _feed(parser: CodexParser, line: bytes) -> list[Block]:

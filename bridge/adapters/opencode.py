@@ -34,8 +34,10 @@ from bridge.adapters.base import (
     BaseAdapter,
     Check,
     ExternalSession,
+    FailureReport,
     ModelInfo,
     ResumeCommand,
+    failure_block,
 )
 from bridge.adapters.perturn import add_usage, cli_running_in, complete_diff, has_usage
 from bridge.blocks import (
@@ -209,7 +211,7 @@ class OpenCodeAdapter(BaseAdapter):
         self.options = dict(options or {})
         self._on_session_id = on_session_id
         self._server: LocalServer | None = None
-        self._parser = OpenCodeParser(resume_session_id)
+        self._parser = OpenCodeParser(resume_session_id, agent_id=self.agent_id)
         self._verified = False  # the server confirmed it knows session_id
         self._prompt: str | None = None
         self._interrupted = False
@@ -247,6 +249,10 @@ class OpenCodeAdapter(BaseAdapter):
         )
         if resp.status_code >= 400:
             raise KeyError(f"the server refused the answer: {resp.status_code} {resp.text[:200]}")
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # The server says so with `session.status` `retry` events.
+        return self._parser.agent_retried
 
     async def stop(self) -> None:
         await self._drop_server()
@@ -365,9 +371,12 @@ class OpenCodeAdapter(BaseAdapter):
                 )
                 resp = await server.request("POST", f"/session/{sid}/prompt_async", body)
             if resp.status_code >= 400:
-                yield ErrorBlock(
-                    code="agent_error",
-                    message=f"{self.display_name} refused the prompt ({resp.status_code})",
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(
+                        message=f"{self.display_name} refused the prompt ({resp.status_code})",
+                        body=resp.text[:2000],
+                    ),
                     detail=resp.text[:2000] or None,
                 )
                 yield SessionEndBlock(reason="error", agent_session_id=self.session_id)
@@ -398,10 +407,14 @@ class OpenCodeAdapter(BaseAdapter):
                         reason="interrupted", exit_code=code, agent_session_id=self.session_id
                     )
                     return
-                yield ErrorBlock(
-                    code="agent_exited",
-                    message=f"the {self.display_name} server stopped mid-turn"
-                    + (f" (exit code {code})" if code is not None else ""),
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(
+                        message=f"the {self.display_name} server stopped mid-turn"
+                        + (f" (exit code {code})" if code is not None else ""),
+                        stderr=tail,
+                        exit_code=code,
+                    ),
                     detail=tail[-2000:] or None,
                 )
                 yield SessionEndBlock(

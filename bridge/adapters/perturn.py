@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from bridge.adapters.base import BaseAdapter, DetectedAgent
+from bridge.adapters.base import BaseAdapter, DetectedAgent, FailureReport, failure_block
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -337,9 +337,13 @@ class PerTurnAdapter(BaseAdapter, abstract=True):
             failed = code != 0 or parser.failed
             if failed and not parser.failed:
                 tail = child.stderr_tail().strip()
-                yield ErrorBlock(
-                    code="agent_exited",
-                    message=f"{self.display_name} exited with code {code}",
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(
+                        message=f"{self.display_name} exited with code {code}",
+                        stderr=tail,
+                        exit_code=code,
+                    ),
                     detail=tail[-2000:] or None,
                 )
             async for block in self._end(parser, "error" if failed else "completed", code):

@@ -15,7 +15,6 @@ from typing import Any
 from bridge.blocks import (
     Block,
     DiffBlock,
-    ErrorBlock,
     SystemBlock,
     TextBlock,
     ThinkingBlock,
@@ -23,6 +22,7 @@ from bridge.blocks import (
     ToolResultBlock,
     UsageBlock,
 )
+from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     Hunk,
     clip,
@@ -199,7 +199,7 @@ class PiParser:
         if stop == "error":
             self.failed = True
             self.error_message = get_str(message, "errorMessage") or "the model call failed"
-            out.append(ErrorBlock(code="model_error", message=self.error_message))
+            out.append(failure_block("pi", FailureReport(message=self.error_message, body=message)))
         elif stop == "aborted":
             self.aborted = True
         return out
