@@ -156,8 +156,9 @@ _NETWORK = (
     r"ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|EPIPE"
     r"|fetch failed|connection (?:refused|reset|error|closed|failed|timed out)|socket hang up"
     r"|network error|stream disconnected|error sending request|dns error|could not resolve"
-    r"|unable to connect|failed to connect|connect(?:ion)?error|APIConnectionError"
-    r"|premature close|terminated unexpectedly|other side closed|UND_ERR|timed out"
+    r"|unable to connect|failed to connect|cannot connect|connect(?:ion)?error|APIConnectionError"
+    r"|closed unexpectedly"
+    r"|premature close|terminated unexpectedly|other side closed|UND_ERR|timed out|^terminated$"
 )
 COMMON_RULES: Final[tuple[Rule, ...]] = (
     Rule("quota_exhausted", r"insufficient_quota|exceeded your current quota|credit balance"

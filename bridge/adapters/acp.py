@@ -114,6 +114,24 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def rpc_failure(agent_id: str, display_name: str, error: RpcError) -> ErrorBlock:
+    """The ``error`` block for a failed ``session/prompt``: the JSON-RPC error classified.
+
+    Gemini CLI puts the provider's HTTP status in the JSON-RPC ``code``; a code in the HTTP
+    error range is read as one, JSON-RPC's own codes (negative) are not.
+    """
+    code = error.code if isinstance(error.code, int) and 400 <= error.code <= 599 else None
+    body: dict[str, Any] = {"data": error.data}
+    message = error.message if isinstance(error.message, str) else ""
+    inner = decode_object(message) if message.startswith("{") else None
+    if inner is not None:
+        body["message"] = inner
+    report = FailureReport(
+        message=clean(f"{display_name}: {error.describe()}", 2000), status=code, body=body
+    )
+    return failure_block(agent_id, report)
+
+
 def _exit_text(code: int | None) -> str:
     if code is None:
         return "the agent's output ended"
@@ -552,22 +570,8 @@ class AcpBase(BaseAdapter, abstract=True):
             fut.set_result(msg)
 
     def classify_rpc_error(self, error: RpcError) -> ErrorBlock:
-        """The ``error`` block for a failed ``session/prompt``: the JSON-RPC error classified.
-
-        Gemini CLI puts the provider's HTTP status in the JSON-RPC ``code``; a code in the
-        HTTP error range is read as one, JSON-RPC's own codes (negative) are not.
-        """
-        code = error.code if isinstance(error.code, int) and 400 <= error.code <= 599 else None
-        body: dict[str, Any] = {"data": error.data}
-        inner = decode_object(error.message) if error.message.startswith("{") else None
-        if inner is not None:
-            body["message"] = inner
-        report = FailureReport(
-            message=clean(f"{self.display_name}: {error.describe()}", 2000),
-            status=code,
-            body=body,
-        )
-        return failure_block(self.agent_id, report)
+        """The ``error`` block for a failed ``session/prompt``: the JSON-RPC error classified."""
+        return rpc_failure(self.agent_id, self.display_name, error)
 
     def _on_update(self, params: Any) -> None:
         params = _dict(params)

@@ -178,6 +178,7 @@ class PerTurnAdapter(BaseAdapter, abstract=True):
         self._on_session_id = on_session_id
         self._prompt: str | None = None
         self._child: ChildProcess | None = None
+        self._parser: TurnParser | None = None
         self._interrupted = False
         self._killer: asyncio.Task[None] | None = None
         self._total = UsageBlock()
@@ -272,7 +273,7 @@ class PerTurnAdapter(BaseAdapter, abstract=True):
         while modes:
             mode = modes.pop(0)
             wanted = self.session_id if mode is not None else None
-            parser = self.new_parser()
+            parser = self._parser = self.new_parser()
             try:
                 child = await ChildProcess.spawn(
                     self.argv(self.binary, mode), cwd=self.cwd, env=self.child_env()
@@ -349,6 +350,10 @@ class PerTurnAdapter(BaseAdapter, abstract=True):
             async for block in self._end(parser, "error" if failed else "completed", code):
                 yield block
             return
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # A parser that saw the CLI retry the model call itself says so (Pi: auto_retry_start).
+        return bool(getattr(self._parser, "agent_retried", False))
 
     async def _end(
         self, parser: TurnParser, reason: EndReason, code: int | None

@@ -43,7 +43,7 @@ from bridge.blocks import (
     ToolResultBlock,
     UsageBlock,
 )
-from bridge.failures import FailureReport, failure_block
+from bridge.failures import FailureReport, classify, failure_block
 from bridge.parsers import (
     added_file_diff,
     apply_hunks,
@@ -276,9 +276,18 @@ class ClaudeParser:
             attempt, most = get_int(msg, "attempt"), get_int(msg, "max_retries")
             error = get_str(msg, "error") or get_str(msg, "error_status") or "API error"
             counts = f" (attempt {attempt} of {most})" if attempt and most else ""
+            failure = classify(
+                "claude",
+                FailureReport(
+                    message=get_str(msg, "error") or "", status=get_int(msg, "error_status")
+                ),
+            )
             return [
                 SystemBlock(
-                    level="warn", code="api_retry", text=f"retrying the model call{counts}: {error}"
+                    level="warn",
+                    code="api_retry",
+                    text=f"retrying the model call{counts}: {error}",
+                    data={"attempt": attempt, "error_code": failure.code, "hint": failure.hint},
                 )
             ]
         if subtype == "compact_boundary":

@@ -30,7 +30,7 @@ from bridge.blocks import (
     ToolResultBlock,
     UsageBlock,
 )
-from bridge.failures import FailureReport, failure_block
+from bridge.failures import FailureReport, classify, failure_block
 from bridge.parsers import (
     added_file_diff,
     clip,
@@ -213,12 +213,14 @@ class OpenCodeParser:
             self.agent_retried = True
             attempt = get_int(status, "attempt")
             why = get_str(status, "message") or "the model call failed"
+            failure = classify(self.agent_id, FailureReport(message=why))
             return [
                 SystemBlock(
                     level="warn",
                     code="api_retry",
                     text=f"retrying the model call{f' (attempt {attempt})' if attempt else ''}: "
                     + short(why, 300),
+                    data={"attempt": attempt, "error_code": failure.code, "hint": failure.hint},
                 )
             ]
         return []
