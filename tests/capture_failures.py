@@ -12,19 +12,21 @@ emitted. ``tests/test_failures.py`` replays these files through the classifier.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from bridge.adapters.base import BaseAdapter
-from bridge.blocks import Block, SessionEndBlock
+from bridge.blocks import Block, ErrorBlock, SessionEndBlock
 from bridge.process import ChildProcess
 from tests import realcli
 from tests.fakes import FakeAnthropic, FakeChat, FakeGemini, FakeResponses, HttpError, Reply
@@ -185,70 +187,90 @@ class Tap:
         oc.sse_data = sse_data  # type: ignore[assignment]
 
 
-async def capture(name: str, scenario: str, step: Any, tap: Tap, limit: float) -> dict[str, Any]:
+@dataclass
+class Run:
+    """What one failing turn gave: the adapter's blocks and what the fake server saw."""
+
+    blocks: list[Block] = field(default_factory=list)
+    agent_calls: int = 0
+    model_calls: int = 0
+    prompts: list[Any] = field(default_factory=list)
+    elapsed: float = 0.0
+    timed_out: bool = False
+    agent_retried: bool = False
+
+
+async def run_failing_turn(
+    name: str, step: Any, limit: float, tmp: Path, prompt: str = "Say hello."
+) -> Run:
+    """Run one turn of agent ``name`` through its adapter against a fake server answering every
+    model call with ``step`` (None: nothing listens on the provider's port), for at most
+    ``limit`` seconds."""
     agent = AGENTS[name]
     cls = _load(agent.cls)
+    work = tmp / "work"
+    work.mkdir(exist_ok=True)
+    run = Run()
+    async with agent.server(default=step or Reply()) as srv:  # type: ignore[arg-type]
+        url = srv.base_url
+        if step is None:
+            url = url.replace(str(srv.port), str(_free_port()))
+        env = agent.env(tmp, url)
+        env.update(agent.extra_env)
+        binary = realcli.cli_bin(name.split("_")[0])
+        if binary and binary.endswith(".js"):
+            env["PATH"] = f"{Path(realcli.node_bin() or 'node').parent}:{env.get('PATH', '')}"
+        adapter = cls(cwd=str(work), model=agent.model, binary=binary, env=env)  # type: ignore[call-arg]
+        started = time.monotonic()
+        try:
+            await adapter.start("capture")
+            await adapter.send(prompt)
+            async with asyncio.timeout(limit):
+                async for block in adapter.stream():
+                    run.blocks.append(block)
+                    if isinstance(block, SessionEndBlock):
+                        break
+        except TimeoutError:
+            run.timed_out = True
+        run.elapsed = time.monotonic() - started
+        errors = [b for b in run.blocks if isinstance(b, ErrorBlock)]
+        if errors:
+            run.agent_retried = adapter.agent_retried(errors[-1])
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(adapter.stop(), 20)
+        run.agent_calls = len(srv.agent_requests)
+        run.model_calls = len(srv.model_requests)
+        run.prompts = [r.body for r in srv.agent_requests]
+    return run
+
+
+async def capture(name: str, scenario: str, step: Any, tap: Tap, limit: float) -> dict[str, Any]:
+    agent = AGENTS[name]
     tap.lines.clear()
     tap.children.clear()
     with tempfile.TemporaryDirectory(prefix=f"cap-{name}-") as tmpd:
-        tmp = Path(tmpd)
-        work = tmp / "work"
-        work.mkdir()
-        async with agent.server(default=step or Reply()) as srv:  # type: ignore[arg-type]
-            url = srv.base_url
-            if step is None:
-                url = url.replace(str(srv.port), str(_free_port()))
-            env = agent.env(tmp, url)
-            env.update(agent.extra_env)
-            binary = realcli.cli_bin(name.split("_")[0])
-            if binary and binary.endswith(".js"):
-                env["PATH"] = f"{Path(realcli.node_bin() or 'node').parent}:{env.get('PATH', '')}"
-            adapter = cls(cwd=str(work), model=agent.model, binary=binary, env=env)  # type: ignore[call-arg]
-            blocks: list[Block] = []
-            started = time.monotonic()
-            timed_out = False
-            try:
-                await adapter.start("capture")
-                await adapter.send("Say hello.")
-                async with asyncio.timeout(limit):
-                    async for block in adapter.stream():
-                        blocks.append(block)
-                        if isinstance(block, SessionEndBlock):
-                            break
-            except TimeoutError:
-                timed_out = True
-            except Exception as exc:  # recorded, not fatal
-                blocks.append(msgspec.convert({"type": "error", "code": "capture_exception",
-                                               "message": repr(exc)}, Block))  # type: ignore[arg-type]
-            elapsed = time.monotonic() - started
-            stderr = "\n".join(c.stderr_tail(6000) for c in tap.children)
-            codes = [c.returncode for c in tap.children]
-            try:
-                await asyncio.wait_for(adapter.stop(), 20)
-            except Exception:
-                pass
-            stderr = "\n".join(c.stderr_tail(6000) for c in tap.children) or stderr
-            codes = [c.returncode for c in tap.children]
-            agent_calls = len(srv.agent_requests)
-            model_calls = len(srv.model_requests)
+        run = await run_failing_turn(name, step, limit, Path(tmpd))
+    stderr = "\n".join(c.stderr_tail(6000) for c in tap.children)
+    codes = [c.returncode for c in tap.children]
     version = realcli.VERSIONS.get(name.split("_")[0], "?")
+    server = agent.server.__name__
     return {
         "provenance": (
-            f"Recorded {time.strftime('%Y-%m-%d')} by tests/capture_failures.py: the real {name} CLI "
-            f"{version} run through the bridge's adapter against tests/fakes/{agent.server.__name__} "
-            f"answering every model call with {step!r}. {agent.note}".strip()
+            f"Recorded {time.strftime('%Y-%m-%d')} by tests/capture_failures.py: the real "
+            f"{name} CLI {version} run through the bridge's adapter against tests/fakes/"
+            f"{server} answering every model call with {step!r}. {agent.note}".strip()
         ),
         "agent": name,
         "scenario": scenario,
         "cli_version": version,
-        "model_calls": model_calls,
-        "agent_calls": agent_calls,
-        "elapsed_s": round(elapsed, 1),
-        "timed_out_after_s": limit if timed_out else None,
+        "model_calls": run.model_calls,
+        "agent_calls": run.agent_calls,
+        "elapsed_s": round(run.elapsed, 1),
+        "timed_out_after_s": limit if run.timed_out else None,
         "exit_codes": codes,
         "stdout": tap.lines[-200:],
         "stderr_tail": stderr[-6000:],
-        "blocks": [json.loads(msgspec.json.encode(b)) for b in blocks],
+        "blocks": [json.loads(msgspec.json.encode(b)) for b in run.blocks],
     }
 
 

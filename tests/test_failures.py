@@ -7,6 +7,7 @@ docs/adapters.md publishes.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.adapters.base import classify_failure
-from bridge.blocks import ErrorBlock, SystemBlock
+from bridge.blocks import ErrorBlock, SystemBlock, block_to_json
 from bridge.failures import (
     CODES,
     RETRYABLE,
@@ -58,6 +59,13 @@ EXPECTED: dict[tuple[str, str], str | None] = {
     ("opencode", "rate_limit"): None,
     ("opencode", "rate_limit_retry_after"): None,
     ("opencode", "unreachable"): None,
+    ("droid", "auth"): "auth_required",
+    ("droid", "dropped_connection"): "network",
+    ("droid", "overloaded"): None,  # Droid retries 429/5xx silently, still at it after 45 s
+    ("droid", "prompt_too_long"): "request_rejected",
+    ("droid", "rate_limit"): None,
+    ("droid", "rate_limit_retry_after"): None,
+    ("droid", "unreachable"): "network",
     ("pi", "auth"): "auth_required",
     ("pi", "dropped_connection"): "network",
     ("pi", "overloaded"): "overloaded",
@@ -247,3 +255,16 @@ def test_classifier_never_raises(
         assert 0 < failure.retry_after_s <= 3600
     block = classify_failure(agent, message, status=status, body=body, exit_code=exit_code)
     assert block.code in RETRYABLE
+
+
+def test_watch_shows_the_hint_and_says_whether_it_is_temporary() -> None:
+    from bridge.render import Renderer
+
+    error = classify_failure("claude", "API Error: Request rejected (429) · retry after 7s")
+    out = Renderer(color=False).block(json.loads(block_to_json(error)))
+    assert "error rate_limited: API Error" in out
+    assert f"hint: {error.hint}" in out
+    assert "temporary: sending again after 7 s may work" in out
+    auth = classify_failure("codex", "401 Unauthorized")
+    out = Renderer(color=False).block(json.loads(block_to_json(auth)))
+    assert "codex login" in out and "temporary" not in out

@@ -215,6 +215,8 @@ class DroidParser:
         return out
 
     def _on_error(self, event: dict[str, Any]) -> list[Block]:
+        if self.failed and get_str(event, "source") == "cli":
+            return []  # "Exec failed": the CLI's summary of the error already reported
         self.failed = True
         self.error_message = get_str(event, "message") or "droid reported an error"
         return [failure_block("droid", FailureReport(message=self.error_message, body=event))]
