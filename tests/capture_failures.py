@@ -77,6 +77,13 @@ def _gemini_env(tmp: Path, url: str) -> dict[str, str]:
     return env
 
 
+def _pi_env_no_retry(tmp: Path, url: str) -> dict[str, str]:
+    env = realcli.pi_env(tmp, url)
+    # Pi retries 429/5xx/network 3 times (2, 4, 8 s) by default.
+    (Path(env["PI_CODING_AGENT_DIR"]) / "settings.json").write_text('{"retry":{"enabled":false}}')
+    return env
+
+
 AGENTS: dict[str, Agent] = {
     "claude": Agent(
         "bridge.adapters.claude:ClaudeAdapter",
@@ -122,6 +129,12 @@ AGENTS: dict[str, Agent] = {
         note="KILO_SESSION_RETRY_LIMIT=1",
     ),
     "pi": Agent("bridge.adapters.pi:PiAdapter", FakeChat, realcli.pi_env),
+    "pi_noretry": Agent(
+        "bridge.adapters.pi:PiAdapter",
+        FakeChat,
+        _pi_env_no_retry,
+        note="settings.json retry.enabled = false",
+    ),
     "hermes": Agent("bridge.adapters.hermes:HermesAdapter", FakeChat, realcli.hermes_env),
     "droid": Agent(
         "bridge.adapters.droid:DroidAdapter",
@@ -201,7 +214,12 @@ class Run:
 
 
 async def run_failing_turn(
-    name: str, step: Any, limit: float, tmp: Path, prompt: str = "Say hello."
+    name: str,
+    step: Any,
+    limit: float,
+    tmp: Path,
+    prompt: str = "Say hello.",
+    until: Callable[[Block], bool] | None = None,
 ) -> Run:
     """Run one turn of agent ``name`` through its adapter against a fake server answering every
     model call with ``step`` (None: nothing listens on the provider's port), for at most
@@ -228,14 +246,14 @@ async def run_failing_turn(
             async with asyncio.timeout(limit):
                 async for block in adapter.stream():
                     run.blocks.append(block)
-                    if isinstance(block, SessionEndBlock):
+                    if isinstance(block, SessionEndBlock) or (until and until(block)):
                         break
         except TimeoutError:
             run.timed_out = True
         run.elapsed = time.monotonic() - started
-        errors = [b for b in run.blocks if isinstance(b, ErrorBlock)]
-        if errors:
-            run.agent_retried = adapter.agent_retried(errors[-1])
+        run.agent_retried = adapter.agent_retried(
+            ErrorBlock(code="rate_limited", message="", retryable=True)
+        )
         with contextlib.suppress(Exception):
             await asyncio.wait_for(adapter.stop(), 20)
         run.agent_calls = len(srv.agent_requests)

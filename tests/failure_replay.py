@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.adapters.acp import rpc_failure
+from bridge.adapters.hermes import reported_failure as hermes_failure
 from bridge.blocks import Block, ErrorBlock
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers.acp import RpcError
@@ -70,6 +71,15 @@ def replay(agent: str, rec: dict[str, Any]) -> tuple[list[Block], bool]:
             out += dp.feed(line)
         out += dp.close_open()
     elif name in ("gemini", "hermes"):
+        if name == "hermes":
+            for line in lines:
+                chunk = (((json.loads(line) or {}).get("params") or {}).get("update") or {})
+                content = chunk.get("content") if isinstance(chunk, dict) else None
+                if chunk.get("sessionUpdate") == "agent_message_chunk" and content:
+                    failed = hermes_failure(str(content.get("text", "")))
+                    if failed is not None:
+                        out.append(failed)
+                        retried = "retries" in failed.message
         for line in lines:
             try:
                 msg = json.loads(line)

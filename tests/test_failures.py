@@ -66,6 +66,13 @@ EXPECTED: dict[tuple[str, str], str | None] = {
     ("droid", "rate_limit"): None,
     ("droid", "rate_limit_retry_after"): None,
     ("droid", "unreachable"): "network",
+    ("hermes", "auth"): "auth_required",
+    ("hermes", "dropped_connection"): None,  # retried; the partial text stands as the answer
+    ("hermes", "overloaded"): "overloaded",
+    ("hermes", "prompt_too_long"): "request_rejected",
+    ("hermes", "rate_limit"): "rate_limited",
+    ("hermes", "rate_limit_retry_after"): "rate_limited",
+    ("hermes", "unreachable"): "network",
     ("pi", "auth"): "auth_required",
     ("pi", "dropped_connection"): "network",
     ("pi", "overloaded"): "overloaded",

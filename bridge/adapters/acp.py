@@ -289,6 +289,10 @@ class AcpBase(BaseAdapter, abstract=True):
         """Rewrite an agent's quirky ``session/update`` before it is mapped."""
         return update
 
+    def reported_failure(self) -> ErrorBlock | None:
+        """A failure the agent reported in its output although the turn "ended" normally."""
+        return None
+
     def approval_only(self, tool_call_id: str) -> bool:
         """Whether a tool call id only stands for a permission question (ends when answered)."""
         return False
@@ -555,7 +559,10 @@ class AcpBase(BaseAdapter, abstract=True):
         if msg.id is not None and msg.id == self._prompt_id:
             self._prompt_id = None
             self._permissions.clear()
-            if msg.error is None:
+            failed = self.reported_failure() if msg.error is None else None
+            if failed is not None and not self._cancelling:
+                blocks = self._mapper.fail_turn(failed.code, failed.message, error=failed)
+            elif msg.error is None:
                 blocks = self._mapper.end_turn(msg.result, cancelled=self._cancelling)
             elif self._cancelling:
                 blocks = self._mapper.end_turn({"stopReason": "cancelled"}, cancelled=True)
