@@ -52,6 +52,13 @@ EXPECTED: dict[tuple[str, str], str | None] = {
     ("gemini", "rate_limit"): "rate_limited",
     ("gemini", "rate_limit_retry_after"): "rate_limited",
     ("gemini", "unreachable"): "network",
+    ("kilo", "auth"): "auth_required",
+    ("kilo", "dropped_connection"): "network",
+    ("kilo", "overloaded"): "overloaded",  # after one retry of its own (KILO_SESSION_RETRY_LIMIT)
+    ("kilo", "prompt_too_long"): "request_rejected",
+    ("kilo", "rate_limit"): "rate_limited",
+    ("kilo", "rate_limit_retry_after"): "rate_limited",
+    ("kilo", "unreachable"): None,  # no word within 45 s
     ("opencode", "auth"): "auth_required",
     ("opencode", "dropped_connection"): None,  # OpenCode retries these without end
     ("opencode", "overloaded"): None,
@@ -86,6 +93,9 @@ EXPECTED: dict[tuple[str, str], str | None] = {
 RETRY_CODES: dict[tuple[str, str], str] = {
     ("claude_retrying", "overloaded"): "overloaded",
     ("claude_retrying", "rate_limit_retry_after"): "rate_limited",
+    ("kilo", "overloaded"): "overloaded",
+    ("kilo", "rate_limit"): "rate_limited",
+    ("kilo", "rate_limit_retry_after"): "rate_limited",
     ("opencode", "dropped_connection"): "network",
     ("opencode", "overloaded"): "overloaded",
     ("opencode", "rate_limit"): "rate_limited",

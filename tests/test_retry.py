@@ -96,7 +96,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     (adapters / "flaky.py").write_text(FLAKY)
     (adapters / "flaky.py").chmod(0o600)
     d = DaemonProcess(
-        home, config="[adapters]\nretry_max = 2\n", env={"FLAKY_LOG": str(home / "sends.jsonl")}
+        home,
+        config="[adapters]\nretry_max = 2\n",
+        env={"FLAKY_LOG": str(home / "sends.jsonl"), "AGENT_BRIDGE_ADAPTERS_RETRY_MAX": "2"},
     ).start()
     yield d
     d.stop()
