@@ -79,8 +79,9 @@ def _gemini_env(tmp: Path, url: str) -> dict[str, str]:
 
 def _pi_env_no_retry(tmp: Path, url: str) -> dict[str, str]:
     env = realcli.pi_env(tmp, url)
-    # Pi retries 429/5xx/network 3 times (2, 4, 8 s) by default.
-    (Path(env["PI_CODING_AGENT_DIR"]) / "settings.json").write_text('{"retry":{"enabled":false}}')
+    # Pi retries 429/5xx/network 3 times (2, 4, 8 s) by default, and its provider SDK twice more.
+    settings = '{"retry":{"enabled":false,"provider":{"maxRetries":0}}}'
+    (Path(env["PI_CODING_AGENT_DIR"]) / "settings.json").write_text(settings)
     return env
 
 

@@ -19,7 +19,9 @@ import pytest
 from bridge.blocks import ErrorBlock, SessionEndBlock, SystemBlock, TextBlock
 from bridge.failures import RETRYABLE
 from tests import realcli
-from tests.capture_failures import run_failing_turn, scenarios
+from tests.capture_failures import AGENTS, run_failing_turn, scenarios
+from tests.fakes import FakeAnthropic, FakeChat, FakeResponses, HttpError, Reply
+from tests.test_claude_harness import Harness, agent_config, create, daemon_env, of
 
 pytestmark = pytest.mark.realcli
 
@@ -119,3 +121,81 @@ async def test_opencode_retries_by_itself_and_says_so(tmp_path: Path, scenario: 
     note = run.blocks[-1]
     assert isinstance(note, SystemBlock) and (note.data or {}).get("error_code") == want
     assert run.agent_retried is True
+
+
+# ---- the daemon's own retry, end to end with Claude Code -----------------------------------------
+
+
+def _claude_setup(tmp: Path, url: str) -> tuple[dict[str, str], str]:
+    env = realcli.claude_env(tmp / "cli", url, cwd=tmp / "work")
+    env["CLAUDE_CODE_MAX_RETRIES"] = "0"
+    return env, ""
+
+
+def _codex_setup(tmp: Path, url: str) -> tuple[dict[str, str], str]:
+    (tmp / "work").mkdir(exist_ok=True)
+    return realcli.codex_env(tmp / "cli", url), ""
+
+
+def _pi_setup(tmp: Path, url: str) -> tuple[dict[str, str], str]:
+    (tmp / "work").mkdir(exist_ok=True)
+    env = AGENTS["pi_noretry"].env(tmp / "cli", url)
+    return env, f'model = "fake/{realcli.MODEL}"\n'
+
+
+RETRIED = {
+    "claude": (FakeAnthropic, _claude_setup),
+    "codex": (FakeResponses, _codex_setup),
+    "pi": (FakeChat, _pi_setup),
+}
+
+
+@pytest.mark.parametrize("agent", sorted(RETRIED))
+async def test_the_daemon_retries_a_rate_limited_turn_without_duplicating_the_prompt(
+    tmp_path: Path, agent: str
+) -> None:
+    """The CLI (its own retries off) is refused once with 429; the daemon retries after its
+    backoff by resuming the agent's session. The fake server's request log shows the user's
+    text once in every request (these agents' sessions keep a failed message, so the retry asks
+    them to carry on), and the client sees one user block, the error, `retrying`, the answer."""
+    binary = _binary(agent)
+    if binary is None:
+        pytest.skip(realcli.missing_reason(agent))
+    server, setup = RETRIED[agent]
+    prompt = "Say hello, RETRY-E2E."
+    async with server() as fake:
+        fake.script(HttpError(429, "Rate limit reached, slow down"), Reply(text="Hello again."))
+        cli_env, extra = setup(tmp_path, fake.base_url)
+        if binary.endswith(".js"):
+            node = Path(realcli.node_bin() or "node").parent
+            cli_env["PATH"] = f"{node}:{cli_env.get('PATH', '')}"
+        project = (tmp_path / "work").resolve()
+        h = Harness(
+            tmp_path / "daemon",
+            {**daemon_env(cli_env), "AGENT_BRIDGE_ADAPTERS_RETRY_MAX": "2"},
+            agent_config(agent, binary, extra),
+        )
+        try:
+            async with h.client() as c:
+                session, _ = await create(c, agent, project)
+                await c.request("session.send", session=session, text=prompt)
+                frames = await c.events_until(
+                    lambda b: b["type"] == "system" and b["code"] == "state"
+                    and (b.get("data") or {}).get("state") == "idle",
+                    timeout=120,
+                    session=session,
+                )
+        finally:
+            h.stop()
+        requests = fake.agent_requests
+    assert [u["text"] for u in of(frames, "user")] == [prompt]
+    errors = of(frames, "error")
+    assert [e["code"] for e in errors] == ["rate_limited"], errors
+    assert errors[0]["retryable"] is True and errors[0]["hint"]
+    (retrying,) = [b for b in of(frames, "system") if b["code"] == "retrying"]
+    assert retrying["data"]["attempt"] == 1 and retrying["data"]["delay_s"] == 2.0
+    assert "Hello again." in "".join(b["text"] for b in of(frames, "text"))
+    assert [e["reason"] for e in of(frames, "session_end")] == ["error", "completed"]
+    for request in requests:
+        assert request.text.count(prompt) == 1, request.text[-2000:]
+    assert requests[-1].text.count("carry on with it") == 1

@@ -23,6 +23,7 @@ from typing import Any
 
 from bridge import __version__
 from bridge.adapters.base import (
+    CONTINUE_PROMPT,
     AdapterConfig,
     BaseAdapter,
     Check,
@@ -202,6 +203,10 @@ class CodexAdapter(BaseAdapter):
             self._parser = None
             self._child = None
             await child.terminate(STOP_GRACE_S)
+
+    def retry_prompt(self, text: str) -> str:
+        # The thread keeps a message whose turn failed (checked against a fake server's log).
+        return CONTINUE_PROMPT
 
     def agent_retried(self, block: ErrorBlock) -> bool:
         # Codex announces its own retries (`request_max_retries`, `stream_max_retries`).

@@ -23,7 +23,13 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bridge.adapters.base import AdapterConfig, Check, ModelInfo, ResumeCommand
+from bridge.adapters.base import (
+    CONTINUE_PROMPT,
+    AdapterConfig,
+    Check,
+    ModelInfo,
+    ResumeCommand,
+)
 from bridge.adapters.perturn import PerTurnAdapter, TurnParser
 from bridge.parsers.droid import DroidParser
 
@@ -88,6 +94,10 @@ class DroidAdapter(PerTurnAdapter):
         elif resume_mode == "fork" and self.session_id:
             argv += ["--fork", self.session_id]
         return argv
+
+    def retry_prompt(self, text: str) -> str:
+        # Droid keeps a message whose model call failed in the session file (checked).
+        return CONTINUE_PROMPT
 
     def new_parser(self) -> TurnParser:
         return DroidParser()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.adapters.acp import AcpBase
-from bridge.adapters.base import AdapterConfig, Check, classify_failure
+from bridge.adapters.base import CONTINUE_PROMPT, AdapterConfig, Check, classify_failure
 from bridge.blocks import ErrorBlock
 
 _TITLED = re.compile(r"([a-z][a-z0-9_]*): ")
@@ -92,6 +92,10 @@ class HermesAdapter(AcpBase):
             return None
         self._retried = "retries" in text
         return reported_failure(text)
+
+    def retry_prompt(self, text: str) -> str:
+        # Hermes keeps a message whose model call failed in the session (checked).
+        return CONTINUE_PROMPT
 
     def agent_retried(self, block: ErrorBlock) -> bool:
         # "API call failed after 3 retries: …": Hermes retried 429/5xx/network itself.

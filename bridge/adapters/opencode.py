@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import httpx
 
 from bridge.adapters.base import (
+    CONTINUE_PROMPT,
     AdapterConfig,
     BaseAdapter,
     Check,
@@ -249,6 +250,10 @@ class OpenCodeAdapter(BaseAdapter):
         )
         if resp.status_code >= 400:
             raise KeyError(f"the server refused the answer: {resp.status_code} {resp.text[:200]}")
+
+    def retry_prompt(self, text: str) -> str:
+        # The session keeps a message whose model call failed (checked, OpenCode and Kilo).
+        return CONTINUE_PROMPT
 
     def agent_retried(self, block: ErrorBlock) -> bool:
         # The server says so with `session.status` `retry` events.
