@@ -172,13 +172,15 @@ COMMON_RULES: Final[tuple[Rule, ...]] = (
          r"|oauth token.*expired"),
     Rule("auth_required", r"invalid[ _-]?api[ _-]?key|incorrect api key|authentication[_ ]error"
          r"|unauthori[sz]ed|not logged in|please (?:run )?/?login|log ?in required|no api key"
-         r"|missing api key|api key not (?:found|valid|set)|invalid x-api-key|permission_denied"
-         r"|PERMISSION_DENIED|forbidden|invalid credentials|authentication failed"
+         r"|missing api key|api key not (?:found|valid|set)|invalid x-api-key"
+         r"|(?-i:PERMISSION_DENIED|UNAUTHENTICATED)|\b403 forbidden|invalid credentials"
+         r"|authentication failed"
          r"|auth method|could not (?:find|load) credentials"),
-    Rule("rate_limited", r"rate[ _-]?limit|too many requests|\b429\b|RESOURCE_EXHAUSTED"
+    Rule("rate_limited", r"rate[ _-]?limit|too many requests|\b429\b|(?-i:RESOURCE_EXHAUSTED)"
          r"|requests per (?:minute|min|second)|throttl"),
     Rule("overloaded", r"overloaded|service unavailable|bad gateway|gateway time-?out"
-         r"|internal server error|server[_ ]error|\b5(?:0[0-4]|29)\b|UNAVAILABLE|capacity"
+         r"|internal server error|server[_ ]error|\b5(?:0[0-4]|29)\b|(?-i:\bUNAVAILABLE\b)"
+         r"|(?:at|over) capacity"
          r"|temporarily unavailable|try again later"),
     Rule("network", _NETWORK),
     Rule("max_turns", r"max(?:imum)?[ _-]?turns|turn limit|max_turns|maximum number of turns"),

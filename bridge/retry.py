@@ -118,3 +118,13 @@ async def wait(delay: float, stopped: Callable[[], bool], step: float = 0.1) -> 
         if left <= 0:
             return True
         await asyncio.sleep(min(step, left))
+
+
+def prompt_for(adapter: BaseAdapter, text: str) -> str:
+    """What to send on a retry: the adapter's ``retry_prompt(text)``, or ``text`` if it fails."""
+    try:
+        prompt = adapter.retry_prompt(text)
+    except Exception as exc:  # an adapter's hook must not break the turn
+        log.warning("retry_prompt_failed", error=repr(exc))
+        return text
+    return prompt if isinstance(prompt, str) and prompt else text

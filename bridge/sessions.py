@@ -965,7 +965,7 @@ class Hub:
             except HubError as exc:
                 self._emit(s, ErrorBlock(code="agent_unavailable", message=str(exc)))
                 return None
-        return s.adapter.retry_prompt(text) if s.adapter is not None else None
+        return retry.prompt_for(s.adapter, text) if s.adapter is not None else None
 
     def _finish(
         self, s: Session, turn: TurnGuard | Turn, reason: EndReason, exit_code: int | None = None
