@@ -285,3 +285,24 @@ def test_watch_shows_the_hint_and_says_whether_it_is_temporary() -> None:
     auth = classify_failure("codex", "401 Unauthorized")
     out = Renderer(color=False).block(json.loads(block_to_json(auth)))
     assert "codex login" in out and "temporary" not in out
+
+
+def test_gemini_retries_by_itself_unless_told_to_try_once(tmp_path: Any) -> None:
+    from bridge.adapters.gemini import GeminiAdapter
+
+    adapter = GeminiAdapter(cwd=str(tmp_path), env={"GEMINI_CLI_HOME": str(tmp_path)})
+    limited = classify_failure("gemini", "Gemini CLI: Rate limit reached", status=429)
+    auth = classify_failure("gemini", "Gemini CLI: invalid key", status=401)
+    assert adapter.agent_retried(limited) is True  # default: 10 attempts
+    assert adapter.agent_retried(auth) is False
+    (tmp_path / ".gemini").mkdir()
+    (tmp_path / ".gemini" / "settings.json").write_text('{"general": {"maxAttempts": 1}}')
+    assert adapter.agent_retried(limited) is False
+
+
+def test_hermes_answers_that_are_failures() -> None:
+    from bridge.adapters.hermes import reported_failure
+
+    failed = reported_failure("API call failed after 3 retries: HTTP 503: Overloaded")
+    assert failed is not None and failed.code == "overloaded"
+    assert reported_failure("Here is the HTTP 401 handling you asked for.") is None
