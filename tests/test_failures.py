@@ -306,3 +306,26 @@ def test_hermes_answers_that_are_failures() -> None:
     failed = reported_failure("API call failed after 3 retries: HTTP 503: Overloaded")
     assert failed is not None and failed.code == "overloaded"
     assert reported_failure("Here is the HTTP 401 handling you asked for.") is None
+
+
+async def test_a_cli_that_exits_0_without_finishing_is_malformed_output(tmp_path: Any) -> None:
+    """A per-turn CLI (here a stand-in for `pi`) whose output stops before its closing event."""
+    from bridge.adapters.pi import PiAdapter
+    from bridge.blocks import SessionEndBlock
+
+    fake = tmp_path / "pi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "cat >/dev/null\n"
+        """echo '{"type":"session","version":3,"id":"0123","cwd":"/tmp"}'\n"""
+        """echo '{"type":"agent_start"}'\n"""
+        "exit 0\n"
+    )
+    fake.chmod(0o755)
+    adapter = PiAdapter(cwd=str(tmp_path), binary=str(fake))
+    await adapter.start("s")
+    await adapter.send("hello")
+    blocks = [b async for b in adapter.stream()]
+    errors = [b for b in blocks if isinstance(b, ErrorBlock)]
+    assert [(e.code, e.retryable) for e in errors] == [("malformed_output", True)]
+    assert isinstance(blocks[-1], SessionEndBlock) and blocks[-1].reason == "error"

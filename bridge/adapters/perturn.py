@@ -336,7 +336,19 @@ class PerTurnAdapter(BaseAdapter, abstract=True):
                     )
                 continue
             failed = code != 0 or parser.failed
-            if failed and not parser.failed:
+            if not failed and getattr(parser, "finished", True) is False:
+                # Exit 0 without the CLI's closing event: its output was cut short.
+                failed = True
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(
+                        message=f"{self.display_name} exited without finishing its output",
+                        stderr=child.stderr_tail().strip(),
+                        exit_code=code,
+                        malformed=True,
+                    ),
+                )
+            elif failed and not parser.failed:
                 tail = child.stderr_tail().strip()
                 yield failure_block(
                     self.agent_id,
