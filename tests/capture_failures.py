@@ -244,11 +244,14 @@ async def run_failing_turn(
         try:
             await adapter.start("capture")
             await adapter.send(prompt)
+            stream = adapter.stream()
             async with asyncio.timeout(limit):
-                async for block in adapter.stream():
+                async for block in stream:
                     run.blocks.append(block)
                     if isinstance(block, SessionEndBlock) or (until and until(block)):
                         break
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(stream.aclose(), 10)  # type: ignore[attr-defined]
         except TimeoutError:
             run.timed_out = True
         run.elapsed = time.monotonic() - started
