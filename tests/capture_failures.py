@@ -61,9 +61,11 @@ class Agent:
         model: str | None = realcli.MODEL,
         extra_env: dict[str, str] | None = None,
         note: str = "",
+        options: dict[str, Any] | None = None,
     ) -> None:
         self.cls, self.server, self.env, self.model = cls, server, env, model
         self.extra_env = extra_env or {}
+        self.options = options
         self.note = note
 
 
@@ -121,6 +123,15 @@ AGENTS: dict[str, Agent] = {
         FakeChat,
         realcli.opencode_env,
         model=f"fake/{realcli.MODEL}",
+    ),
+    # OpenCode retries without end; the adapter stops it after `max_agent_retries`
+    "opencode_giveup": Agent(
+        "bridge.adapters.opencode:OpenCodeAdapter",
+        FakeChat,
+        realcli.opencode_env,
+        model=f"fake/{realcli.MODEL}",
+        options={"max_agent_retries": 1},
+        note="options.max_agent_retries = 1",
     ),
     "kilo": Agent(
         "bridge.adapters.kilo:KiloAdapter",
@@ -239,7 +250,8 @@ async def run_failing_turn(
         binary = realcli.cli_bin(name.split("_")[0])
         if binary and binary.endswith(".js"):
             env["PATH"] = f"{Path(realcli.node_bin() or 'node').parent}:{env.get('PATH', '')}"
-        adapter = cls(cwd=str(work), model=agent.model, binary=binary, env=env)  # type: ignore[call-arg]
+        kwargs: dict[str, Any] = {"options": agent.options} if agent.options else {}
+        adapter = cls(cwd=str(work), model=agent.model, binary=binary, env=env, **kwargs)  # type: ignore[call-arg]
         started = time.monotonic()
         try:
             await adapter.start("capture")

@@ -124,6 +124,25 @@ async def test_opencode_retries_by_itself_and_says_so(tmp_path: Path, scenario: 
     assert run.agent_retried is True
 
 
+@pytest.mark.parametrize("scenario", ["rate_limit", "overloaded"])
+async def test_opencodes_endless_retries_end_with_the_classified_error(
+    tmp_path: Path, scenario: str
+) -> None:
+    """After `max_agent_retries` of OpenCode's own retries the adapter stops the turn."""
+    if _binary("opencode") is None:
+        pytest.skip(realcli.missing_reason("opencode"))
+    want = {"rate_limit": "rate_limited", "overloaded": "overloaded"}[scenario]
+    run = await run_failing_turn("opencode_giveup", scenarios("other")[scenario], 90, tmp_path)
+    assert not run.timed_out
+    notes = [b for b in run.blocks if isinstance(b, SystemBlock) and b.code == "api_retry"]
+    assert len(notes) == 2
+    errors = [b for b in run.blocks if isinstance(b, ErrorBlock)]
+    assert [e.code for e in errors] == [want] and errors[0].retryable and errors[0].hint
+    ends = [b for b in run.blocks if isinstance(b, SessionEndBlock)]
+    assert [e.reason for e in ends] == ["error"]
+    assert run.agent_retried is True  # the daemon does not retry on top
+
+
 # ---- the daemon's own retry, end to end with Claude Code -----------------------------------------
 
 

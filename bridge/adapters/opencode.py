@@ -169,6 +169,11 @@ def parse_model_lines(text: str) -> list[ModelInfo]:
     ]
 
 
+#: How many of its own model-call retries OpenCode may make in one turn before the adapter stops
+#: the turn (OpenCode retries 429, 5xx and network errors without end).
+DEFAULT_AGENT_RETRIES = 4
+
+
 class OpenCodeAdapter(BaseAdapter):
     agent_id = "opencode"
     display_name = "OpenCode"
@@ -216,6 +221,7 @@ class OpenCodeAdapter(BaseAdapter):
         self._verified = False  # the server confirmed it knows session_id
         self._prompt: str | None = None
         self._interrupted = False
+        self._gave_up = False
         self._total = UsageBlock()
 
     # ---- contract -------------------------------------------------------------------------------
@@ -228,6 +234,7 @@ class OpenCodeAdapter(BaseAdapter):
     async def send(self, text: str, attachments: list[Any] | None = None) -> None:
         self._prompt = text
         self._interrupted = False
+        self._gave_up = False
 
     async def interrupt(self) -> None:
         self._interrupted = True
@@ -254,6 +261,11 @@ class OpenCodeAdapter(BaseAdapter):
     def retry_prompt(self, text: str) -> str:
         # The session keeps a message whose model call failed (checked, OpenCode and Kilo).
         return CONTINUE_PROMPT
+
+    def _retry_limit(self) -> int:
+        """``options.max_agent_retries``: the server's own retries a turn waits out (default 4)."""
+        value = self.options.get("max_agent_retries", DEFAULT_AGENT_RETRIES)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 4
 
     def agent_retried(self, block: ErrorBlock) -> bool:
         # The server says so with `session.status` `retry` events.
@@ -430,11 +442,22 @@ class OpenCodeAdapter(BaseAdapter):
                 if isinstance(block, DiffBlock):
                     block = await asyncio.to_thread(complete_diff, block, self.cwd)
                 yield block
+            if not self._gave_up and parser.retries > self._retry_limit():
+                # The server retries 429/5xx/network without end: stop it and say why.
+                self._gave_up = True
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(message=parser.last_retry_message or "the model call failed"),
+                    detail=f"{self.display_name} retried the model call {parser.retries} times",
+                )
+                await self.interrupt()
         if has_usage(parser.turn_usage):
             self._total = add_usage(self._total, parser.turn_usage)
             yield self._total
         reason: EndReason = "completed"
-        if parser.aborted or self._interrupted:
+        if self._gave_up:
+            reason = "error"
+        elif parser.aborted or self._interrupted:
             reason = "interrupted"
         elif parser.failed:
             reason = "error"

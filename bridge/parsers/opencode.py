@@ -128,6 +128,9 @@ class OpenCodeParser:
         self.aborted = False
         self.failed = False
         self.agent_retried = False
+        #: the server's own retries of the model call in this turn, and the last one's reason
+        self.retries = 0
+        self.last_retry_message: str | None = None
         self.error_message: str | None = None
         self.turn_usage = UsageBlock()
         self._steps: set[str] = set()
@@ -211,8 +214,10 @@ class OpenCodeParser:
             self.busy = True
         if get_str(status, "type") == "retry":
             self.agent_retried = True
+            self.retries += 1
             attempt = get_int(status, "attempt")
             why = get_str(status, "message") or "the model call failed"
+            self.last_retry_message = why
             failure = classify(self.agent_id, FailureReport(message=why))
             return [
                 SystemBlock(
