@@ -542,8 +542,9 @@ def _status(r: FailureReport, texts: list[str]) -> int | None:
     for value in found:
         if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
             return value
-        if isinstance(value, str) and value.isdigit() and 400 <= int(value) <= 599:
-            return int(value)
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            if 400 <= int(value) <= 599:
+                return int(value)
     for text in texts:
         m = _STATUS_IN_TEXT.search(text)
         if m:
@@ -596,10 +597,10 @@ def _by_status(status: int, texts: list[str]) -> str | None:
 def _retry_after(r: FailureReport, texts: list[str]) -> float | None:
     candidates: list[Any] = [r.retry_after_s]
     for key, value in _find_pairs(r.body, _KEYS_RETRY, 0):
-        if isinstance(value, int | float) and not isinstance(value, bool) and key.endswith("ms"):
-            candidates.append(value / 1000)
-        else:
-            candidates.append(_seconds(value))
+        seconds = _seconds(value)
+        if seconds is not None and key.endswith("ms") and not isinstance(value, str):
+            seconds /= 1000
+        candidates.append(seconds)
     for text in texts:
         m = _RETRY_AFTER_TEXT.search(text)
         if m:
@@ -640,7 +641,10 @@ _UNIT = re.compile(
 
 def _seconds(value: Any) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            return None
     if not isinstance(value, str):
         return None
     m = _UNIT.match(value[:40])

@@ -21,8 +21,10 @@ from bridge.failures import (
     RETRYABLE,
     TABLES,
     FailureReport,
+    _classify,
     bridge_failure,
     classify,
+    table_for,
 )
 from tests.failure_replay import all_fixtures, errors, load, replay
 
@@ -234,10 +236,16 @@ def test_every_code_has_a_retryability_and_tables_use_known_codes() -> None:
 
 # ---- never raises ------------------------------------------------------------------------------
 
+# keys the classifier looks for, so that generated bodies reach those paths
+_KEYS = st.sampled_from([
+    "status", "statusCode", "status_code", "httpStatusCode", "code", "error_status",
+    "api_error_status", "retry_after", "retryAfter", "retry-after", "retry_after_s",
+    "retryDelay", "retry_delay_ms", "retry_after_ms", "error", "message", "type",
+]) | st.text(max_size=12)
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner,
-                                                                 max_size=5),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)
+    | st.sampled_from(["²", "429", "1e999", "7s", "2 minutes", "nan", "-5", "٤٢٩", 10**400]),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_KEYS, inner, max_size=5),
     max_leaves=25,
 )
 _ints = st.none() | st.integers(min_value=-(2**70), max_value=2**70)
@@ -265,7 +273,9 @@ def test_classifier_never_raises(
         message=message, status=status, kind=kind, body=body, stderr=stderr,
         exit_code=exit_code, signal=sig, malformed=malformed, retry_after_s=retry_after,
     )
-    failure = classify(agent, report)
+    # the rules themselves, without classify()'s last-resort guard, must not raise
+    failure = _classify(table_for(agent), report)
+    assert failure == classify(agent, report)
     assert failure.code in RETRYABLE
     assert failure.retryable is RETRYABLE[failure.code]
     if failure.retry_after_s is not None:
