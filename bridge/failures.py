@@ -542,9 +542,13 @@ def _status(r: FailureReport, texts: list[str]) -> int | None:
     for value in found:
         if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
             return value
-        if isinstance(value, str) and value.isascii() and value.isdigit():
-            if 400 <= int(value) <= 599:
-                return int(value)
+        if (
+            isinstance(value, str)
+            and value.isascii()
+            and value.isdigit()
+            and 400 <= int(value) <= 599
+        ):
+            return int(value)
     for text in texts:
         m = _STATUS_IN_TEXT.search(text)
         if m:
