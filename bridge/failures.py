@@ -614,7 +614,7 @@ def _retry_after(r: FailureReport, texts: list[str]) -> float | None:
             isinstance(value, int | float)
             and not isinstance(value, bool)
             and math.isfinite(value)
-            and 0 < value <= MAX_RETRY_AFTER_S
+            and 0.001 <= value <= MAX_RETRY_AFTER_S
         ):
             return round(float(value), 3)
     return None
