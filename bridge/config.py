@@ -85,6 +85,8 @@ class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch: bool = True
     #: Seconds a persistent agent process may sit without a turn before it is stopped (0: never).
     idle_stop_s: float = 600.0
+    #: Times a turn that ended with a retryable failure is tried again (bridge/retry.py).
+    retry_max: int = 2
 
 
 class HubConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -342,6 +344,8 @@ def _validate(config: Config, file: Path) -> None:
     for name, value in msgspec.structs.asdict(config.hub).items():
         if value <= 0:
             raise bad(f"hub.{name}", "must be greater than 0")
+    if not 0 <= config.adapters.retry_max <= 10:
+        raise bad("adapters.retry_max", "must be between 0 and 10")
     for name, acp in config.acp.items():
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")

@@ -112,6 +112,10 @@ MEANING: dict[str, str] = {
     "adapters.idle_stop_s": "Seconds a persistent agent process may sit without a turn before "
     "it is stopped (the session stays `idle`; the next turn starts it again, resuming the "
     "agent's session). `0` = never.",
+    "adapters.retry_max": (
+        "Times a turn that failed for a transient reason (a retryable failure code) is tried "
+        "again automatically, after the provider's delay or 2 s, 8 s, …; 0 turns it off."
+    ),
     "log.level": "`debug`, `info`, `warning` or `error`.",
     "log.format": "`auto` (readable on a terminal, JSON lines otherwise), `console` or `json`.",
     "projects.roots": "Directories searched for git repositories for `projects.list` (and the "

@@ -273,7 +273,7 @@ async def test_resume_then_unknown_session_then_killed_mid_turn(
             fake.release()
         end = of(frames, "session_end")[-1]
         assert end["reason"] == "error"
-        errors = [e for e in of(frames, "error") if e["code"] == "agent_exited"]
+        errors = [e for e in of(frames, "error") if e["code"] == "agent_crashed"]
         assert errors and "SIGKILL" in errors[0]["message"]
         assert_tool_calls_paired(frames)
 

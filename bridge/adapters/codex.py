@@ -23,13 +23,16 @@ from typing import Any
 
 from bridge import __version__
 from bridge.adapters.base import (
+    CONTINUE_PROMPT,
     AdapterConfig,
     Check,
     CliAdapter,
     ExternalSession,
+    FailureReport,
     ModeInfo,
     ModelInfo,
     ResumeCommand,
+    failure_block,
 )
 from bridge.blocks import AgentInfoBlock, Block, DiffBlock, ErrorBlock, SessionEndBlock, UsageBlock
 from bridge.handoff import codex as handoff_codex
@@ -110,6 +113,7 @@ class CodexAdapter(CliAdapter):
     def setup(self) -> None:
         self._child: ChildProcess | None = None
         self._parser: CodexParser | None = None
+        self._agent_retried = False
         self._pending: tuple[str, list[str]] | None = None
         self._usage: UsageBlock | None = None
 
@@ -192,12 +196,17 @@ class CodexAdapter(CliAdapter):
                 line = await child.read_line()
                 if line is None:
                     code = await self._reap(child)
-                    yield ErrorBlock(
-                        code="agent_exited",
-                        message=f"Codex exited with code {code}"
-                        if code is not None
-                        else "Codex stopped",
-                        detail=child.stderr_tail() or None,
+                    stderr = child.stderr_tail()
+                    yield failure_block(
+                        "codex",
+                        FailureReport(
+                            message=f"Codex exited with code {code}"
+                            if code is not None
+                            else "Codex stopped",
+                            stderr=stderr,
+                            exit_code=code,
+                        ),
+                        detail=stderr or None,
                     )
                     for block in parser.close_turn("error", code):
                         yield block
@@ -213,9 +222,18 @@ class CodexAdapter(CliAdapter):
                         return
         finally:
             self._usage = parser.usage() or self._usage
+            self._agent_retried = parser.agent_retried
             self._parser = None
             self._child = None
             await child.terminate(STOP_GRACE_S)
+
+    def retry_prompt(self, text: str) -> str:
+        # The thread keeps a message whose turn failed (checked against a fake server's log).
+        return CONTINUE_PROMPT
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # Codex announces its own retries (`request_max_retries`, `stream_max_retries`).
+        return self._agent_retried
 
     @staticmethod
     def _feed(parser: CodexParser, line: bytes) -> list[Block]:
