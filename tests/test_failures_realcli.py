@@ -21,7 +21,7 @@ from bridge.failures import RETRYABLE
 from tests import realcli
 from tests.capture_failures import AGENTS, run_failing_turn, scenarios
 from tests.fakes import FakeAnthropic, FakeChat, FakeResponses, HttpError, Reply
-from tests.test_claude_harness import Harness, agent_config, create, daemon_env, of
+from tests.harness import Harness, agent_config, create, daemon_env, of
 
 pytestmark = pytest.mark.realcli
 
