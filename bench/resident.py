@@ -28,8 +28,15 @@ from bench import wakeups
 from bench.targets import BaselineTarget, DaemonTarget
 from tests import realcli
 from tests.fakes import FakeAnthropic, FakeChat, FakeServer, Reply
-from tests.test_claude_harness import Harness, agent_config, create, daemon_env, finish_turn
-from tests.test_pi_e2e import agent_toml, descendants
+from tests.harness import (
+    Harness,
+    agent_config,
+    agent_toml,
+    create,
+    daemon_env,
+    descendants,
+    finish_turn,
+)
 from tests.wsclient import Client
 
 CLAUDE_MODEL = "claude-sonnet-4-5"
