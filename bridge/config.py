@@ -20,6 +20,7 @@ from bridge.agent_types import AdapterConfig
 
 ENV_PREFIX = "AGENT_BRIDGE_"
 MiB = 1024 * 1024
+KiB = 1024
 
 
 class ConfigError(Exception):
@@ -57,6 +58,9 @@ class LimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     send_queue_bytes: int = 16 * MiB
     #: A connection whose socket has taken no byte this long while data waits is closed (4408).
     write_stall_s: float = 30.0
+    #: The kernel's send buffer of each accepted connection (SO_SNDBUF; Linux doubles it).
+    #: Fixed, so a client that stopped reading stops taking bytes early (bridge/sockbuf.py).
+    socket_send_buffer: int = 256 * KiB
     auth_failures_per_minute: int = 10
     #: Persistent agent processes kept running at once; beyond that the longest-idle stops.
     max_agent_processes: int = 8

@@ -76,6 +76,7 @@ from bridge.protocol import (
     decode_request,
 )
 from bridge.registry import Registry
+from bridge.sockbuf import fix_send_buffer
 from bridge.store import StoreUnavailable
 
 log = get_logger("bridge.server")
@@ -633,6 +634,7 @@ class BridgeServer:
 
     async def _handle(self, ws: ServerConnection, *, trusted: bool) -> None:
         self._refresh_token()  # not polled while no client is connected
+        fix_send_buffer(ws.transport, self.config.limits.socket_send_buffer)
         conn = Connection(ws, self, trusted=trusted)
         header = ws.request.headers.get("Authorization") if ws.request else None
         header_token: str | None = None

@@ -85,6 +85,9 @@ MEANING: dict[str, str] = {
     "4408 (it reconnects and replays), like `send_queue_frames`.",
     "limits.write_stall_s": "A connection whose socket has taken no byte for this long while "
     "data waits is closed with 4408. Turns never wait for a client that stopped reading.",
+    "limits.socket_send_buffer": "Kernel send buffer of each accepted connection (`SO_SNDBUF`, "
+    "which Linux doubles; fixed, so no autotuning). A client that stopped reading stops taking "
+    "bytes after about twice this, and the daemon stops framing and writing for it.",
     "limits.auth_failures_per_minute": "Wrong tokens per peer address per minute answered "
     "quickly; past it, answers to wrong tokens are spaced 60/this seconds apart (the right token "
     "is always taken at once).",

@@ -9,6 +9,7 @@ turn either way.
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -148,3 +149,59 @@ async def test_queued_message_bodies_wait_on_disk(daemon_factory: Any, project: 
     assert [u[:7] for u in users] == [f"fail {i} "[:7] for i in range(10)] + ["echo th"]
     assert all(len(u) == len(f"fail {i} ") + 4 * MiB for i, u in enumerate(users[:10]))
     await c.close()
+
+
+def _bytes_until_close(ws: RawWebSocket) -> tuple[int, int | None]:
+    """Payload bytes the daemon wrote to this socket before its close frame, and the code."""
+    ws.sock.settimeout(30)
+    got = 0
+    while True:
+        try:
+            op, payload = ws.recv_frame()
+        except (ConnectionError, OSError):
+            return got, None
+        if op == 8:
+            code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else None
+            return got, code
+        got += len(payload)
+
+
+async def test_a_non_reader_is_not_written_megabytes() -> None:
+    """The kernel's send buffer is fixed (limits.socket_send_buffer): a client that stopped
+    reading stops taking bytes after a few hundred KiB, so the daemon stops framing and
+    writing events for it early; they wait in its outbox until that overflows (4408). With the
+    kernel's autotuning the same client took 4 MiB and more on loopback first, every event of
+    them framed and written as for a reader (20 such clients paced a turn, issue 15 item 8)."""
+    from bench.targets import DaemonTarget
+
+    target = await DaemonTarget(
+        store="memory",
+        config='[server]\nunix_socket = "off"\n'
+        "[limits]\nsend_queue_bytes = 1048576\nwrite_stall_s = 600\n",
+    ).start()
+    try:
+        c = await target.client()
+        session = await target.new_session(c)
+        stuck = RawWebSocket(target.port)
+        stuck.send_json({"t": "hello", "id": 1, "protocol": 1, "token": target.token})
+        stuck.send_json({"t": "session.subscribe", "id": 2, "session": session})
+        await asyncio.sleep(0.3)
+        # 20,000 blocks of 1,000 bytes (20 MB), as fast as the daemon takes them.
+        await target.stream(c, session, 20_000, 0, 1000, 1)
+        for _ in range(600):
+            listed = (await c.request("sessions.list", include_external=False))["sessions"]
+            if listed[0]["state"] == "idle":
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the turn never ended")
+        await c.close()
+        loop = asyncio.get_running_loop()
+        got, code = await loop.run_in_executor(None, _bytes_until_close, stuck)
+        stuck.close()
+    finally:
+        target.stop()
+    assert code == 4408, f"closed with {code}"
+    # 2 x 256 KiB in the daemon's kernel buffer, ~128 KiB in the client's (it never read),
+    # up to 256 KiB in the daemon's transport buffer, one frame in flight.
+    assert got < 1.5 * MiB, f"the daemon wrote {got / MiB:.1f} MiB to a client that never read"
