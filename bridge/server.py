@@ -149,6 +149,8 @@ class Connection:
         self._bytes = 0
         #: When the socket last took bytes (or the connection opened): see ``stalled``.
         self.progress_at = time.monotonic()
+        #: ``_progress_mark()`` after a ``catch_up`` that the client answered with nothing.
+        self._unanswered: tuple[float, int] | None = None
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -181,6 +183,21 @@ class Connection:
             self._space.clear()
         self._wake.set()
 
+    def push_many(self, items: list[Outgoing]) -> None:
+        """``push`` a committed run of frames at once (bridge/hub/fanout.py): one size sum
+        shared by every connection, one ``extend``."""
+        if self._closed:
+            return
+        size = _run_size(items, self.msgpack, self._byte_cap)
+        if len(self._outbox) + len(items) > self._cap or self._bytes + size > self._byte_cap:
+            self.cut_off()
+            return
+        self._outbox.extend(items)
+        self._bytes += size
+        if self.behind:
+            self._space.clear()
+        self._wake.set()
+
     @property
     def behind(self) -> bool:
         """More than half of the outbox is full, in frames or bytes (``put`` waits, turns
@@ -194,10 +211,24 @@ class Connection:
         return bool(self._outbox) and time.monotonic() - self.progress_at > STALLED_S
 
     async def catch_up(self, timeout: float) -> None:
-        if self.stalled:
-            return  # a client that stopped reading never paces the turn
+        """Wait up to ``timeout`` for the outbox to drain; not at all for a client that has
+        stopped reading, nor again for one whose socket took nothing the last time it was
+        waited for (until it takes bytes again)."""
+        if self.stalled or self._unanswered == self._progress_mark():
+            return  # a client that is not reading never paces the turn
+        before = self._progress_mark()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._space.wait(), timeout)
+        after = self._progress_mark()
+        if after == before and self.behind:
+            self._unanswered = after
+
+    def _progress_mark(self) -> tuple[float, int]:
+        """Changes whenever the socket takes bytes: when progress_at moves, or the transport's
+        buffer shrinks while a blocked send waits for the client."""
+        transport = self.ws.transport
+        waiting = transport.get_write_buffer_size() if transport is not None else 0
+        return self.progress_at, waiting
 
     def cut_off(self) -> None:
         if not self._closed:
@@ -370,6 +401,21 @@ def _size(item: Outgoing, msgpack: bool, cap: int) -> int:
     else:
         size = len(item.encoded(msgpack))
     return min(size, cap // 4)
+
+
+#: The last run summed, per encoding: (run, cap, size). The run is held, so ``is`` is exact.
+_RUN_SIZES: dict[bool, tuple[list[Outgoing], int, int]] = {}
+
+
+def _run_size(items: list[Outgoing], msgpack: bool, cap: int) -> int:
+    """``_size`` summed over a run; every subscriber of the run gets the same list, so the sum
+    is computed once per encoding, not once per connection."""
+    hit = _RUN_SIZES.get(msgpack)
+    if hit is not None and hit[0] is items and hit[1] == cap:
+        return hit[2]
+    size = sum(_size(item, msgpack, cap) for item in items)
+    _RUN_SIZES[msgpack] = (items, cap, size)
+    return size
 
 
 def _bearer(header: str) -> str:

@@ -164,6 +164,9 @@ class Sub:
     def push(self, item: Outgoing) -> None:
         self.items.append(item)
 
+    def push_many(self, items: list[Outgoing]) -> None:
+        self.items.extend(items)
+
     async def put(self, item: Outgoing) -> None:
         self.items.append(item)
 

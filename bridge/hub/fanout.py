@@ -15,7 +15,7 @@ from typing import Any
 from bridge.blocks import Block, EndReason, SystemBlock, UsageBlock, block_to_json
 from bridge.config import Config
 from bridge.invariants import TurnGuard
-from bridge.protocol import EncodedEvent, EncodedFrame, StateFrame
+from bridge.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
 from bridge.store import Store, StoredEvent
 from bridge.textsafe import encode_block
 
@@ -36,6 +36,13 @@ UNCOMMITTED_LOW = 1000
 REPLAY_CHUNK = 1000
 #: The longest a turn waits, per burst of blocks, for a subscriber that is far behind.
 PACE_WAIT_S = 0.02
+
+
+def _deliver(
+    subs: list[Subscription], run: list[Outgoing], afters: list[int], limit: int
+) -> None:
+    for sub in subs:
+        sub.offer_run(run, afters, limit)
 
 
 class Fanout:
@@ -84,9 +91,16 @@ class Fanout:
         s: Session | None = None
         subs: list[Subscription] = []
         touched: dict[str, Session] = {}
+        # A batch is mostly runs of one session's events: look things up, and hand the run's
+        # frames to each subscriber, per run (per event and subscriber, with 20 subscribers,
+        # was most of a turn's cost: docs/benchmarks.md, T10).
+        run: list[Outgoing] = []
+        afters: list[int] = []
         for ev in batch:
             if s is None or s.id != ev.session:
-                # A batch is mostly runs of one session's events: look things up per run.
+                if run:
+                    _deliver(subs, run, afters, limit)
+                    run, afters = [], []
                 s = self.sessions.get(ev.session)
                 if s is None:
                     continue
@@ -97,11 +111,13 @@ class Fanout:
                 s.last_pending = None
             s.published_seq = ev.seq
             if subs:
-                encoded = EncodedEvent(ev.session, ev.seq, ev.ts, ev.block_json)
-                for sub in subs:
-                    sub.offer(encoded, ev.seq, limit)
-                    if ev.after is not None:
-                        sub.offer(ev.after, ev.seq, limit)
+                run.append(EncodedEvent(ev.session, ev.seq, ev.ts, ev.block_json))
+                afters.append(ev.seq)
+                if ev.after is not None:
+                    run.append(ev.after)
+                    afters.append(ev.seq)
+        if run:
+            _deliver(subs, run, afters, limit)
         for s in touched.values():
             if s.uncommitted <= UNCOMMITTED_LOW:
                 s.drained.set()
@@ -109,13 +125,22 @@ class Fanout:
             self.on_committed(batch)
 
     async def pace(self, s: Session) -> None:
-        """Give subscribers far behind a moment to catch up, bounded so that one that stopped
-        reading holds the agent to no less than a burst per PACE_WAIT_S until its queue
-        overflows and it is cut off. Agents rarely stream that fast; a synthetic one does,
-        and without this it buried a client reading at full speed."""
-        for sub in list(s.subs.values()):
-            if sub.live and sub.conn.behind and not sub.conn.closed:
-                await sub.conn.catch_up(PACE_WAIT_S)
+        """Give subscribers far behind a moment to catch up, all at once and bounded (one
+        PACE_WAIT_S per burst, however many), and no more waiting for one whose socket took
+        nothing (``catch_up``) until its queue overflows and it is cut off. Agents rarely
+        stream that fast; a synthetic one does, and without this it buried a client reading
+        at full speed."""
+        waits = [
+            sub.conn.catch_up(PACE_WAIT_S)
+            for sub in list(s.subs.values())
+            if sub.live and sub.conn.behind and not sub.conn.closed
+        ]
+        if len(waits) == 1:
+            await waits[0]
+        elif waits:
+            # At once, not one after the other: twenty subscribers far behind cost the turn
+            # one PACE_WAIT_S, not twenty.
+            await asyncio.gather(*waits)
 
     async def backpressure(self, s: Session) -> None:
         if s.uncommitted >= UNCOMMITTED_HIGH:

@@ -114,6 +114,9 @@ class Subscriber(Protocol):
     def push(self, item: Outgoing) -> None:
         """Queue without waiting; a connection that cannot keep up closes itself (4408)."""
 
+    def push_many(self, items: list[Outgoing]) -> None:
+        """``push`` each of ``items``, in order, at once (one committed run of events)."""
+
     async def put(self, item: Outgoing) -> None:
         """Queue, waiting while the connection's queue is full (used for replay)."""
 
@@ -163,6 +166,20 @@ class Subscription:
             # Its replay cannot keep up with the live stream. Pushed now, the item would
             # arrive amid the replay, out of order.
             self.conn.cut_off()
+
+    def offer_run(self, items: list[Outgoing], afters: list[int], backlog_limit: int) -> None:
+        """``offer`` each item of one committed run (events in seq order, each followed by its
+        state frame if any; ``afters[i]`` is the seq item ``i`` follows). A live subscription
+        takes the run whole: per subscriber the cost is one call, not one per event."""
+        if self.conn.closed:
+            return
+        first = items[0]
+        if self.live and isinstance(first, EncodedEvent) and first.seq > self.sent_seq:
+            self.sent_seq = afters[-1]
+            self.conn.push_many(items)
+            return
+        for item, after in zip(items, afters, strict=True):
+            self.offer(item, after, backlog_limit)
 
     def backlog_from(self) -> float:
         """The seq of the first event the backlog holds (infinity when it holds none)."""
