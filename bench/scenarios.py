@@ -283,17 +283,28 @@ async def _healthy_turn(
             await c.request("session.subscribe", session=session)
             if not read:
                 # Stop reading: the socket's buffers fill, then the daemon's outbox for it.
+                # The transport too stops reading the socket: else asyncio would go on moving
+                # bytes into the reader's buffer (up to 2 MiB, LeanClient's limit), and the
+                # kernel would grow the receive buffer, as for a client that reads.
                 c._task.cancel()
+                c.writer.transport.pause_reading()
         await target.stream(healthy, session, n, 0, SIZE, 1)
         await _until_done([sink], [healthy], 600)
         if sink.count != n:
             raise RuntimeError(f"lost frames: {sink.count} of {n}")
         seconds = (sink.last_recv - sink.first_stamp) / 1e9
-        await asyncio.sleep(0.2)
+        if not read:
+            # Read again, to see which of them the daemon closed with 4408 (the close frame
+            # waits behind what their sockets hold).
+            for c in others:
+                c.on_frame = None
+                c.writer.transport.resume_reading()
+                c._task = asyncio.get_running_loop().create_task(c._read())
+        await asyncio.sleep(2.0)
         cut = 0
         for c in others:
             with contextlib.suppress(Exception):
-                cut += c.close_code == 4408 or c.reader.at_eof()
+                cut += c.close_code == 4408
         return seconds, cut
     finally:
         await _close([healthy, *others])
