@@ -87,7 +87,9 @@ MEANING: dict[str, str] = {
     "data waits is closed with 4408. Turns never wait for a client that stopped reading.",
     "limits.socket_send_buffer": "Kernel send buffer of each accepted connection (`SO_SNDBUF`, "
     "which Linux doubles; fixed, so no autotuning). A client that stopped reading stops taking "
-    "bytes after about twice this, and the daemon stops framing and writing for it.",
+    "bytes after about twice this, and the daemon stops framing and writing for it. Over a "
+    "network it also bounds one connection to about twice this per round trip (10 MB/s at "
+    "50 ms).",
     "limits.auth_failures_per_minute": "Wrong tokens per peer address per minute answered "
     "quickly; past it, answers to wrong tokens are spaced 60/this seconds apart (the right token "
     "is always taken at once).",
