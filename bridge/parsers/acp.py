@@ -17,7 +17,6 @@ stream.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import json
 import math
@@ -49,6 +48,8 @@ from bridge.blocks import (
     ToolResultBlock,
     UsageBlock,
 )
+from bridge.parsers.diff import unified_diff
+from bridge.parsers.untrusted import MAX_ITEMS, MAX_VALUE_TEXT, clean, plain
 
 # ---- JSON-RPC codec -----------------------------------------------------------------------------
 
@@ -203,43 +204,7 @@ def encode_error(rid: RpcId | None, code: int, message: str, data: Any = None) -
 
 # ---- untrusted values ---------------------------------------------------------------------------
 
-MAX_TEXT = 1024 * 1024
-MAX_DEPTH = 24
-MAX_ITEMS = 500
 MAX_COUNT = 2**53
-
-
-def clean(text: str, limit: int | None = None) -> str:
-    """``text`` cut to ``limit`` and made UTF-8 encodable (lone surrogates become ``?``)."""
-    if limit is not None and len(text) > limit:
-        text = text[:limit]
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
-
-
-def plain(value: Any, depth: int = 0) -> Any:
-    """A JSON value made safe to re-encode: bounded depth and size, encodable strings."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        return clean(value, MAX_TEXT)
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**63 else str(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if depth >= MAX_DEPTH:
-        return "…"
-    if isinstance(value, list):
-        return [plain(v, depth + 1) for v in value[:MAX_ITEMS]]
-    if isinstance(value, dict):
-        return {
-            clean(str(k), 200): plain(v, depth + 1)
-            for k, v in itertools.islice(value.items(), MAX_ITEMS)
-        }
-    return clean(str(value), 200)
 
 
 def _dumps(value: Any) -> str:
@@ -273,21 +238,6 @@ def _number(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) and number >= 0 else None
-
-
-def unified_diff(path: str, old: str | None, new: str, limit: int = 64 * 1024) -> str | None:
-    """A unified diff for a ``diff`` block, or None when the texts are too big to diff cheaply."""
-    if len(old or "") + len(new) > limit:
-        return None
-    name = path.lstrip("/")
-    lines = difflib.unified_diff(
-        (old or "").splitlines(keepends=True),
-        new.splitlines(keepends=True),
-        fromfile="/dev/null" if old is None else f"a/{name}",
-        tofile=f"b/{name}",
-    )
-    out = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-    return out or None
 
 
 # ---- session/update → blocks --------------------------------------------------------------------
@@ -360,10 +310,10 @@ def _content_text(content: dict[str, Any]) -> str | None:
     """The text of one ACP content block (text, resource, link), else None."""
     kind = content.get("type")
     if kind == "text":
-        return _str(content.get("text"), MAX_TEXT)
+        return _str(content.get("text"), MAX_VALUE_TEXT)
     if kind == "resource":
         resource = _dict(content.get("resource"))
-        return _str(resource.get("text"), MAX_TEXT) or _str(resource.get("uri"))
+        return _str(resource.get("text"), MAX_VALUE_TEXT) or _str(resource.get("uri"))
     if kind == "resource_link":
         return _str(content.get("uri"))
     return None
@@ -371,12 +321,12 @@ def _content_text(content: dict[str, Any]) -> str | None:
 
 def _raw_output_text(raw: Any) -> str:
     if isinstance(raw, str):
-        return clean(raw, MAX_TEXT)
+        return clean(raw, MAX_VALUE_TEXT)
     if isinstance(raw, dict):
         for key in ("output", "text", "content", "error"):
             value = raw.get(key)
             if isinstance(value, str) and value:
-                return clean(value, MAX_TEXT)
+                return clean(value, MAX_VALUE_TEXT)
     return ""
 
 
@@ -671,7 +621,7 @@ class UpdateMapper:
         content = _dict(update.get("content"))
         if content.get("type", "text") != "text":
             return []
-        text = _str(content.get("text"), MAX_TEXT * 8)
+        text = _str(content.get("text"), MAX_VALUE_TEXT * 8)
         if text is None:
             return []
         message_id = _str(update.get("messageId"), 300)
@@ -777,7 +727,7 @@ class UpdateMapper:
                 if terminal:
                     texts.append(f"[terminal {terminal}]")
         # ACP: a tool call's content is replaced by each update that carries one.
-        state.result = clean("\n".join(texts), MAX_TEXT)
+        state.result = clean("\n".join(texts), MAX_VALUE_TEXT)
         return out
 
     def _diff(self, state: _Tool, item: dict[str, Any]) -> list[Block]:
@@ -786,8 +736,8 @@ class UpdateMapper:
         old_text = item.get("oldText")
         if path is None or not isinstance(new_text, str):
             return []
-        old = clean(old_text, MAX_TEXT) if isinstance(old_text, str) else None
-        new = clean(new_text, MAX_TEXT)
+        old = clean(old_text, MAX_VALUE_TEXT) if isinstance(old_text, str) else None
+        new = clean(new_text, MAX_VALUE_TEXT)
         key = (path, hash(new), hash(old))
         if key in state.diffs:
             return []

@@ -45,13 +45,11 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
     UsageBlock,
 )
 from bridge.parsers import (
     added_file_diff,
     apply_hunks,
-    clip,
     decode_object,
     get_dict,
     get_int,
@@ -59,6 +57,7 @@ from bridge.parsers import (
     get_str,
     parse_unified,
     short,
+    tool_end,
     unfinished_tool,
 )
 
@@ -139,6 +138,12 @@ class _Tool:
     input: dict[str, Any]
     output: list[str] = field(default_factory=list)
     output_size: int = 0
+
+    def block(self, item_id: str) -> ToolCallBlock:
+        """The call, running."""
+        return ToolCallBlock(
+            id=item_id, name=self.name, title=self.title, kind=self.kind, input=self.input
+        )
 
 
 @dataclass
@@ -435,16 +440,7 @@ class CodexParser:
         if announced is None:
             return []
         self._tools[item_id] = announced
-        return [
-            ToolCallBlock(
-                id=item_id,
-                name=announced.name,
-                title=announced.title,
-                kind=announced.kind,
-                input=announced.input,
-                status="running",
-            )
-        ]
+        return [announced.block(item_id)]
 
     def _on_item_completed(self, params: dict[str, Any]) -> list[Block]:
         item = get_dict(params, "item")
@@ -460,32 +456,12 @@ class CodexParser:
             tool = self._tool_for(item)
             if tool is None:
                 return []
-            out.append(
-                ToolCallBlock(
-                    id=item_id,
-                    name=tool.name,
-                    title=tool.title,
-                    kind=tool.kind,
-                    input=tool.input,
-                    status="running",
-                )
-            )
+            out.append(tool.block(item_id))
         self._finished.add(item_id)
         content, ok = self._result_of(item, tool)
         if ok and itype == "fileChange":
             out.extend(self._diffs(item, item_id))
-        out.append(
-            ToolCallBlock(
-                id=item_id,
-                name=tool.name,
-                title=tool.title,
-                kind=tool.kind,
-                input=tool.input,
-                status="done" if ok else "error",
-            )
-        )
-        out.append(ToolResultBlock(tool_call_id=item_id, content=clip(content), is_error=not ok))
-        return out
+        return out + tool_end(tool.block(item_id), content, is_error=not ok)
 
     def _on_turn_completed(self, params: dict[str, Any]) -> list[Block]:
         turn = get_dict(params, "turn")

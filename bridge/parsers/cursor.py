@@ -26,18 +26,19 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
     UsageBlock,
 )
 from bridge.parsers import (
-    clip,
+    add_usage,
     decode_object,
     get_dict,
     get_int,
     get_list,
     get_str,
+    handler_for,
     new_file_diff_block,
     short,
+    tool_end,
 )
 
 KINDS = {
@@ -127,16 +128,14 @@ class CursorParser:
         event = decode_object(line)
         if event is None:
             return []
-        kind = get_str(event, "type")
-        handler = getattr(self, f"_on_{kind}", None) if kind else None
+        handler = handler_for(self, event)
         if handler is None:
             return []
         self.saw_output = True
         sid = get_str(event, "session_id")
         if sid:
             self.session_id = sid
-        result: list[Block] = handler(event)
-        return result
+        return handler(event)
 
     def _on_system(self, event: dict[str, Any]) -> list[Block]:
         self.model = get_str(event, "model") or self.model
@@ -213,16 +212,7 @@ class CursorParser:
         out = self._break_segment()
         if subtype == "started":
             self._calls[call_id] = (name, args)
-            out.append(
-                ToolCallBlock(
-                    id=call_id,
-                    name=name,
-                    title=_title(name, args),
-                    kind=KINDS.get(name, "other"),
-                    input=args,
-                    status="running",
-                )
-            )
+            out.append(_call(call_id, name, args))
             if name in ("updateTodos", "todo"):
                 plan = _plan(args)
                 if plan is not None:
@@ -232,16 +222,7 @@ class CursorParser:
             return out
         known = self._calls.pop(call_id, None)
         if known is None:
-            out.append(
-                ToolCallBlock(
-                    id=call_id,
-                    name=name,
-                    title=_title(name, args),
-                    kind=KINDS.get(name, "other"),
-                    input=args,
-                    status="running",
-                )
-            )
+            out.append(_call(call_id, name, args))
         else:
             args = args or known[1]
         result = get_dict(body, "result")
@@ -253,18 +234,7 @@ class CursorParser:
             if diff is not None:
                 out.append(diff)
         content = _result_text(name, success if not is_error else failure or result)
-        out.append(
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, args),
-                kind=KINDS.get(name, "other"),
-                input=args,
-                status="error" if is_error else "done",
-            )
-        )
-        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
-        return out
+        return out + tool_end(_call(call_id, name, args), content, is_error=is_error)
 
     def _on_result(self, event: dict[str, Any]) -> list[Block]:
         self.finished = True
@@ -276,16 +246,17 @@ class CursorParser:
         out.extend(self.close_open())
         usage = get_dict(event, "usage")
         if usage:
-            u = self.usage
 
             def num(*keys: str) -> int:
                 return next((v for k in keys if (v := get_int(usage, k)) is not None), 0)
 
-            self.usage = UsageBlock(
-                input_tokens=(u.input_tokens or 0) + num("inputTokens", "input_tokens"),
-                output_tokens=(u.output_tokens or 0) + num("outputTokens", "output_tokens"),
-                cached_input_tokens=(u.cached_input_tokens or 0)
-                + num("cacheReadTokens", "cached_input_tokens", "cache_read_input_tokens"),
+            self.usage = add_usage(
+                self.usage,
+                input_tokens=num("inputTokens", "input_tokens"),
+                output_tokens=num("outputTokens", "output_tokens"),
+                cached_input_tokens=num(
+                    "cacheReadTokens", "cached_input_tokens", "cache_read_input_tokens"
+                ),
             )
         if event.get("is_error") is True or get_str(event, "subtype") == "error":
             self.failed = True
@@ -297,6 +268,17 @@ class CursorParser:
         self.failed = True
         self.error_message = get_str(event, "message") or "cursor reported an error"
         return [*self.close_open(), ErrorBlock(code="agent_error", message=self.error_message)]
+
+
+def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
+    return ToolCallBlock(
+        id=call_id,
+        name=name,
+        title=_title(name, args),
+        kind=KINDS.get(name, "other"),
+        input=args,
+        status="running",
+    )
 
 
 def _title(name: str, args: dict[str, Any]) -> str:

@@ -21,20 +21,21 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
     UsageBlock,
 )
 from bridge.parsers import (
     Hunk,
-    clip,
+    add_usage,
     decode_object,
     get_dict,
     get_int,
     get_list,
     get_str,
+    handler_for,
     new_file_diff_block,
     render_unified,
     short,
+    tool_end,
 )
 
 KINDS = {
@@ -119,16 +120,14 @@ class DroidParser:
         event = decode_object(line)
         if event is None:
             return []
-        kind = get_str(event, "type")
-        handler = getattr(self, f"_on_{kind}", None) if kind else None
+        handler = handler_for(self, event)
         if handler is None:
             return []
         self.saw_output = True
         sid = get_str(event, "session_id")
         if sid:
             self.session_id = sid
-        result: list[Block] = handler(event)
-        return result
+        return handler(event)
 
     def _next_id(self, kind: str, own: str | None) -> str:
         self._texts += 1
@@ -163,16 +162,7 @@ class DroidParser:
         name = get_str(event, "toolName") or get_str(event, "toolId") or "tool"
         params = get_dict(event, "parameters")
         self._calls[call_id] = (name, params)
-        out: list[Block] = [
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, params),
-                kind=KINDS.get(name, "other"),
-                input=params,
-                status="running",
-            )
-        ]
+        out: list[Block] = [_call(call_id, name, params)]
         if name == "TodoWrite":
             plan = _plan(params)
             if plan is not None:
@@ -201,18 +191,7 @@ class DroidParser:
             diff = _diff_block(name, params, value, call_id)
             if diff is not None:
                 out.append(diff)
-        out.append(
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, params),
-                kind=KINDS.get(name, "other"),
-                input=params,
-                status="error" if is_error else "done",
-            )
-        )
-        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
-        return out
+        return out + tool_end(_call(call_id, name, params), content, is_error=is_error)
 
     def _on_error(self, event: dict[str, Any]) -> list[Block]:
         self.failed = True
@@ -223,12 +202,11 @@ class DroidParser:
         self.finished = True
         usage = get_dict(event, "usage")
         if usage:
-            u = self.usage
-            self.usage = UsageBlock(
-                input_tokens=(u.input_tokens or 0) + (get_int(usage, "input_tokens") or 0),
-                output_tokens=(u.output_tokens or 0) + (get_int(usage, "output_tokens") or 0),
-                cached_input_tokens=(u.cached_input_tokens or 0)
-                + (get_int(usage, "cache_read_input_tokens") or 0),
+            self.usage = add_usage(
+                self.usage,
+                input_tokens=get_int(usage, "input_tokens") or 0,
+                output_tokens=get_int(usage, "output_tokens") or 0,
+                cached_input_tokens=get_int(usage, "cache_read_input_tokens") or 0,
             )
         return []
 
@@ -239,6 +217,17 @@ def _as_text(value: Any) -> str:
     if value is None:
         return ""
     return short(repr(value), 4000)
+
+
+def _call(call_id: str, name: str, params: dict[str, Any]) -> ToolCallBlock:
+    return ToolCallBlock(
+        id=call_id,
+        name=name,
+        title=_title(name, params),
+        kind=KINDS.get(name, "other"),
+        input=params,
+        status="running",
+    )
 
 
 def _title(name: str, params: dict[str, Any]) -> str:

@@ -20,21 +20,22 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
     UsageBlock,
 )
 from bridge.parsers import (
     Hunk,
-    clip,
+    add_usage,
     decode_object,
     get_dict,
     get_float,
     get_int,
     get_list,
     get_str,
+    handler_for,
     new_file_diff_block,
     render_unified,
     short,
+    tool_end,
 )
 
 KINDS = {
@@ -152,13 +153,11 @@ class PiParser:
         event = decode_object(line)
         if event is None:
             return []
-        kind = get_str(event, "type")
-        handler = getattr(self, f"_on_{kind}", None) if kind else None
+        handler = handler_for(self, event)
         if handler is None:
             return []
         self.saw_output = True
-        result: list[Block] = handler(event)
-        return result
+        return handler(event)
 
     def _on_session(self, event: dict[str, Any]) -> list[Block]:
         sid = get_str(event, "id")
@@ -205,15 +204,12 @@ class PiParser:
         return out
 
     def _add_usage(self, usage: dict[str, Any]) -> None:
-        u = self.usage
-        inp = get_int(usage, "input") or 0
-        cached = get_int(usage, "cacheRead") or 0
-        cost = get_float(get_dict(usage, "cost"), "total")
-        self.usage = UsageBlock(
-            input_tokens=(u.input_tokens or 0) + inp,
-            output_tokens=(u.output_tokens or 0) + (get_int(usage, "output") or 0),
-            cached_input_tokens=(u.cached_input_tokens or 0) + cached,
-            cost_usd=(u.cost_usd or 0.0) + cost if cost is not None else u.cost_usd,
+        self.usage = add_usage(
+            self.usage,
+            input_tokens=get_int(usage, "input") or 0,
+            output_tokens=get_int(usage, "output") or 0,
+            cached_input_tokens=get_int(usage, "cacheRead") or 0,
+            cost_usd=get_float(get_dict(usage, "cost"), "total"),
             context_used=(get_int(usage, "totalTokens") or None),
         )
 
@@ -224,17 +220,7 @@ class PiParser:
         name = get_str(event, "toolName") or "tool"
         args = get_dict(event, "args")
         self._tool_args[call_id] = args
-        return [
-            *self.close_open(),
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, args),
-                kind=KINDS.get(name, "other"),
-                input=args,
-                status="running",
-            ),
-        ]
+        return [*self.close_open(), _call(call_id, name, args)]
 
     def _on_tool_execution_end(self, event: dict[str, Any]) -> list[Block]:
         call_id = get_str(event, "toolCallId")
@@ -257,20 +243,7 @@ class PiParser:
             diff = _diff_block(name, args, result, call_id)
             if diff is not None:
                 out.append(diff)
-        out.append(
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, args),
-                kind=KINDS.get(name, "other"),
-                input=args,
-                status="error" if is_error else "done",
-            )
-        )
-        out.append(
-            ToolResultBlock(tool_call_id=call_id, content=clip(_text_of(result)), is_error=is_error)
-        )
-        return out
+        return out + tool_end(_call(call_id, name, args), _text_of(result), is_error=is_error)
 
     def _on_agent_end(self, event: dict[str, Any]) -> list[Block]:
         self.finished = True
@@ -282,6 +255,17 @@ class PiParser:
 
     def _on_auto_compaction_start(self, event: dict[str, Any]) -> list[Block]:
         return [SystemBlock(code="compaction", text="pi compacts the conversation")]
+
+
+def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
+    return ToolCallBlock(
+        id=call_id,
+        name=name,
+        title=_title(name, args),
+        kind=KINDS.get(name, "other"),
+        input=args,
+        status="running",
+    )
 
 
 def _title(name: str, args: dict[str, Any]) -> str:
