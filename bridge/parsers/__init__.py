@@ -15,7 +15,8 @@ call's end with its result, an unfinished call's end, running usage totals, and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -54,6 +55,7 @@ __all__ = [
     "MAX_VALUE_TEXT",
     "UNFINISHED_TOOL",
     "Hunk",
+    "JsonLinesParser",
     "add_usage",
     "added_file_diff",
     "apply_hunks",
@@ -72,6 +74,7 @@ __all__ = [
     "parse_unified",
     "plain",
     "render_unified",
+    "running_call",
     "short",
     "tool_end",
     "unfinished_tool",
@@ -86,6 +89,25 @@ UNFINISHED_TOOL = "the tool call did not finish"
 def with_status(call: ToolCallBlock, status: ToolStatus) -> ToolCallBlock:
     """The same call, in another status (a started call that finished or failed)."""
     return msgspec.structs.replace(call, status=status)
+
+
+def running_call(
+    call_id: str,
+    name: str,
+    tool_input: dict[str, Any],
+    *,
+    title: str | None,
+    kinds: Mapping[str, str],
+) -> ToolCallBlock:
+    """A call that started, its kind looked up by tool name in the parser's ``kinds``."""
+    return ToolCallBlock(
+        id=call_id,
+        name=name,
+        title=title,
+        kind=kinds.get(name, "other"),
+        input=tool_input,
+        status="running",
+    )
 
 
 def tool_end(call: ToolCallBlock, content: str, *, is_error: bool) -> list[Block]:
@@ -135,3 +157,37 @@ def handler_for(
     kind = get_str(event, "type")
     handler = getattr(parser, f"_on_{kind}", None) if kind else None
     return handler if callable(handler) else None
+
+
+class JsonLinesParser:
+    """The base of parsers of one JSON event per line, each event's ``type`` handled by the
+    subclass's ``_on_<type>`` method (events of other types are skipped).
+
+    It holds what the per-turn adapters read after a run: the session id (from the field
+    ``session_key`` of any event, when the subclass names one), whether the agent printed
+    anything, whether the run finished or failed and why, and the usage totals.
+    """
+
+    session_key: str | None = "session_id"
+
+    def __init__(self, id_prefix: str | None = None) -> None:
+        self.prefix = id_prefix or uuid.uuid4().hex[:8]
+        self.session_id: str | None = None
+        self.saw_output = False
+        self.finished = False
+        self.failed = False
+        self.error_message: str | None = None
+        self.usage = UsageBlock()
+
+    def feed(self, line: bytes | str) -> list[Block]:
+        event = decode_object(line)
+        if event is None:
+            return []
+        handler = handler_for(self, event)
+        if handler is None:
+            return []
+        self.saw_output = True
+        sid = get_str(event, self.session_key) if self.session_key else None
+        if sid:
+            self.session_id = sid
+        return handler(event)

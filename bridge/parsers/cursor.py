@@ -13,7 +13,6 @@ longer text that starts with it) is dropped or reduced to its missing tail.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 from bridge.blocks import (
@@ -26,17 +25,17 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    UsageBlock,
 )
 from bridge.parsers import (
+    JsonLinesParser,
     add_usage,
     decode_object,
     get_dict,
     get_int,
     get_list,
     get_str,
-    handler_for,
     new_file_diff_block,
+    running_call,
     short,
     tool_end,
 )
@@ -86,18 +85,12 @@ def _message_text(event: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-class CursorParser:
+class CursorParser(JsonLinesParser):
     """Feed it stdout lines of one ``cursor-agent -p --output-format stream-json`` run."""
 
     def __init__(self, id_prefix: str | None = None) -> None:
-        self.prefix = id_prefix or uuid.uuid4().hex[:8]
-        self.session_id: str | None = None
+        super().__init__(id_prefix)
         self.model: str | None = None
-        self.saw_output = False
-        self.finished = False
-        self.failed = False
-        self.error_message: str | None = None
-        self.usage = UsageBlock()
         self._n = 0
         self._text_id: str | None = None
         self._segment = ""  # text streamed since the last non-text event
@@ -123,19 +116,6 @@ class CursorParser:
         out = self.close_open()
         self._segment = ""
         return out
-
-    def feed(self, line: bytes | str) -> list[Block]:
-        event = decode_object(line)
-        if event is None:
-            return []
-        handler = handler_for(self, event)
-        if handler is None:
-            return []
-        self.saw_output = True
-        sid = get_str(event, "session_id")
-        if sid:
-            self.session_id = sid
-        return handler(event)
 
     def _on_system(self, event: dict[str, Any]) -> list[Block]:
         self.model = get_str(event, "model") or self.model
@@ -271,14 +251,7 @@ class CursorParser:
 
 
 def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
-    return ToolCallBlock(
-        id=call_id,
-        name=name,
-        title=_title(name, args),
-        kind=KINDS.get(name, "other"),
-        input=args,
-        status="running",
-    )
+    return running_call(call_id, name, args, title=_title(name, args), kinds=KINDS)
 
 
 def _title(name: str, args: dict[str, Any]) -> str:

@@ -8,7 +8,6 @@ per user or assistant message, ``reasoning`` (printed twice, so repeats are drop
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from bridge.blocks import (
@@ -21,19 +20,19 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    UsageBlock,
 )
 from bridge.parsers import (
     Hunk,
+    JsonLinesParser,
     add_usage,
     decode_object,
     get_dict,
     get_int,
     get_list,
     get_str,
-    handler_for,
     new_file_diff_block,
     render_unified,
+    running_call,
     short,
     tool_end,
 )
@@ -96,18 +95,12 @@ def _plan_status(value: str | None) -> PlanStatus:
     return "pending"
 
 
-class DroidParser:
+class DroidParser(JsonLinesParser):
     """Feed it stdout lines of one ``droid exec -o stream-json`` run; it returns blocks."""
 
     def __init__(self, id_prefix: str | None = None) -> None:
-        self.prefix = id_prefix or uuid.uuid4().hex[:8]
-        self.session_id: str | None = None
+        super().__init__(id_prefix)
         self.model: str | None = None
-        self.saw_output = False
-        self.finished = False
-        self.failed = False
-        self.error_message: str | None = None
-        self.usage = UsageBlock()
         self._seen_reasoning: set[tuple[str, str]] = set()
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}
         self._texts = 0
@@ -115,19 +108,6 @@ class DroidParser:
     def close_open(self) -> list[Block]:
         """Nothing streams in Droid's output: every block is already whole."""
         return []
-
-    def feed(self, line: bytes | str) -> list[Block]:
-        event = decode_object(line)
-        if event is None:
-            return []
-        handler = handler_for(self, event)
-        if handler is None:
-            return []
-        self.saw_output = True
-        sid = get_str(event, "session_id")
-        if sid:
-            self.session_id = sid
-        return handler(event)
 
     def _next_id(self, kind: str, own: str | None) -> str:
         self._texts += 1
@@ -220,14 +200,7 @@ def _as_text(value: Any) -> str:
 
 
 def _call(call_id: str, name: str, params: dict[str, Any]) -> ToolCallBlock:
-    return ToolCallBlock(
-        id=call_id,
-        name=name,
-        title=_title(name, params),
-        kind=KINDS.get(name, "other"),
-        input=params,
-        status="running",
-    )
+    return running_call(call_id, name, params, title=_title(name, params), kinds=KINDS)
 
 
 def _title(name: str, params: dict[str, Any]) -> str:

@@ -9,7 +9,6 @@ message in ``message_end``. The first line is the session header carrying the se
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 from bridge.blocks import (
@@ -20,20 +19,19 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    UsageBlock,
 )
 from bridge.parsers import (
     Hunk,
+    JsonLinesParser,
     add_usage,
-    decode_object,
     get_dict,
     get_float,
     get_int,
     get_list,
     get_str,
-    handler_for,
     new_file_diff_block,
     render_unified,
+    running_call,
     short,
     tool_end,
 )
@@ -102,18 +100,14 @@ def _text_of(result: Any) -> str:
     return "".join(parts)
 
 
-class PiParser:
+class PiParser(JsonLinesParser):
     """Feed it stdout lines of one ``pi --mode json`` run; it returns blocks."""
 
+    session_key = None  # the session id is in the ``session`` header only
+
     def __init__(self, id_prefix: str | None = None) -> None:
-        self.prefix = id_prefix or uuid.uuid4().hex[:8]
-        self.session_id: str | None = None
-        self.saw_output = False
-        self.finished = False
-        self.failed = False
+        super().__init__(id_prefix)
         self.aborted = False
-        self.error_message: str | None = None
-        self.usage = UsageBlock()
         self._messages = 0
         self._open: dict[str, type[TextBlock] | type[ThinkingBlock]] = {}
         self._sent: dict[str, str] = {}
@@ -148,16 +142,6 @@ class PiParser:
         return out
 
     # ---- events ---------------------------------------------------------------------------------
-
-    def feed(self, line: bytes | str) -> list[Block]:
-        event = decode_object(line)
-        if event is None:
-            return []
-        handler = handler_for(self, event)
-        if handler is None:
-            return []
-        self.saw_output = True
-        return handler(event)
 
     def _on_session(self, event: dict[str, Any]) -> list[Block]:
         sid = get_str(event, "id")
@@ -258,14 +242,7 @@ class PiParser:
 
 
 def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
-    return ToolCallBlock(
-        id=call_id,
-        name=name,
-        title=_title(name, args),
-        kind=KINDS.get(name, "other"),
-        input=args,
-        status="running",
-    )
+    return running_call(call_id, name, args, title=_title(name, args), kinds=KINDS)
 
 
 def _title(name: str, args: dict[str, Any]) -> str:
