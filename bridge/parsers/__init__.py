@@ -56,7 +56,7 @@ __all__ = [
     "UNFINISHED_TOOL",
     "Hunk",
     "JsonLinesParser",
-    "add_usage",
+    "accumulate_usage",
     "added_file_diff",
     "apply_hunks",
     "clean",
@@ -131,7 +131,7 @@ def unfinished_tool(call: ToolCallBlock) -> list[Block]:
     ]
 
 
-def add_usage(
+def accumulate_usage(
     total: UsageBlock,
     *,
     input_tokens: int,

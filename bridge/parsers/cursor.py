@@ -28,7 +28,7 @@ from bridge.blocks import (
 )
 from bridge.parsers import (
     JsonLinesParser,
-    add_usage,
+    accumulate_usage,
     decode_object,
     get_dict,
     get_int,
@@ -230,7 +230,7 @@ class CursorParser(JsonLinesParser):
             def num(*keys: str) -> int:
                 return next((v for k in keys if (v := get_int(usage, k)) is not None), 0)
 
-            self.usage = add_usage(
+            self.usage = accumulate_usage(
                 self.usage,
                 input_tokens=num("inputTokens", "input_tokens"),
                 output_tokens=num("outputTokens", "output_tokens"),

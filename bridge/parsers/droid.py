@@ -24,7 +24,7 @@ from bridge.blocks import (
 from bridge.parsers import (
     Hunk,
     JsonLinesParser,
-    add_usage,
+    accumulate_usage,
     decode_object,
     get_dict,
     get_int,
@@ -182,7 +182,7 @@ class DroidParser(JsonLinesParser):
         self.finished = True
         usage = get_dict(event, "usage")
         if usage:
-            self.usage = add_usage(
+            self.usage = accumulate_usage(
                 self.usage,
                 input_tokens=get_int(usage, "input_tokens") or 0,
                 output_tokens=get_int(usage, "output_tokens") or 0,

@@ -30,7 +30,7 @@ from bridge.blocks import (
     UsageBlock,
 )
 from bridge.parsers import (
-    add_usage,
+    accumulate_usage,
     added_file_diff,
     decode_object,
     get_dict,
@@ -334,7 +334,7 @@ class OpenCodeParser:
         tokens = get_dict(part, "tokens")
         inp = get_int(tokens, "input") or 0
         cached = get_int(get_dict(tokens, "cache"), "read") or 0
-        self.turn_usage = add_usage(
+        self.turn_usage = accumulate_usage(
             self.turn_usage,
             input_tokens=inp,
             output_tokens=get_int(tokens, "output") or 0,

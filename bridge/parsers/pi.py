@@ -23,7 +23,7 @@ from bridge.blocks import (
 from bridge.parsers import (
     Hunk,
     JsonLinesParser,
-    add_usage,
+    accumulate_usage,
     get_dict,
     get_float,
     get_int,
@@ -188,7 +188,7 @@ class PiParser(JsonLinesParser):
         return out
 
     def _add_usage(self, usage: dict[str, Any]) -> None:
-        self.usage = add_usage(
+        self.usage = accumulate_usage(
             self.usage,
             input_tokens=get_int(usage, "input") or 0,
             output_tokens=get_int(usage, "output") or 0,
