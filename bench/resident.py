@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.test_claude_harness import Harness, agent_config, create, daemon_env, finish_turn
+
 from bench import wakeups
 from bench.targets import BaselineTarget, DaemonTarget
 from tests import realcli
 from tests.fakes import FakeAnthropic, FakeChat, FakeServer, Reply
-from tests.test_claude_harness import Harness, agent_config, create, daemon_env, finish_turn
 from tests.test_pi_e2e import agent_toml, descendants
 from tests.wsclient import Client
 
