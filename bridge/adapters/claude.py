@@ -18,17 +18,16 @@ import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bridge.adapters.base import (
     AdapterConfig,
     Check,
     CliAdapter,
-    ExternalSession,
     ModeInfo,
     ModelInfo,
-    ResumeCommand,
 )
+from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -88,8 +87,9 @@ MODES = (
 )
 
 
-class ClaudeAdapter(CliAdapter):
+class ClaudeAdapter(ModuleHandoff, CliAdapter):
     agent_id = "claude"
+    handoff_module: ClassVar[HandoffModule] = handoff_claude
     display_name = "Claude Code"
     cli_binary = "claude"
     doc = (
@@ -350,25 +350,11 @@ class ClaudeAdapter(CliAdapter):
 
     # ---- terminal handoff (bridge/handoff/claude.py; docs/session-handoff.md) -----------------
 
-    @classmethod
-    def scan_external_sessions(cls) -> list[ExternalSession]:
-        return handoff_claude.scan()
-
-    @classmethod
-    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
-        return handoff_claude.is_owned(cwd, sid)
-
-    @classmethod
-    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
-        return handoff_claude.mirror(cwd, sid)
+    # scan, ownership, mirror and resume command: ModuleHandoff, through handoff_module.
 
     @classmethod
     def latest_sid_for_cwd(cls, cwd: str) -> str | None:
         return handoff_claude.latest_sid(cwd)
-
-    @classmethod
-    def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
-        return handoff_claude.resume_command(sid, cwd, cls.cli_binary or "claude")
 
 
 def _auth_checks(config: AdapterConfig) -> list[Check]:

@@ -19,22 +19,21 @@ import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bridge import __version__
 from bridge.adapters.base import (
     AdapterConfig,
     Check,
     CliAdapter,
-    ExternalSession,
     ModeInfo,
     ModelInfo,
-    ResumeCommand,
 )
+from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
 from bridge.blocks import AgentInfoBlock, Block, DiffBlock, ErrorBlock, SessionEndBlock, UsageBlock
 from bridge.handoff import codex as handoff_codex
 from bridge.logs import get_logger
-from bridge.parsers import decode_object
+from bridge.parsers import decode_object, jsonrpc
 from bridge.parsers.codex import CodexParser, fill_diff, initialize_params, parse_models
 from bridge.process import (
     ChildProcess,
@@ -80,8 +79,10 @@ MODES = (
 )
 
 
-class CodexAdapter(CliAdapter):
+class CodexAdapter(ModuleHandoff, CliAdapter):
     agent_id = "codex"
+    # terminal handoff (bridge/handoff/codex.py; docs/session-handoff.md): ModuleHandoff
+    handoff_module: ClassVar[HandoffModule] = handoff_codex
     display_name = "Codex"
     cli_binary = "codex"
     doc = (
@@ -271,11 +272,11 @@ class CodexAdapter(CliAdapter):
         try:
             async with asyncio.timeout(MODEL_LIST_TIMEOUT_S):
                 await child.write_line(
-                    json.dumps({"id": 1, "method": "initialize", "params": initialize_params()})
+                    json.dumps(jsonrpc.request(1, "initialize", initialize_params()))
                 )
                 await _answer(child, 1)
-                await child.write_line(json.dumps({"method": "initialized"}))
-                await child.write_line(json.dumps({"id": 2, "method": "model/list", "params": {}}))
+                await child.write_line(json.dumps(jsonrpc.notification("initialized")))
+                await child.write_line(json.dumps(jsonrpc.request(2, "model/list", {})))
                 result = await _answer(child, 2)
         finally:
             await child.terminate(STOP_GRACE_S)
@@ -299,24 +300,6 @@ class CodexAdapter(CliAdapter):
                 Check(code="codex_cwd_valid", message=f"working directory {cwd} is usable")
             )
         return checks
-
-    # ---- terminal handoff (bridge/handoff/codex.py; docs/session-handoff.md) ------------------
-
-    @classmethod
-    def scan_external_sessions(cls) -> list[ExternalSession]:
-        return handoff_codex.scan()
-
-    @classmethod
-    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
-        return handoff_codex.is_owned(cwd, sid)
-
-    @classmethod
-    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
-        return handoff_codex.mirror(cwd, sid)
-
-    @classmethod
-    def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
-        return handoff_codex.resume_command(sid, cwd, cls.cli_binary or "codex")
 
 
 async def _answer(child: ChildProcess, request_id: int) -> Any:

@@ -2,9 +2,9 @@
 
 Two pure pieces, no processes, sockets or clocks:
 
-- a JSON-RPC 2.0 codec for the newline-delimited messages an ACP agent speaks on stdio:
-  :func:`decode` turns one line into a :data:`Message` and never raises; the ``encode_*``
-  helpers build the lines the bridge writes;
+- the JSON-RPC 2.0 codec for the newline-delimited messages an ACP agent speaks on stdio, from
+  :mod:`bridge.parsers.jsonrpc` (re-exported here): :func:`decode` turns one line into a
+  :data:`Message` and never raises; the ``encode_*`` helpers build the lines the bridge writes;
 - :class:`UpdateMapper`, which turns ``session/update`` notifications, permission requests and
   the ``session/prompt`` answer into the bridge's blocks, keeping the stream invariants itself
   (every delta closed, every tool call ``running`` then ``done``/``error`` with its result, one
@@ -18,13 +18,10 @@ stream.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import msgspec
 
 from bridge.agent_types import COMMON_COMMANDS
 from bridge.blocks import (
@@ -49,169 +46,11 @@ from bridge.blocks import (
     UsageBlock,
 )
 from bridge.parsers.diff import unified_diff
-from bridge.parsers.untrusted import MAX_ITEMS, MAX_VALUE_TEXT, clean, plain
-
-# ---- JSON-RPC codec -----------------------------------------------------------------------------
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-#: ACP's "resource not found" (an unknown session, a missing file)
-RESOURCE_NOT_FOUND = -32002
-
-RpcId = int | str
-
-
-@dataclass(frozen=True, slots=True)
-class RpcError:
-    code: int
-    message: str
-    data: Any = None
-
-    def describe(self) -> str:
-        """The message plus the agent's details, as one line for people."""
-        detail = self.data
-        if isinstance(detail, dict):
-            detail = detail.get("details") or detail.get("message") or detail
-        if detail in (None, "", {}, []):
-            return self.message
-        text = detail if isinstance(detail, str) else _dumps(detail)
-        return f"{self.message}: {text}"[:2000]
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """The agent asks the client something and waits for the answer."""
-
-    id: RpcId
-    method: str
-    params: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Notification:
-    method: str
-    params: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """The answer to one of the client's requests."""
-
-    id: RpcId | None
-    result: Any = None
-    error: RpcError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    """A line that is not a JSON-RPC message; kept for the log, never acted on."""
-
-    reason: str
-    preview: str
-
-
-Message = Request | Notification | Response | Invalid
-
-_decoder = msgspec.json.Decoder()
-_encoder = msgspec.json.Encoder()
-
-
-def _loads(data: bytes | str) -> Any:
-    try:
-        return _decoder.decode(data)
-    except (msgspec.DecodeError, RecursionError, ValueError):
-        pass
-    # msgspec refuses lone surrogate escapes and NaN that Node and Python agents may write;
-    # the stdlib reads them, and strings are made encodable again before they reach a block.
-    return json.loads(data)
-
-
-def _preview(data: bytes | str) -> str:
-    text = data if isinstance(data, str) else data[:400].decode("utf-8", "replace")
-    return clean(text[:200])
-
-
-def _valid_id(value: Any) -> bool:
-    return isinstance(value, int | str) and not isinstance(value, bool)
-
-
-def decode(line: bytes | str) -> Message:
-    """One line from the agent as a message; anything else is :class:`Invalid`."""
-    data = line.strip()
-    if not data:
-        return Invalid("empty line", "")
-    try:
-        obj = _loads(data)
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return Invalid(f"not JSON: {type(exc).__name__}", _preview(data))
-    if not isinstance(obj, dict):
-        return Invalid("not a JSON object", _preview(data))
-    method = obj.get("method")
-    rid = obj.get("id")
-    if isinstance(method, str):
-        if rid is None:
-            return Notification(method, obj.get("params"))
-        if not _valid_id(rid):
-            return Invalid("request id is neither a number nor a string", _preview(data))
-        return Request(rid, method, obj.get("params"))
-    if "result" in obj or "error" in obj:
-        if rid is not None and not _valid_id(rid):
-            return Invalid("response id is neither a number nor a string", _preview(data))
-        error = obj.get("error")
-        if error is not None:
-            return Response(rid, None, _rpc_error(error))
-        return Response(rid, obj.get("result"))
-    return Invalid("neither a request, a notification nor a response", _preview(data))
-
-
-def _rpc_error(value: Any) -> RpcError:
-    if not isinstance(value, dict):
-        return RpcError(INTERNAL_ERROR, clean(str(value))[:500])
-    code = value.get("code")
-    message = value.get("message")
-    return RpcError(
-        code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR,
-        clean(message)[:2000] if isinstance(message, str) else "error",
-        plain(value.get("data")),
-    )
-
-
-def _envelope(fields: dict[str, Any]) -> bytes:
-    return _encoder.encode({"jsonrpc": "2.0", **fields})
-
-
-def encode_request(rid: RpcId, method: str, params: Any) -> bytes:
-    return _envelope({"id": rid, "method": method, "params": params})
-
-
-def encode_notification(method: str, params: Any) -> bytes:
-    return _envelope({"method": method, "params": params})
-
-
-def encode_result(rid: RpcId, result: Any) -> bytes:
-    return _envelope({"id": rid, "result": result})
-
-
-def encode_error(rid: RpcId | None, code: int, message: str, data: Any = None) -> bytes:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return _envelope({"id": rid, "error": error})
-
+from bridge.parsers.untrusted import MAX_ITEMS, MAX_VALUE_TEXT, clean, dumps_plain, plain
 
 # ---- untrusted values ---------------------------------------------------------------------------
 
 MAX_COUNT = 2**53
-
-
-def _dumps(value: Any) -> str:
-    try:
-        return _encoder.encode(plain(value)).decode()
-    except (TypeError, ValueError, OverflowError):
-        return ""
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -292,7 +131,7 @@ class _Tool:
         )
 
     def signature(self) -> str:
-        return _dumps([self.name, self.title, self.kind, self.input])
+        return dumps_plain([self.name, self.title, self.kind, self.input])
 
 
 def _permission_kind(kind: Any, option_id: str, label: str) -> PermissionKind:

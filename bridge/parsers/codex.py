@@ -55,11 +55,13 @@ from bridge.parsers import (
     get_int,
     get_list,
     get_str,
+    jsonrpc,
     parse_unified,
     short,
     tool_end,
     unfinished_tool,
 )
+from bridge.parsers.jsonrpc import METHOD_NOT_FOUND
 
 CLIENT_NAME = "agent-bridge"
 UNKNOWN_THREAD = re.compile(
@@ -209,7 +211,7 @@ class CodexParser:
             raise KeyError(option_id)
         del self._permissions[request_id]
         self.outbox.append(
-            {"id": pending.rpc_id, "result": {"decision": pending.decisions[option_id]}}
+            jsonrpc.result(pending.rpc_id, {"decision": pending.decisions[option_id]})
         )
 
     def close_turn(self, reason: EndReason, exit_code: int | None = None) -> list[Block]:
@@ -249,7 +251,7 @@ class CodexParser:
         self._last_id += 1
         rid = self._last_id
         self._calls[rid] = method
-        self.outbox.append({"id": rid, "method": method, "params": params})
+        self.outbox.append(jsonrpc.request(rid, method, params))
 
     def _thread_params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -281,7 +283,7 @@ class CodexParser:
             return self._failed(method, text)
         result = get_dict(msg, "result")
         if method == "initialize":
-            self.outbox.append({"method": "initialized"})
+            self.outbox.append(jsonrpc.notification("initialized"))
             self._open_thread()
         elif method in ("thread/start", "thread/resume"):
             self.thread_id = get_str(get_dict(result, "thread"), "id") or self._resume
@@ -337,10 +339,7 @@ class CodexParser:
             title = f"Apply changes to {short(files, 200)}?" if files else "Apply changes?"
         else:
             self.outbox.append(
-                {
-                    "id": rpc_id,
-                    "error": {"code": -32601, "message": f"agent-bridge does not handle {method}"},
-                }
+                jsonrpc.error(rpc_id, METHOD_NOT_FOUND, f"agent-bridge does not handle {method}")
             )
             return []
         reason = get_str(params, "reason")

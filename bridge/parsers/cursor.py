@@ -301,8 +301,6 @@ def _diff_block(
         content = get_str(args, "fileText")
         if content is None:
             content = get_str(args, "contents")
-        if content is None:
-            return None
         return new_file_diff_block(path, content, call_id)
     if name != "edit":
         return None

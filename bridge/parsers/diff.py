@@ -112,8 +112,10 @@ def render_unified(path: str, hunks: Sequence[Hunk], *, new_file: bool = False) 
     return "\n".join(head) + "\n"
 
 
-def new_file_diff_block(path: str, text: str, tool_call_id: str | None) -> DiffBlock:
-    """The ``diff`` block of a tool that created ``path`` with ``text``."""
+def new_file_diff_block(path: str, text: str | None, tool_call_id: str | None) -> DiffBlock | None:
+    """The ``diff`` block of a tool that created ``path`` with ``text`` (None without a text)."""
+    if text is None:
+        return None
     return DiffBlock(
         path=path,
         old_text=None,

@@ -244,10 +244,7 @@ def _diff_block(name: str, params: dict[str, Any], value: Any, call_id: str) -> 
     if not path:
         return None
     if name == "Create":
-        content = get_str(params, "content")
-        if content is None:
-            return None
-        return new_file_diff_block(path, content, call_id)
+        return new_file_diff_block(path, get_str(params, "content"), call_id)
     if name != "Edit":
         return None
     details = decode_object(value) if isinstance(value, str) else None

@@ -260,10 +260,7 @@ def _diff_block(
     if not path:
         return None
     if name == "write":
-        content = get_str(args, "content")
-        if content is None:
-            return None
-        return new_file_diff_block(path, content, call_id)
+        return new_file_diff_block(path, get_str(args, "content"), call_id)
     if name != "edit":
         return None
     edits = [e for e in get_list(args, "edits") if isinstance(e, dict)]

@@ -132,3 +132,14 @@ def plain(value: Any, depth: int = 0) -> Any:
             for k, v in itertools.islice(value.items(), MAX_ITEMS)
         }
     return clean(str(value), 200)
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def dumps_plain(value: Any) -> str:
+    """``value`` as JSON text after :func:`plain`; "" for what cannot be encoded."""
+    try:
+        return _encoder.encode(plain(value)).decode()
+    except (TypeError, ValueError, OverflowError):
+        return ""
