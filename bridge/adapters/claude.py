@@ -28,6 +28,7 @@ from bridge.adapters.base import (
     ModelInfo,
 )
 from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
+from bridge.adapters.pump import feed_contained, flush_outbox, reap
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -254,11 +255,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
                     return
 
     def _parser_feed(self, line: bytes) -> list[Block]:
-        try:
-            return self._parser.feed(line)
-        except Exception as exc:  # a parser bug must not end the session
-            log.warning("claude_parse_failed", error=repr(exc), line=line[:200])
-            return []
+        return feed_contained(self._parser, line, log, "claude_parse_failed")
 
     async def _reset(self) -> SystemBlock:
         """The session to resume is gone: start a fresh one and resend the message."""
@@ -278,9 +275,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
 
     async def _reap(self, child: ChildProcess) -> int | None:
         try:
-            return await child.wait(EXIT_WAIT_S)
-        except TimeoutError:
-            return await child.terminate(STOP_GRACE_S)
+            return await reap(child, EXIT_WAIT_S, STOP_GRACE_S)
         finally:
             if self._child is child:
                 self._child = None
@@ -300,9 +295,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
             await self._child.write_line(json.dumps(message, ensure_ascii=False))
 
     async def _flush(self) -> None:
-        outbox, self._parser.outbox = self._parser.outbox, []
-        for message in outbox:
-            await self._write(message)
+        await flush_outbox(self._parser, self._child)
 
     # ---- control -----------------------------------------------------------------------------
 

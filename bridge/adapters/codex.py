@@ -30,6 +30,7 @@ from bridge.adapters.base import (
     ModelInfo,
 )
 from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
+from bridge.adapters.pump import feed_contained, flush_outbox, reap
 from bridge.blocks import AgentInfoBlock, Block, DiffBlock, ErrorBlock, SessionEndBlock, UsageBlock
 from bridge.handoff import codex as handoff_codex
 from bridge.logs import get_logger
@@ -220,11 +221,7 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
 
     @staticmethod
     def _feed(parser: CodexParser, line: bytes) -> list[Block]:
-        try:
-            return parser.feed(line)
-        except Exception as exc:  # a parser bug must not end the session
-            log.warning("codex_parse_failed", error=repr(exc), line=line[:200])
-            return []
+        return feed_contained(parser, line, log, "codex_parse_failed")
 
     def _report_session(self, parser: CodexParser) -> None:
         sid = parser.thread_id
@@ -234,19 +231,11 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
                 self._on_session_id(sid)
 
     async def _reap(self, child: ChildProcess) -> int | None:
-        try:
-            return await child.wait(EXIT_WAIT_S)
-        except TimeoutError:
-            return await child.terminate(STOP_GRACE_S)
+        return await reap(child, EXIT_WAIT_S, STOP_GRACE_S)
 
     async def _flush(self) -> None:
-        parser, child = self._parser, self._child
-        if parser is None or child is None:
-            return
-        outbox, parser.outbox = parser.outbox, []
-        for message in outbox:
-            with contextlib.suppress(BrokenPipeError):
-                await child.write_line(json.dumps(message, ensure_ascii=False))
+        if self._parser is not None and self._child is not None:
+            await flush_outbox(self._parser, self._child)
 
     # ---- control -----------------------------------------------------------------------------
 
