@@ -22,7 +22,6 @@ import pytest
 from tests import realcli
 from tests.fakes import CallTool, FakeResponses, RecordedRequest, Reply
 from tests.harness import (
-    CODEX_MODEL,
     UNKNOWN_SESSION,
     Harness,
     agent_config,
@@ -34,13 +33,12 @@ from tests.harness import (
     of,
     run_turn,
     symlink_to,
-    user,
     wait_for_block,
 )
 from tests.wsclient import text_of
 
 BINARY = realcli.codex_bin()
-MODEL = CODEX_MODEL
+MODEL = "gpt-5.5"
 pytestmark = [
     pytest.mark.realcli,
     pytest.mark.timeout(180),
@@ -91,6 +89,11 @@ def strict(root: Path, cli_env: dict[str, str]) -> Iterator[tuple[Harness, Path]
     h = Harness(root / "strict", daemon_env(cli_env), config)
     yield h, link
     h.stop()
+
+
+def user(marker: str) -> Callable[[RecordedRequest], bool]:
+    """Answer only the model call for a user message carrying ``marker``."""
+    return lambda r: marker in r.view.last_user_text and not r.view.last_is_tool_result
 
 
 def after(text: str) -> Callable[[RecordedRequest], bool]:

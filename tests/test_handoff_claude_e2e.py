@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests import handoffapp as story
+from tests import handoffstory as story
 from tests import realcli
 from tests.daemon import DaemonProcess
 from tests.fakes import FakeAnthropic

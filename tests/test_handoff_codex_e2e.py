@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from bridge.handoff import procscan
-from tests import handoffapp as story
+from tests import handoffstory as story
 from tests import realcli
 from tests.daemon import DaemonProcess
 from tests.fakes import FakeResponses

@@ -13,8 +13,8 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeResponses, Reply
-from tests.harness import CODEX_MODEL as MODEL
-from tests.harness import Harness, agent_config, daemon_env, of, run_turn, user
+from tests.test_claude_harness import Harness, agent_config, daemon_env, of, run_turn
+from tests.test_codex_e2e import MODEL, user
 
 BINARY = realcli.codex_bin()
 pytestmark = [

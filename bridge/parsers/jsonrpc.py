@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from bridge.parsers.untrusted import clean, dumps_plain, plain
+from bridge.redact import redact
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -94,8 +95,10 @@ def _loads(data: bytes | str) -> Any:
 
 
 def _preview(data: bytes | str) -> str:
-    text = data if isinstance(data, str) else data[:400].decode("utf-8", "replace")
-    return clean(text[:200])
+    # Redact first: a secret cut by the preview would no longer be found by the log's masking.
+    # (Far more than the preview is redacted, so a secret that straddles its end is whole.)
+    text = data[:4096] if isinstance(data, str) else data[:4096].decode("utf-8", "replace")
+    return clean(redact(text)[:200])
 
 
 def _valid_id(value: Any) -> bool:
