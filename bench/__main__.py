@@ -298,6 +298,50 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                     {"daemon": asdict(i4), "baseline": asdict(ib)},
                 )
             )
+        # ---- T10: subscribers that never read --------------------------------------------------
+        if want("T10"):
+            readers = 20
+            n8 = int(50_000 * scale)
+            _progress(f"T10: one turn of {n8:,} blocks, alone and with {readers} non-readers")
+            nr = await scenarios.non_readers(daemon, n8, readers)
+            ratio = nr.with_s / nr.alone_s
+            rows.append(
+                Row(
+                    "T10",
+                    f"healthy client's turn with {readers} subscribers that never read",
+                    "<= 1.5x its time alone",
+                    _fmt(nr.with_s, " s"),
+                    _fmt(nr.alone_s, " s alone"),
+                    f"{ratio:.2f}x",
+                    ratio <= 1.5,
+                    f"{n8:,} blocks; {nr.cut_off} of {readers} non-readers cut off (4408); "
+                    f"with {readers} subscribers that read: {nr.reading_s:.2f} s",
+                    asdict(nr),
+                )
+            )
+        # ---- T11: acknowledgement latency -----------------------------------------------------
+        if want("T11"):
+            count = 100 if args.quick else 300
+            _progress(f"T11: session.send -> ok, {count} sends, SQLite and in-memory store")
+            ack = await scenarios.ack_latency(daemon, count)
+            memory = await DaemonTarget(store="memory").start()
+            ackm = await scenarios.ack_latency(memory, count)
+            memory.stop()
+            memory = None
+            rows.append(
+                Row(
+                    "T11",
+                    "session.send -> ok (answered after the commit), p50 / p99",
+                    "report",
+                    f"{ack.send_p50_ms:.2f} / {ack.send_p99_ms:.2f} ms",
+                    f"{ackm.send_p50_ms:.2f} / {ackm.send_p99_ms:.2f} ms (memory store)",
+                    f"{ack.send_p50_ms / ackm.send_p50_ms:.2f}x",
+                    None,
+                    f"ping -> ok on the same connection: {ack.ping_p50_ms:.2f} / "
+                    f"{ack.ping_p99_ms:.2f} ms; {count} sends, one at a time",
+                    {"sqlite": asdict(ack), "memory": asdict(ackm)},
+                )
+            )
     finally:
         if base is not None:
             base.stop()
@@ -325,15 +369,13 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
         )
     rows += await resident_rows(args)
     facts["loadavg_at_end"] = os.getloadavg()
-    order = {
-        r: i
-        for i, r in enumerate(("T1", "T2", "T3a", "T3b", "T4", "T5", "T6", "T7", "T8", "T9"))
-    }
+    ids = ("T1", "T2", "T3a", "T3b", "T4", "T5", "T6", "T7", "T8", "T9", "T10", "T11")
+    order = {r: i for i, r in enumerate(ids)}
     rows.sort(key=lambda r: order.get(r.id, 99))
     return facts, rows
 
 
-PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7"}
+PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7", "T10", "T11"}
 
 
 async def resident_rows(args: argparse.Namespace) -> list[Row]:
@@ -421,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     parser.add_argument("--repeat", type=int, default=3, help="throughput runs, best kept")
-    parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T9)")
+    parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T11)")
     parser.add_argument(
         "--profile", metavar="DIR", help="record the daemon with py-spy during T1, T2, T3b"
     )

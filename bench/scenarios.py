@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -255,3 +256,89 @@ async def replay(target: Target, missed: int) -> Replay:
     finally:
         await watcher.close()
         await a.close()
+
+
+@dataclass
+class NonReaders:
+    alone_s: float  # the healthy client's turn, no one else subscribed
+    with_s: float  # the same turn with ``readers`` subscribers that never read
+    readers: int
+    cut_off: int  # non-readers the daemon closed (4408) during the turn
+    reading_s: float  # the same turn with ``readers`` subscribers that do read (fan-out cost)
+
+
+async def _healthy_turn(
+    target: Target, n: int, stalled: int, *, read: bool = False
+) -> tuple[float, int]:
+    """One client reads a turn of ``n`` blocks while ``stalled`` subscribers never read
+    (or, with ``read``, read everything)."""
+    healthy = await target.client()
+    others = await _clients(target, stalled) if stalled else []
+    try:
+        session = await target.new_session(healthy)
+        sink = Collector()
+        healthy.on_frame = sink
+        await healthy.request("session.subscribe", session=session)
+        for c in others:
+            await c.request("session.subscribe", session=session)
+            if not read:
+                # Stop reading: the socket's buffers fill, then the daemon's outbox for it.
+                c._task.cancel()
+        await target.stream(healthy, session, n, 0, SIZE, 1)
+        await _until_done([sink], [healthy], 600)
+        if sink.count != n:
+            raise RuntimeError(f"lost frames: {sink.count} of {n}")
+        seconds = (sink.last_recv - sink.first_stamp) / 1e9
+        await asyncio.sleep(0.2)
+        cut = 0
+        for c in others:
+            with contextlib.suppress(Exception):
+                cut += c.close_code == 4408 or c.reader.at_eof()
+        return seconds, cut
+    finally:
+        await _close([healthy, *others])
+
+
+async def non_readers(target: Target, n: int, readers: int) -> NonReaders:
+    """Issue 15, item 8: a subscriber that stopped reading must not pace the turn."""
+    alone, _ = await _healthy_turn(target, n, 0)
+    with_, cut = await _healthy_turn(target, n, readers)
+    reading, _ = await _healthy_turn(target, n, readers, read=True)
+    return NonReaders(alone, with_, readers, cut, reading)
+
+
+@dataclass
+class AckLatency:
+    send_p50_ms: float
+    send_p99_ms: float
+    ping_p50_ms: float
+    ping_p99_ms: float
+    samples: int
+
+
+async def ack_latency(target: Target, count: int) -> AckLatency:
+    """``session.send`` -> ``ok`` (the answer waits for the commit), next to ``ping`` -> ``ok``
+    on the same connection (no store involved)."""
+    c = await target.client()
+    try:
+        session = await target.new_session(c)
+        sink = Collector()
+        c.on_frame = sink
+        await c.request("session.subscribe", session=session)
+        sends: list[float] = []
+        pings: list[float] = []
+        for _ in range(count):
+            sink.done.clear()
+            t0 = time.perf_counter()
+            await target.stream(c, session, 1, 0, SIZE, 1)
+            sends.append((time.perf_counter() - t0) * 1000)
+            await asyncio.wait_for(sink.done.wait(), 30)
+            await asyncio.sleep(0.01)  # the turn's state change lands; the session is idle
+            t0 = time.perf_counter()
+            await c.request("ping")
+            pings.append((time.perf_counter() - t0) * 1000)
+        qs = statistics.quantiles(sends, n=100, method="inclusive")
+        qp = statistics.quantiles(pings, n=100, method="inclusive")
+        return AckLatency(qs[49], qs[98], qp[49], qp[98], count)
+    finally:
+        await c.close()

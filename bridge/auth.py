@@ -46,14 +46,14 @@ def load_or_create_token(path: Path) -> str:
         _write_private(path, value)
     elif stat.S_IMODE(path.stat().st_mode) & 0o077:
         os.chmod(path, 0o600)
-    remember_secret(value)
+    remember_secret(value, fragments=True)
     return value
 
 
 def rotate_token(path: Path) -> str:
     value = new_token()
     _write_private(path, value)
-    remember_secret(value)
+    remember_secret(value, fragments=True)
     return value
 
 

@@ -128,9 +128,16 @@ class SystemBlock(_Block, tag="system", kw_only=True):
 
 
 class ErrorBlock(_Block, tag="error", kw_only=True):
+    """A failure. ``code`` is one of the failure codes (docs/protocol.md, "Failure codes");
+    ``retryable`` says whether trying the same turn again may succeed, ``retry_after_s`` when
+    (from the provider's header or the CLI's words), ``hint`` what a person can do about it."""
+
     code: str
     message: str
     detail: str | None = None
+    retryable: bool = False
+    retry_after_s: float | None = None
+    hint: str | None = None
 
 
 class SessionEndBlock(_Block, tag="session_end", kw_only=True):

@@ -53,9 +53,15 @@ class LimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     requests_per_second: float = 200.0
     request_burst: int = 400
     send_queue_frames: int = 20000
+    #: Bytes queued per connection before it is cut off (4408), like send_queue_frames.
+    send_queue_bytes: int = 16 * MiB
+    #: A connection whose socket has taken no byte this long while data waits is closed (4408).
+    write_stall_s: float = 30.0
     auth_failures_per_minute: int = 10
     #: Persistent agent processes kept running at once; beyond that the longest-idle stops.
     max_agent_processes: int = 8
+    #: TCP handshakes that have not authenticated yet, held at once (bridge/admission.py).
+    max_unauthenticated: int = 64
 
 
 class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -64,6 +70,8 @@ class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     path: str = ""
     max_events_per_session: int = 100_000
     max_age_days: float = 30.0
+    #: Writes failing this long interrupt running turns (docs/protocol.md, durability).
+    fail_after_s: float = 30.0
 
 
 class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -77,6 +85,8 @@ class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch: bool = True
     #: Seconds a persistent agent process may sit without a turn before it is stopped (0: never).
     idle_stop_s: float = 600.0
+    #: Times a turn that ended with a retryable failure is tried again (bridge/retry.py).
+    retry_max: int = 2
 
 
 class HubConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -226,12 +236,27 @@ def _describe(exc: msgspec.ValidationError) -> str:
     return text
 
 
+def _check_private(file: Path) -> None:
+    """The configuration and its directory must be the user's alone (bridge/perms.py): they
+    name the programs the daemon runs, and hold the token."""
+    from bridge.perms import CONFIG_RUNS, permission_problem, real_path_problem
+
+    for target, what in ((file.parent, "configuration directory"), (file, "configuration file")):
+        if target.exists():
+            problem = permission_problem(target, what=what, why=CONFIG_RUNS) or (
+                real_path_problem(target, why=CONFIG_RUNS)
+            )
+            if problem:
+                raise ConfigError(f"refusing to use the configuration: {problem}")
+
+
 def load_config(
     path: Path | None = None, environ: dict[str, str] | None = None, *, required: bool = False
 ) -> Config:
     """Read, merge with the environment, and validate the configuration."""
     file = path or paths.config_file()
     raw: dict[str, Any] = {}
+    _check_private(file)
     if file.exists():
         try:
             raw = tomllib.loads(file.read_text(encoding="utf-8"))
@@ -301,6 +326,8 @@ def _validate(config: Config, file: Path) -> None:
         raise bad("server.tls_cert", "tls_cert and tls_key must be set together")
     if config.store.backend not in ("sqlite", "memory"):
         raise bad("store.backend", "must be 'sqlite' or 'memory'")
+    if not config.store.fail_after_s > 0:
+        raise bad("store.fail_after_s", "must be more than 0")
     if config.log.format not in ("auto", "console", "json"):
         raise bad("log.format", "must be 'auto', 'console' or 'json'")
     if config.log.level.lower() not in ("debug", "info", "warning", "error"):
@@ -317,6 +344,8 @@ def _validate(config: Config, file: Path) -> None:
     for name, value in msgspec.structs.asdict(config.hub).items():
         if value <= 0:
             raise bad(f"hub.{name}", "must be greater than 0")
+    if not 0 <= config.adapters.retry_max <= 10:
+        raise bad("adapters.retry_max", "must be between 0 and 10")
     for name, acp in config.acp.items():
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")

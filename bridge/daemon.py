@@ -17,23 +17,27 @@ import json
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge import __version__, doctor, notify, paths
+from bridge import __version__, doctor, logthrottle, notify, paths
 from bridge.config import Config, ConfigError
 from bridge.hub import Hub
 from bridge.logs import get_logger
 from bridge.netaddr import is_loopback
-from bridge.redact import remember_env_secrets
+from bridge.redact import remember_agent_env, remember_env_secrets
 from bridge.registry import Registry, load_builtin_classes
 from bridge.server import BridgeServer
+from bridge.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
 from bridge.store import MemoryStore, SqliteStore, Store
 
 log = get_logger("bridge.daemon")
 
 RETENTION_EVERY_S = 3600.0
+#: How long a stopping daemon retries writes that fail before giving them up.
+STORE_CLOSE_GRACE_S = 10.0
 #: How long a thread waiting for the GIL lets the thread holding it run on (Python's default
 #: is 5 ms). The store's writer thread takes the GIL a few times per commit; while the event
 #: loop is busy and rarely blocks, each time waited the full interval, and a fast turn ran
@@ -88,6 +92,8 @@ class Daemon:
             config.server.insecure = True
         self.config = config
         self.store = make_store(config)
+        self.store.health.fail_after_s = config.store.fail_after_s
+        self.store.health.on_expired(self._store_failing_too_long)
         self.registry = Registry(config)
         self.hub = Hub(config, self.registry, self.store)
         self.server = BridgeServer(config, self.hub, self.registry, paths.token_file())
@@ -97,9 +103,27 @@ class Daemon:
         self.server.daemon_checks = doctor.daemon_checks
         self._stop = asyncio.Event()
         self._extras: list[Any] = []
+        self._extras_tasks: set[asyncio.Future[None]] = set()
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def _store_failing_too_long(self) -> None:
+        """Writes have failed for ``store.fail_after_s``: stop the turns that are running
+        (their closing blocks are written when the store recovers)."""
+        running = [s.id for s in self.hub.sessions.values() if s.turn is not None]
+        if running:
+            log.error("store_failing_interrupting", sessions=len(running))
+        for session_id in running:
+            task = asyncio.ensure_future(self._interrupt_quietly(session_id))
+            self._extras_tasks.add(task)
+            task.add_done_callback(self._extras_tasks.discard)
+
+    async def _interrupt_quietly(self, session_id: str) -> None:
+        try:
+            await self.hub.interrupt(session_id)
+        except Exception as exc:
+            log.warning("store_failing_interrupt_failed", session=session_id, error=repr(exc))
 
     def _register_adapters(self) -> None:
         for cls in load_builtin_classes():
@@ -173,6 +197,7 @@ class Daemon:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        logthrottle.install(loop)
         self.store.open(loop)
         self._register_adapters()
         self._start_web()
@@ -210,10 +235,21 @@ class Daemon:
     async def _retention(self) -> None:
         conf = self.config.store
         while True:
+            self._forget_old_ended_sessions(conf.max_age_days * 86400)
             self.store.prune(conf.max_events_per_session, conf.max_age_days * 86400)
             await asyncio.sleep(RETENTION_EVERY_S)
 
+    def _forget_old_ended_sessions(self, max_age_s: float) -> None:
+        """Retention removes an ended session older than ``store.max_age_days`` whole: the
+        store deletes its rows (``prune``), and the hub stops listing it."""
+        cutoff = time.time() - max_age_s
+        for sid, s in list(self.hub.sessions.items()):
+            if s.rec.state == "ended" and s.rec.updated_at < cutoff:
+                del self.hub.sessions[sid]
+
     async def shutdown(self) -> None:
+        # A store that cannot write must not hold the shutdown forever.
+        self.store.closing(STORE_CLOSE_GRACE_S)
         self.registry.cancel_detection()
         for extra in self._extras:
             with contextlib.suppress(Exception):
@@ -232,9 +268,29 @@ def serve(config: Config, options: ServeOptions) -> int:
     # Secrets given to agents in the config are masked from the start, not only once a
     # child process has been spawned with them (an adapter may fail before that).
     for agent in config.agents.values():
-        remember_env_secrets(agent.env)
+        remember_agent_env(agent.env)
     for acp in config.acp.values():
-        remember_env_secrets(acp.env)
+        remember_agent_env(acp.env)
+    # Before anything is opened, bound or written: a second daemon touches nothing.
+    db_path = config.db_path if config.store.backend == "sqlite" else None
+    lock = StateLock(lock_paths(paths.state_dir(), db_path))
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"agent-bridge: cannot lock the state directory: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if tighten_state_dir(paths.state_dir()):
+            log.warning("state_dir_tightened", dir=str(paths.state_dir()), mode="0700")
+        return _serve_locked(config, options)
+    finally:
+        lock.release()
+
+
+def _serve_locked(config: Config, options: ServeOptions) -> int:
     daemon = Daemon(config, options)
     try:
         asyncio.run(daemon.run())

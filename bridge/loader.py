@@ -31,10 +31,8 @@ import importlib.metadata
 import importlib.util
 import inspect
 import os
-import pwd
 import re
 import signal
-import stat
 import sys
 import threading
 import traceback
@@ -50,6 +48,8 @@ from bridge.adapters.base import BaseAdapter, DetectedAgent, contract_problems
 from bridge.config import Config
 from bridge.dirwatch import IN_CREATE, IN_MOVED_TO, DirWatch, WatchUnavailable, nearest_existing
 from bridge.logs import get_logger
+from bridge.perms import permission_problem as permission_problem  # re-exported
+from bridge.perms import real_path_problem
 from bridge.process import ChildProcess, SpawnError
 from bridge.registry import Registry
 
@@ -88,36 +88,6 @@ class ProbeResult(msgspec.Struct, kw_only=True):
 
 
 # ---- plain-words checks, shared by the daemon and `agent-bridge adapters check` ----------------
-
-
-def permission_problem(path: Path, *, what: str = "file") -> str | None:
-    """Like OpenSSH with key files: only load what no one but the user (or root) can change."""
-    try:
-        st = path.stat()
-    except OSError as exc:
-        return f"cannot read the {what} {path}: {exc.strerror or exc}"
-    me = os.getuid()
-    if st.st_uid not in (me, 0):
-        return (
-            f"the {what} {path} is owned by {_user_name(st.st_uid)}, not by you; an adapter runs "
-            f"with your rights, so only your own files are loaded. Fix: "
-            f"chown {_user_name(me)} {path}"
-        )
-    writable = [name for bit, name in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others"))
-                if st.st_mode & bit]
-    if writable:
-        return (
-            f"the {what} {path} is writable by {' and '.join(writable)}, so someone else could "
-            f"put code in it that runs as you. Fix: chmod go-w {path}"
-        )
-    return None
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
 
 
 def describe_import_error(exc: BaseException, path: str | None = None) -> str:
@@ -204,6 +174,16 @@ class _ImportTimeout(Exception):
     pass
 
 
+class _Changed(Exception):
+    pass
+
+
+#: The probe found other bytes in the file than the daemon read: it checks (and the daemon
+#: imports) exactly one version, so this one is refused; the change itself is seen and
+#: checked on the next scan.
+CHANGED_WHILE_CHECKED = "the file changed while it was being checked; it is checked again"
+
+
 def _probe_main(argv: list[str]) -> int:
     """Import one file or entry point under an alarm and print a ProbeResult as JSON."""
     parser = argparse.ArgumentParser(prog="python -m bridge.loader probe")
@@ -211,6 +191,9 @@ def _probe_main(argv: list[str]) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--file")
     group.add_argument("--entry-point", help="module:attr")
+    parser.add_argument(
+        "--sha256", help="the file's bytes must hash to this (the bytes the daemon will import)"
+    )
     args = parser.parse_args(argv)
     out = sys.stdout
     sys.stdout = sys.stderr  # whatever the file prints must not corrupt the report
@@ -226,7 +209,10 @@ def _probe_main(argv: list[str]) -> int:
         if args.file:
             path = os.path.abspath(args.file)
             name = module_name_for(Path(path), 0)
-            module = import_source(name, Path(path), Path(path).read_bytes())
+            source = Path(path).read_bytes()
+            if args.sha256 and hashlib.sha256(source).hexdigest() != args.sha256:
+                raise _Changed
+            module = import_source(name, Path(path), source)
             classes, error = find_adapters(module, name)
         else:
             obj = importlib.metadata.EntryPoint(
@@ -244,6 +230,9 @@ def _probe_main(argv: list[str]) -> int:
         )
     except _ImportTimeout:
         result = ProbeResult(ok=False, error=timeout_message(args.timeout))
+    except _Changed:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        result = ProbeResult(ok=False, error=CHANGED_WHILE_CHECKED)
     except BaseException as exc:  # SystemExit at import is a finding too
         signal.setitimer(signal.ITIMER_REAL, 0)
         result = ProbeResult(ok=False, error=describe_import_error(exc, path))
@@ -266,11 +255,17 @@ def _probe_env() -> dict[str, str]:
     return env
 
 
-async def probe(target: str, timeout: float, *, entry_point: bool = False) -> ProbeResult:
-    """Run the probe subprocess; cancelling this kills it, so shutdown never waits for one."""
+async def probe(
+    target: str, timeout: float, *, entry_point: bool = False, source: bytes | None = None
+) -> ProbeResult:
+    """Run the probe subprocess; cancelling this kills it, so shutdown never waits for one.
+    With ``source`` (the bytes the daemon read and will import), the probe checks exactly
+    those: it refuses a file whose bytes differ by then."""
     flag = "--entry-point" if entry_point else "--file"
     argv = [sys.executable, "-m", "bridge.loader", "probe", "--timeout", f"{timeout:g}",
             flag, target]
+    if source is not None:
+        argv += ["--sha256", hashlib.sha256(source).hexdigest()]
     try:
         child = await ChildProcess.spawn(argv, env=_probe_env(), stdin=False)
     except SpawnError as exc:
@@ -520,22 +515,28 @@ class AdapterLoader:
                 continue
             src.signature = signature
             src.declared = declared_ids(data)
-            problem = dir_problem or permission_problem(path)
+            problem = dir_problem or permission_problem(path) or real_path_problem(path)
             if problem:
                 self._fail(src, problem)
                 continue
             pending.append((src, data))
         return pending
 
-    async def _probe(self, target: str, *, entry_point: bool = False) -> ProbeResult:
+    async def _probe(
+        self, target: str, *, entry_point: bool = False, source: bytes | None = None
+    ) -> ProbeResult:
         async with self._probes:
-            return await probe(target, self.timeout, entry_point=entry_point)
+            return await probe(target, self.timeout, entry_point=entry_point, source=source)
 
     async def _load_files(self, pending: list[tuple[Source, bytes]]) -> None:
-        results = await asyncio.gather(*(self._probe(src.label) for src, _ in pending))
+        results = await asyncio.gather(
+            *(self._probe(src.label, source=data) for src, data in pending)
+        )
         for (src, data), result in zip(pending, results, strict=True):
             src.loading = False
             if not result.ok:
+                if result.error == CHANGED_WHILE_CHECKED:
+                    src.signature = None  # the next scan reads and checks it again
                 self._fail(src, result.error or "the file could not be imported")
                 continue
             await self._import_file(src, data)

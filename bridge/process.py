@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.redact import redact, remember_env_secrets
+from bridge.redact import redact, remember_agent_env
 
 DEFAULT_MAX_LINE = 8 * 1024 * 1024
 DEFAULT_STDERR_KEEP = 64 * 1024
@@ -53,12 +53,12 @@ def build_env(
 ) -> dict[str, str]:
     """The daemon's environment plus an adapter's ``env``, with ``PATH`` always set.
 
-    Secret-looking values of ``extra`` (an adapter's config) are masked in logs from now on.
+    Every value of ``extra`` (an adapter's config) is masked in logs from now on.
     """
     env = dict(os.environ if base is None else base)
     if extra:
         env.update({str(k): str(v) for k, v in extra.items()})
-        remember_env_secrets({str(k): str(v) for k, v in extra.items()})
+        remember_agent_env({str(k): str(v) for k, v in extra.items()})
     if not env.get("PATH"):
         env["PATH"] = _FALLBACK_PATH
     return env

@@ -352,7 +352,14 @@ class AgentsChanged(_ServerFrame, tag="agents_changed", kw_only=True):
     pass
 
 
-ServerFrame = Ok | Err | EventFrame | StateFrame | AgentsChanged
+class DaemonFrame(_ServerFrame, tag="daemon", kw_only=True, omit_defaults=True):
+    """The daemon's own health: ``store`` is "failing" (with ``message``) or "ok" again."""
+
+    store: Literal["ok", "failing"]
+    message: str | None = None
+
+
+ServerFrame = Ok | Err | EventFrame | StateFrame | AgentsChanged | DaemonFrame
 
 
 # ---- codecs -----------------------------------------------------------------------------------

@@ -31,6 +31,16 @@ class Renderer:
     def paint(self, name: str, text: str) -> str:
         return f"{COLORS[name]}{text}{RESET}" if self.color else text
 
+    def _hint(self, prefix: str, block: dict[str, Any]) -> str:
+        """The error's hint (what to do), and whether the turn may be tried again."""
+        hint = block.get("hint")
+        lines = f"  hint: {hint}\n" if isinstance(hint, str) and hint else ""
+        if block.get("retryable") is True:
+            after = block.get("retry_after_s")
+            when = f" after {after:g} s" if isinstance(after, int | float) else ""
+            lines += f"  (temporary: sending again{when} may work)\n"
+        return prefix + self.paint("yellow", lines) if lines else ""
+
     def _break(self) -> str:
         if self._open is not None:
             self._open = None
@@ -129,7 +139,7 @@ class Renderer:
         if t == "error":
             return prefix + self.paint(
                 "red", f"error {block.get('code')}: {block.get('message')}\n"
-            )
+            ) + self._hint(prefix, block)
         if t == "session_end":
             return prefix + self.paint("dim", f"── turn ended: {block.get('reason')} ──\n")
         if t == "agent_info":

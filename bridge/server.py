@@ -30,6 +30,7 @@ from websockets.http11 import Response as HttpResponse
 from websockets.protocol import State
 
 from bridge import __version__
+from bridge.admission import Admission
 from bridge.agent_types import DAEMON_AGENT, Check, overall_status
 from bridge.auth import load_or_create_token, token_matches
 from bridge.config import Config
@@ -49,6 +50,8 @@ from bridge.protocol import (
     AgentsChanged,
     AgentsCheck,
     AgentsList,
+    DaemonFrame,
+    EncodedEvent,
     EncodedFrame,
     Err,
     Hello,
@@ -73,6 +76,7 @@ from bridge.protocol import (
     decode_request,
 )
 from bridge.registry import Registry
+from bridge.store import StoreUnavailable
 
 log = get_logger("bridge.server")
 
@@ -87,6 +91,14 @@ BURST_BYTES = 64 * 1024
 #: Largest frame a client may send before its token is checked: a hello is small, and an
 #: unauthenticated peer must not make the daemon buffer `max_frame_bytes` per connection.
 HELLO_MAX_BYTES = 64 * 1024
+#: A connection whose socket took nothing for this long while data waits has stopped reading:
+#: turns no longer wait for it (Connection.stalled).
+STALLED_S = 0.5
+#: Bytes an event frame adds around its block (session id, seq, time stamp).
+EVENT_OVERHEAD = 96
+
+#: Headers a request must not repeat (which one would count is ambiguous).
+SINGLE_HEADERS = ("Host", "Origin", "Authorization", "Sec-WebSocket-Key")
 
 HttpHandler = Callable[[ServerConnection, HttpRequest], HttpResponse | None]
 
@@ -132,6 +144,10 @@ class Connection:
         self.token_used: str | None = None
         self._outbox: deque[Outgoing] = deque()
         self._cap = server.config.limits.send_queue_frames
+        self._byte_cap = server.config.limits.send_queue_bytes
+        self._bytes = 0
+        #: When the socket last took bytes (or the connection opened): see ``stalled``.
+        self.progress_at = time.monotonic()
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -140,6 +156,12 @@ class Connection:
             server.config.limits.requests_per_second, server.config.limits.request_burst
         )
         self.peer = _peer(ws)
+        self.said_hello = False
+        self.opened_at = time.monotonic()
+
+    def evict(self) -> None:
+        """Give its unauthenticated slot to a newer handshake (bridge/admission.py)."""
+        self.close(CLOSE_UNAUTHORIZED, "too many unauthenticated connections")
 
     @property
     def closed(self) -> bool:
@@ -148,20 +170,31 @@ class Connection:
     def push(self, item: Outgoing) -> None:
         if self._closed:
             return
-        if len(self._outbox) >= self._cap:
+        size = _size(item, self.msgpack, self._byte_cap)
+        if len(self._outbox) >= self._cap or self._bytes + size > self._byte_cap:
             self.cut_off()
             return
         self._outbox.append(item)
+        self._bytes += size
         if self.behind:
             self._space.clear()
         self._wake.set()
 
     @property
     def behind(self) -> bool:
-        """More than half of the outbox is full (``put`` waits, turns slow down)."""
-        return len(self._outbox) >= self._cap // 2
+        """More than half of the outbox is full, in frames or bytes (``put`` waits, turns
+        slow down)."""
+        return len(self._outbox) >= self._cap // 2 or self._bytes >= self._byte_cap // 2
+
+    @property
+    def stalled(self) -> bool:
+        """Data waits and the socket has taken none of it for ``STALLED_S``: the client has
+        stopped reading, and is not waited for (it is cut off when its outbox is full)."""
+        return bool(self._outbox) and time.monotonic() - self.progress_at > STALLED_S
 
     async def catch_up(self, timeout: float) -> None:
+        if self.stalled:
+            return  # a client that stopped reading never paces the turn
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._space.wait(), timeout)
 
@@ -199,7 +232,6 @@ class Connection:
         self.close(code, reason)
 
     async def sender(self) -> None:
-        ws = self.ws
         try:
             while not self._closed:
                 await self._wake.wait()
@@ -207,20 +239,51 @@ class Connection:
                 while self._outbox and not self._closed:
                     if self._writable():
                         self._write_burst()
+                        self.progress_at = time.monotonic()
                         await asyncio.sleep(0)  # let other connections and the hub run
                     else:
                         # The socket's buffer is full: send() waits for the client, and raises
                         # once the connection is lost.
-                        await ws.send(self._pop().encoded(self.msgpack), text=not self.msgpack)
+                        data = self._pop().encoded(self.msgpack)
+                        if not await self._send_unless_stalled(data):
+                            return
+                        self.progress_at = time.monotonic()
         except ConnectionClosed:
             pass
         finally:
             self._closed = True
             self._space.set()
 
+    async def _send_unless_stalled(self, data: bytes) -> bool:
+        """Send one frame through websockets (which waits while the socket's buffer is full);
+        False, and the connection closed with 4408, once the socket has taken no byte for
+        ``limits.write_stall_s``."""
+        stall_s = self.server.config.limits.write_stall_s
+        transport = self.ws.transport
+        send = asyncio.ensure_future(self.ws.send(data, text=not self.msgpack))
+        waiting = transport.get_write_buffer_size()
+        moved_at = time.monotonic()
+        while True:
+            done, _ = await asyncio.wait({send}, timeout=min(1.0, stall_s))
+            if done:
+                send.result()
+                return True
+            now = time.monotonic()
+            left = transport.get_write_buffer_size()
+            if left < waiting:
+                moved_at = now
+                self.progress_at = now
+            waiting = left
+            if now - moved_at >= stall_s:
+                send.cancel()
+                log.warning("client_stalled", peer=self.peer, stalled_s=stall_s)
+                self.close(CLOSE_TOO_SLOW, "stopped reading; reconnect and replay with after_seq")
+                return False
+
     def _pop(self) -> Outgoing:
         item = self._outbox.popleft()
-        if len(self._outbox) < self._cap // 4:
+        self._bytes -= _size(item, self.msgpack, self._byte_cap)
+        if len(self._outbox) < self._cap // 4 and self._bytes < self._byte_cap // 4:
             self._space.set()
         return item
 
@@ -297,6 +360,22 @@ def _set_max_message(ws: ServerConnection, size: int) -> None:
         protocol.max_size = size
 
 
+def _size(item: Outgoing, msgpack: bool, cap: int) -> int:
+    """Bytes a queued frame holds: a stored event's block plus its frame, or the encoded frame
+    (encoded once and shared by every connection); counted as at most a quarter of ``cap``, so
+    one frame near ``max_frame_bytes`` (a large message) does not cut a reader off alone."""
+    if isinstance(item, EncodedEvent) and not msgpack:
+        size = len(item.block_json) + EVENT_OVERHEAD
+    else:
+        size = len(item.encoded(msgpack))
+    return min(size, cap // 4)
+
+
+def _bearer(header: str) -> str:
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
 def _peer(ws: ServerConnection) -> str:
     try:
         addr = ws.remote_address
@@ -319,7 +398,9 @@ class BridgeServer:
         self._clients = asyncio.Event()
         self.connections: set[Connection] = set()
         self._servers: list[Server] = []
-        self._auth_failures: dict[str, deque[float]] = {}
+        self.admission = Admission(
+            config.limits.max_unauthenticated, config.limits.auth_failures_per_minute
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self.http_handlers: list[HttpHandler] = []
         #: Called with each connection that closes (presence, for one).
@@ -329,6 +410,7 @@ class BridgeServer:
         self.tcp_address: tuple[str, int] | None = None
         self.unix_path: Path | None = None
         registry.on_change(self.broadcast_agents_changed)
+        hub.store.health.subscribe(self.broadcast_store_health)
         self._handlers: dict[type, Callable[[Connection, Any], Awaitable[Any]]] = {
             AgentsList: self._agents_list,
             AgentsCheck: self._agents_check,
@@ -364,7 +446,7 @@ class BridgeServer:
     def _serve_kwargs(self) -> dict[str, Any]:
         conf = self.config.server
         return {
-            "process_request": self._process_request,
+            "process_request": self._checked_request,
             "select_subprotocol": self._select_subprotocol,
             "subprotocols": [SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK],
             "max_size": self.config.limits.max_frame_bytes,
@@ -479,19 +561,20 @@ class BridgeServer:
                 return str(name)
         return None
 
-    def _auth_throttled(self, peer: str) -> bool:
-        window = self._auth_failures.get(peer)
-        if not window:
-            return False
-        cutoff = time.monotonic() - 60
-        while window and window[0] < cutoff:
-            window.popleft()
-        return len(window) >= self.config.limits.auth_failures_per_minute
-
-    def _auth_failed(self, peer: str) -> None:
-        self._auth_failures.setdefault(peer, deque()).append(time.monotonic())
-        if len(self._auth_failures) > 10_000:
-            self._auth_failures.clear()
+    def _admit(self, connection: ServerConnection, request: HttpRequest) -> HttpResponse | None:
+        """Connection slots: see bridge/admission.py."""
+        unix = _peer(connection) == "unix"
+        header = request.headers.get("Authorization")
+        bearer = _bearer(header) if header is not None else None
+        if unix or (bearer is not None and token_matches(self.token, bearer)):
+            owned = sum(1 for c in self.connections if c.authenticated or c.trusted)
+            if owned >= self.config.limits.max_connections:
+                return _json_response(503, {"ok": False, "error": "too many connections"})
+            return None
+        if not self.admission.room_for_one():
+            error = "too many unauthenticated connections"
+            return _json_response(503, {"ok": False, "error": error})
+        return None
 
     def origin_allowed(self, origin: str, host_header: str | None) -> bool:
         allowed = self.config.server.allowed_origins
@@ -504,6 +587,22 @@ class BridgeServer:
                     return True
         return False
 
+    def _checked_request(
+        self, connection: ServerConnection, request: HttpRequest
+    ) -> HttpResponse | None:
+        """Refuse an ambiguous request (a header that must be single, repeated) with 400, and
+        answer anything unexpected with a JSON 500, both logged: never a plain traceback."""
+        for name in SINGLE_HEADERS:
+            if len(request.headers.get_all(name)) > 1:
+                log.warning("http_bad_request", peer=_peer(connection), header=name,
+                            why="repeated header")
+                return _json_response(400, {"ok": False, "error": f"repeated {name} header"})
+        try:
+            return self._process_request(connection, request)
+        except Exception:
+            log.exception("http_request_failed", peer=_peer(connection), path=request.path)
+            return _json_response(500, {"ok": False, "error": "internal error"})
+
     def _process_request(
         self, connection: ServerConnection, request: HttpRequest
     ) -> HttpResponse | None:
@@ -511,7 +610,10 @@ class BridgeServer:
         if path == "/healthz":
             # `adapters` says whether the first load of drop-in adapters is still running.
             adapters = "loading" if self.registry.loading else "ready"
-            return _json_response(200, {"ok": True, "version": __version__, "adapters": adapters})
+            if self.hub.store.health.failing:
+                return _json_response(503, self._healthz_failing(adapters))
+            body = {"ok": True, "version": __version__, "adapters": adapters, "store": "ok"}
+            return _json_response(200, body)
         if path != WS_PATH:
             for handler in self.http_handlers:
                 response = handler(connection, request)
@@ -521,12 +623,7 @@ class BridgeServer:
         origin = request.headers.get("Origin")
         if origin is not None and not self.origin_allowed(origin, request.headers.get("Host")):
             return _json_response(403, {"ok": False, "error": "origin not allowed"})
-        if len(self.connections) >= self.config.limits.max_connections:
-            return _json_response(503, {"ok": False, "error": "too many connections"})
-        peer = _peer(connection)
-        if self._auth_throttled(peer):
-            return _json_response(429, {"ok": False, "error": "too many failed logins"})
-        return None
+        return self._admit(connection, request)
 
     async def _handle_tcp(self, ws: ServerConnection) -> None:
         await self._handle(ws, trusted=False)
@@ -540,16 +637,16 @@ class BridgeServer:
         header = ws.request.headers.get("Authorization") if ws.request else None
         header_token: str | None = None
         if header is not None:
-            scheme, _, value = header.partition(" ")
-            header_token = value.strip() if scheme.lower() == "bearer" else ""
+            header_token = _bearer(header)
             if not token_matches(self.token, header_token):
-                self._auth_failed(conn.peer)
+                await self.admission.penalty(conn.peer)
                 await ws.close(CLOSE_UNAUTHORIZED, "unauthorized")
                 return
             conn.authenticated = True
             conn.token_used = header_token
         if not (conn.authenticated or trusted):
             _set_max_message(ws, min(HELLO_MAX_BYTES, self.config.limits.max_frame_bytes))
+            self.admission.enter(conn)
         self.connections.add(conn)
         self._clients.set()
         sender = asyncio.create_task(conn.sender())
@@ -559,6 +656,7 @@ class BridgeServer:
         except ConnectionClosed:
             pass
         finally:
+            self.admission.leave(conn)
             self.connections.discard(conn)
             self.hub.drop_connection(conn)
             for hook in self.on_disconnect:
@@ -583,19 +681,20 @@ class BridgeServer:
             conn.error(exc.request_id, "bad_request", f"the first frame must be hello: {exc}")
             await conn.drain_then_close(CLOSE_PROTOCOL, "expected hello")
             return False
+        conn.said_hello = True
         if not isinstance(req, Hello):
             conn.error(req.id, "bad_request", "the first frame must be hello")
             await conn.drain_then_close(CLOSE_PROTOCOL, "expected hello")
             return False
         if not (conn.authenticated or conn.trusted):
             if not token_matches(self.token, req.token):
-                self._auth_failed(conn.peer)
-                # Slow down guessing: the close waits longer the more a peer fails.
-                failures = len(self._auth_failures.get(conn.peer, ()))
-                await asyncio.sleep(min(2.0, 0.1 * failures))
+                # Slow down guessing: the answer waits longer the more a peer fails, and
+                # past the limit the connection keeps its unauthenticated slot meanwhile.
+                await self.admission.penalty(conn.peer)
                 await ws.close(CLOSE_UNAUTHORIZED, "unauthorized")
                 return False
             conn.authenticated = True
+            self.admission.leave(conn)
             conn.token_used = req.token
             _set_max_message(ws, self.config.limits.max_frame_bytes)
         elif req.token is not None and not conn.authenticated:
@@ -611,6 +710,8 @@ class BridgeServer:
         conn.authenticated = True
         server = {"name": "agent-bridge", "version": __version__, "home": _home_dir()}
         conn.reply(req.id, {"protocol": PROTOCOL_VERSION, "server": server})
+        if self.hub.store.health.failing:
+            conn.push(self._store_health_frame())
         return True
 
     async def _serve(self, conn: Connection) -> None:
@@ -651,6 +752,31 @@ class BridgeServer:
     ) -> None:
         """Serve one more request type (requests other modules own: bridge/attention)."""
         self._handlers[request] = handler
+    # ---- the store's health -----------------------------------------------------------------
+
+    def _store_health_frame(self) -> EncodedFrame:
+        health = self.hub.store.health
+        if health.failing:
+            return EncodedFrame(DaemonFrame(store="failing", message=health.message))
+        return EncodedFrame(DaemonFrame(store="ok"))
+
+    def broadcast_store_health(self, _failing: bool, _message: str) -> None:
+        """Each change, once, to every authenticated connection."""
+        frame = self._store_health_frame()
+        for conn in list(self.connections):
+            if conn.authenticated and not conn.closed:
+                conn.push(frame)
+
+    def _healthz_failing(self, adapters: str) -> dict[str, Any]:
+        health = self.hub.store.health
+        return {
+            "ok": False,
+            "version": __version__,
+            "adapters": adapters,
+            "store": "failing",
+            "error": health.message,
+            "failing_since": health.since,
+        }
 
     def broadcast_agents_changed(self) -> None:
         frame = EncodedFrame(AgentsChanged())
@@ -659,6 +785,14 @@ class BridgeServer:
                 conn.push(frame)
 
     # ---- requests -------------------------------------------------------------------------------
+
+    async def _durable(self) -> None:
+        """The commit barrier behind an ``ok`` that promises durability (create, attach,
+        send, permission, close): what the request changed is committed before the answer."""
+        try:
+            await self.hub.store.barrier()
+        except StoreUnavailable:
+            raise HubError("internal", "the daemon is stopping and could not store this") from None
 
     async def _agents_list(self, _conn: Connection, _req: AgentsList) -> Any:
         await self.registry.wait_detected(1.0)
@@ -688,10 +822,13 @@ class BridgeServer:
         session, info = await self.hub.create(
             req.agent, req.cwd, req.model, req.effort, req.resume, mode=req.mode
         )
+        await self._durable()
         return {"session": session, "info": info}
 
     async def _session_attach(self, _conn: Connection, req: SessionAttach) -> Any:
-        return {"session": await self.hub.attach(req.agent, req.agent_session_id, req.cwd)}
+        session = await self.hub.attach(req.agent, req.agent_session_id, req.cwd)
+        await self._durable()
+        return {"session": session}
 
     async def _session_subscribe(self, conn: Connection, req: SessionSubscribe) -> Any:
         if req.after_seq < 0:
@@ -707,6 +844,7 @@ class BridgeServer:
 
     async def _session_send(self, _conn: Connection, req: SessionSend) -> Any:
         queued = await self.hub.send(req.session, req.text, req.attachments, req.client_msg_id)
+        await self._durable()
         return {"queued": queued}
 
     async def _session_interrupt(self, _conn: Connection, req: SessionInterrupt) -> Any:
@@ -715,6 +853,7 @@ class BridgeServer:
 
     async def _session_permission(self, _conn: Connection, req: SessionPermission) -> Any:
         await self.hub.permission(req.session, req.request_id, req.option_id)
+        await self._durable()
         return {}
 
     async def _session_handoff(self, _conn: Connection, req: SessionHandoff) -> Any:
@@ -723,6 +862,7 @@ class BridgeServer:
 
     async def _session_close(self, _conn: Connection, req: SessionClose) -> Any:
         await self.hub.close(req.session)
+        await self._durable()
         return {}
 
     async def _usage_get(self, _conn: Connection, req: UsageGet) -> Any:

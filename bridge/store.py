@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import operator
+import os
 import queue
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,11 +33,21 @@ import msgspec
 
 from bridge.logs import get_logger
 from bridge.protocol import SessionState, Writer
+from bridge.storehealth import StoreHealth
 
 log = get_logger("bridge.store")
 
 MAX_BATCH = 5000
 CHECKPOINT_EVERY_S = 1.0
+#: A write that failed is retried after this, doubling up to RETRY_MAX_S.
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+#: How long a stopping daemon keeps retrying a failing write before it gives it up.
+CLOSE_GRACE_S = 10.0
+
+
+class StoreUnavailable(Exception):
+    """The store gave up on writes it could not commit (only while the daemon stops)."""
 
 
 class SessionRecord(msgspec.Struct, kw_only=True):
@@ -72,6 +84,12 @@ class MessageRecord(msgspec.Struct, kw_only=True):
     #: "queued" (waiting), "started" (its turn began), "command" (handled by the bridge)
     status: str = "queued"
     created_at: float = 0.0
+    #: The ``queued`` its ``session.send`` was answered with: a retransmit, also after a
+    #: restart, gets the same answer (None in records from before this field).
+    answered_queued: bool | None = None
+    #: A stand-in held in memory while the message waits: its text and attachments are on
+    #: disk only (``Store.spill``); ``Store.unspill`` reads them back when its turn starts.
+    spilled: bool = False
 
 
 @dataclass(slots=True)
@@ -115,6 +133,11 @@ _enc = msgspec.msgpack.Encoder()
 #: loop was busy each hand-over waited for the interpreter's switch interval: the writer fell
 #: behind the hub (docs/benchmarks.md, T7). A row per run of events costs one.
 CHUNK_EVENTS = 512
+#: ... and at most about this many bytes of blocks per row.
+CHUNK_BYTES = 1024 * 1024
+#: A read of history (a replay, recovery) returns at most about this many bytes at a time,
+#: however many events were asked for: replays stream in bounded pieces.
+READ_BYTES = 4 * 1024 * 1024
 _CHUNK_ITEM = operator.attrgetter("seq", "ts", "ts_unix", "block_json")
 _SESSION_OF = operator.attrgetter("session")
 _dec_chunk = msgspec.msgpack.Decoder(list[tuple[int, str, float, bytes]])
@@ -129,13 +152,29 @@ _ROWS_PER_INSERT = (192, 48, 12, 3, 1)
 _INSERT_CHUNKS = {n: _INSERT_CHUNK + ", (?, ?, ?, ?, ?)" * (n - 1) for n in _ROWS_PER_INSERT}
 
 
+def _parts(run: list[StoredEvent]) -> list[list[StoredEvent]]:
+    """Cut a run every CHUNK_EVENTS events or CHUNK_BYTES bytes (a row of large blocks stays
+    small enough to read a piece of history at a time)."""
+    parts: list[list[StoredEvent]] = []
+    part: list[StoredEvent] = []
+    size = 0
+    for ev in run:
+        if part and (len(part) >= CHUNK_EVENTS or size >= CHUNK_BYTES):
+            parts.append(part)
+            part, size = [], 0
+        part.append(ev)
+        size += len(ev.block_json)
+    if part:
+        parts.append(part)
+    return parts
+
+
 def _chunk_rows(events: Sequence[StoredEvent]) -> list[tuple[str, int, int, float, bytes]]:
-    """Rows for ``event_chunks``: each run of one session's events, cut every CHUNK_EVENTS."""
+    """Rows for ``event_chunks``: each run of one session's events, cut every CHUNK_EVENTS
+    (or CHUNK_BYTES)."""
     rows = []
     for session, group in groupby(events, key=_SESSION_OF):
-        run = list(group)
-        for at in range(0, len(run), CHUNK_EVENTS):
-            part = run[at : at + CHUNK_EVENTS]
+        for part in _parts(list(group)):
             items = _enc.encode(list(map(_CHUNK_ITEM, part)))
             rows.append((session, part[0].seq, part[-1].seq, part[-1].ts_unix, items))
     return rows
@@ -175,6 +214,33 @@ def _migrate_event_rows(conn: sqlite3.Connection) -> None:
     log.info("store_migrated", events=moved, to="event_chunks")
 
 
+def _private_files(path: Path) -> None:
+    """The database and its companions are the owner's alone (0600), whatever the umask or
+    the directory: SQLite creates ``-wal`` and ``-shm`` with the database file's mode, so the
+    database is created 0600 before SQLite opens it, and files left wider are tightened."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        name = Path(f"{path}{suffix}")
+        try:
+            if stat.S_IMODE(name.stat().st_mode) & 0o077:
+                os.chmod(name, 0o600)
+        except FileNotFoundError:
+            continue
+
+
+_MESSAGE_COLUMNS = (("status", "TEXT"), ("answered", "INTEGER"), ("created_at", "REAL"))
+
+
+def _add_message_columns(conn: sqlite3.Connection) -> None:
+    """Plain columns beside each message's record, so start-up and retention need not decode
+    (or even read) the bodies. Rows from before have them NULL and are read whole once."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(messages)")}
+    for name, kind in _MESSAGE_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE messages ADD COLUMN {name} {kind}")
+
+
 _dec_session = msgspec.msgpack.Decoder(SessionRecord)
 _dec_message = msgspec.msgpack.Decoder(MessageRecord)
 
@@ -183,6 +249,8 @@ class Store:
     """Interface shared by the SQLite and in-memory stores."""
 
     on_commit: CommitCallback | None = None
+    #: Whether writes succeed; see bridge/storehealth.py.
+    health: StoreHealth
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
         raise NotImplementedError
@@ -200,6 +268,18 @@ class Store:
     def save_message(self, record: MessageRecord) -> None:
         raise NotImplementedError
 
+    def delete_session(self, session: str) -> None:
+        raise NotImplementedError
+
+    def spill(self, record: MessageRecord) -> MessageRecord:
+        """What to keep in memory of a message handed to ``save_message``: by default the
+        record itself; the SQLite store keeps only a stand-in (its body is on disk)."""
+        return record
+
+    async def unspill(self, record: MessageRecord) -> MessageRecord:
+        """The whole message for a stand-in made by ``spill``."""
+        return record
+
     async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
         raise NotImplementedError
 
@@ -211,6 +291,16 @@ class Store:
 
     async def flush(self) -> None:
         raise NotImplementedError
+
+    async def barrier(self) -> None:
+        """Return once everything handed to the store before this call is committed (the
+        commit barrier behind every ``ok`` that promises durability). It rides on the group
+        commit: concurrent barriers share one transaction. While writes fail it waits; it
+        raises ``StoreUnavailable`` only if the store gave up on those writes."""
+        await self.flush()
+
+    def closing(self, grace_s: float) -> None:
+        """The daemon is stopping: writes still failing ``grace_s`` from now are given up."""
 
     async def close(self) -> None:
         raise NotImplementedError
@@ -226,6 +316,7 @@ class MemoryStore(Store):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[StoredEvent] = []
         self._scheduled = False
+        self.health = StoreHealth()
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -308,6 +399,10 @@ class SqliteStore(Store):
         #: set after each write: the checkpoint thread sleeps on it while nothing is written
         self._written = threading.Event()
         self._closed = False
+        self.health = StoreHealth()
+        #: monotonic time after which a failing write is given up (set while stopping)
+        self._give_up_at: float | None = None
+        self._wake = threading.Event()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -320,9 +415,11 @@ class SqliteStore(Store):
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private_files(self.path)
         writer = self._connect()
         writer.executescript(_SCHEMA)
         _migrate_event_rows(writer)
+        _add_message_columns(writer)
         # Checkpoints (copying the WAL into the database, with an fsync) run on their own
         # connection and thread: done by the writer on commit, they held back every event
         # behind them by 5 to 70 ms (docs/benchmarks.md, T3).
@@ -358,10 +455,7 @@ class SqliteStore(Store):
                 _dec_session.decode(row[0])
                 for row in self._reader.execute("SELECT data FROM sessions")
             ]
-            messages = [
-                _dec_message.decode(row[0])
-                for row in self._reader.execute("SELECT data FROM messages")
-            ]
+            messages = self._load_messages(self._reader)
             seqs = dict(
                 self._reader.execute(
                     "SELECT session, MAX(last_seq) FROM event_chunks GROUP BY session"
@@ -369,6 +463,33 @@ class SqliteStore(Store):
             )
         messages.sort(key=lambda m: m.created_at)
         return sessions, messages, seqs
+
+    @staticmethod
+    def _load_messages(conn: sqlite3.Connection) -> list[MessageRecord]:
+        """Stand-ins read from plain columns (state, answer, time): start-up reads no message
+        body; a queued message's body is read when its turn starts (``unspill``). Rows
+        written before those columns existed are read whole, once."""
+        out = [
+            _dec_message.decode(row[0])
+            for row in conn.execute("SELECT data FROM messages WHERE status IS NULL")
+        ]
+        for session, msg_id, status, answered, created in conn.execute(
+            "SELECT session, client_msg_id, status, answered, created_at FROM messages"
+            " WHERE status IS NOT NULL"
+        ):
+            # Queued ones are stand-ins too: their bodies are read when their turns start.
+            out.append(
+                MessageRecord(
+                    session=session,
+                    client_msg_id=msg_id,
+                    text="",
+                    status=status,
+                    created_at=created or 0.0,
+                    answered_queued=None if answered is None else bool(answered),
+                    spilled=True,
+                )
+            )
+        return out
 
     def _put(self, op: _Op | StoredEvent) -> None:
         # Operations reach the writer once per event-loop pass, in order, as one list: a put
@@ -399,23 +520,87 @@ class SqliteStore(Store):
         self._put(_Op("session", (record.id, _enc.encode(record))))
 
     def save_message(self, record: MessageRecord) -> None:
-        self._put(_Op("message", (record.session, record.client_msg_id, _enc.encode(record))))
+        answered = None if record.answered_queued is None else int(record.answered_queued)
+        if record.spilled:  # a stand-in: the body on disk stays, the state changes
+            self._put(
+                _Op(
+                    "message_state",
+                    (record.status, answered, record.session, record.client_msg_id),
+                )
+            )
+            return
+        self._put(
+            _Op(
+                "message",
+                (
+                    record.session,
+                    record.client_msg_id,
+                    _enc.encode(record),
+                    record.status,
+                    answered,
+                    record.created_at,
+                ),
+            )
+        )
+
+    def delete_session(self, session: str) -> None:
+        self._put(_Op("delete", session))
+
+    def spill(self, record: MessageRecord) -> MessageRecord:
+        if record.spilled:
+            return record
+        return msgspec.structs.replace(record, text="", attachments=[], spilled=True)
+
+    async def unspill(self, record: MessageRecord) -> MessageRecord:
+        if not record.spilled:
+            return record
+        with contextlib.suppress(StoreUnavailable):
+            await self.barrier()  # its row may still be on its way to the disk
+
+        def query() -> bytes | None:
+            assert self._reader is not None
+            with self._read_lock:
+                row = self._reader.execute(
+                    "SELECT data FROM messages WHERE session = ? AND client_msg_id = ?",
+                    (record.session, record.client_msg_id),
+                ).fetchone()
+            return None if row is None else bytes(row[0])
+
+        data = await asyncio.get_running_loop().run_in_executor(self._read_pool, query)
+        if data is None:
+            log.error("message_body_missing", session=record.session, message=record.client_msg_id)
+            return record
+        whole = _dec_message.decode(data)
+        return msgspec.structs.replace(
+            whole, status=record.status, answered_queued=record.answered_queued, spilled=False
+        )
 
     def prune(self, max_events: int, max_age_s: float) -> None:
         self._put(_Op("prune", (max_events, time.time() - max_age_s)))
 
     async def flush(self) -> None:
+        with contextlib.suppress(StoreUnavailable):
+            await self.barrier()
+
+    async def barrier(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             return
         assert self._loop is not None
-        done: asyncio.Future[None] = self._loop.create_future()
+        done: asyncio.Future[bool] = self._loop.create_future()
         self._put(_Op("flush", done))
-        await done
+        if not await done:
+            raise StoreUnavailable("the store could not commit this write")
+
+    def closing(self, grace_s: float) -> None:
+        self._give_up_at = time.monotonic() + grace_s
+        self._wake.set()
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._give_up_at is None:
+            self.closing(CLOSE_GRACE_S)
         self._checkpoint_stop.set()
         self._written.set()
         await self.flush()
@@ -441,13 +626,15 @@ class SqliteStore(Store):
                 " ORDER BY first_seq",
                 (session, after_seq),
             )
+            size = 0
             try:
                 for (blob,) in rows:
                     for seq, ts, ts_unix, block in _dec_chunk.decode(blob):
                         if seq > after_seq:
                             out.append(StoredEvent(session, seq, ts, block, ts_unix))
-                    if len(out) >= limit:
-                        break
+                            size += len(block)
+                            if size >= READ_BYTES or len(out) >= limit:
+                                return out
             finally:
                 rows.close()
         return out[:limit]
@@ -474,67 +661,137 @@ class SqliteStore(Store):
                         batch += self._queue.get_nowait()
                     except queue.Empty:
                         break
-                if not self._write(conn, batch):
+                if not self._write_until_done(conn, batch):
                     return
         finally:
             conn.close()
 
-    def _write(self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]) -> bool:
-        events = [op for op in batch if isinstance(op, StoredEvent)]
-        waiters: list[asyncio.Future[None]] = []
-        keep_going = True
-        try:
-            rows = _chunk_rows(events)
-            # The common case, one session's events: one statement, its own transaction.
-            single = len(events) == len(batch) and len(rows) == 1
-            if single:
-                conn.execute(_INSERT_CHUNK, rows[0])
-            else:
-                conn.execute("BEGIN")
-            for op in batch:
-                if isinstance(op, StoredEvent):
-                    continue  # inserted after the other operations, as rows
-                if op.kind == "session":
-                    conn.execute(
-                        "INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args
-                    )
-                elif op.kind == "message":
-                    conn.execute(
-                        "INSERT OR REPLACE INTO messages (session, client_msg_id, data)"
-                        " VALUES (?, ?, ?)",
-                        op.args,
-                    )
-                elif op.kind == "prune":
-                    self._prune(conn, *op.args)
-                elif op.kind == "flush":
-                    waiters.append(op.args)
-                elif op.kind == "stop":
-                    keep_going = False
-            if not single:
-                _insert_chunks(conn, rows)
-                conn.execute("COMMIT")
-        except sqlite3.Error:
-            log.exception("store_write_failed", batch=len(batch))
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        self._written.set()
+    def _write_until_done(
+        self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]
+    ) -> bool:
+        """Commit the batch, retrying with backoff while it fails: nothing of it is handed
+        back (so nothing is pushed) until it is committed. Only a daemon that is stopping
+        gives a failing batch up, and then nothing of it is pushed either."""
+        delay = RETRY_FIRST_S
+        failing = False
+        while True:
+            try:
+                keep_going = self._write(conn, batch, recovered=failing)
+            except (sqlite3.Error, OSError) as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                message = f"{type(exc).__name__}: {exc}"
+                if not failing:
+                    failing = True
+                    log.error("store_write_failed", batch=len(batch), error=message)
+                self._tell_loop(self.health.set_failing, message)
+                give_up = self._give_up_at
+                if give_up is not None and time.monotonic() >= give_up:
+                    return self._give_up(batch, message)
+                self._wake.wait(delay)
+                self._wake.clear()
+                delay = min(RETRY_MAX_S, delay * 2)
+                continue
+            return keep_going
+
+    def _give_up(self, batch: Sequence[_Op | StoredEvent], message: str) -> bool:
+        events = sum(isinstance(op, StoredEvent) for op in batch)
+        log.error("store_write_abandoned", batch=len(batch), events=events, error=message)
+        waiters = [
+            op.args for op in batch if isinstance(op, _Op) and op.kind == "flush"
+        ]
+        self._tell_loop(self._resolve, waiters, False)
+        return not any(isinstance(op, _Op) and op.kind == "stop" for op in batch)
+
+    def _tell_loop(self, callback: Callable[..., None], *args: Any) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._committed, events, waiters)
-        return keep_going
+                loop.call_soon_threadsafe(callback, *args)
 
-    def _committed(self, events: list[StoredEvent], waiters: list[asyncio.Future[None]]) -> None:
-        if events and self.on_commit is not None:
-            self.on_commit(events)
+    @staticmethod
+    def _resolve(waiters: list[asyncio.Future[bool]], committed: bool) -> None:
         for waiter in waiters:
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(committed)
+
+    def _write(
+        self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent], *, recovered: bool
+    ) -> bool:
+        """One attempt; raises on failure, after which nothing of the batch is committed.
+        ``recovered``: earlier attempts failed; clients hear "ok" before the events."""
+        events = [op for op in batch if isinstance(op, StoredEvent)]
+        waiters: list[asyncio.Future[bool]] = []
+        keep_going = True
+        rows = _chunk_rows(events)
+        # The common case, one session's events: one statement, its own transaction.
+        single = len(events) == len(batch) and len(rows) == 1
+        if single:
+            conn.execute(_INSERT_CHUNK, rows[0])
+        else:
+            conn.execute("BEGIN")
+        for op in batch:
+            if isinstance(op, StoredEvent):
+                continue  # inserted after the other operations, as rows
+            if op.kind == "session":
+                conn.execute(
+                    "INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args
+                )
+            elif op.kind == "message":
+                conn.execute(
+                    "INSERT OR REPLACE INTO messages"
+                    " (session, client_msg_id, data, status, answered, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    op.args,
+                )
+            elif op.kind == "message_state":
+                conn.execute(
+                    "UPDATE messages SET status = ?, answered = ?"
+                    " WHERE session = ? AND client_msg_id = ?",
+                    op.args,
+                )
+            elif op.kind == "delete":
+                for table in ("sessions", "event_chunks", "messages"):
+                    column = "id" if table == "sessions" else "session"
+                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op.args,))  # noqa: S608
+            elif op.kind == "prune":
+                self._prune(conn, *op.args)
+            elif op.kind == "flush":
+                waiters.append(op.args)
+            elif op.kind == "stop":
+                keep_going = False
+        if not single:
+            _insert_chunks(conn, rows)
+            conn.execute("COMMIT")
+        self._written.set()
+        if recovered:
+            self._tell_loop(self.health.set_ok)
+        self._tell_loop(self._committed, events, waiters)
+        return keep_going
+
+    def _committed(self, events: list[StoredEvent], waiters: list[asyncio.Future[bool]]) -> None:
+        if events and self.on_commit is not None:
+            self.on_commit(events)
+        self._resolve(waiters, True)
 
     @staticmethod
     def _prune(conn: sqlite3.Connection, max_events: int, cutoff: float) -> None:
         """Keep the newest ``max_events`` of each session, and nothing older than ``cutoff``,
-        except each session's newest event, so its numbering is never lost."""
+        except each session's newest event, so its numbering is never lost. Messages no
+        longer queued (their ``user`` blocks are in the events) go after ``cutoff`` too, and
+        an ended session last changed before ``cutoff`` goes whole."""
+        for sid, data in conn.execute("SELECT id, data FROM sessions").fetchall():
+            rec = _dec_session.decode(data)
+            if rec.state == "ended" and rec.updated_at < cutoff:
+                for table, column in (
+                    ("sessions", "id"), ("event_chunks", "session"), ("messages", "session")
+                ):
+                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))  # noqa: S608
+        conn.execute(
+            "DELETE FROM messages WHERE status IS NOT NULL AND status != 'queued'"
+            " AND created_at < ?",
+            (cutoff,),
+        )
         tops = conn.execute(
             "SELECT session, MAX(last_seq) FROM event_chunks GROUP BY session"
         ).fetchall()

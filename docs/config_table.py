@@ -68,7 +68,7 @@ MEANING: dict[str, str] = {
     "server.serve_web": "Serve the reference web client at `/`.",
     "limits.max_frame_bytes": "Largest frame a client may send (attachments included).",
     "limits.max_connections": "Open WebSocket connections; beyond it the handshake gets HTTP 503.",
-    "limits.max_sessions": "Sessions the daemon holds at once.",
+    "limits.max_sessions": "Sessions not ended that the daemon holds at once.",
     "limits.max_subscribers_per_session": "Connections subscribed to one session.",
     "limits.max_queued_messages": "Messages waiting in one session's queue.",
     "limits.max_attachments": "Attachments in one message.",
@@ -78,16 +78,26 @@ MEANING: dict[str, str] = {
     "limits.request_burst": "Bucket size of that token bucket.",
     "limits.send_queue_frames": "Frames queued for one client; a client that falls this far "
     "behind is closed with 4408 and replays with `after_seq`.",
-    "limits.auth_failures_per_minute": "Failed logins per peer address per minute before its "
-    "handshakes get HTTP 429.",
     "limits.max_agent_processes": "Persistent agent processes (Claude Code, ACP agents, "
     "OpenCode/Kilo servers) kept running at once; beyond that the longest-idle one is stopped "
     "(its next turn resumes it). Busy ones are never stopped.",
+    "limits.send_queue_bytes": "Bytes queued for one connection before it is cut off with "
+    "4408 (it reconnects and replays), like `send_queue_frames`.",
+    "limits.write_stall_s": "A connection whose socket has taken no byte for this long while "
+    "data waits is closed with 4408. Turns never wait for a client that stopped reading.",
+    "limits.auth_failures_per_minute": "Wrong tokens per peer address per minute answered "
+    "quickly; past it, answers to wrong tokens are spaced 60/this seconds apart (the right token "
+    "is always taken at once).",
+    "limits.max_unauthenticated": "TCP handshakes not yet authenticated, held at once; they "
+    "never count against `max_connections`. A new one replaces the oldest silent one.",
     "store.backend": "`\"sqlite\"` (durable) or `\"memory\"` (lost at exit; tests, benchmarks).",
     "store.path": "SQLite file; `\"\"` = `$XDG_STATE_HOME/agent-bridge/bridge.sqlite3`.",
     "store.max_events_per_session": "Events kept per session; older ones are pruned (at start "
     "and hourly).",
-    "store.max_age_days": "Events older than this are pruned.",
+    "store.max_age_days": "Events, and messages no longer queued (bodies, attachments), older "
+    "than this are pruned; an ended session last changed before this is removed whole.",
+    "store.fail_after_s": "Seconds of failing writes (disk full, database locked, I/O error) "
+    "after which running turns are interrupted; nothing unstored is ever shown meanwhile.",
     "adapters.dir": "Drop-in adapters directory; `\"\"` = "
     "`$XDG_CONFIG_HOME/agent-bridge/adapters`.",
     "adapters.turn_timeout": "Seconds one turn may run before it is ended with `turn_timeout`.",
@@ -102,6 +112,10 @@ MEANING: dict[str, str] = {
     "adapters.idle_stop_s": "Seconds a persistent agent process may sit without a turn before "
     "it is stopped (the session stays `idle`; the next turn starts it again, resuming the "
     "agent's session). `0` = never.",
+    "adapters.retry_max": (
+        "Times a turn that failed for a transient reason (a retryable failure code) is tried "
+        "again automatically, after the provider's delay or 2 s, 8 s, …; 0 turns it off."
+    ),
     "log.level": "`debug`, `info`, `warning` or `error`.",
     "log.format": "`auto` (readable on a terminal, JSON lines otherwise), `console` or `json`.",
     "projects.roots": "Directories searched for git repositories for `projects.list` (and the "

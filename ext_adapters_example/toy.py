@@ -39,6 +39,7 @@ from bridge.adapters.base import (
     ExternalSession,
     ModelInfo,
     ResumeCommand,
+    classify_failure,
     cwd_matches,
 )
 from bridge.blocks import (
@@ -184,11 +185,16 @@ class ToyParser:
             out.append(SessionEndBlock(reason="interrupted", exit_code=exit_code,
                                        agent_session_id=self.session_id))
         else:
+            # classify_failure turns what the agent said (its stderr, its exit status) into one
+            # of the protocol's failure codes, with a hint a person can act on and whether
+            # the daemon may retry the turn.
             out.append(
-                ErrorBlock(
-                    code="agent_exited",
-                    message=f"toy-agent exited with code {exit_code}",
+                classify_failure(
+                    "toy",
+                    f"toy-agent exited with code {exit_code}",
                     detail=stderr.strip() or None,
+                    stderr=stderr,
+                    exit_code=exit_code,
                 )
             )
             out.append(SessionEndBlock(reason="error", exit_code=exit_code,

@@ -40,6 +40,10 @@ class DaemonProcess:
                 "XDG_RUNTIME_DIR": str(home / "run"),
                 "XDG_DATA_HOME": str(home / "data"),
                 "PYTHONUNBUFFERED": "1",
+                # The automatic retry of failed turns is off unless a test turns it on
+                # (tests/test_retry.py, tests/test_failures_realcli.py): a test that kills an
+                # agent mid-turn checks that turn, not a retry of it.
+                "AGENT_BRIDGE_ADAPTERS_RETRY_MAX": "0",
             }
         )
         self.env.update(env or {})

@@ -7,7 +7,11 @@ arrive on the way, so a test can check everything the app was shown, in order.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tests.wsclient import Client, blocks
@@ -74,3 +78,37 @@ class App:
             if loop.time() > deadline:
                 raise TimeoutError(f"no external {agent} session in {cwd}: {found}")
             await asyncio.sleep(0.25)
+
+
+ADAPTER = Path(__file__).parent / "fixtures" / "handoff" / "fake_term_adapter.py"
+
+
+class Terminal:
+    """A stand-in for a terminal CLI process that owns one session."""
+
+    def __init__(self, root: Path, sid: str) -> None:
+        self.root, self.sid = root, sid
+        self.proc = subprocess.Popen(["sleep", "300"])
+        (root / f"{sid}.owner").write_text(str(self.proc.pid))
+
+    def say(self, *records: dict[str, Any]) -> None:
+        with open(self.root / f"{self.sid}.jsonl", "a") as f:
+            for rec in records:
+                f.write(json.dumps({"id": uuid.uuid4().hex, **rec}) + "\n")
+
+    def turn(self, prompt: str, answer: str) -> None:
+        self.say({"user": prompt}, {"text": answer}, {"end": True})
+
+    def exit(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+async def new_session(app: App, project: Path) -> tuple[str, str]:
+    """A bridge session that ran one turn; (session, agent session id)."""
+    created = await app.request("session.create", agent="fake_term", cwd=str(project))
+    session = created["session"]["session"]
+    await app.request("session.subscribe", session=session)
+    await app.request("session.send", session=session, text="hello")
+    end = await app.until(session, lambda b: b["type"] == "session_end")
+    return session, str(end["agent_session_id"])

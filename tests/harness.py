@@ -264,3 +264,24 @@ def make_project(path: Path) -> Path:
     (path / "README.md").write_text("# e2e project\n")
     (path / "notes.txt").write_text("hello\nworld\n")
     return path.resolve()
+
+
+def after_tool(marker: str) -> Callable[[RecordedRequest], bool]:
+    """The model call that carries a tool result, in the turn of the user message ``marker``."""
+    return lambda r: r.view.last_is_tool_result and marker in r.view.last_user_text
+
+
+def toml_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+async def detected(c: Any, name: str, timeout: float = 60.0) -> dict[str, Any]:
+    """The agent's ``agents.list`` entry once background detection has finished."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        listed = {a["agent"]: a for a in (await c.request("agents.list"))["agents"]}
+        entry: dict[str, Any] = listed[name]
+        if entry.get("error") != "detection in progress" or loop.time() > deadline:
+            return entry
+        await asyncio.sleep(0.2)

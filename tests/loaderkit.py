@@ -1,10 +1,16 @@
-"""What the loader tests share: the source of a minimal drop-in adapter, and one turn."""
+"""What the loader tests share: the source of a minimal drop-in adapter, one turn, writing a
+file with a mode, and the loader with a registry in process."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+from bridge import loader
+from bridge.adapters.demo import DemoAdapter
+from bridge.config import AdaptersConfig, Config
+from bridge.registry import Registry
 from tests.wsclient import Client
 
 
@@ -50,3 +56,55 @@ async def new_session(c: Client, agent: str, cwd: Path) -> str:
 async def say(c: Client, session: str, text: str) -> list[dict[str, Any]]:
     await c.request("session.send", session=session, text=text)
     return await c.turn(session)
+
+
+def write(path: Path, text: str, mode: int = 0o644) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+class LoaderHarness:
+    """The drop-in loader with a registry, in process (no daemon)."""
+
+    def __init__(self, tmp_path: Path, import_timeout: float = 5.0) -> None:
+        self.dir = tmp_path / "adapters"
+        self.dir.mkdir(mode=0o755, exist_ok=True)
+        config = Config(
+            adapters=AdaptersConfig(dir=str(self.dir), watch=False, import_timeout=import_timeout)
+        )
+        self.registry = Registry(config)
+        self.registry.register(DemoAdapter, "builtin", notify=False)
+        self.changes = 0
+        self.registry.on_change(self._bump)
+        self.loader = loader.AdapterLoader(self.registry, config)
+
+    def _bump(self) -> None:
+        self.changes += 1
+
+    async def start(self) -> None:
+        await self.loader.start()
+        await self.registry.wait_detected(10)
+        await asyncio.sleep(0)  # change notifications go out once per loop pass
+
+    async def rescan(self) -> None:
+        await self.loader.rescan()
+        await self.registry.wait_detected(10)
+        await asyncio.sleep(0)
+
+    def agent(self, agent_id: str) -> dict[str, object]:
+        entry = self.registry.get(agent_id)
+        assert entry is not None, f"{agent_id} is not registered"
+        obj = self.registry.agent_object(entry)
+        return {"cls": entry.cls, "error": obj.error, "file": obj.file, "source": obj.source,
+                "display_name": obj.display_name}
+
+    async def reply(self, agent_id: str) -> str:
+        entry = self.registry.get(agent_id)
+        assert entry is not None
+        adapter = entry.cls()  # type: ignore[call-arg]
+        await adapter.start("s")
+        await adapter.send("hi")
+        async for block in adapter.stream():
+            return str(block.text)  # type: ignore[union-attr]
+        raise AssertionError("no block")

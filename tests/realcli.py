@@ -37,6 +37,8 @@ HERMES_VENV = CLIS_DIR / ".hermes-venv"
 MODEL = "fake-model"
 #: Gemini needs a real-looking model name (``-m``), or its router makes extra calls
 GEMINI_MODEL = "gemini-2.5-flash"
+#: the model the Codex tests configure (a name Codex knows, so it sends no extra lookups)
+CODEX_MODEL = "gpt-5.5"
 #: dummy API key (Claude approves custom keys by their last 20 characters)
 API_KEY = "sk-fake-agent-bridge-test-key-0123456789"
 

@@ -339,7 +339,7 @@ async def test_agent_dying_mid_turn_ends_the_turn_and_the_next_turn_restarts_it(
     try:
         blocks = await turn(adapter, "die")
         (error,) = of(blocks, ErrorBlock)
-        assert error.code == "agent_exited" and "exited with code 3" in error.message
+        assert error.code == "agent_error" and "exited with code 3" in error.message
         end = blocks[-1]
         assert isinstance(end, SessionEndBlock) and end.reason == "error" and end.exit_code == 3
         assert text_of(blocks) == "about to die"

@@ -10,7 +10,6 @@ reset, and the agent killed mid-turn (then the next turn brings it back).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,19 +18,22 @@ from typing import Any
 import pytest
 
 from tests import realcli
-from tests.fakes import CallTool, FakeChat, FakeGemini, FakeServer, RecordedRequest, Reply
+from tests.fakes import CallTool, FakeChat, FakeGemini, FakeServer, Reply
 from tests.harness import (
     UNKNOWN_SESSION,
     Harness,
+    after_tool,
     assert_tool_calls_paired,
     create,
     daemon_env,
     deltas,
+    detected,
     finish_turn,
     kill_agent,
     make_project,
     of,
     run_turn,
+    toml_string,
     user,
     wait_for_block,
 )
@@ -79,33 +81,12 @@ AGENTS = {
 FIRST_SESSION: dict[str, tuple[str, Path]] = {}
 
 
-def after_tool(marker: str) -> Callable[[RecordedRequest], bool]:
-    """The model call that carries a tool result, in the turn of the user message ``marker``."""
-    return lambda r: r.view.last_is_tool_result and marker in r.view.last_user_text
-
-
 def allow_once(request: dict[str, Any]) -> str:
     return next(o["id"] for o in request["options"] if o["kind"] == "allow_once")
 
 
 def reject_once(request: dict[str, Any]) -> str:
     return next(o["id"] for o in request["options"] if o["kind"] == "reject_once")
-
-
-def toml_string(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-async def detected(c: Any, name: str, timeout: float = 60.0) -> dict[str, Any]:
-    """The agent's ``agents.list`` entry once background detection has finished."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        listed = {a["agent"]: a for a in (await c.request("agents.list"))["agents"]}
-        entry: dict[str, Any] = listed[name]
-        if entry.get("error") != "detection in progress" or loop.time() > deadline:
-            return entry
-        await asyncio.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -292,7 +273,7 @@ async def test_resume_then_unknown_session_then_killed_mid_turn(
             fake.release()
         end = of(frames, "session_end")[-1]
         assert end["reason"] == "error"
-        errors = [e for e in of(frames, "error") if e["code"] == "agent_exited"]
+        errors = [e for e in of(frames, "error") if e["code"] == "agent_crashed"]
         assert errors and "SIGKILL" in errors[0]["message"]
         assert_tool_calls_paired(frames)
 

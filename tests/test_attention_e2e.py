@@ -294,8 +294,7 @@ async def test_handoff_both_ways_with_a_terminal(
 ) -> None:
     import shutil
 
-    from tests.handoffapp import App
-    from tests.test_handoff_hub import ADAPTER, Terminal, new_session
+    from tests.handoffapp import ADAPTER, App, Terminal, new_session
 
     fake = tmp_path / "fake"
     fake.mkdir()

@@ -304,7 +304,7 @@ async def test_sigkill_mid_turn_ends_the_turn_and_the_next_turn_resumes(
         os.kill(pid, signal.SIGKILL)
         frames = await finish_turn(c, session, timeout=30)
         fake.release()
-        (error,) = [e for e in of(frames, "error") if e["code"] == "agent_exited"]
+        (error,) = [e for e in of(frames, "error") if e["code"] == "agent_crashed"]
         assert "-9" in error["message"]
         end = of(frames, "session_end")[-1]
         assert end["reason"] == "error" and end["exit_code"] == -9
@@ -374,7 +374,7 @@ async def test_a_model_that_stalls_past_the_idle_timeout(
         took = asyncio.get_running_loop().time() - started
         fake.release()
         (error,) = of(frames, "error")
-        assert error["code"] == "idle_timeout"
+        assert error["code"] == "timeout" and error["detail"] == "idle_timeout"
         assert of(frames, "session_end")[-1]["reason"] == "timeout"
         assert 3 <= took < 30
         assert await c.request("ping") == {}

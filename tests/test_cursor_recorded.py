@@ -105,7 +105,7 @@ async def test_killed_mid_turn_then_interrupted_mid_turn(
     async with harness.client() as c:
         session, _ = await create(c, "cursor", project)
         frames = await run_turn(c, session, "die now")
-        assert [e["code"] for e in of(frames, "error")] == ["agent_exited"]
+        assert [e["code"] for e in of(frames, "error")] == ["agent_crashed"]
         end = of(frames, "session_end")[-1]
         assert end["reason"] == "error" and end["exit_code"] == -9
         assert await c.request("ping") == {}

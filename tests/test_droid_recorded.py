@@ -105,7 +105,7 @@ async def test_killed_mid_turn_and_interrupted_mid_turn(
     async with harness.client() as c:
         session, _ = await create(c, "droid", project)
         frames = await run_turn(c, session, "die now")
-        assert [e["code"] for e in of(frames, "error")] == ["agent_exited"]
+        assert [e["code"] for e in of(frames, "error")] == ["agent_crashed"]
         assert of(frames, "session_end")[-1]["reason"] == "error"
         assert await c.request("ping") == {}
 

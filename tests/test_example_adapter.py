@@ -90,8 +90,19 @@ def test_parser_on_a_recorded_permission_turn() -> None:
 def test_parser_when_the_agent_fails() -> None:
     out = replay("fail_turn.jsonl", exit_code=3, stderr="toy-agent: failing on request\n")
     error = next(b for b in out if type(b).__name__ == "ErrorBlock")
-    assert error.code == "agent_exited" and error.detail == "toy-agent: failing on request"
+    assert error.code == "agent_error" and error.detail == "toy-agent: failing on request"
+    assert error.retryable is False and error.message == "toy-agent exited with code 3"
     assert out[-1].reason == "error" and out[-1].exit_code == 3
+
+
+def test_parser_classifies_what_the_agent_reports() -> None:
+    """The example uses classify_failure: a kill is a crash (retryable), a 429 a rate limit."""
+    out = replay("fail_turn.jsonl", exit_code=-9)
+    crash = next(b for b in out if type(b).__name__ == "ErrorBlock")
+    assert (crash.code, crash.retryable) == ("agent_crashed", True) and crash.hint
+    out = replay("fail_turn.jsonl", exit_code=1, stderr="toy-agent: HTTP 429 Too Many Requests\n")
+    limited = next(b for b in out if type(b).__name__ == "ErrorBlock")
+    assert (limited.code, limited.retryable) == ("rate_limited", True)
 
 
 def test_parser_treats_output_as_data() -> None:
@@ -211,7 +222,7 @@ async def test_permission_diff_interrupt_and_failure(
 
     frames = await say(c, session, "fail")
     error = blocks(frames, "error")[0]
-    assert error["code"] == "agent_exited" and "failing on request" in error["detail"]
+    assert error["code"] == "agent_error" and "failing on request" in error["detail"]
     assert blocks(frames, "session_end")[-1] == {**blocks(frames, "session_end")[-1],
                                                  "reason": "error", "exit_code": 3}
     await c.close()

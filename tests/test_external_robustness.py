@@ -275,7 +275,8 @@ async def test_a_hanging_adapter_times_out(bad: DaemonProcess, project: Path, ag
     frames = await turn(c, session, "anything")
     assert time.monotonic() - started < IDLE_S + 15
     errors = blocks(frames, "error")
-    assert errors and errors[0]["code"] == "idle_timeout", errors
+    assert errors and errors[0]["code"] == "timeout", errors
+    assert errors[0]["detail"] == "idle_timeout" and errors[0]["hint"]
     assert f"{IDLE_S:g}s" in errors[0]["message"]  # the idle timeout, not the turn's 30 s
     ends_once(frames, "timeout")
     await c.close()

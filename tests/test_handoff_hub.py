@@ -14,7 +14,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,9 @@ import pytest
 
 from bridge.store import SessionRecord
 from tests.daemon import DaemonProcess
-from tests.handoffapp import App
+from tests.handoffapp import ADAPTER, App, Terminal, new_session
 from tests.wsclient import Client, RequestFailed
 
-ADAPTER = Path(__file__).parent / "fixtures" / "handoff" / "fake_term_adapter.py"
 #: The hub's poll intervals, shortened (the defaults are 1 s and 3 s): a wait below that
 #: proves "nothing happens" lasts a few polls or sweeps, not a few seconds.
 PARK_POLL, SWEEP = 0.1, 0.2
@@ -36,27 +34,6 @@ HUB_ENV = {
     "AGENT_BRIDGE_HUB_SWEEP_INTERVAL": str(SWEEP),
     "AGENT_BRIDGE_HUB_EXTERNAL_CACHE": "0.5",
 }
-
-
-class Terminal:
-    """A stand-in for a terminal CLI process that owns one session."""
-
-    def __init__(self, root: Path, sid: str) -> None:
-        self.root, self.sid = root, sid
-        self.proc = subprocess.Popen(["sleep", "300"])
-        (root / f"{sid}.owner").write_text(str(self.proc.pid))
-
-    def say(self, *records: dict[str, Any]) -> None:
-        with open(self.root / f"{self.sid}.jsonl", "a") as f:
-            for rec in records:
-                f.write(json.dumps({"id": uuid.uuid4().hex, **rec}) + "\n")
-
-    def turn(self, prompt: str, answer: str) -> None:
-        self.say({"user": prompt}, {"text": answer}, {"end": True})
-
-    def exit(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
 
 
 @pytest.fixture
@@ -102,16 +79,6 @@ def bridge_log(root: Path) -> list[dict[str, str]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-async def new_session(app: App, project: Path) -> tuple[str, str]:
-    """A bridge session that ran one turn; (session, agent session id)."""
-    created = await app.request("session.create", agent="fake_term", cwd=str(project))
-    session = created["session"]["session"]
-    await app.request("session.subscribe", session=session)
-    await app.request("session.send", session=session, text="hello")
-    end = await app.until(session, lambda b: b["type"] == "session_end")
-    return session, str(end["agent_session_id"])
 
 
 async def test_handoff_mid_turn_holds_the_queue_until_the_terminal_lets_go(

@@ -17,21 +17,14 @@ import pytest
 
 from bridge import loader
 from bridge.adapters.demo import DemoAdapter
-from bridge.config import AdaptersConfig, Config
-from bridge.registry import Registry
-from tests.loaderkit import adapter_source
+from tests.loaderkit import LoaderHarness as Harness
+from tests.loaderkit import adapter_source, write
 
 root_only = pytest.mark.skipif(os.getuid() != 0, reason="chown to another user needs root")
 
 
 def probe(path: str, timeout: float) -> loader.ProbeResult:
     return asyncio.run(loader.probe(path, timeout))
-
-
-def write(path: Path, text: str, mode: int = 0o644) -> Path:
-    path.write_text(text)
-    path.chmod(mode)
-    return path
 
 
 # ---- plain-words checks -------------------------------------------------------------------------
@@ -121,50 +114,6 @@ async def test_an_import_that_never_returns_is_abandoned_not_awaited() -> None:
 
 
 # ---- the loader with a registry ------------------------------------------------------------------
-
-
-class Harness:
-    def __init__(self, tmp_path: Path, import_timeout: float = 5.0) -> None:
-        self.dir = tmp_path / "adapters"
-        self.dir.mkdir(mode=0o755, exist_ok=True)
-        config = Config(
-            adapters=AdaptersConfig(dir=str(self.dir), watch=False, import_timeout=import_timeout)
-        )
-        self.registry = Registry(config)
-        self.registry.register(DemoAdapter, "builtin", notify=False)
-        self.changes = 0
-        self.registry.on_change(self._bump)
-        self.loader = loader.AdapterLoader(self.registry, config)
-
-    def _bump(self) -> None:
-        self.changes += 1
-
-    async def start(self) -> None:
-        await self.loader.start()
-        await self.registry.wait_detected(10)
-        await asyncio.sleep(0)  # change notifications go out once per loop pass
-
-    async def rescan(self) -> None:
-        await self.loader.rescan()
-        await self.registry.wait_detected(10)
-        await asyncio.sleep(0)
-
-    def agent(self, agent_id: str) -> dict[str, object]:
-        entry = self.registry.get(agent_id)
-        assert entry is not None, f"{agent_id} is not registered"
-        obj = self.registry.agent_object(entry)
-        return {"cls": entry.cls, "error": obj.error, "file": obj.file, "source": obj.source,
-                "display_name": obj.display_name}
-
-    async def reply(self, agent_id: str) -> str:
-        entry = self.registry.get(agent_id)
-        assert entry is not None
-        adapter = entry.cls()  # type: ignore[call-arg]
-        await adapter.start("s")
-        await adapter.send("hi")
-        async for block in adapter.stream():
-            return str(block.text)  # type: ignore[union-attr]
-        raise AssertionError("no block")
 
 
 async def test_a_first_load_of_many_files_tells_clients_once_or_twice(tmp_path: Path) -> None:

@@ -12,9 +12,17 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeChat, FakeGemini, Reply
-from tests.test_acp_realcli import after_tool, detected, toml_string
-from tests.test_claude_harness import Harness, daemon_env, of, run_turn
-from tests.test_pi_e2e import make_project, user
+from tests.harness import (
+    Harness,
+    after_tool,
+    daemon_env,
+    detected,
+    make_project,
+    of,
+    run_turn,
+    toml_string,
+    user,
+)
 
 BINARY = realcli.gemini_bin()
 pytestmark = [

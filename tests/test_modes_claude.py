@@ -13,8 +13,7 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeAnthropic, Reply
-from tests.test_claude_e2e import user
-from tests.test_claude_harness import Harness, agent_config, daemon_env, of, run_turn
+from tests.harness import Harness, agent_config, daemon_env, of, run_turn, user
 from tests.wsclient import Client, RequestFailed
 
 BINARY = realcli.claude_bin()

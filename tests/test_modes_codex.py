@@ -13,8 +13,7 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeResponses, Reply
-from tests.test_claude_harness import Harness, agent_config, daemon_env, of, run_turn
-from tests.test_codex_e2e import MODEL, user
+from tests.harness import Harness, agent_config, daemon_env, of, run_turn, user
 
 BINARY = realcli.codex_bin()
 pytestmark = [
@@ -34,7 +33,7 @@ def fake() -> Iterator[FakeResponses]:
 def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeResponses) -> Iterator[Harness]:
     assert BINARY is not None
     root = tmp_path_factory.mktemp("codex-modes")
-    env = realcli.codex_env(root / "cli", fake.base_url, model=MODEL)
+    env = realcli.codex_env(root / "cli", fake.base_url, model=realcli.CODEX_MODEL)
     h = Harness(root / "daemon", daemon_env(env), agent_config("codex", BINARY))
     yield h
     h.stop()

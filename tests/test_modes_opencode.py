@@ -13,8 +13,7 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeChat, Reply
-from tests.test_claude_harness import Harness, daemon_env, of, run_turn
-from tests.test_pi_e2e import agent_toml, make_project, user
+from tests.harness import Harness, agent_toml, daemon_env, make_project, of, run_turn, user
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
 

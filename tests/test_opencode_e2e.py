@@ -250,7 +250,7 @@ async def test_unknown_session_resets_then_interrupt_then_the_server_dies_mid_tu
         await kill_agent(harness, binary)
         died = await finish_turn(c, session, timeout=60)
         fake.release()
-        error = [e for e in of(died, "error") if e["code"] == "agent_exited"]
+        error = [e for e in of(died, "error") if e["code"] == "agent_crashed"]
         assert error and "-9" in error[0]["message"]
         assert of(died, "session_end")[-1]["reason"] == "error"
         assert await c.request("ping") == {}

@@ -170,7 +170,7 @@ async def test_pi_killed_mid_turn_ends_the_turn_and_the_daemon_goes_on(
         await kill_agent(harness, BINARY, title="pi")  # pi renames its process "pi"
         frames = await finish_turn(c, session, timeout=60)
         fake.release()
-        error = [e for e in of(frames, "error") if e["code"] == "agent_exited"]
+        error = [e for e in of(frames, "error") if e["code"] == "agent_crashed"]
         assert error and "-9" in error[0]["message"]
         end = of(frames, "session_end")[-1]
         assert end["reason"] == "error" and end["exit_code"] == -9

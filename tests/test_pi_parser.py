@@ -100,8 +100,16 @@ def test_a_failed_model_call_is_an_error_block() -> None:
             },
         }
     )
+    # Held back until the run ends: Pi may still retry the call itself (auto_retry_start).
     blocks = parser.feed(line)
-    assert of(blocks, ErrorBlock)[0].message == "400 bad request"
+    assert of(blocks, ErrorBlock) == []
+    blocks += parser.close_open()
+    error = of(blocks, ErrorBlock)[0]
+    assert (error.message, error.code, error.retryable) == (
+        "400 bad request",
+        "request_rejected",
+        False,
+    )
     assert parser.failed and parser.usage.cost_usd == 0.002
 
 

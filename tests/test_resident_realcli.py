@@ -17,17 +17,20 @@ import pytest
 
 from tests import realcli
 from tests.fakes import CallTool, FakeAnthropic, FakeChat, FakeGemini, FakeServer, Reply
-from tests.test_claude_harness import (
+from tests.harness import (
     Harness,
     agent_config,
+    agent_toml,
     create,
     daemon_env,
+    descendants,
     finish_turn,
+    make_project,
     of,
     run_turn,
+    user,
     wait_for_block,
 )
-from tests.test_pi_e2e import agent_toml, descendants, make_project, user
 from tests.wsclient import Client, text_of
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]

@@ -523,3 +523,64 @@ def test_the_working_directory_starts_somewhere_and_offers_recent_ones(
     finally:
         again.close()
         d.stop()
+
+
+def test_a_failure_shows_its_hint_and_a_retry_button_only_when_not_retried(
+    page: Page, daemon: DaemonProcess
+) -> None:
+    """Synthetic frames: the hint's code spans are rendered; "Retry" resends the last message
+    and is offered only when the bridge did not retry the turn itself."""
+    hint = "Log Claude Code in on the workstation (run `claude`, then `/login`)."
+    end = {"type": "session_end", "reason": "error", "exit_code": None, "agent_session_id": None}
+    retried = [
+        {"type": "user", "id": "u1", "text": "fix the build", "attachments": [],
+         "source": "bridge"},
+        {"type": "error", "code": "auth_required", "message": "Invalid API key", "detail": None,
+         "retryable": False, "retry_after_s": None, "hint": hint},
+        end,
+        {"type": "user", "id": "u2", "text": "fix it now", "attachments": [], "source": "bridge"},
+        {"type": "error", "code": "overloaded", "message": "API Error: 529 Overloaded",
+         "detail": None, "retryable": True, "retry_after_s": None,
+         "hint": "The provider is overloaded; try again in a moment."},
+        end,
+        {"type": "system", "level": "warn", "code": "retrying",
+         "text": "overloaded: retrying in 2 s (retry 1 of 2)", "data": None},
+        {"type": "text", "id": "m1", "text": "fixed", "done": True},
+        {**end, "reason": "completed"},
+    ]
+    not_retried = [
+        {"type": "user", "id": "u3", "text": "and now the tests", "attachments": [],
+         "source": "bridge"},
+        {"type": "error", "code": "rate_limited", "message": "429", "detail": None,
+         "retryable": True, "retry_after_s": 7, "hint": "Slow down."},
+        end,
+    ]
+    page.goto(base(daemon))
+    page.wait("#login-form")
+    script = (
+        "(async (frames) => { const { Transcript } = await import('/js/transcript.js');"
+        " const box = document.createElement('div'); document.body.append(box);"
+        " const sent = [];"
+        " const t = new Transcript(box, { onPermission: async () => {},"
+        "   onRetry: async (text) => { sent.push(text); } });"
+        " frames.forEach((block, i) => t.apply({ seq: i + 1, ts: '2026-01-01T00:00:00Z', block }));"
+        " t.flush();"
+        " const q = (s) => [...box.querySelectorAll(s)];"
+        " const buttons = q('.blk-error button.retry');"
+        " const codes = q('.blk-error .err-hint code').map((e) => e.textContent);"
+        " const hints = q('.blk-error .err-hint').map((e) => e.textContent);"
+        " const where = buttons.map((b) => b.closest('.blk-error').querySelector('.badge')"
+        "   .textContent);"
+        " buttons.forEach((b) => b.click());"
+        " await new Promise((r) => setTimeout(r, 50));"
+        " box.remove();"
+        " return { codes, hints, where, sent, left: q('.blk-error button.retry').length }; })"
+    )
+    first: Any = page.eval(f"{script}({json.dumps(retried)})")
+    assert first["codes"] == ["claude", "/login"]
+    assert first["hints"][1] == "The provider is overloaded; try again in a moment."
+    assert first["where"] == []  # not retryable, or retried by the bridge: no button
+    second: Any = page.eval(f"{script}({json.dumps(not_retried)})")
+    assert second["where"] == ["rate_limited"]
+    assert second["sent"] == ["and now the tests"]
+    assert second["left"] == 0

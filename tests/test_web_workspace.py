@@ -14,8 +14,8 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.gitrepo import git, make_repo
-from tests.test_web_browser import DESKTOP, PHONE, base, login, page_errors, shot, wait_turns
 from tests.web.browser import Browser, Page, missing
+from tests.web.pages import DESKTOP, PHONE, base, login, page_errors, shot, wait_turns
 from tests.wsclient import Client
 
 pytestmark = [

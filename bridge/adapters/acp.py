@@ -34,11 +34,19 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bridge.adapters.base import BaseAdapter, DetectedAgent, ModeInfo, ModelInfo
+from bridge.adapters.base import (
+    BaseAdapter,
+    DetectedAgent,
+    FailureReport,
+    ModeInfo,
+    ModelInfo,
+    failure_block,
+)
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
     Command,
+    ErrorBlock,
     PermissionKind,
     PermissionRequestBlock,
     SessionEndBlock,
@@ -46,6 +54,7 @@ from bridge.blocks import (
     UsageBlock,
 )
 from bridge.logs import get_logger
+from bridge.parsers import decode_object
 from bridge.parsers.acp import UpdateMapper
 from bridge.parsers.jsonrpc import (
     INTERNAL_ERROR,
@@ -104,6 +113,24 @@ class _FsRefused(Exception):
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def rpc_failure(agent_id: str, display_name: str, error: RpcError) -> ErrorBlock:
+    """The ``error`` block for a failed ``session/prompt``: the JSON-RPC error classified.
+
+    Gemini CLI puts the provider's HTTP status in the JSON-RPC ``code``; a code in the HTTP
+    error range is read as one, JSON-RPC's own codes (negative) are not.
+    """
+    code = error.code if isinstance(error.code, int) and 400 <= error.code <= 599 else None
+    body: dict[str, Any] = {"data": error.data}
+    message = error.message if isinstance(error.message, str) else ""
+    inner = decode_object(message) if message.startswith("{") else None
+    if inner is not None:
+        body["message"] = inner
+    report = FailureReport(
+        message=clean(f"{display_name}: {error.describe()}", 2000), status=code, body=body
+    )
+    return failure_block(agent_id, report)
 
 
 def _exit_text(code: int | None) -> str:
@@ -273,6 +300,10 @@ class AcpBase(BaseAdapter, abstract=True):
     def preprocess_update(self, update: dict[str, Any]) -> dict[str, Any]:
         """Rewrite an agent's quirky ``session/update`` before it is mapped."""
         return update
+
+    def reported_failure(self) -> ErrorBlock | None:
+        """A failure the agent reported in its output although the turn "ended" normally."""
+        return None
 
     def approval_only(self, tool_call_id: str) -> bool:
         """Whether a tool call id only stands for a permission question (ends when answered)."""
@@ -513,8 +544,17 @@ class AcpBase(BaseAdapter, abstract=True):
         self._fail_pending(f"{why}: {detail}" if detail else why)
         if self._prompt_id is not None:
             self._prompt_id = None
+            error = failure_block(
+                self.agent_id,
+                FailureReport(
+                    message=clean(f"{self.display_name}: {why}", 2000),
+                    stderr=detail or "",
+                    exit_code=code,
+                ),
+                detail=detail,
+            )
             for block in self._mapper.fail_turn(
-                "agent_exited", f"{self.display_name}: {why}", detail, exit_code=code
+                error.code, error.message, detail, exit_code=code, error=error
             ):
                 self._events.put_nowait(block)
 
@@ -534,20 +574,26 @@ class AcpBase(BaseAdapter, abstract=True):
         if msg.id is not None and msg.id == self._prompt_id:
             self._prompt_id = None
             self._permissions.clear()
-            if msg.error is None:
+            failed = self.reported_failure() if msg.error is None else None
+            if failed is not None and not self._cancelling:
+                blocks = self._mapper.fail_turn(failed.code, failed.message, error=failed)
+            elif msg.error is None:
                 blocks = self._mapper.end_turn(msg.result, cancelled=self._cancelling)
             elif self._cancelling:
                 blocks = self._mapper.end_turn({"stopReason": "cancelled"}, cancelled=True)
             else:
-                blocks = self._mapper.fail_turn(
-                    "agent_error", f"{self.display_name}: {msg.error.describe()}"
-                )
+                error = self.classify_rpc_error(msg.error)
+                blocks = self._mapper.fail_turn(error.code, error.message, error=error)
             for block in blocks:
                 self._events.put_nowait(block)
             return
         fut = self._pending.get(msg.id) if msg.id is not None else None
         if fut is not None and not fut.done():
             fut.set_result(msg)
+
+    def classify_rpc_error(self, error: RpcError) -> ErrorBlock:
+        """The ``error`` block for a failed ``session/prompt``: the JSON-RPC error classified."""
+        return rpc_failure(self.agent_id, self.display_name, error)
 
     def _on_update(self, params: Any) -> None:
         params = _dict(params)

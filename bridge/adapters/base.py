@@ -25,7 +25,12 @@ from bridge.agent_types import ModeInfo as ModeInfo
 from bridge.agent_types import ModelInfo as ModelInfo
 from bridge.agent_types import ResumeCommand as ResumeCommand
 from bridge.agent_types import overall_status as overall_status
-from bridge.blocks import AgentInfoBlock, Block, Command, UsageBlock
+from bridge.blocks import AgentInfoBlock, Block, Command, ErrorBlock, UsageBlock
+
+# Re-exported for adapters (built-in and drop-in): classify what the agent reported.
+from bridge.failures import FailureReport as FailureReport
+from bridge.failures import classify_failure as classify_failure
+from bridge.failures import failure_block as failure_block
 from bridge.process import run_capture
 
 #: Keywords the daemon may pass to ``__init__``; each is passed only if declared.
@@ -53,6 +58,12 @@ CAPABILITIES: tuple[str, ...] = (
 )
 
 DETECT_TIMEOUT_S = 5.0
+
+#: Sent on a retry to an agent whose session already holds the failed message.
+CONTINUE_PROMPT = (
+    "(The previous attempt at my last message failed with a temporary provider error. "
+    "Please carry on with it.)"
+)
 
 
 
@@ -157,6 +168,24 @@ class BaseAdapter:
         """Whether the agent's process runs now (``persistent_process`` adapters; shown to
         clients as SESSION ``resident``). Default: true once started."""
         return self.persistent_process
+    # ---- failures (optional) -----------------------------------------------------------------
+
+    def retry_prompt(self, text: str) -> str:
+        """What to send when the daemon retries a turn that failed for a transient reason.
+
+        By default the user's message ``text`` again. An agent whose own session already
+        holds the failed message (so that sending it again would put it there twice) returns
+        :data:`CONTINUE_PROMPT` instead.
+        """
+        return text
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        """True when the agent already retried the failed model call itself in this turn.
+
+        The daemon retries a turn that ended with a retryable ``error`` block (see
+        ``adapters.retry_max``) unless this says the agent's own retries were used up already.
+        """
+        return False
 
     # ---- helpers ---------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bridge.adapters.base import (
+    CONTINUE_PROMPT,
     AdapterConfig,
     Check,
     CliAdapter,
@@ -37,6 +38,7 @@ from bridge.blocks import (
     SystemBlock,
     UsageBlock,
 )
+from bridge.failures import FailureReport, failure_block
 from bridge.handoff import claude as handoff_claude
 from bridge.logs import get_logger
 from bridge.parsers.claude import ClaudeParser, is_unknown_session, user_message
@@ -189,6 +191,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
     async def send(self, text: str, attachments: list[Any] | None = None) -> None:
         files = [(a.name, a.mime, a.data) for a in attachments or []]
         self._pending = user_message(text, files)
+        self._parser.agent_retried = False
         self._spawn_error = None
         if self._child is None or self._child.returncode is not None:
             self._child = None
@@ -230,11 +233,15 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
                     if self._pending is not None:
                         await self._write(self._pending)
                     continue
-                yield ErrorBlock(
-                    code="agent_exited",
-                    message=f"Claude Code exited with code {code}"
-                    if code is not None
-                    else "Claude Code stopped",
+                yield failure_block(
+                    "claude",
+                    FailureReport(
+                        message=f"Claude Code exited with code {code}"
+                        if code is not None
+                        else "Claude Code stopped",
+                        stderr=stderr,
+                        exit_code=code,
+                    ),
                     detail=stderr or None,
                 )
                 for block in self._parser.close_turn("error", code):
@@ -298,6 +305,15 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         await flush_outbox(self._parser, self._child)
 
     # ---- control -----------------------------------------------------------------------------
+
+    def retry_prompt(self, text: str) -> str:
+        # Claude keeps a message whose model call failed in the conversation: sending it
+        # again would put it there twice (checked against the fake server's request log).
+        return CONTINUE_PROMPT
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # Claude says so with `api_retry` lines (CLAUDE_CODE_MAX_RETRIES, default 10).
+        return self._parser.agent_retried
 
     async def interrupt(self) -> None:
         if self._child is None:

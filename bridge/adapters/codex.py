@@ -23,11 +23,14 @@ from typing import Any, ClassVar
 
 from bridge import __version__
 from bridge.adapters.base import (
+    CONTINUE_PROMPT,
     AdapterConfig,
     Check,
     CliAdapter,
+    FailureReport,
     ModeInfo,
     ModelInfo,
+    failure_block,
 )
 from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
 from bridge.adapters.pump import feed_contained, flush_outbox, reap
@@ -112,6 +115,7 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
     def setup(self) -> None:
         self._child: ChildProcess | None = None
         self._parser: CodexParser | None = None
+        self._agent_retried = False
         self._pending: tuple[str, list[str]] | None = None
         self._usage: UsageBlock | None = None
 
@@ -194,12 +198,17 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
                 line = await child.read_line()
                 if line is None:
                     code = await self._reap(child)
-                    yield ErrorBlock(
-                        code="agent_exited",
-                        message=f"Codex exited with code {code}"
-                        if code is not None
-                        else "Codex stopped",
-                        detail=child.stderr_tail() or None,
+                    stderr = child.stderr_tail()
+                    yield failure_block(
+                        "codex",
+                        FailureReport(
+                            message=f"Codex exited with code {code}"
+                            if code is not None
+                            else "Codex stopped",
+                            stderr=stderr,
+                            exit_code=code,
+                        ),
+                        detail=stderr or None,
                     )
                     for block in parser.close_turn("error", code):
                         yield block
@@ -215,9 +224,18 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
                         return
         finally:
             self._usage = parser.usage() or self._usage
+            self._agent_retried = parser.agent_retried
             self._parser = None
             self._child = None
             await child.terminate(STOP_GRACE_S)
+
+    def retry_prompt(self, text: str) -> str:
+        # The thread keeps a message whose turn failed (checked against a fake server's log).
+        return CONTINUE_PROMPT
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # Codex announces its own retries (`request_max_retries`, `stream_max_retries`).
+        return self._agent_retried
 
     @staticmethod
     def _feed(parser: CodexParser, line: bytes) -> list[Block]:

@@ -23,8 +23,15 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bridge.adapters.base import AdapterConfig, Check, ModelInfo, ResumeCommand
+from bridge.adapters.base import (
+    CONTINUE_PROMPT,
+    AdapterConfig,
+    Check,
+    ModelInfo,
+    ResumeCommand,
+)
 from bridge.adapters.perturn import PerTurnAdapter, TurnParser
+from bridge.blocks import ErrorBlock
 from bridge.parsers.droid import DroidParser
 
 AUTONOMY = ("low", "medium", "high")
@@ -88,6 +95,14 @@ class DroidAdapter(PerTurnAdapter):
         elif resume_mode == "fork" and self.session_id:
             argv += ["--fork", self.session_id]
         return argv
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # Droid retries 429 and 5xx silently (recorded: still retrying after 45 s).
+        return block.code in ("rate_limited", "overloaded")
+
+    def retry_prompt(self, text: str) -> str:
+        # Droid keeps a message whose model call failed in the session file (checked).
+        return CONTINUE_PROMPT
 
     def new_parser(self) -> TurnParser:
         return DroidParser()

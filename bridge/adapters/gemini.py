@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 
 from bridge.adapters.acp import AcpBase
 from bridge.adapters.base import AdapterConfig, Check, ModeInfo, ModelInfo
+from bridge.blocks import ErrorBlock
 
 _MODE_UPDATE = re.compile(r"\[MODE_UPDATE\]\s+(\S+)")
 _KEY_VARS = (
@@ -103,6 +104,21 @@ class GeminiAdapter(AcpBase):
         env = {**os.environ, **self._env}
         home = Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or Path.home())
         await asyncio.to_thread(sidestep_same_minute, home, session_id, datetime.now(UTC))
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        """Gemini CLI retries 429, 5xx and network errors itself (``general.maxAttempts``,
+        default 10, 5-30 s apart) without saying so over ACP: a transient failure that
+        reaches the bridge has been retried already, unless the settings allow one attempt."""
+        if block.code not in ("rate_limited", "overloaded", "network"):
+            return False
+        env = {**os.environ, **self._env}
+        home = Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or Path.home())
+        try:
+            settings = json.loads((home / ".gemini" / "settings.json").read_text())
+            attempts = settings["general"]["maxAttempts"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return True
+        return not (isinstance(attempts, int) and attempts <= 1)
 
     def preprocess_update(self, update: dict[str, Any]) -> dict[str, Any]:
         kind = update.get("sessionUpdate")

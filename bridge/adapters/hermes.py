@@ -26,9 +26,23 @@ from pathlib import Path
 from typing import Any
 
 from bridge.adapters.acp import AcpBase
-from bridge.adapters.base import AdapterConfig, Check, ModeInfo
+from bridge.adapters.base import CONTINUE_PROMPT, AdapterConfig, Check, ModeInfo, classify_failure
+from bridge.blocks import ErrorBlock
 
 _TITLED = re.compile(r"([a-z][a-z0-9_]*): ")
+
+
+#: How Hermes words a model call that failed for good (as agent text, the turn "completed").
+_FAILED = re.compile(
+    r"^\s*(?:API call failed\b|HTTP [45]\d\d: |Context length exceeded\b.*Cannot compress)"
+)
+
+
+def reported_failure(text: str) -> ErrorBlock | None:
+    """The error block for a Hermes answer that is really a failed model call, else None."""
+    if not _FAILED.match(text):
+        return None
+    return classify_failure("hermes", text.strip())
 
 
 class HermesAdapter(AcpBase):
@@ -64,10 +78,20 @@ class HermesAdapter(AcpBase):
         ),
     )
 
+    _failure: str | None = None
+    _retried: bool = False
+
     def approval_only(self, tool_call_id: str) -> bool:
         return tool_call_id.startswith("edit-approval-")
 
     def preprocess_update(self, update: dict[str, Any]) -> dict[str, Any]:
+        content = update.get("content")
+        if update.get("sessionUpdate") == "agent_message_chunk" and isinstance(content, dict):
+            text = content.get("text")
+            if isinstance(text, str) and _FAILED.match(text):
+                # Hermes reports a failed model call as the answer and ends the turn normally.
+                self._failure = text.strip()
+                return {**update, "content": {**content, "text": ""}}
         title = update.get("title")
         meta = update.get("_meta")
         if isinstance(title, str) and not (isinstance(meta, dict) and "toolName" in meta):
@@ -76,6 +100,21 @@ class HermesAdapter(AcpBase):
                 meta = meta if isinstance(meta, dict) else {}
                 return {**update, "_meta": {**meta, "toolName": name.group(1)}}
         return update
+
+    def reported_failure(self) -> ErrorBlock | None:
+        text, self._failure = self._failure, None
+        if text is None:
+            return None
+        self._retried = "retries" in text
+        return reported_failure(text)
+
+    def retry_prompt(self, text: str) -> str:
+        # Hermes keeps a message whose model call failed in the session (checked).
+        return CONTINUE_PROMPT
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # "API call failed after 3 retries: …": Hermes retried 429/5xx/network itself.
+        return self._retried
 
     def load_failed(self, result: Any) -> str | None:
         if not isinstance(result, dict) or not result:

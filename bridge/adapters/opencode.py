@@ -32,13 +32,16 @@ from typing import Any, ClassVar
 import httpx
 
 from bridge.adapters.base import (
+    CONTINUE_PROMPT,
     AdapterConfig,
     Check,
     CliAdapter,
     ExternalSession,
+    FailureReport,
     ModeInfo,
     ModelInfo,
     ResumeCommand,
+    failure_block,
 )
 from bridge.adapters.perturn import add_usage, cli_running_in, complete_diff, has_usage
 from bridge.blocks import (
@@ -169,6 +172,11 @@ def parse_model_lines(text: str) -> list[ModelInfo]:
     ]
 
 
+#: How many of its own model-call retries OpenCode may make in one turn before the adapter stops
+#: the turn (OpenCode retries 429, 5xx and network errors without end).
+DEFAULT_AGENT_RETRIES = 4
+
+
 class OpenCodeAdapter(CliAdapter):
     agent_id = "opencode"
     display_name = "OpenCode"
@@ -208,10 +216,11 @@ class OpenCodeAdapter(CliAdapter):
     def setup(self) -> None:
         self.cwd = self.cwd or "."
         self._server: LocalServer | None = None
-        self._parser = OpenCodeParser(self.session_id)
+        self._parser = OpenCodeParser(self.session_id, agent_id=self.agent_id)
         self._verified = False  # the server confirmed it knows session_id
         self._prompt: str | None = None
         self._interrupted = False
+        self._gave_up = False
         self._total = UsageBlock()
 
     # ---- contract -------------------------------------------------------------------------------
@@ -224,6 +233,7 @@ class OpenCodeAdapter(CliAdapter):
     async def send(self, text: str, attachments: list[Any] | None = None) -> None:
         self._prompt = text
         self._interrupted = False
+        self._gave_up = False
 
     async def interrupt(self) -> None:
         self._interrupted = True
@@ -246,6 +256,19 @@ class OpenCodeAdapter(CliAdapter):
         )
         if resp.status_code >= 400:
             raise KeyError(f"the server refused the answer: {resp.status_code} {resp.text[:200]}")
+
+    def retry_prompt(self, text: str) -> str:
+        # The session keeps a message whose model call failed (checked, OpenCode and Kilo).
+        return CONTINUE_PROMPT
+
+    def _retry_limit(self) -> int:
+        """``options.max_agent_retries``: the server's own retries a turn waits out (default 4)."""
+        value = self.options.get("max_agent_retries", DEFAULT_AGENT_RETRIES)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 4
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # The server says so with `session.status` `retry` events.
+        return self._parser.agent_retried
 
     async def stop(self) -> None:
         await self._drop_server()
@@ -372,9 +395,12 @@ class OpenCodeAdapter(CliAdapter):
                 )
                 resp = await server.request("POST", f"/session/{sid}/prompt_async", body)
             if resp.status_code >= 400:
-                yield ErrorBlock(
-                    code="agent_error",
-                    message=f"{self.display_name} refused the prompt ({resp.status_code})",
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(
+                        message=f"{self.display_name} refused the prompt ({resp.status_code})",
+                        body=resp.text[:2000],
+                    ),
                     detail=resp.text[:2000] or None,
                 )
                 yield SessionEndBlock(reason="error", agent_session_id=self.session_id)
@@ -405,10 +431,14 @@ class OpenCodeAdapter(CliAdapter):
                         reason="interrupted", exit_code=code, agent_session_id=self.session_id
                     )
                     return
-                yield ErrorBlock(
-                    code="agent_exited",
-                    message=f"the {self.display_name} server stopped mid-turn"
-                    + (f" (exit code {code})" if code is not None else ""),
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(
+                        message=f"the {self.display_name} server stopped mid-turn"
+                        + (f" (exit code {code})" if code is not None else ""),
+                        stderr=tail,
+                        exit_code=code,
+                    ),
                     detail=tail[-2000:] or None,
                 )
                 yield SessionEndBlock(
@@ -419,11 +449,22 @@ class OpenCodeAdapter(CliAdapter):
                 if isinstance(block, DiffBlock):
                     block = await asyncio.to_thread(complete_diff, block, self.cwd)
                 yield block
+            if not self._gave_up and parser.retries > self._retry_limit():
+                # The server retries 429/5xx/network without end: stop it and say why.
+                self._gave_up = True
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(message=parser.last_retry_message or "the model call failed"),
+                    detail=f"{self.display_name} retried the model call {parser.retries} times",
+                )
+                await self.interrupt()
         if has_usage(parser.turn_usage):
             self._total = add_usage(self._total, parser.turn_usage)
             yield self._total
         reason: EndReason = "completed"
-        if parser.aborted or self._interrupted:
+        if self._gave_up:
+            reason = "error"
+        elif parser.aborted or self._interrupted:
             reason = "interrupted"
         elif parser.failed:
             reason = "error"

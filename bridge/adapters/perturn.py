@@ -21,7 +21,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from bridge.adapters.base import CliAdapter, DetectedAgent
+from bridge.adapters.base import (
+    CliAdapter,
+    DetectedAgent,
+    FailureReport,
+    failure_block,
+)
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -160,6 +165,7 @@ class PerTurnAdapter(CliAdapter, abstract=True):
     def setup(self) -> None:
         self._prompt: str | None = None
         self._child: ChildProcess | None = None
+        self._parser: TurnParser | None = None
         self._interrupted = False
         self._killer: asyncio.Task[None] | None = None
         self._total = UsageBlock()
@@ -254,7 +260,7 @@ class PerTurnAdapter(CliAdapter, abstract=True):
         while modes:
             mode = modes.pop(0)
             wanted = self.session_id if mode is not None else None
-            parser = self.new_parser()
+            parser = self._parser = self.new_parser()
             try:
                 child = await ChildProcess.spawn(
                     self.argv(self.binary, mode), cwd=self.cwd, env=self.child_env()
@@ -317,16 +323,36 @@ class PerTurnAdapter(CliAdapter, abstract=True):
                     )
                 continue
             failed = code != 0 or parser.failed
-            if failed and not parser.failed:
+            if not failed and getattr(parser, "finished", True) is False:
+                # Exit 0 without the CLI's closing event: its output was cut short.
+                failed = True
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(
+                        message=f"{self.display_name} exited without finishing its output",
+                        stderr=child.stderr_tail().strip(),
+                        exit_code=code,
+                        malformed=True,
+                    ),
+                )
+            elif failed and not parser.failed:
                 tail = child.stderr_tail().strip()
-                yield ErrorBlock(
-                    code="agent_exited",
-                    message=f"{self.display_name} exited with code {code}",
+                yield failure_block(
+                    self.agent_id,
+                    FailureReport(
+                        message=f"{self.display_name} exited with code {code}",
+                        stderr=tail,
+                        exit_code=code,
+                    ),
                     detail=tail[-2000:] or None,
                 )
             async for block in self._end(parser, "error" if failed else "completed", code):
                 yield block
             return
+
+    def agent_retried(self, block: ErrorBlock) -> bool:
+        # A parser that saw the CLI retry the model call itself says so (Pi: auto_retry_start).
+        return bool(getattr(self._parser, "agent_retried", False))
 
     async def _end(
         self, parser: TurnParser, reason: EndReason, code: int | None

@@ -18,7 +18,14 @@ import re
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
-from bridge.adapters.base import AdapterConfig, Check, ExternalSession, ModelInfo, ResumeCommand
+from bridge.adapters.base import (
+    CONTINUE_PROMPT,
+    AdapterConfig,
+    Check,
+    ExternalSession,
+    ModelInfo,
+    ResumeCommand,
+)
 from bridge.adapters.perturn import PerTurnAdapter, TurnParser
 from bridge.blocks import Block
 from bridge.handoff import pi as handoff_pi
@@ -70,6 +77,10 @@ class PiAdapter(PerTurnAdapter):
         if resume_mode == "session" and self.session_id:
             argv += ["--session", self.session_id]
         return argv
+
+    def retry_prompt(self, text: str) -> str:
+        # Pi keeps a message whose model call failed in the session file (checked).
+        return CONTINUE_PROMPT
 
     def new_parser(self) -> TurnParser:
         return PiParser()

@@ -17,6 +17,7 @@ from bridge.config import Config
 from bridge.invariants import TurnGuard
 from bridge.protocol import EncodedEvent, EncodedFrame, StateFrame
 from bridge.store import Store, StoredEvent
+from bridge.textsafe import encode_block
 
 from .state import (
     Event,
@@ -56,6 +57,7 @@ class Fanout:
 
     def emit(self, s: Session, block: Block) -> None:
         """Number, store and (after commit) publish one block."""
+        block_json = encode_block(block)  # before numbering: a block that fails takes no seq
         seq = s.next_seq
         s.next_seq += 1
         now = time.time()
@@ -66,7 +68,7 @@ class Fanout:
         s.uncommitted += 1
         if s.uncommitted >= UNCOMMITTED_HIGH:
             s.drained.clear()
-        event = StoredEvent(s.id, seq, iso(now), block_to_json(block), now)
+        event = StoredEvent(s.id, seq, iso(now), block_json, now)
         s.last_pending = event
         self.store.append_event(event)
 

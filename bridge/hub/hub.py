@@ -86,9 +86,11 @@ class Hub:
             if owner is None:
                 continue
             queued = msg.status == "queued"
-            owner.answered[msg.client_msg_id] = queued
+            owner.answered[msg.client_msg_id] = (
+                queued if msg.answered_queued is None else msg.answered_queued
+            )
             if queued:
-                owner.queue.append(msg)
+                owner.queue.append(self.store.spill(msg))
         for s in self.sessions.values():
             await self._recover(s)
         self.tasks.spawn(self.parking.sweep_terminals())
@@ -274,7 +276,10 @@ class Hub:
     def _check_cwd(cwd: str) -> str:
         if not cwd or "\x00" in cwd:
             raise HubError("bad_request", "`cwd` must be a directory path")
-        path = Path(cwd).expanduser()
+        try:
+            path = Path(cwd).expanduser()
+        except RuntimeError:  # `~user` of no such user
+            raise HubError("bad_request", f"`cwd` `{cwd}`: no such user's home") from None
         if not path.is_absolute():
             raise HubError("bad_request", f"`cwd` must be an absolute path, not `{cwd}`")
         try:
@@ -296,9 +301,10 @@ class Hub:
         agent_session_id: str | None,
         external: bool,
     ) -> Session:
-        if len(self.sessions) >= self.config.limits.max_sessions:
+        live = sum(1 for other in self.sessions.values() if other.rec.state != "ended")
+        if live >= self.config.limits.max_sessions:
             raise HubError(
-                "conflict", f"the daemon already holds {len(self.sessions)} sessions (the limit)"
+                "conflict", f"the daemon already holds {live} sessions not ended (the limit)"
             )
         now = time.time()
         rec = SessionRecord(
@@ -485,7 +491,9 @@ class Hub:
         if not s.rec.title:
             s.rec.title = " ".join(text.split())[:80]
         s.queue.append(msg)
+        msg.answered_queued = queued
         self.store.save_message(msg)
+        s.queue[-1] = self.store.spill(msg)  # its body waits on disk, not in memory
         if queued:
             self.fanout.push_state(s)
         self.turns.kick(s)

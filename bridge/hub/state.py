@@ -26,6 +26,7 @@ from bridge.adapters.base import BaseAdapter
 from bridge.blocks import Block, EndReason, UsageBlock
 from bridge.invariants import TurnGuard
 from bridge.protocol import EncodedEvent, Outgoing, SessionState, Writer
+from bridge.retry import RetryWatch
 from bridge.store import MessageRecord, SessionRecord, StoredEvent
 
 Intent = Literal["handoff"] | None
@@ -182,6 +183,8 @@ class Turn:
     end_reason: EndReason | None = None
     #: A terminal was seen taking the session during this turn (said once).
     terminal_seen: bool = False
+    #: What the attempt produced, for the automatic retry (bridge/retry.py).
+    watch: RetryWatch = field(default_factory=RetryWatch)
 
 
 @dataclass

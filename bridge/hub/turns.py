@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import structlog
 
-from bridge import modes
+from bridge import modes, retry
 from bridge.adapters.base import BaseAdapter, cwd_matches, instantiate
 from bridge.blocks import (
     AgentInfoBlock,
@@ -32,6 +32,7 @@ from bridge.blocks import (
     is_block,
 )
 from bridge.config import Config
+from bridge.failures import bridge_failure
 from bridge.invariants import TurnGuard
 from bridge.logs import get_logger
 from bridge.registry import AgentEntry, Registry
@@ -214,7 +215,12 @@ class TurnRunner:
                     return
                 if not self._may_start(s):
                     break  # it changed during the ownership check (a handoff, a close)
-                msg = s.queue.popleft()
+                msg = await self.store.unspill(s.queue[0])  # its body, from disk
+                if not s.queue or s.queue[0].client_msg_id != msg.client_msg_id:
+                    continue  # closed or changed while it was read: look again
+                if not self._may_start(s):
+                    continue
+                s.queue.popleft()
                 try:
                     await self.run_turn(s, msg)
                 except asyncio.CancelledError:
@@ -264,13 +270,19 @@ class TurnRunner:
                     return
                 emit(s, info)
             self.resident.busy(s)
-            turn.task = asyncio.create_task(self.consume(s, turn, msg))
-            try:
-                await asyncio.shield(turn.task)
-            except asyncio.CancelledError:
-                if not turn.task.done():
-                    turn.task.cancel()
-                raise
+            text: str | None = None
+            for attempt in range(self.config.adapters.retry_max + 1):
+                turn.task = asyncio.create_task(self.consume(s, turn, msg, text))
+                try:
+                    await asyncio.shield(turn.task)
+                except asyncio.CancelledError:
+                    if not turn.task.done():
+                        turn.task.cancel()
+                    raise
+                text = await self._retry_wait(s, turn, attempt, msg.text)
+                if text is None:
+                    break
+                turn = s.turn = Turn(guard=TurnGuard(s.rec.agent_session_id))
         finally:
             if not turn.guard.ended:
                 reason = turn.end_reason or ("interrupted" if turn.interrupting else "error")
@@ -280,7 +292,29 @@ class TurnRunner:
                 self.fanout.transition(s, "turn_end", "the turn ended")
             self.resident.idle(s)
 
-    async def consume(self, s: Session, turn: Turn, msg: MessageRecord) -> None:
+    async def _retry_wait(self, s: Session, turn: Turn, attempt: int, text: str) -> str | None:
+        """After a failed attempt: the text to send again once the wait is over, or None."""
+        retry_max = self.config.adapters.retry_max
+        delay = retry.next_delay(turn.watch, attempt, retry_max, s.adapter, turn.interrupting)
+        if delay is None or turn.watch.error is None:
+            return None
+        emit = self.fanout.emit
+        emit(s, retry.retrying_block(turn.watch.error, attempt + 1, retry_max, delay))
+        if not await retry.wait(delay, lambda: turn.interrupting or s.rec.state != "running"):
+            return None
+        if s.adapter is None:
+            try:
+                emit(s, await self.start_adapter(s))
+            except HubError as exc:
+                emit(s, ErrorBlock(code="agent_unavailable", message=str(exc)))
+                return None
+        return retry.prompt_for(s.adapter, text) if s.adapter is not None else None
+
+    async def consume(
+        self, s: Session, turn: Turn, msg: MessageRecord, text: str | None = None
+    ) -> None:
+        """One attempt: send the message (or ``text``, what a retry sends) and drain the
+        stream."""
         adapter = s.adapter
         assert adapter is not None
         turn_timeout, idle_timeout = self._timeouts(s.rec.agent)
@@ -290,7 +324,10 @@ class TurnRunner:
             async with asyncio.timeout(turn_timeout):
                 try:
                     await call_adapter(
-                        adapter.send(msg.text, list(msg.attachments) or None), idle_timeout
+                        adapter.send(msg.text, list(msg.attachments) or None)
+                        if text is None or text == msg.text
+                        else adapter.send(text, None),
+                        idle_timeout,
                     )
                 except TimeoutError:
                     raise _SendTimeout from None
@@ -380,7 +417,7 @@ class TurnRunner:
             await self.stop_adapter(s)
         elif failure is not None:
             code, message, reason = failure
-            self.fanout.emit(s, ErrorBlock(code=code, message=message))
+            self.fanout.emit(s, bridge_failure(code, message))
             self.fanout.finish(s, guard, reason)
             await self.stop_adapter(s)
         else:
@@ -397,6 +434,7 @@ class TurnRunner:
                 )
             ]
         typed: Block = block  # type: ignore[assignment]
+        turn.watch.see(typed)
         if isinstance(typed, PermissionRequestBlock):
             turn.permission_options[typed.id] = {o.id for o in typed.options}
         elif isinstance(typed, SystemBlock) and typed.code == "mode":

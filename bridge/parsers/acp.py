@@ -262,11 +262,14 @@ class UpdateMapper:
         *,
         reason: EndReason = "error",
         exit_code: int | None = None,
+        error: ErrorBlock | None = None,
     ) -> list[Block]:
-        """Blocks that end a turn the agent could not finish."""
+        """Blocks that end a turn the agent could not finish (``error``: already classified)."""
         out = self._close_deltas()
         out += self._close_tools(error=True, why="the agent stopped before the tool finished")
-        out.append(ErrorBlock(code=code, message=clean(message, 2000), detail=detail))
+        if error is None:
+            error = ErrorBlock(code=code, message=clean(message, 2000), detail=detail)
+        out.append(error)
         out.append(
             SessionEndBlock(reason=reason, exit_code=exit_code, agent_session_id=self.session_id)
         )

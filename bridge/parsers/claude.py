@@ -31,7 +31,6 @@ from bridge.blocks import (
     Block,
     DiffBlock,
     EndReason,
-    ErrorBlock,
     PermissionOption,
     PermissionRequestBlock,
     PlanBlock,
@@ -44,6 +43,7 @@ from bridge.blocks import (
     ToolResultBlock,
     UsageBlock,
 )
+from bridge.failures import FailureReport, classify, failure_block
 from bridge.parsers import (
     added_file_diff,
     apply_hunks,
@@ -176,6 +176,10 @@ class ClaudeParser:
     _last_total_cost: float = 0.0
     _interrupting: bool = False
     _counter: int = 0
+    #: Claude retried a failed model call itself during this turn (``api_retry`` lines)
+    agent_retried: bool = False
+    #: the API error Claude reported in this turn (the synthetic assistant line's fields)
+    _api_error: dict[str, Any] = field(default_factory=dict)
 
     # ---- what the adapter calls ------------------------------------------------------------
 
@@ -306,12 +310,22 @@ class ClaudeParser:
             self.version = get_str(msg, "claude_code_version") or self.version
             return []
         if subtype == "api_retry":
+            self.agent_retried = True
             attempt, most = get_int(msg, "attempt"), get_int(msg, "max_retries")
             error = get_str(msg, "error") or get_str(msg, "error_status") or "API error"
             counts = f" (attempt {attempt} of {most})" if attempt and most else ""
+            failure = classify(
+                "claude",
+                FailureReport(
+                    message=get_str(msg, "error") or "", status=get_int(msg, "error_status")
+                ),
+            )
             return [
                 SystemBlock(
-                    level="warn", code="api_retry", text=f"retrying the model call{counts}: {error}"
+                    level="warn",
+                    code="api_retry",
+                    text=f"retrying the model call{counts}: {error}",
+                    data={"attempt": attempt, "error_code": failure.code, "hint": failure.hint},
                 )
             ]
         if subtype == "compact_boundary":
@@ -367,6 +381,13 @@ class ClaudeParser:
 
     def _assistant(self, msg: dict[str, Any]) -> list[Block]:
         message = get_dict(msg, "message")
+        if get_bool(msg, "is_api_error_message"):
+            # A synthetic message carrying the API error: it becomes the turn's error block.
+            self._api_error = {
+                k: msg[k] for k in ("error", "api_error", "api_error_status", "api_error_type")
+                if isinstance(msg.get(k), str | int)
+            }
+            return []
         parent = get_str(msg, "parent_tool_use_id")
         message_id = get_str(message, "id") or f"m{self._next()}"
         out: list[Block] = []
@@ -561,8 +582,15 @@ class ClaudeParser:
         elif is_error or subtype != "success":
             reason = "error"
             message = result_text or (errors[0] if errors else "") or f"Claude stopped: {subtype}"
-            out.append(ErrorBlock(code="agent_error", message=short(message, 2000)))
+            report = FailureReport(
+                message=short(message, 2000),
+                status=get_int(msg, "api_error_status"),
+                kind=get_str(msg, "api_error_type") or subtype,
+                body={"errors": errors, **self._api_error},
+            )
+            out.append(failure_block("claude", report))
         self._interrupting = False
+        self._api_error = {}
         usage = self.usage()
         if usage is not None:
             out.append(usage)

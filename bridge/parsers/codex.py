@@ -35,7 +35,6 @@ from bridge.blocks import (
     Block,
     DiffBlock,
     EndReason,
-    ErrorBlock,
     PermissionOption,
     PermissionRequestBlock,
     PlanBlock,
@@ -47,6 +46,7 @@ from bridge.blocks import (
     ToolCallBlock,
     UsageBlock,
 )
+from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     added_file_diff,
     apply_hunks,
@@ -186,6 +186,9 @@ class CodexParser:
     _permissions: dict[str, _Pending] = field(default_factory=dict)
     _usage: UsageBlock | None = None
     _last_error: str | None = None
+    _last_error_body: dict[str, Any] = field(default_factory=dict)
+    #: Codex retried a failed model call itself in this turn (``error`` with ``willRetry``)
+    agent_retried: bool = False
 
     # ---- what the adapter calls ------------------------------------------------------------
 
@@ -309,8 +312,8 @@ class CodexParser:
             ]
         if method in ("turn/interrupt",):
             return []
-        error = ErrorBlock(
-            code="agent_error", message=f"Codex refused {method}: {short(text, 500)}"
+        error = failure_block(
+            "codex", FailureReport(message=f"Codex refused {method}: {short(text, 500)}")
         )
         return [error, *self.close_turn("error")]
 
@@ -426,8 +429,10 @@ class CodexParser:
     def _on_error(self, params: dict[str, Any]) -> list[Block]:
         message = get_str(get_dict(params, "error"), "message") or "Codex reported an error"
         if params.get("willRetry") is True:
-            return [SystemBlock(level="warn", code="retrying", text=short(message, 500))]
+            self.agent_retried = True
+            return [SystemBlock(level="warn", code="api_retry", text=short(message, 500))]
         self._last_error = message
+        self._last_error_body = get_dict(params, "error")
         return []
 
     def _on_item_started(self, params: dict[str, Any]) -> list[Block]:
@@ -471,10 +476,18 @@ class CodexParser:
             reason = "interrupted"
         elif status == "failed":
             reason = "error"
-            message = _readable(get_str(get_dict(turn, "error"), "message") or self._last_error)
-            out.append(
-                ErrorBlock(code="agent_error", message=short(message or "the turn failed", 2000))
+            error = get_dict(turn, "error") or self._last_error_body
+            raw = get_str(error, "message") or self._last_error
+            message = _readable(raw)
+            info = error.get("codexErrorInfo")
+            report = FailureReport(
+                message=short(message or "the turn failed", 2000),
+                kind=next(iter(info), None)
+                if isinstance(info, dict)
+                else get_str(error, "codexErrorInfo"),
+                body={"error": error, "raw": decode_object(raw) if raw else None},
             )
+            out.append(failure_block("codex", report))
         return out + self.close_turn(reason)
 
     # ---- items --------------------------------------------------------------------------------

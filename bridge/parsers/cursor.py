@@ -18,7 +18,6 @@ from typing import Any
 from bridge.blocks import (
     Block,
     DiffBlock,
-    ErrorBlock,
     PlanBlock,
     PlanEntry,
     PlanStatus,
@@ -26,6 +25,7 @@ from bridge.blocks import (
     ThinkingBlock,
     ToolCallBlock,
 )
+from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     JsonLinesParser,
     accumulate_usage,
@@ -241,13 +241,15 @@ class CursorParser(JsonLinesParser):
         if event.get("is_error") is True or get_str(event, "subtype") == "error":
             self.failed = True
             self.error_message = text or get_str(event, "error") or "cursor reported an error"
-            out.append(ErrorBlock(code="agent_error", message=self.error_message))
+            report = FailureReport(message=self.error_message, body=event)
+            out.append(failure_block("cursor", report))
         return out
 
     def _on_error(self, event: dict[str, Any]) -> list[Block]:
         self.failed = True
         self.error_message = get_str(event, "message") or "cursor reported an error"
-        return [*self.close_open(), ErrorBlock(code="agent_error", message=self.error_message)]
+        report = FailureReport(message=self.error_message, body=event)
+        return [*self.close_open(), failure_block("cursor", report)]
 
 
 def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:

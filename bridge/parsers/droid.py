@@ -13,7 +13,6 @@ from typing import Any
 from bridge.blocks import (
     Block,
     DiffBlock,
-    ErrorBlock,
     PlanBlock,
     PlanEntry,
     PlanStatus,
@@ -21,6 +20,7 @@ from bridge.blocks import (
     ThinkingBlock,
     ToolCallBlock,
 )
+from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     Hunk,
     JsonLinesParser,
@@ -174,9 +174,11 @@ class DroidParser(JsonLinesParser):
         return out + tool_end(_call(call_id, name, params), content, is_error=is_error)
 
     def _on_error(self, event: dict[str, Any]) -> list[Block]:
+        if self.failed and get_str(event, "source") == "cli":
+            return []  # "Exec failed": the CLI's summary of the error already reported
         self.failed = True
         self.error_message = get_str(event, "message") or "droid reported an error"
-        return [ErrorBlock(code="agent_error", message=self.error_message)]
+        return [failure_block("droid", FailureReport(message=self.error_message, body=event))]
 
     def _on_completion(self, event: dict[str, Any]) -> list[Block]:
         self.finished = True

@@ -18,17 +18,18 @@ from typing import Any
 from bridge.blocks import (
     Block,
     DiffBlock,
-    ErrorBlock,
     PermissionOption,
     PermissionRequestBlock,
     PlanBlock,
     PlanEntry,
     PlanStatus,
+    SystemBlock,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
     UsageBlock,
 )
+from bridge.failures import FailureReport, classify, failure_block
 from bridge.parsers import (
     accumulate_usage,
     added_file_diff,
@@ -107,8 +108,14 @@ class OpenCodeParser:
     the server reports for the whole session.
     """
 
-    def __init__(self, session_id: str | None = None, id_prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str | None = None,
+        id_prefix: str | None = None,
+        agent_id: str = "opencode",
+    ) -> None:
         self.session_id = session_id
+        self.agent_id = agent_id
         self.prefix = id_prefix or uuid.uuid4().hex[:8]
         self.roles: dict[str, str] = {}
         self.session_usage: UsageBlock | None = None
@@ -120,6 +127,10 @@ class OpenCodeParser:
         self.busy = False
         self.aborted = False
         self.failed = False
+        self.agent_retried = False
+        #: the server's own retries of the model call in this turn, and the last one's reason
+        self.retries = 0
+        self.last_retry_message: str | None = None
         self.error_message: str | None = None
         self.turn_usage = UsageBlock()
         self._steps: set[str] = set()
@@ -198,8 +209,25 @@ class OpenCodeParser:
         return []
 
     def _on_session_status(self, props: dict[str, Any]) -> list[Block]:
-        if get_str(get_dict(props, "status"), "type") in ("busy", "retry"):
+        status = get_dict(props, "status")
+        if get_str(status, "type") in ("busy", "retry"):
             self.busy = True
+        if get_str(status, "type") == "retry":
+            self.agent_retried = True
+            self.retries += 1
+            attempt = get_int(status, "attempt")
+            why = get_str(status, "message") or "the model call failed"
+            self.last_retry_message = why
+            failure = classify(self.agent_id, FailureReport(message=why))
+            return [
+                SystemBlock(
+                    level="warn",
+                    code="api_retry",
+                    text=f"retrying the model call{f' (attempt {attempt})' if attempt else ''}: "
+                    + short(why, 300),
+                    data={"attempt": attempt, "error_code": failure.code, "hint": failure.hint},
+                )
+            ]
         return []
 
     def _on_session_idle(self, props: dict[str, Any]) -> list[Block]:
@@ -214,10 +242,14 @@ class OpenCodeParser:
         if name == "MessageAbortedError":
             self.aborted = True
             return []
-        message = get_str(get_dict(error, "data"), "message") or name
+        data = get_dict(error, "data")
+        message = get_str(data, "message") or name
         self.failed = True
         self.error_message = message
-        return [ErrorBlock(code="agent_error", message=short(message, 2000), detail=name)]
+        report = FailureReport(
+            message=short(message, 2000), status=get_int(data, "statusCode"), kind=name, body=data
+        )
+        return [failure_block(self.agent_id, report, detail=name)]
 
     def _on_todo_updated(self, props: dict[str, Any]) -> list[Block]:
         entries = [

@@ -14,12 +14,12 @@ from typing import Any
 from bridge.blocks import (
     Block,
     DiffBlock,
-    ErrorBlock,
     SystemBlock,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
 )
+from bridge.failures import FailureReport, classify, failure_block
 from bridge.parsers import (
     Hunk,
     JsonLinesParser,
@@ -108,6 +108,8 @@ class PiParser(JsonLinesParser):
     def __init__(self, id_prefix: str | None = None) -> None:
         super().__init__(id_prefix)
         self.aborted = False
+        self.agent_retried = False
+        self._pending_error: Block | None = None
         self._messages = 0
         self._open: dict[str, type[TextBlock] | type[ThinkingBlock]] = {}
         self._sent: dict[str, str] = {}
@@ -136,10 +138,46 @@ class PiParser(JsonLinesParser):
         return out
 
     def close_open(self) -> list[Block]:
+        """Close open deltas; at the end of the run, also the error of the last failed call."""
+        out = self._close_deltas()
+        if self._pending_error is not None:
+            out.append(self._pending_error)
+            self._pending_error = None
+        return out
+
+    def _close_deltas(self) -> list[Block]:
         out: list[Block] = []
         for bid in list(self._open):
             out.extend(self._close(bid))
         return out
+
+    def _on_auto_retry_start(self, event: dict[str, Any]) -> list[Block]:
+        """Pi retries a failed model call itself (429, 5xx: ``retry`` settings, 3 attempts)."""
+        self.agent_retried = True
+        self.failed = False
+        self._pending_error = None
+        attempt, most = get_int(event, "attempt"), get_int(event, "maxAttempts")
+        delay = get_int(event, "delayMs")
+        counts = f" (attempt {attempt} of {most})" if attempt and most else ""
+        when = f" in {delay / 1000:g} s" if delay else ""
+        why = get_str(event, "errorMessage") or "the model call failed"
+        failure = classify("pi", FailureReport(message=why))
+        return [
+            SystemBlock(
+                level="warn",
+                code="api_retry",
+                text=f"retrying the model call{counts}{when}: {short(why, 300)}",
+                data={"attempt": attempt, "error_code": failure.code, "hint": failure.hint},
+            )
+        ]
+
+    def _on_auto_retry_end(self, event: dict[str, Any]) -> list[Block]:
+        if event.get("success") is False and self._pending_error is None:
+            why = get_str(event, "finalError") or "the model call failed"
+            self.failed = True
+            self.error_message = why
+            self._pending_error = failure_block("pi", FailureReport(message=why))
+        return []
 
     # ---- events ---------------------------------------------------------------------------------
 
@@ -182,7 +220,10 @@ class PiParser(JsonLinesParser):
         if stop == "error":
             self.failed = True
             self.error_message = get_str(message, "errorMessage") or "the model call failed"
-            out.append(ErrorBlock(code="model_error", message=self.error_message))
+            # Held back: Pi may retry the call itself (``auto_retry_start``) and succeed.
+            self._pending_error = failure_block(
+                "pi", FailureReport(message=self.error_message, body=message)
+            )
         elif stop == "aborted":
             self.aborted = True
         return out
@@ -231,11 +272,7 @@ class PiParser(JsonLinesParser):
 
     def _on_agent_end(self, event: dict[str, Any]) -> list[Block]:
         self.finished = True
-        return self.close_open()
-
-    def _on_auto_retry_start(self, event: dict[str, Any]) -> list[Block]:
-        why = get_str(event, "errorMessage") or get_str(event, "reason") or ""
-        return [SystemBlock(code="retry", text=short(f"pi retries the model call. {why}"))]
+        return self._close_deltas()
 
     def _on_auto_compaction_start(self, event: dict[str, Any]) -> list[Block]:
         return [SystemBlock(code="compaction", text="pi compacts the conversation")]

@@ -110,6 +110,7 @@ class SessionView {
       }),
       onUsage: (u) => this.setUsage(u),
       onInfo: (info) => { this.info = info; this.renderCapabilities(); },
+      onRetry: (text) => this.retry(text),
       diffMode: () => app.diffMode(),
       setDiffMode: (mode) => app.setDiffMode(mode),
     });
@@ -312,6 +313,21 @@ class SessionView {
     } catch (err) {
       pending.failed(err.message);
       if (!this.textarea.value) this.textarea.value = text;
+    }
+  }
+
+  /** Send `text` again after a failure the bridge did not retry (the error's Retry button). */
+  async retry(text) {
+    const id = randomId();
+    const pending = this.transcript.addPending(id, text, []);
+    try {
+      const result = await this.app.client.request('session.send', {
+        session: this.id, text, client_msg_id: id,
+      });
+      pending.queued(result.queued);
+    } catch (err) {
+      pending.failed(err.message);
+      throw err;
     }
   }
 

@@ -15,7 +15,7 @@
 import { appendAll, clear, codeSpans, copyText, formatCost, formatCount, h, shellQuote } from './dom.js';
 import { diffStats, hunksOf, renderSplit, renderUnified } from './diff.js';
 import { hasIcon, icon } from './icons.js';
-import { renderMarkdown } from './markdown.js';
+import { renderInline, renderMarkdown } from './markdown.js';
 
 const kindIcon = (kind) => icon(hasIcon(kind) && kind !== 'back' ? kind : 'tool');
 const SUMMARY_KEYS = ['command', 'file_path', 'path', 'pattern', 'query', 'url', 'description'];
@@ -69,6 +69,7 @@ export class Transcript {
    * @param {HTMLElement} scroller  the element that scrolls (kept pinned to the bottom)
    * @param {{onPermission: (id: string, option: string) => Promise<void>,
    *          onUsage?: (u: object) => void, onInfo?: (b: object) => void,
+   *          onRetry?: (text: string) => Promise<void>,
    *          diffMode?: () => 'unified'|'split', setDiffMode?: (m: string) => void}} hooks
    */
   constructor(scroller, hooks) {
@@ -89,6 +90,9 @@ export class Transcript {
     this.frame = 0;
     this.stick = true;
     this.diffViews = new Set();
+    /** The text of the last user message, for the Retry button of a failed turn. */
+    this.lastUserText = null;
+    this.retryBtn = null;
   }
 
   // ---- applying events ---------------------------------------------------------------------
@@ -133,6 +137,8 @@ export class Transcript {
   }
 
   #user(b, frame) {
+    this.lastUserText = b.text;
+    this.#dropRetry();
     const pending = this.pending.get(b.id);
     if (pending) {
       pending.remove();
@@ -346,6 +352,7 @@ export class Transcript {
   }
 
   #system(b, frame) {
+    if (b.code === 'retrying') this.#dropRetry();
     if (b.code === 'terminal') {
       const command = terminalCommand({ command: b.text, cwd: b.data?.cwd });
       this.#add(h('div', { class: 'blk blk-system level-info' }, commandBox(command)), frame);
@@ -356,9 +363,41 @@ export class Transcript {
   }
 
   #error(b, frame) {
+    const hint = b.hint ? h('div', { class: 'err-hint' }) : null;
+    if (hint) renderInline(b.hint, hint, { links: false });
     this.#add(h('div', { class: 'blk blk-error', role: 'alert' },
       h('div', { class: 'err-head' }, icon('warn'), ' ', codeSpans(b.message || b.code), ' ', h('span', { class: 'badge' }, b.code)),
-      b.detail ? h('details', {}, h('summary', {}, 'Details'), h('pre', {}, b.detail)) : null), frame);
+      hint,
+      b.detail ? h('details', {}, h('summary', {}, 'Details'), h('pre', {}, b.detail)) : null,
+      this.#retryButton(b)), frame);
+  }
+
+  /** A "Retry" button for a retryable failure, removed again if the bridge retries by itself
+   *  (a `retrying` system block follows) or the conversation moves on (a new user message). */
+  #retryButton(b) {
+    this.#dropRetry();
+    const text = this.lastUserText;
+    if (b.retryable !== true || text == null || !this.hooks.onRetry) return null;
+    const after = typeof b.retry_after_s === 'number' ? ` (after ${b.retry_after_s} s)` : '';
+    const btn = h('button', {
+      type: 'button', class: 'retry', title: `Send your last message again${after}`,
+      onclick: async () => {
+        btn.disabled = true;
+        try {
+          await this.hooks.onRetry(text);
+          btn.remove();
+        } catch {
+          btn.disabled = false;
+        }
+      },
+    }, 'Retry');
+    this.retryBtn = btn;
+    return btn;
+  }
+
+  #dropRetry() {
+    this.retryBtn?.remove();
+    this.retryBtn = null;
   }
 
   #end(b, frame) {

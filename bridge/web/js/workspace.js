@@ -30,7 +30,9 @@ export class ProjectPicker {
     this.input = input;
     this.list = list;
     this.projects = [];
-    input.addEventListener('input', () => this.render());
+    // Only what the person typed filters the list; a prefilled or picked value does not.
+    this.filtering = false;
+    input.addEventListener('input', () => { this.filtering = true; this.render(); });
     input.addEventListener('focus', () => this.render());
   }
 
@@ -45,9 +47,7 @@ export class ProjectPicker {
 
   matches() {
     const q = this.input.value.trim().toLowerCase();
-    if (!q) return this.projects;
-    // a picked (or prefilled) project shows the whole list, the picked one marked
-    if (this.projects.some((p) => p.path === this.input.value.trim())) return this.projects;
+    if (!q || !this.filtering) return this.projects;
     return this.projects.filter((p) => p.name.toLowerCase().includes(q) || p.path.toLowerCase().includes(q));
   }
 
@@ -62,7 +62,7 @@ export class ProjectPicker {
         class: `project-item${picked ? ' active' : ''}`,
         dataset: { path: p.path },
         title: p.path,
-        onclick: () => { this.input.value = p.path; this.render(); },
+        onclick: () => { this.input.value = p.path; this.filtering = false; this.render(); },
       },
       h('span', { class: 'item-title' }, p.name),
       gitBadge(p.git),

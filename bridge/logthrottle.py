@@ -1,0 +1,54 @@
+"""Errors the event loop reports, logged through structlog at a bounded rate.
+
+Out of file descriptors (a low ``ulimit -n`` and many half-open connections), asyncio reports
+every failed ``accept()`` with a traceback, and re-arms the listening socket so often that
+one daemon wrote thousands of tracebacks a second. The loop's exception handler logs each kind
+of error (message and exception type) once per ``EVERY_S``, the first time with its traceback,
+then with the count of those it left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bridge.logs import get_logger
+
+log = get_logger("bridge.loop")
+
+EVERY_S = 10.0
+
+
+class LoopErrorLog:
+    def __init__(self, every_s: float = EVERY_S) -> None:
+        self.every_s = every_s
+        #: kind -> (monotonic time last logged, left out since)
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def __call__(self, _loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message") or "unhandled error in the event loop")
+        exc = context.get("exception")
+        kind = (message, type(exc).__name__ if exc is not None else "")
+        now = time.monotonic()
+        last = self._seen.get(kind)
+        if last is not None and now - last[0] < self.every_s:
+            self._seen[kind] = (last[0], last[1] + 1)
+            return
+        if len(self._seen) > 1000:
+            self._seen.clear()
+        self._seen[kind] = (now, 0)
+        fields: dict[str, Any] = {"message": message}
+        if last is not None:
+            fields["left_out"] = last[1]
+            fields["per_s"] = round(1 / self.every_s, 3)
+        if exc is not None:
+            fields["error"] = f"{type(exc).__name__}: {exc}"
+        if last is None and isinstance(exc, BaseException):
+            log.error("event_loop_error", exc_info=exc, **fields)
+        else:
+            log.error("event_loop_error", **fields)
+
+
+def install(loop: asyncio.AbstractEventLoop) -> None:
+    loop.set_exception_handler(LoopErrorLog())

@@ -1,0 +1,109 @@
+"""Replay a recorded failure (tests/fixtures/failures/<agent>/<scenario>.json) through the parser
+or classifier the agent's adapter uses, and return the error blocks it gives.
+
+Each fixture holds what the real CLI printed in the bridge's own interface (stdout lines or the
+OpenCode server's SSE events), its stderr tail and exit status; see tests/capture_failures.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bridge.adapters.acp import rpc_failure
+from bridge.adapters.hermes import reported_failure as hermes_failure
+from bridge.blocks import Block, ErrorBlock
+from bridge.failures import FailureReport, failure_block
+from bridge.parsers.acp import RpcError
+from bridge.parsers.claude import ClaudeParser
+from bridge.parsers.codex import CodexParser
+from bridge.parsers.droid import DroidParser
+from bridge.parsers.opencode import OpenCodeParser
+from bridge.parsers.pi import PiParser
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "failures"
+
+NAMES = {"claude_retrying": "claude", "gemini": "gemini", "hermes": "hermes"}
+DISPLAY = {"gemini": "Gemini CLI", "hermes": "Hermes"}
+
+
+def load(agent: str, scenario: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / agent / f"{scenario}.json").read_text())
+    return data
+
+
+def all_fixtures() -> list[tuple[str, str]]:
+    return sorted((p.parent.name, p.stem) for p in FIXTURES.glob("*/*.json"))
+
+
+def replay(agent: str, rec: dict[str, Any]) -> tuple[list[Block], bool]:
+    """The blocks the agent's parser gives for the recorded output (errors included), and
+    whether it saw the CLI retry the model call itself."""
+    name = NAMES.get(agent, agent)
+    lines: list[str] = rec["stdout"]
+    out: list[Block] = []
+    retried = False
+    if name == "claude":
+        cp = ClaudeParser()
+        for line in lines:
+            out += cp.feed(line)
+        retried = cp.agent_retried
+    elif name == "codex":
+        xp = CodexParser(cwd="/tmp")
+        for line in lines:
+            out += xp.feed(line)
+        retried = xp.agent_retried
+    elif name in ("opencode", "kilo"):
+        op = OpenCodeParser(agent_id=name)
+        for line in lines:
+            out += op.feed(line)
+        retried = op.agent_retried
+    elif name == "pi":
+        pp = PiParser()
+        for line in lines:
+            out += pp.feed(line)
+        out += pp.close_open()
+        retried = pp.agent_retried
+    elif name == "droid":
+        dp = DroidParser()
+        for line in lines:
+            out += dp.feed(line)
+        out += dp.close_open()
+    elif name in ("gemini", "hermes"):
+        if name == "hermes":
+            for line in lines:
+                chunk = (((json.loads(line) or {}).get("params") or {}).get("update") or {})
+                content = chunk.get("content") if isinstance(chunk, dict) else None
+                if chunk.get("sessionUpdate") == "agent_message_chunk" and content:
+                    failed = hermes_failure(str(content.get("text", "")))
+                    if failed is not None:
+                        out.append(failed)
+                        retried = "retries" in failed.message
+        for line in lines:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            error = msg.get("error") if isinstance(msg, dict) else None
+            if isinstance(error, dict) and "id" in msg:
+                rpc = RpcError(
+                    code=int(error.get("code", 0)),
+                    message=str(error.get("message", "")),
+                    data=error.get("data"),
+                )
+                out.append(rpc_failure(name, DISPLAY[name], rpc))
+    exit_codes = [c for c in rec["exit_codes"] if c not in (None, 0, -15, 143, -9)]
+    if not any(isinstance(b, ErrorBlock) for b in out) and exit_codes:
+        report = FailureReport(
+            message=f"exited with code {exit_codes[0]}",
+            stderr=rec["stderr_tail"],
+            exit_code=exit_codes[0],
+        )
+        out.append(failure_block(name, report))
+    return out, retried
+
+
+def errors(agent: str, scenario: str) -> tuple[list[ErrorBlock], bool]:
+    blocks, retried = replay(agent, load(agent, scenario))
+    return [b for b in blocks if isinstance(b, ErrorBlock)], retried

@@ -1,0 +1,75 @@
+"""One daemon per state directory: a real second ``serve`` exits 1 and touches nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.client import unix_connect
+
+from tests.daemon import ROOT, DaemonProcess
+from tests.wsclient import Client
+
+
+def _snapshot(d: DaemonProcess) -> dict[str, Any]:
+    run = d.home / "run" / "agent-bridge"
+    files = {}
+    for path in sorted([*d.state_dir.iterdir(), *run.iterdir()]):
+        if path.name == "daemon.lock":
+            continue
+        st = path.lstat()
+        files[str(path)] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    return files
+
+
+async def test_second_serve_on_the_same_state_dir_exits_1_and_touches_nothing(
+    daemon_factory: Any, project: Path
+) -> None:
+    d: DaemonProcess = daemon_factory().start()
+    c = await Client.open(d.url, d.token)
+    created = await c.request("session.create", agent="demo", cwd=str(project))
+    await c.close()
+    await asyncio.sleep(0.3)
+    before = _snapshot(d)
+    info = json.loads((d.state_dir / "daemon.json").read_text())
+    assert d.proc is not None and info["pid"] == d.proc.pid
+
+    second = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--port", "0"],
+        cwd=str(ROOT),
+        env=d.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert second.returncode == 1, (second.returncode, second.stdout, second.stderr)
+    assert "listening" not in second.stdout
+    assert "already running" in second.stderr
+    assert str(d.proc.pid) in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+
+    # Nothing of the first daemon's was touched: socket, runtime file, database.
+    assert _snapshot(d) == before
+    assert json.loads((d.state_dir / "daemon.json").read_text()) == info
+    c = await Client.open(d.url, d.token)
+    listed = (await c.request("sessions.list", include_external=False))["sessions"]
+    assert [s["session"] for s in listed] == [created["session"]["session"]]
+    await c.close()
+    sock = d.home / "run" / "agent-bridge" / "bridge.sock"
+    async with unix_connect(
+        str(sock), uri="ws://localhost/v1/ws", subprotocols=["bridge.v1.json"]  # type: ignore[list-item]
+    ) as ws:
+        await ws.send(json.dumps({"t": "hello", "id": 1, "protocol": 1}))
+        assert json.loads(await ws.recv())["t"] == "ok"
+
+
+async def test_the_lock_is_released_when_the_holder_is_killed(daemon_factory: Any) -> None:
+    d: DaemonProcess = daemon_factory().start()
+    d.kill9()
+    d.start()  # a kill -9 leaves the lock file behind, not the lock
+    assert d.healthz()["ok"] is True

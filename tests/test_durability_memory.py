@@ -1,0 +1,150 @@
+"""Memory is bounded in bytes; a client that stopped reading is cut off, never waited for.
+
+Real daemon, real sockets: a subscriber that never reads its socket while a turn streams
+large blocks. It is closed with 4408 once its queue holds ``limits.send_queue_bytes``, or once
+its socket has taken nothing for ``limits.write_stall_s``; the client that reads gets the whole
+turn either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon import DaemonProcess
+from tests.rawws import RawWebSocket
+from tests.wsclient import Client
+
+MiB = 1024 * 1024
+
+
+async def _turn_with_a_non_reader(d: DaemonProcess, project: Path, text: str) -> RawWebSocket:
+    c = await Client.open(d.url, d.token)
+    session = (await c.request("session.create", agent="demo", cwd=str(project)))["session"][
+        "session"
+    ]
+    stuck = RawWebSocket(d.port)
+    stuck.send_json({"t": "hello", "id": 1, "protocol": 1, "token": d.token})
+    stuck.send_json({"t": "session.subscribe", "id": 2, "session": session})
+    await asyncio.sleep(0.3)
+    await c.request("session.send", session=session, text=text)
+    for _ in range(600):  # the turn runs to its end, the non-reader notwithstanding
+        listed = (await c.request("sessions.list", include_external=False))["sessions"]
+        if listed[0]["state"] == "idle" and listed[0]["queued"] == 0:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the turn never ended")
+    await asyncio.sleep(1.0)  # its last events reach the disk (idle is set before they do)
+    # A reader replaying the turn (replays wait for the reader, they are never cut off).
+    await c.request("session.subscribe", session=session)
+    frames = await c.turn(session, timeout=120)
+    said = "".join(f["block"].get("text") or "" for f in frames if f["block"]["type"] == "text")
+    assert len(said) >= len(text) - 5, "the turn is not whole"
+    await c.close()
+    return stuck
+
+
+def _close_code(ws: RawWebSocket) -> int | None:
+    ws.sock.settimeout(30)
+    return ws.close_code(limit=10_000_000)
+
+
+@pytest.mark.parametrize(
+    ("limits", "why"),
+    [
+        ("send_queue_bytes = 1048576\nwrite_stall_s = 600", "bytes"),
+        ("write_stall_s = 2", "stall"),
+    ],
+)
+async def test_a_client_that_stops_reading_is_cut_off(
+    daemon_factory: Any, project: Path, limits: str, why: str
+) -> None:
+    d: DaemonProcess = daemon_factory(
+        config="[agents.demo]\noptions = { delay = 0.0, chunk = 65536 }\n"
+        f"[server]\nunix_socket = \"off\"\n[limits]\n{limits}\n"
+    ).start()
+    # 12 MiB in 64 KiB blocks: under 200 frames, far under send_queue_frames.
+    stuck = await _turn_with_a_non_reader(d, project, "echo " + "x" * (12 * MiB))
+    started = time.monotonic()
+    if why == "stall":
+        await asyncio.sleep(3)  # past write_stall_s with nothing read
+    code = await asyncio.get_running_loop().run_in_executor(None, _close_code, stuck)
+    stuck.close()
+    assert code == 4408, f"{why}: closed with {code}"
+    assert time.monotonic() - started < 60
+    assert "client_too_slow" in d.log_text() or "client_stalled" in d.log_text()
+
+
+async def test_history_is_read_in_bounded_pieces(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from bridge.store import SqliteStore, StoredEvent
+
+    store = SqliteStore(tmp_path / "bridge.sqlite3")
+    store.open(asyncio.get_running_loop())
+    try:
+        big = b'{"type":"text","id":"m","text":"' + b"x" * MiB + b'","done":false}'
+        for seq in range(1, 41):  # 40 MiB of history, committed in one batch
+            store.append_event(StoredEvent("s1", seq, "2026-01-01T00:00:00.000Z", big))
+        await store.flush()
+        tracemalloc.start()
+        first = await store.read_events("s1", 0, 1000)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert 1 <= len(first) <= 8, f"one read returned {len(first)} MiB of history"
+        assert peak < 16 * MiB, f"one read held {peak / MiB:.0f} MiB"
+        seen = [e.seq for e in first]
+        while batch := await store.read_events("s1", seen[-1], 1000):
+            seen += [e.seq for e in batch]
+        assert seen == list(range(1, 41))
+    finally:
+        await store.close()
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_queued_message_bodies_wait_on_disk(daemon_factory: Any, project: Path) -> None:
+    d: DaemonProcess = daemon_factory(config="[server]\nunix_socket = \"off\"\n").start()
+    assert d.proc is not None
+    c = await Client.open(d.url, d.token)
+    session = (await c.request("session.create", agent="demo", cwd=str(project)))["session"][
+        "session"
+    ]
+    await c.request("session.subscribe", session=session)
+    await c.request("session.send", session=session, text="tour")  # waits for a permission
+    frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
+    request_id = frames[-1]["block"]["id"]
+    await asyncio.sleep(0.5)
+    before = _rss_mib(d.proc.pid)
+    for i in range(10):  # 40 MiB waiting behind the turn
+        got = await c.request("session.send", session=session, text=f"fail {i} " + "q" * 4 * MiB)
+        assert got == {"queued": True}
+    await c.request("session.send", session=session, text="echo the last one")
+    await asyncio.sleep(1.0)
+    grown = _rss_mib(d.proc.pid) - before
+    assert grown < 20, f"RSS grew {grown:.0f} MiB for 40 MiB of queued messages"
+    # They run, in order, with their whole text, once the turn goes on.
+    await c.request("session.permission", session=session, request_id=request_id,
+                    option_id="allow")
+    said = await c.events_until(
+        lambda b: b["type"] == "user" and b["text"] == "echo the last one",
+        timeout=120, session=session,
+    )
+    said += await c.turn(session)
+    assert "You said: the last one" in "".join(
+        f["block"].get("text") or "" for f in said if f["block"]["type"] == "text"
+    )
+    users = [f["block"]["text"] for f in said if f["block"]["type"] == "user"]
+    assert [u[:7] for u in users] == [f"fail {i} "[:7] for i in range(10)] + ["echo th"]
+    assert all(len(u) == len(f"fail {i} ") + 4 * MiB for i, u in enumerate(users[:10]))
+    await c.close()

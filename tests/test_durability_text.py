@@ -1,0 +1,91 @@
+"""Lone surrogates in an adapter's text become U+FFFD before numbering: no seq gap.
+
+A drop-in adapter (loaded by a real daemon) streams text with a lone surrogate, a proper
+surrogate pair, and a surrogate in a tool call's input key, as a parser's ``json.loads``
+hands them over. The client gets every seq once, in order, with U+FFFD in place, and the
+turn ends normally; after a restart the history is the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.daemon import DaemonProcess
+from tests.wsclient import Client
+
+ADAPTER = '''
+import asyncio
+import json
+from bridge.adapters.base import BaseAdapter
+from bridge.blocks import SessionEndBlock, TextBlock, ToolCallBlock
+
+
+class Halves(BaseAdapter):
+    agent_id = "halves"
+    display_name = "Halves"
+    provides_models = False
+    provides_usage = False
+
+    def __init__(self, model=None):
+        self.q = asyncio.Queue()
+
+    async def start(self, session_id):
+        return self.make_agent_info(version="1")
+
+    async def send(self, text, attachments=None):
+        await self.q.put(text)
+
+    async def stream(self):
+        await self.q.get()
+        yield TextBlock(id="m1", text="before ")
+        yield TextBlock(id="m1", text=json.loads('"cut \\\\ud83d here, whole \\\\ud83d\\\\ude00"'))
+        yield ToolCallBlock(id="t1", name="Bash", input={json.loads('"k\\\\udc80"'): "v"})
+        yield TextBlock(id="m1", text=" after", done=True)
+        yield SessionEndBlock(reason="completed")
+
+    async def stop(self):
+        pass
+'''
+
+
+async def _turn(d: DaemonProcess, project: Path) -> tuple[str, list[dict[str, Any]]]:
+    c = await Client.open(d.url, d.token)
+    session = (await c.request("session.create", agent="halves", cwd=str(project)))["session"][
+        "session"
+    ]
+    await c.request("session.subscribe", session=session)
+    await c.request("session.send", session=session, text="go")
+    frames = await c.turn(session, timeout=30)
+    await c.close()
+    return session, frames
+
+
+async def test_lone_surrogates_are_replaced_and_take_no_seq_gap(
+    daemon_factory: Any, project: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    adapters = home / "config" / "agent-bridge" / "adapters"
+    adapters.mkdir(parents=True, mode=0o700)
+    (adapters / "halves.py").write_text(ADAPTER)
+    (adapters / "halves.py").chmod(0o600)
+    d: DaemonProcess = daemon_factory(home=home, config="[server]\nunix_socket = \"off\"\n")
+    d.start()
+    session, frames = await _turn(d, project)
+    texts = [f["block"].get("text") for f in frames if f["block"]["type"] == "text"]
+    assert "cut \ufffd here, whole \U0001f600" in texts, texts
+    tools = [f["block"] for f in frames if f["block"]["type"] == "tool_call"]
+    assert tools and tools[0]["input"] == {"k\ufffd": "v"}
+    assert frames[-1]["block"]["reason"] == "completed"
+
+    c = await Client.open(d.url, d.token)
+    last = int((await c.request("session.subscribe", session=session))["last_seq"])
+    history: list[dict[str, Any]] = []
+    while len(history) < last:
+        frame = await c.next_push(timeout=30)
+        if frame["t"] == "event":
+            history.append(frame)
+    await c.close()
+    assert [f["seq"] for f in history] == list(range(1, last + 1)), "a gap in the numbering"
+    tail = {f["seq"]: f for f in frames}
+    assert all(tail[f["seq"]] == f for f in history if f["seq"] in tail)
