@@ -8,6 +8,7 @@ adapter is pointed at the pinned binary through config.toml, and a real WebSocke
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -139,6 +140,20 @@ async def wait_for_block(
     c: Client, session: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 60.0
 ) -> Frames:
     return await c.events_until(predicate, timeout=timeout, session=session)
+
+
+class RecordedHarness(Harness):
+    """A daemon whose agent is a fake CLI (tests/fakes_cli) replaying recorded output; the fake
+    logs each run (its argv) to ``runs.jsonl`` under ``root``."""
+
+    def __init__(self, root: Path, config: str) -> None:
+        self.log = root / "runs.jsonl"
+        super().__init__(root / "daemon", {"FAKE_CLI_LOG": str(self.log)}, config)
+
+    def runs(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(x) for x in self.log.read_text().splitlines()]
 
 
 def of(frames: Frames, kind: str) -> list[dict[str, Any]]:

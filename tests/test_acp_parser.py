@@ -38,18 +38,18 @@ from bridge.blocks import (
     block_to_json,
 )
 from bridge.invariants import CONTRACT, TurnGuard
-from bridge.parsers.acp import (
+from bridge.parsers.acp import UpdateMapper
+from bridge.parsers.diff import unified_diff
+from bridge.parsers.jsonrpc import (
     Invalid,
     Notification,
     Request,
     Response,
-    UpdateMapper,
     decode,
     encode_error,
     encode_notification,
     encode_request,
     encode_result,
-    unified_diff,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -9,13 +9,13 @@ import asyncio
 import base64
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import realcli
-from tests.fakes import CallTool, FakeAnthropic, RecordedRequest, Reply
+from tests.fakes import CallTool, FakeAnthropic, Reply
 from tests.harness import (
     UNKNOWN_SESSION,
     Harness,
@@ -28,6 +28,7 @@ from tests.harness import (
     of,
     run_turn,
     symlink_to,
+    user,
     wait_for_block,
 )
 from tests.wsclient import text_of
@@ -87,11 +88,6 @@ def strict(root: Path, cli_env: dict[str, str]) -> Iterator[tuple[Harness, Path]
     )
     yield h, link
     h.stop()
-
-
-def user(marker: str) -> Callable[[RecordedRequest], bool]:
-    """Answer only the model call for a user message carrying ``marker``."""
-    return lambda r: marker in r.view.last_user_text and not r.view.last_is_tool_result
 
 
 async def test_plain_answer_streams_deltas_and_thinking_then_a_second_turn_resumes(

@@ -9,16 +9,15 @@ notices the changed session id and reports ``session_reset``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.harness import (
     UNKNOWN,
     Harness,
+    RecordedHarness,
     agent_toml,
     assert_tool_calls_paired,
     create,
@@ -35,22 +34,15 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedHarness]:
     root = tmp_path_factory.mktemp("cursor-recorded")
-    log = root / "runs.jsonl"
-    h = Harness(root / "daemon", {"FAKE_CLI_LOG": str(log)}, agent_toml("cursor", str(FAKE)))
-    h.log = log  # type: ignore[attr-defined]
+    h = RecordedHarness(root, agent_toml("cursor", str(FAKE)))
     yield h
     h.stop()
 
 
-def runs(h: Harness) -> list[dict[str, Any]]:
-    path: Path = h.log  # type: ignore[attr-defined]
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
 async def test_partial_stream_shows_the_text_once_and_the_next_turn_resumes(
-    harness: Harness, project: Path
+    harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
         session, info = await create(c, "cursor", project)
@@ -63,19 +55,19 @@ async def test_partial_stream_shows_the_text_once_and_the_next_turn_resumes(
         end = of(first, "session_end")[-1]
         sid = end["agent_session_id"]
         assert end["reason"] == "completed" and sid
-        run = runs(harness)[-1]
+        run = harness.runs()[-1]
         assert run["prompt"] == "-- say hello" and "--stream-partial-output" in run["argv"]
         assert run["argv"][run["argv"].index("--workspace") + 1] == str(project)
 
         second = await run_turn(c, session, "again")
         assert of(second, "session_end")[-1]["agent_session_id"] == sid
         assert not [b for b in of(second, "system") if b["code"] == "session_reset"]
-        run = runs(harness)[-1]
+        run = harness.runs()[-1]
         assert run["argv"][run["argv"].index("--resume") + 1] == sid
 
 
 async def test_unknown_resume_id_starts_a_new_chat_and_says_session_reset(
-    harness: Harness, project: Path
+    harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
         session, _ = await create(c, "cursor", project, resume=UNKNOWN)
@@ -91,7 +83,7 @@ async def test_unknown_resume_id_starts_a_new_chat_and_says_session_reset(
         assert mine["agent_session_id"] == end["agent_session_id"]  # the new id is kept
 
 
-async def test_shell_tool_and_a_written_file(harness: Harness, project: Path) -> None:
+async def test_shell_tool_and_a_written_file(harness: RecordedHarness, project: Path) -> None:
     async with harness.client() as c:
         session, _ = await create(c, "cursor", project)
         frames = await run_turn(c, session, "run the tool")
@@ -107,7 +99,9 @@ async def test_shell_tool_and_a_written_file(harness: Harness, project: Path) ->
         assert diff["new_text"] == (project / "notes.txt").read_text() == "hello from cursor\n"
 
 
-async def test_killed_mid_turn_then_interrupted_mid_turn(harness: Harness, project: Path) -> None:
+async def test_killed_mid_turn_then_interrupted_mid_turn(
+    harness: RecordedHarness, project: Path
+) -> None:
     async with harness.client() as c:
         session, _ = await create(c, "cursor", project)
         frames = await run_turn(c, session, "die now")
@@ -124,7 +118,7 @@ async def test_killed_mid_turn_then_interrupted_mid_turn(harness: Harness, proje
         assert all(b["done"] for b in of(frames, "thinking")[-1:])
 
 
-async def test_models_and_environment_check(harness: Harness) -> None:
+async def test_models_and_environment_check(harness: RecordedHarness) -> None:
     async with harness.client() as c:
         models = (await c.request("models.list", agent="cursor"))["models"]
         assert models[0] == {"id": "auto", "label": "Auto"}
@@ -135,7 +129,7 @@ async def test_models_and_environment_check(harness: Harness) -> None:
         assert check["status"] == "warn"
 
 
-async def test_handoff_gives_the_terminal_command(harness: Harness, project: Path) -> None:
+async def test_handoff_gives_the_terminal_command(harness: RecordedHarness, project: Path) -> None:
     async with harness.client() as c:
         session, _ = await create(c, "cursor", project)
         frames = await run_turn(c, session, "hello")

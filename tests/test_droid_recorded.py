@@ -6,16 +6,14 @@ like the real CLI offline, exits 1 with no output for an id it does not know.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.harness import (
     UNKNOWN,
-    Harness,
+    RecordedHarness,
     agent_toml,
     assert_tool_calls_paired,
     create,
@@ -31,26 +29,16 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedHarness]:
     root = tmp_path_factory.mktemp("droid-recorded")
-    log = root / "runs.jsonl"
-    h = Harness(
-        root / "daemon",
-        {"FAKE_CLI_LOG": str(log)},
-        agent_toml("droid", str(FAKE), model="custom:fake-model") + "idle_timeout = 20\n",
-    )
-    h.log = log  # type: ignore[attr-defined]
+    config = agent_toml("droid", str(FAKE), model="custom:fake-model") + "idle_timeout = 20\n"
+    h = RecordedHarness(root, config)
     yield h
     h.stop()
 
 
-def runs(h: Harness) -> list[dict[str, Any]]:
-    path: Path = h.log  # type: ignore[attr-defined]
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
 async def test_second_turn_resumes_with_dash_s_under_the_same_session_id(
-    harness: Harness, project: Path
+    harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
         session, info = await create(c, "droid", project)
@@ -63,7 +51,7 @@ async def test_second_turn_resumes_with_dash_s_under_the_same_session_id(
         second = await run_turn(c, session, "hello again")
         assert of(second, "session_end")[-1]["agent_session_id"] == sid
         assert not [b for b in of(second, "system") if b["code"] == "session_reset"]
-        last = runs(harness)[-1]
+        last = harness.runs()[-1]
         assert last["argv"][last["argv"].index("-s") + 1] == sid
         assert "--fork" not in last["argv"] and last["prompt"] == "hello again"
         assert last["argv"][last["argv"].index("--auto") + 1] == "low"
@@ -72,9 +60,9 @@ async def test_second_turn_resumes_with_dash_s_under_the_same_session_id(
 
 
 async def test_unknown_session_tries_resume_then_fork_then_starts_fresh(
-    harness: Harness, project: Path
+    harness: RecordedHarness, project: Path
 ) -> None:
-    before = len(runs(harness))
+    before = len(harness.runs())
     async with harness.client() as c:
         session, _ = await create(c, "droid", project, resume=UNKNOWN)
         frames = await run_turn(c, session, "hello")
@@ -82,12 +70,12 @@ async def test_unknown_session_tries_resume_then_fork_then_starts_fresh(
         assert len(reset) == 1 and UNKNOWN in reset[0]["text"]
         assert text_of(frames) == "Hello! I am the fake model."
         assert of(frames, "session_end")[-1]["agent_session_id"] not in (None, UNKNOWN)
-    tried = [r["argv"] for r in runs(harness)[before:]]
+    tried = [r["argv"] for r in harness.runs()[before:]]
     assert tried[0][-2:] == ["-s", UNKNOWN] and tried[1][-2:] == ["--fork", UNKNOWN]
     assert "-s" not in tried[2] and "--fork" not in tried[2]
 
 
-async def test_tool_and_created_file(harness: Harness, project: Path) -> None:
+async def test_tool_and_created_file(harness: RecordedHarness, project: Path) -> None:
     async with harness.client() as c:
         session, _ = await create(c, "droid", project)
         frames = await run_turn(c, session, "run the tool")
@@ -101,7 +89,7 @@ async def test_tool_and_created_file(harness: Harness, project: Path) -> None:
 
 
 async def test_refused_command_ends_the_turn_with_an_error(
-    harness: Harness, project: Path
+    harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
         session, _ = await create(c, "droid", project)
@@ -111,7 +99,9 @@ async def test_refused_command_ends_the_turn_with_an_error(
         assert end["reason"] == "error" and end["exit_code"] == 1
 
 
-async def test_killed_mid_turn_and_interrupted_mid_turn(harness: Harness, project: Path) -> None:
+async def test_killed_mid_turn_and_interrupted_mid_turn(
+    harness: RecordedHarness, project: Path
+) -> None:
     async with harness.client() as c:
         session, _ = await create(c, "droid", project)
         frames = await run_turn(c, session, "die now")

@@ -9,21 +9,19 @@ Claude actually sent to the model.
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import handoffstory as story
 from tests import realcli
 from tests.daemon import DaemonProcess
-from tests.fakes import FakeAnthropic, Reply
-from tests.fakes.core import RecordedRequest
+from tests.fakes import FakeAnthropic
 from tests.handoffapp import App
-from tests.tmuxterm import Tmux, available
-from tests.wsclient import Client
+from tests.tmuxterm import available
 
 pytestmark = [
     pytest.mark.realcli,
@@ -37,45 +35,21 @@ pytestmark = [
 AGENT_ENV = ("ANTHROPIC_", "CLAUDE_", "DISABLE_")
 
 
-def said(words: str) -> Callable[[RecordedRequest], bool]:
-    return lambda r: words in r.view.last_user_text
-
-
-def requests_for(srv: FakeAnthropic, words: str) -> list[RecordedRequest]:
-    return [r for r in srv.agent_requests if words in r.view.last_user_text]
-
-
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     work = tmp_path / "work"
     work.mkdir()
     async with FakeAnthropic() as srv:
-        srv.script(
-            Reply(text="Terminal answer one.", when=said("first terminal prompt")),
-            Reply(text="Terminal answer two.", when=said("second terminal prompt")),
-            Reply(text="Bridge answer three.", when=said("queued from the app")),
-            Reply(text="Terminal answer four.", when=said("after the handoff")),
-        )
+        story.script_replies(srv)
         env = realcli.claude_env(tmp_path / "user", srv.base_url, cwd=work)
-        claude = realcli.claude_bin()
-        assert claude is not None
-        bindir = tmp_path / "bin"  # `claude` on the user's PATH, for the resume command
-        bindir.mkdir()
-        os.symlink(claude, bindir / "claude")
-        env["PATH"] = f"{bindir}:{env['PATH']}"
+        claude = story.on_path(tmp_path, realcli.claude_bin(), "claude", env)
         daemon = DaemonProcess(
             tmp_path / "daemon",
             config=f'[agents.claude]\nbinary = "{claude}"\n',
             env={k: v for k, v in env.items() if k.startswith(AGENT_ENV)},
-        ).start()
-        term = Tmux.unique("claude")
-        app = App(await Client.open(daemon.url, daemon.token))
-        try:
-            yield {"srv": srv, "env": env, "work": work, "term": term, "app": app}
-        finally:
-            await app.c.close()
-            term.kill()
-            daemon.stop()
+        )
+        async with story.handoff_world(srv, env, work, daemon, "claude") as world:
+            yield world
 
 
 async def test_claude_terminal_and_app_take_turns_on_one_conversation(
@@ -96,19 +70,11 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     sid = external["agent_session_id"]
 
     # 2. Attaching parks it; the app sees the terminal's next turn live through the mirror.
-    attached = await app.request(
-        "session.attach", agent="claude", agent_session_id=sid, cwd=str(work)
-    )
-    session = attached["session"]["session"]
-    assert (attached["session"]["state"], attached["session"]["writer"]) == ("parked", "terminal")
-    await app.request("session.subscribe", session=session)
+    session, attached = await story.attach_parked(app, "claude", sid, work)
+    assert attached["session"]["writer"] == "terminal"
     await app.until(session, lambda b: b["type"] == "system" and b["code"] == "attached")
-    term.type("second terminal prompt")
-    user = await app.until(session, lambda b: b["type"] == "user")
-    assert (user["text"], user["source"]) == ("second terminal prompt", "terminal")
-    mark = app.mark()
-    end = await app.until(session, lambda b: b["type"] == "session_end")
-    assert app.text(mark) == "Terminal answer two." and end["agent_session_id"] == sid
+    end = await story.terminal_turn_mirrored(app, term, session)
+    assert end["agent_session_id"] == sid
 
     # 3. A message from the app while the terminal owns the session waits; nothing is written.
     sent = await app.request(
@@ -117,7 +83,7 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     assert sent == {"queued": True}
     await app.state(session, "parked", "terminal")  # the pushed state now counts it
     await asyncio.sleep(3)
-    assert requests_for(srv, "queued from the app") == []
+    assert story.requests_for(srv, "queued from the app") == []
     listed = (await app.request("sessions.list", include_external=False))["sessions"]
     mine = next(s for s in listed if s["session"] == session)
     assert (mine["state"], mine["writer"], mine["queued"]) == ("parked", "terminal", 1)
@@ -125,14 +91,10 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     # 4. The terminal exits: the bridge resumes the same conversation, answers the message.
     term.type("/exit")
     term.wait_exit(30)
-    await app.state(session, "idle", "bridge")
-    mark = app.mark()
-    end = await app.until(session, lambda b: b["type"] == "session_end")
-    assert app.text(mark) == "Bridge answer three."
+    end = await story.bridge_answers_queued(app, srv, session, timeout=90)
     assert end["agent_session_id"] == sid  # resumed, not a new conversation
-    (request,) = requests_for(srv, "queued from the app")
-    assert request.contains("first terminal prompt") and request.contains("second terminal prompt")
-    assert request.contains("Terminal answer two.")
+    (request,) = story.requests_for(srv, "queued from the app")
+    assert request.contains("second terminal prompt")
     assert [b["id"] for b in app.blocks("user") if b["source"] == "bridge"] == ["app-1"]
 
     # 5. session.handoff gives the command; run in a terminal it continues the conversation,
@@ -145,12 +107,7 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     await app.state(session, "parked", "terminal")
     term.wait_for("Bridge answer three.", 60)  # the resumed history is on screen
     term.type("after the handoff")
-    await app.until(session, lambda b: b["type"] == "user" and b["text"] == "after the handoff")
-    mark = app.mark()
-    await app.until(session, lambda b: b["type"] == "session_end")
-    assert app.text(mark) == "Terminal answer four."
-    (request,) = requests_for(srv, "after the handoff")
-    assert request.contains("queued from the app") and request.contains("Bridge answer three.")
+    await story.terminal_turn_after_handoff(app, srv, session)
 
     # 6. /clear in the terminal starts a new session in the same process: the mirror and the
     #    bridge follow it (the lineage head), and the bridge continues that one.
@@ -170,7 +127,7 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     await app.request("session.send", session=session, text="last from the app")
     end = await app.until(session, lambda b: b["type"] == "session_end")
     assert end["agent_session_id"] == new_sid
-    (request,) = requests_for(srv, "last from the app")
+    (request,) = story.requests_for(srv, "last from the app")
     assert request.contains("after clear") and not request.contains("first terminal prompt")
     states = [b["text"] for b in app.blocks("system") if b["code"] == "state"]
     assert any("the terminal took the session" in t for t in states)

@@ -12,20 +12,19 @@ import asyncio
 import contextlib
 import os
 import shlex
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bridge.handoff import procscan
+from tests import handoffstory as story
 from tests import realcli
 from tests.daemon import DaemonProcess
-from tests.fakes import FakeResponses, Reply
-from tests.fakes.core import RecordedRequest
+from tests.fakes import FakeResponses
 from tests.handoffapp import App
 from tests.tmuxterm import Tmux, available
-from tests.wsclient import Client
 
 pytestmark = [
     pytest.mark.realcli,
@@ -34,14 +33,6 @@ pytestmark = [
     pytest.mark.skipif(realcli.codex_bin() is None, reason=realcli.missing_reason("codex")),
     pytest.mark.skipif(not available(), reason="tmux is not installed"),
 ]
-
-
-def said(words: str) -> Callable[[RecordedRequest], bool]:
-    return lambda r: words in r.view.last_user_text
-
-
-def requests_for(srv: FakeResponses, words: str) -> list[RecordedRequest]:
-    return [r for r in srv.agent_requests if words in r.view.last_user_text]
 
 
 def kill_strays(marker: str) -> None:
@@ -64,32 +55,18 @@ async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     work = tmp_path / "work"
     work.mkdir()
     async with FakeResponses() as srv:
-        srv.script(
-            Reply(text="Terminal answer one.", when=said("first terminal prompt")),
-            Reply(text="Terminal answer two.", when=said("second terminal prompt")),
-            Reply(text="Bridge answer three.", when=said("queued from the app")),
-            Reply(text="Terminal answer four.", when=said("after the handoff")),
-        )
+        story.script_replies(srv)
         env = realcli.codex_env(tmp_path / "user", srv.base_url)
-        codex = realcli.codex_bin()
-        assert codex is not None
-        bindir = tmp_path / "bin"  # `codex` on the user's PATH, for the resume command
-        bindir.mkdir()
-        os.symlink(codex, bindir / "codex")
-        env["PATH"] = f"{bindir}:{env['PATH']}"
+        codex = story.on_path(tmp_path, realcli.codex_bin(), "codex", env)
         daemon = DaemonProcess(
             tmp_path / "daemon",
             config=f'[agents.codex]\nbinary = "{codex}"\n',
             env={"CODEX_HOME": env["CODEX_HOME"], "FAKE_API_KEY": env["FAKE_API_KEY"]},
-        ).start()
-        term = Tmux.unique("codex")
-        app = App(await Client.open(daemon.url, daemon.token))
+        )
         try:
-            yield {"srv": srv, "env": env, "work": work, "term": term, "app": app}
+            async with story.handoff_world(srv, env, work, daemon, "codex") as world:
+                yield world
         finally:
-            await app.c.close()
-            term.kill()
-            daemon.stop()
             kill_strays(env["CODEX_HOME"])
 
 
@@ -111,36 +88,16 @@ async def test_codex_terminal_and_app_take_turns_on_one_conversation(
     sid = external["agent_session_id"]
 
     # 2. Attach: parked, and the terminal's next turn reaches the app through the mirror.
-    attached = await app.request(
-        "session.attach", agent="codex", agent_session_id=sid, cwd=str(work)
-    )
-    session = attached["session"]["session"]
-    assert attached["session"]["state"] == "parked"
-    await app.request("session.subscribe", session=session)
-    term.type("second terminal prompt")
-    user = await app.until(session, lambda b: b["type"] == "user")
-    assert (user["text"], user["source"]) == ("second terminal prompt", "terminal")
-    mark = app.mark()
-    await app.until(session, lambda b: b["type"] == "session_end")
-    assert app.text(mark) == "Terminal answer two."
+    session, _ = await story.attach_parked(app, "codex", sid, work)
+    await story.terminal_turn_mirrored(app, term, session)
 
     # 3. The app's message waits while the TUI holds the thread.
-    sent = await app.request(
-        "session.send", session=session, text="queued from the app", client_msg_id="app-1"
-    )
-    assert sent == {"queued": True}
-    await asyncio.sleep(3)
-    assert requests_for(srv, "queued from the app") == []
+    await story.app_message_waits(app, srv, session, client_msg_id="app-1")
 
     # 4. The TUI exits: the bridge resumes the thread and answers, with the history.
     await quit_tui(term)
-    await app.state(session, "idle", "bridge")
-    mark = app.mark()
-    end = await app.until(session, lambda b: b["type"] == "session_end", timeout=120)
-    assert app.text(mark) == "Bridge answer three."
+    end = await story.bridge_answers_queued(app, srv, session)
     assert end["reason"] == "completed"
-    (request,) = requests_for(srv, "queued from the app")
-    assert request.contains("first terminal prompt") and request.contains("Terminal answer two.")
 
     # 5. Continue in a terminal with the command the bridge gives; the app mirrors it.
     command = await app.request("session.handoff", session=session)
@@ -154,11 +111,6 @@ async def test_codex_terminal_and_app_take_turns_on_one_conversation(
     await asyncio.sleep(1)  # keys typed while the TUI still loads are lost
     term.type("after the handoff")
     term.wait_for("Terminal answer four.", 60)
-    await app.until(session, lambda b: b["type"] == "user" and b["text"] == "after the handoff")
-    mark = app.mark()
-    await app.until(session, lambda b: b["type"] == "session_end")
-    assert app.text(mark) == "Terminal answer four."
-    (request,) = requests_for(srv, "after the handoff")
-    assert request.contains("queued from the app") and request.contains("Bridge answer three.")
+    await story.terminal_turn_after_handoff(app, srv, session)
     await quit_tui(term)
     await app.state(session, "idle", "bridge")

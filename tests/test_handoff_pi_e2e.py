@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import handoffstory as story
 from tests import realcli
 from tests.daemon import DaemonProcess
-from tests.fakes import FakeChat, Reply
-from tests.fakes.core import RecordedRequest
+from tests.fakes import FakeChat
 from tests.handoffapp import App
-from tests.tmuxterm import Tmux, available
-from tests.wsclient import Client
+from tests.tmuxterm import available
 
 pytestmark = [
     pytest.mark.realcli,
@@ -32,50 +30,26 @@ pytestmark = [
 ]
 
 
-def said(words: str) -> Callable[[RecordedRequest], bool]:
-    return lambda r: words in r.view.last_user_text
-
-
-def requests_for(srv: FakeChat, words: str) -> list[RecordedRequest]:
-    return [r for r in srv.agent_requests if words in r.view.last_user_text]
-
-
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     work = tmp_path / "work"
     work.mkdir()
     async with FakeChat() as srv:
-        srv.script(
-            Reply(text="Terminal answer one.", when=said("first terminal prompt")),
-            Reply(text="Terminal answer two.", when=said("second terminal prompt")),
-            Reply(text="Bridge answer three.", when=said("queued from the app")),
-            Reply(text="Terminal answer four.", when=said("after the handoff")),
-        )
+        story.script_replies(srv)
         env = realcli.pi_env(tmp_path / "user", srv.base_url)
         agent_dir = Path(env["PI_CODING_AGENT_DIR"])
         # A terminal `pi` (and the handoff's `pi --session <id>`) uses the fake model.
         (agent_dir / "settings.json").write_text(
             json.dumps({"defaultProvider": "fake", "defaultModel": realcli.MODEL})
         )
-        pi = realcli.pi_bin()
-        assert pi is not None
-        bindir = tmp_path / "bin"
-        bindir.mkdir()
-        os.symlink(pi, bindir / "pi")
-        env["PATH"] = f"{bindir}:{env['PATH']}"
+        pi = story.on_path(tmp_path, realcli.pi_bin(), "pi", env)
         daemon = DaemonProcess(
             tmp_path / "daemon",
             config=f'[agents.pi]\nbinary = "{pi}"\nmodel = "fake/{realcli.MODEL}"\n',
             env={"PI_CODING_AGENT_DIR": str(agent_dir), "PATH": env["PATH"]},
-        ).start()
-        term = Tmux.unique("pi")
-        app = App(await Client.open(daemon.url, daemon.token))
-        try:
-            yield {"srv": srv, "env": env, "work": work, "term": term, "app": app}
-        finally:
-            await app.c.close()
-            term.kill()
-            daemon.stop()
+        )
+        async with story.handoff_world(srv, env, work, daemon, "pi") as world:
+            yield world
 
 
 async def test_pi_terminal_and_app_take_turns_on_one_conversation(
@@ -95,32 +69,17 @@ async def test_pi_terminal_and_app_take_turns_on_one_conversation(
     assert (external["state"], external["writer"]) == ("parked", "terminal")
     sid = external["agent_session_id"]
 
-    attached = await app.request("session.attach", agent="pi", agent_session_id=sid, cwd=str(work))
-    session = attached["session"]["session"]
-    assert attached["session"]["state"] == "parked"
-    await app.request("session.subscribe", session=session)
-    term.type("second terminal prompt")
-    user = await app.until(session, lambda b: b["type"] == "user")
-    assert (user["text"], user["source"]) == ("second terminal prompt", "terminal")
-    mark = app.mark()
-    await app.until(session, lambda b: b["type"] == "session_end")
-    assert app.text(mark) == "Terminal answer two."
+    session, _ = await story.attach_parked(app, "pi", sid, work)
+    await story.terminal_turn_mirrored(app, term, session)
 
-    sent = await app.request("session.send", session=session, text="queued from the app")
-    assert sent == {"queued": True}
-    await asyncio.sleep(3)
-    assert requests_for(srv, "queued from the app") == []
+    await story.app_message_waits(app, srv, session)
 
     term.keys("C-c")
     await asyncio.sleep(0.3)
     term.keys("C-c")
     term.wait_exit(30)
-    await app.state(session, "idle", "bridge")
-    mark = app.mark()
-    end = await app.until(session, lambda b: b["type"] == "session_end", timeout=120)
-    assert app.text(mark) == "Bridge answer three." and end["agent_session_id"] == sid
-    (request,) = requests_for(srv, "queued from the app")
-    assert request.contains("first terminal prompt") and request.contains("Terminal answer two.")
+    end = await story.bridge_answers_queued(app, srv, session)
+    assert end["agent_session_id"] == sid
 
     command = await app.request("session.handoff", session=session)
     assert command["argv"] == ["pi", "--session", sid] and command["cwd"] == str(work)
@@ -130,12 +89,7 @@ async def test_pi_terminal_and_app_take_turns_on_one_conversation(
     term.wait_for("Bridge answer three.", 60)
     await asyncio.sleep(1)
     term.type("after the handoff")
-    await app.until(session, lambda b: b["type"] == "user" and b["text"] == "after the handoff")
-    mark = app.mark()
-    await app.until(session, lambda b: b["type"] == "session_end")
-    assert app.text(mark) == "Terminal answer four."
-    (request,) = requests_for(srv, "after the handoff")
-    assert request.contains("queued from the app") and request.contains("Bridge answer three.")
+    await story.terminal_turn_after_handoff(app, srv, session)
     term.keys("C-c")
     await asyncio.sleep(0.3)
     term.keys("C-c")

@@ -116,7 +116,12 @@ def test_installed_agent_bridge_serves_healthz(venv: Path, tmp_path: Path) -> No
         port = int(line.rsplit(":", 1)[1].split("/")[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             health = json.loads(r.read())
-        assert health == {"ok": True, "version": bridge.__version__, "adapters": health["adapters"]}
+        assert health == {
+            "ok": True,
+            "version": bridge.__version__,
+            "adapters": health["adapters"],
+            "store": "ok",
+        }
         assert health["adapters"] in ("loading", "ready")
     finally:
         proc.send_signal(signal.SIGTERM)

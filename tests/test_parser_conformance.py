@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.blocks import Block, block_to_json, is_block
-from bridge.parsers import acp
+from bridge.parsers import acp, jsonrpc
 from bridge.parsers.claude import ClaudeParser
 from bridge.parsers.codex import CodexParser
 from bridge.parsers.cursor import CursorParser
@@ -42,10 +42,10 @@ class AcpLines:
         self.mapper.begin_turn()
 
     def feed(self, line: bytes | str) -> list[Block]:
-        msg = acp.decode(line)
-        if isinstance(msg, acp.Notification) and msg.method == "session/update":
+        msg = jsonrpc.decode(line)
+        if isinstance(msg, jsonrpc.Notification) and msg.method == "session/update":
             return self.mapper.update(msg.params)
-        if isinstance(msg, acp.Request) and msg.method == "session/request_permission":
+        if isinstance(msg, jsonrpc.Request) and msg.method == "session/request_permission":
             return self.mapper.permission(str(msg.id), msg.params)
         return []
 

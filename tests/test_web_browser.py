@@ -17,6 +17,7 @@ from tests.daemon import DaemonProcess
 from tests.web.browser import Browser, Page, missing
 from tests.web.pages import (
     DESKTOP,
+    PAYLOAD,
     PHONE,
     applied_seqs,
     assert_history_exact,
@@ -34,7 +35,6 @@ pytestmark = [
     pytest.mark.skipif(missing() is not None, reason=str(missing())),
 ]
 
-PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 
 
 @pytest.fixture(scope="module")

@@ -154,6 +154,7 @@ def run_flow(browser: Browser, daemon: DaemonProcess, repos: dict[str, Path], si
         )
         assert sorted(map(tuple, statuses)) == [
             ("app.py", "modified"),
+            ("demo.txt", "untracked"),  # what the demo agent wrote in accept-edits mode
             ("logo.bin", "untracked"),
             ("new file.txt", "untracked"),
             ("notes/ünï code.md", "modified"),

@@ -55,7 +55,8 @@ from bridge.blocks import (
 )
 from bridge.logs import get_logger
 from bridge.parsers import decode_object
-from bridge.parsers.acp import (
+from bridge.parsers.acp import UpdateMapper
+from bridge.parsers.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -67,14 +68,13 @@ from bridge.parsers.acp import (
     Response,
     RpcError,
     RpcId,
-    UpdateMapper,
-    clean,
     decode,
     encode_error,
     encode_notification,
     encode_request,
     encode_result,
 )
+from bridge.parsers.untrusted import clean
 from bridge.process import ChildProcess, binary_version
 from bridge.redact import remember_env_secrets
 

@@ -18,18 +18,18 @@ import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bridge.adapters.base import (
     CONTINUE_PROMPT,
     AdapterConfig,
     Check,
     CliAdapter,
-    ExternalSession,
     ModeInfo,
     ModelInfo,
-    ResumeCommand,
 )
+from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
+from bridge.adapters.pump import feed_contained, flush_outbox, reap
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -90,8 +90,9 @@ MODES = (
 )
 
 
-class ClaudeAdapter(CliAdapter):
+class ClaudeAdapter(ModuleHandoff, CliAdapter):
     agent_id = "claude"
+    handoff_module: ClassVar[HandoffModule] = handoff_claude
     display_name = "Claude Code"
     cli_binary = "claude"
     doc = (
@@ -261,11 +262,7 @@ class ClaudeAdapter(CliAdapter):
                     return
 
     def _parser_feed(self, line: bytes) -> list[Block]:
-        try:
-            return self._parser.feed(line)
-        except Exception as exc:  # a parser bug must not end the session
-            log.warning("claude_parse_failed", error=repr(exc), line=line[:200])
-            return []
+        return feed_contained(self._parser, line, log, "claude_parse_failed")
 
     async def _reset(self) -> SystemBlock:
         """The session to resume is gone: start a fresh one and resend the message."""
@@ -285,9 +282,7 @@ class ClaudeAdapter(CliAdapter):
 
     async def _reap(self, child: ChildProcess) -> int | None:
         try:
-            return await child.wait(EXIT_WAIT_S)
-        except TimeoutError:
-            return await child.terminate(STOP_GRACE_S)
+            return await reap(child, EXIT_WAIT_S, STOP_GRACE_S)
         finally:
             if self._child is child:
                 self._child = None
@@ -307,9 +302,7 @@ class ClaudeAdapter(CliAdapter):
             await self._child.write_line(json.dumps(message, ensure_ascii=False))
 
     async def _flush(self) -> None:
-        outbox, self._parser.outbox = self._parser.outbox, []
-        for message in outbox:
-            await self._write(message)
+        await flush_outbox(self._parser, self._child)
 
     # ---- control -----------------------------------------------------------------------------
 
@@ -366,25 +359,11 @@ class ClaudeAdapter(CliAdapter):
 
     # ---- terminal handoff (bridge/handoff/claude.py; docs/session-handoff.md) -----------------
 
-    @classmethod
-    def scan_external_sessions(cls) -> list[ExternalSession]:
-        return handoff_claude.scan()
-
-    @classmethod
-    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
-        return handoff_claude.is_owned(cwd, sid)
-
-    @classmethod
-    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
-        return handoff_claude.mirror(cwd, sid)
+    # scan, ownership, mirror and resume command: ModuleHandoff, through handoff_module.
 
     @classmethod
     def latest_sid_for_cwd(cls, cwd: str) -> str | None:
         return handoff_claude.latest_sid(cwd)
-
-    @classmethod
-    def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
-        return handoff_claude.resume_command(sid, cwd, cls.cli_binary or "claude")
 
 
 def _auth_checks(config: AdapterConfig) -> list[Check]:

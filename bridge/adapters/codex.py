@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bridge import __version__
 from bridge.adapters.base import (
@@ -27,17 +27,17 @@ from bridge.adapters.base import (
     AdapterConfig,
     Check,
     CliAdapter,
-    ExternalSession,
     FailureReport,
     ModeInfo,
     ModelInfo,
-    ResumeCommand,
     failure_block,
 )
+from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
+from bridge.adapters.pump import feed_contained, flush_outbox, reap
 from bridge.blocks import AgentInfoBlock, Block, DiffBlock, ErrorBlock, SessionEndBlock, UsageBlock
 from bridge.handoff import codex as handoff_codex
 from bridge.logs import get_logger
-from bridge.parsers import decode_object
+from bridge.parsers import decode_object, jsonrpc
 from bridge.parsers.codex import CodexParser, fill_diff, initialize_params, parse_models
 from bridge.process import (
     ChildProcess,
@@ -83,8 +83,10 @@ MODES = (
 )
 
 
-class CodexAdapter(CliAdapter):
+class CodexAdapter(ModuleHandoff, CliAdapter):
     agent_id = "codex"
+    # terminal handoff (bridge/handoff/codex.py; docs/session-handoff.md): ModuleHandoff
+    handoff_module: ClassVar[HandoffModule] = handoff_codex
     display_name = "Codex"
     cli_binary = "codex"
     doc = (
@@ -237,11 +239,7 @@ class CodexAdapter(CliAdapter):
 
     @staticmethod
     def _feed(parser: CodexParser, line: bytes) -> list[Block]:
-        try:
-            return parser.feed(line)
-        except Exception as exc:  # a parser bug must not end the session
-            log.warning("codex_parse_failed", error=repr(exc), line=line[:200])
-            return []
+        return feed_contained(parser, line, log, "codex_parse_failed")
 
     def _report_session(self, parser: CodexParser) -> None:
         sid = parser.thread_id
@@ -251,19 +249,11 @@ class CodexAdapter(CliAdapter):
                 self._on_session_id(sid)
 
     async def _reap(self, child: ChildProcess) -> int | None:
-        try:
-            return await child.wait(EXIT_WAIT_S)
-        except TimeoutError:
-            return await child.terminate(STOP_GRACE_S)
+        return await reap(child, EXIT_WAIT_S, STOP_GRACE_S)
 
     async def _flush(self) -> None:
-        parser, child = self._parser, self._child
-        if parser is None or child is None:
-            return
-        outbox, parser.outbox = parser.outbox, []
-        for message in outbox:
-            with contextlib.suppress(BrokenPipeError):
-                await child.write_line(json.dumps(message, ensure_ascii=False))
+        if self._parser is not None and self._child is not None:
+            await flush_outbox(self._parser, self._child)
 
     # ---- control -----------------------------------------------------------------------------
 
@@ -289,11 +279,11 @@ class CodexAdapter(CliAdapter):
         try:
             async with asyncio.timeout(MODEL_LIST_TIMEOUT_S):
                 await child.write_line(
-                    json.dumps({"id": 1, "method": "initialize", "params": initialize_params()})
+                    json.dumps(jsonrpc.request(1, "initialize", initialize_params()))
                 )
                 await _answer(child, 1)
-                await child.write_line(json.dumps({"method": "initialized"}))
-                await child.write_line(json.dumps({"id": 2, "method": "model/list", "params": {}}))
+                await child.write_line(json.dumps(jsonrpc.notification("initialized")))
+                await child.write_line(json.dumps(jsonrpc.request(2, "model/list", {})))
                 result = await _answer(child, 2)
         finally:
             await child.terminate(STOP_GRACE_S)
@@ -317,24 +307,6 @@ class CodexAdapter(CliAdapter):
                 Check(code="codex_cwd_valid", message=f"working directory {cwd} is usable")
             )
         return checks
-
-    # ---- terminal handoff (bridge/handoff/codex.py; docs/session-handoff.md) ------------------
-
-    @classmethod
-    def scan_external_sessions(cls) -> list[ExternalSession]:
-        return handoff_codex.scan()
-
-    @classmethod
-    def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
-        return handoff_codex.is_owned(cwd, sid)
-
-    @classmethod
-    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
-        return handoff_codex.mirror(cwd, sid)
-
-    @classmethod
-    def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:
-        return handoff_codex.resume_command(sid, cwd, cls.cli_binary or "codex")
 
 
 async def _answer(child: ChildProcess, request_id: int) -> Any:

@@ -28,22 +28,19 @@ from typing import Any
 from bridge.agent_types import ExternalSession, ResumeCommand
 from bridge.blocks import (
     Block,
-    SessionEndBlock,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
     UserBlock,
 )
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads
 from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
-from bridge.parsers import unfinished_tool, with_status
+from bridge.handoff.turns import MirrorTurns
 
 MAX_LISTED = 200
 TITLE_CHARS = 80
-MAX_RESULT = 64 * 1024
 
 _THREAD = re.compile(r"([0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12})$")
 _NOT_PROMPT = ("<environment_context>", "<user_instructions>", "<skills_instructions>", "# AGENTS")
@@ -218,17 +215,15 @@ def _json_object(text: Any) -> dict[str, Any]:
     return {}
 
 
-class RolloutParser:
+class RolloutParser(MirrorTurns):
     """Rollout lines -> blocks, sans-I/O. ``task_started`` opens a turn, ``task_complete``
     or ``turn_aborted`` closes it; prompts, answers, reasoning summaries and tool calls in
     between. Both the 0.171 ``item_completed`` events and the older ``user_message``/
     ``agent_message`` events are read; a text seen twice in one turn is shown once."""
 
     def __init__(self, sid: str) -> None:
-        self.sid = sid
-        self.turn_open = False
+        super().__init__(sid)
         self._texts: set[tuple[str, str]] = set()
-        self._tools: dict[str, ToolCallBlock] = {}
         self._seen = Dedupe()
         self._n = 0
 
@@ -324,20 +319,10 @@ class RolloutParser:
             else:
                 action = p.get("action")
                 args = action if isinstance(action, dict) else {}
-            self.turn_open = True
             command = args.get("cmd") or args.get("command")
             title = " ".join(map(str, command)) if isinstance(command, list) else command
             kind = "edit" if name == "apply_patch" else "execute" if command else None
-            call = ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=str(title)[:200] if title else None,
-                kind=kind,
-                input=args,
-                status="running",
-            )
-            self._tools[call_id] = call
-            return [call]
+            return [self._start_tool(call_id, name, title, kind, args)]
         if ptype in ("function_call_output", "custom_tool_call_output"):
             call_id = p.get("call_id")
             if not isinstance(call_id, str) or not self._seen.first(("out", call_id)):
@@ -353,30 +338,11 @@ class RolloutParser:
             text = output if isinstance(output, str) else ""
             code = _EXIT.search(text)
             failed = code is not None and code.group(1) != "0"
-            out.append(with_status(started, "error" if failed else "done"))
-            out.append(
-                ToolResultBlock(tool_call_id=call_id, content=text[:MAX_RESULT], is_error=failed)
-            )
-            return out
+            return out + self._end_tool(started, text, failed=failed)
         return []
 
-    def _close(self, reason: Any) -> list[Block]:
-        if not self.turn_open:
-            return []
-        out: list[Block] = []
-        for call in self._tools.values():
-            out += unfinished_tool(call)
-        self._tools.clear()
+    def _turn_closed(self) -> None:
         self._texts.clear()
-        self.turn_open = False
-        out.append(SessionEndBlock(reason=reason, agent_session_id=self.sid))
-        return out
-
-    def switched(self, path: Path) -> list[Block]:
-        return self._close("completed")
-
-    def close(self) -> list[Block]:
-        return self._close("interrupted")
 
 
 def mirror(cwd: str, sid: str, base: Path | None = None) -> TranscriptMirror:

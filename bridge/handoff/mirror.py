@@ -51,34 +51,19 @@ def found_once(find: Callable[[], Path | None]) -> Callable[[], Path | None]:
     return resolve
 
 
-class TranscriptMirror:
-    """``AsyncIterator[Block]`` over what a terminal appends to its transcript."""
+class _Mirror:
+    """What both mirrors share: the ``AsyncIterator[Block]`` protocol over the generator
+    ``_run`` of a subclass, ``aclose``, ``close_at_eof``, and waking on a file's changes."""
 
-    def __init__(
-        self,
-        resolve: Callable[[], Path | None],
-        parser: LineParser,
-        *,
-        from_end: bool = True,
-        tick: float = 2.0,
-    ) -> None:
-        self._resolve = resolve
-        self._parser = parser
-        self._from_end = from_end
+    def __init__(self, tick: float) -> None:
         self._tick = tick
         self._stop = asyncio.Event()
         self._closing = False
         self._wake = asyncio.Event()
-        self._tail: FileTail | None = None
-        self._pending_switch = False
-        self._resolved_once = False
-        # Resolve now, so "from the end" means the end when the mirror was made.
-        self._current()
+        # Made now, run at the first ``__anext__`` (after the subclass's ``__init__``).
         self._gen = self._run()
 
-    # -- the AsyncIterator protocol, plus aclose ---------------------------------------------
-
-    def __aiter__(self) -> TranscriptMirror:
+    def __aiter__(self) -> _Mirror:
         return self
 
     async def __anext__(self) -> Block:
@@ -92,6 +77,44 @@ class TranscriptMirror:
         """Read what is left, close the open turn, then end the iteration."""
         self._closing = True
         self._wake.set()
+
+    def _run(self) -> AsyncGenerator[Block, None]:
+        raise NotImplementedError
+
+    async def _watch_file(self, path: Path) -> None:
+        """Wake the loop at each change of ``path`` (and at least every tick)."""
+        # Its own stop event: watchfiles sets the event of a watch that is cancelled, and a
+        # shared one would silence the watch that replaces it.
+        stop = asyncio.Event()
+        try:
+            async for _ in changes(path, stop, tick=self._tick):
+                if self._stop.is_set():
+                    return
+                self._wake.set()
+        finally:
+            stop.set()
+
+
+class TranscriptMirror(_Mirror):
+    """``AsyncIterator[Block]`` over what a terminal appends to its transcript."""
+
+    def __init__(
+        self,
+        resolve: Callable[[], Path | None],
+        parser: LineParser,
+        *,
+        from_end: bool = True,
+        tick: float = 2.0,
+    ) -> None:
+        super().__init__(tick)
+        self._resolve = resolve
+        self._parser = parser
+        self._from_end = from_end
+        self._tail: FileTail | None = None
+        self._pending_switch = False
+        self._resolved_once = False
+        # Resolve now, so "from the end" means the end when the mirror was made.
+        self._current()
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -172,19 +195,10 @@ class TranscriptMirror:
                 await asyncio.sleep(self._tick)
                 self._wake.set()
             return
-        # Its own stop event: watchfiles sets the event of a watch that is cancelled, and a
-        # shared one would silence the watch that replaces it.
-        stop = asyncio.Event()
-        try:
-            async for _ in changes(path, stop, tick=self._tick):
-                if self._stop.is_set():
-                    return
-                self._wake.set()
-        finally:
-            stop.set()
+        await self._watch_file(path)
 
 
-class PollingMirror:
+class PollingMirror(_Mirror):
     """``AsyncIterator[Block]`` over a store that is not a file to tail (an SQLite database).
 
     ``poll()`` (run in a worker thread) returns the blocks for whatever changed since its last
@@ -201,31 +215,13 @@ class PollingMirror:
         *,
         tick: float = 2.0,
     ) -> None:
+        super().__init__(tick)
         self._poll = poll
         self._finish = finish
         self._watch_path = watch
-        self._tick = tick
-        self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
-        self._closing = False
-        self._gen = self._run()
-
-    def __aiter__(self) -> PollingMirror:
-        return self
-
-    async def __anext__(self) -> Block:
-        return await self._gen.__anext__()
-
-    async def aclose(self) -> None:
-        self._stop.set()
-        await self._gen.aclose()
-
-    def close_at_eof(self) -> None:
-        self._closing = True
-        self._wake.set()
 
     async def _run(self) -> AsyncGenerator[Block, None]:
-        watcher = asyncio.create_task(self._watch())
+        watcher = asyncio.create_task(self._watch_file(self._watch_path))
         try:
             while True:
                 closing = self._closing
@@ -247,13 +243,3 @@ class PollingMirror:
             watcher.cancel()
             with contextlib.suppress(BaseException):
                 await watcher
-
-    async def _watch(self) -> None:
-        stop = asyncio.Event()
-        try:
-            async for _ in changes(self._watch_path, stop, tick=self._tick):
-                if self._stop.is_set():
-                    return
-                self._wake.set()
-        finally:
-            stop.set()

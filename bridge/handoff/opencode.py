@@ -18,30 +18,24 @@ import contextlib
 import os
 import re
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bridge.agent_types import ExternalSession
 from bridge.blocks import (
     Block,
-    EndReason,
-    SessionEndBlock,
     TextBlock,
     ThinkingBlock,
-    ToolCallBlock,
-    ToolResultBlock,
     UserBlock,
 )
 from bridge.handoff import procscan
 from bridge.handoff.files import loads
 from bridge.handoff.mirror import PollingMirror
 from bridge.handoff.sqlite_ro import open_ro, reading
-from bridge.parsers import unfinished_tool, with_status
+from bridge.handoff.turns import MirrorTurns
 
 MAX_LISTED = 200
 TITLE_CHARS = 80
-MAX_RESULT = 64 * 1024
 _SID = re.compile(r"^ses_[A-Za-z0-9]{8,64}$")
 _KINDS = {"bash": "execute", "read": "read", "edit": "edit", "write": "edit", "patch": "edit"}
 _DONE_TOOL = ("completed", "error")
@@ -93,16 +87,14 @@ def scan(app: str, db: Path | None = None, limit: int = MAX_LISTED) -> list[Exte
     return out
 
 
-@dataclass
-class PartParser:
+class PartParser(MirrorTurns):
     """Part rows -> blocks, sans-I/O. A user message's text opens a turn; an assistant step
     that finishes for a reason other than tool calls closes it. Each part is shown once, when
     complete (a tool call twice: when it starts and when it finishes)."""
 
-    sid: str
-    turn_open: bool = False
-    _shown: set[tuple[str, str]] = field(default_factory=set)
-    _tools: dict[str, ToolCallBlock] = field(default_factory=dict)
+    def __init__(self, sid: str) -> None:
+        super().__init__(sid)
+        self._shown: set[tuple[str, str]] = set()
 
     def feed(self, rows: list[Row]) -> list[Block]:
         out: list[Block] = []
@@ -163,42 +155,13 @@ class PartParser:
             args = state.get("input")
             args = args if isinstance(args, dict) else {}
             title = state.get("title") or args.get("description") or args.get("command")
-            call = ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=str(title)[:200] if title else None,
-                kind=_KINDS.get(name),
-                input=args,
-                status="running",
-            )
-            self._tools[call_id] = call
-            self.turn_open = True
-            out.append(call)
+            out.append(self._start_tool(call_id, name, title, _KINDS.get(name), args))
         if status in _DONE_TOOL and call_id in self._tools and self._once(call_id, "done"):
             call = self._tools.pop(call_id)
             failed = status == "error"
             result = state.get("error") if failed else state.get("output")
-            out.append(with_status(call, "error" if failed else "done"))
-            out.append(
-                ToolResultBlock(
-                    tool_call_id=call_id, content=str(result or "")[:MAX_RESULT], is_error=failed
-                )
-            )
+            out += self._end_tool(call, str(result or ""), failed=failed)
         return out
-
-    def _close(self, reason: EndReason) -> list[Block]:
-        if not self.turn_open:
-            return []
-        out: list[Block] = []
-        for call in self._tools.values():
-            out += unfinished_tool(call)
-        self._tools.clear()
-        self.turn_open = False
-        out.append(SessionEndBlock(reason=reason, agent_session_id=self.sid))
-        return out
-
-    def close(self) -> list[Block]:
-        return self._close("interrupted")
 
 
 _ROWS = (

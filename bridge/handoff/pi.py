@@ -23,23 +23,19 @@ from typing import Any
 from bridge.agent_types import ExternalSession
 from bridge.blocks import (
     Block,
-    EndReason,
-    SessionEndBlock,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
     UserBlock,
 )
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads
 from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
-from bridge.parsers import unfinished_tool, with_status
+from bridge.handoff.turns import MirrorTurns
 
 MAX_LISTED = 200
 TITLE_CHARS = 80
-MAX_RESULT = 64 * 1024
 _SID = re.compile(r"_([0-9a-fA-F-]{16,64})$")
 _KINDS = {"bash": "execute", "read": "read", "edit": "edit", "write": "edit"}
 _is_pi = procscan.argv_names("pi")
@@ -141,14 +137,12 @@ def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSess
     return out
 
 
-class SessionParser:
+class SessionParser(MirrorTurns):
     """Pi session entries -> blocks, sans-I/O. A user message opens a turn; an assistant
     message that stops for a reason other than a tool call closes it."""
 
     def __init__(self, sid: str) -> None:
-        self.sid = sid
-        self.turn_open = False
-        self._tools: dict[str, ToolCallBlock] = {}
+        super().__init__(sid)
         self._seen = Dedupe()
 
     def feed(self, line: bytes) -> list[Block]:
@@ -192,16 +186,7 @@ class SessionParser:
                 args = part.get("arguments")
                 args = args if isinstance(args, dict) else {}
                 title = args.get("command") or args.get("path") or args.get("file_path")
-                call = ToolCallBlock(
-                    id=part["id"],
-                    name=name,
-                    title=str(title)[:200] if title else None,
-                    kind=_KINDS.get(name),
-                    input=args,
-                    status="running",
-                )
-                self._tools[part["id"]] = call
-                out.append(call)
+                out.append(self._start_tool(part["id"], name, title, _KINDS.get(name), args))
         reason = _END.get(str(message.get("stopReason") or ""))
         if reason is not None:
             out += self._close(reason)  # type: ignore[arg-type]
@@ -217,27 +202,7 @@ class SessionParser:
             call = ToolCallBlock(id=call_id, name=str(message.get("toolName") or "tool"))
             out.append(call)
         failed = message.get("isError") is True
-        out.append(with_status(call, "error" if failed else "done"))
-        text = _text(message.get("content"))[:MAX_RESULT]
-        out.append(ToolResultBlock(tool_call_id=call_id, content=text, is_error=failed))
-        return out
-
-    def _close(self, reason: EndReason) -> list[Block]:
-        if not self.turn_open:
-            return []
-        out: list[Block] = []
-        for call in self._tools.values():
-            out += unfinished_tool(call)
-        self._tools.clear()
-        self.turn_open = False
-        out.append(SessionEndBlock(reason=reason, agent_session_id=self.sid))
-        return out
-
-    def switched(self, path: Path) -> list[Block]:
-        return self._close("completed")
-
-    def close(self) -> list[Block]:
-        return self._close("interrupted")
+        return out + self._end_tool(call, _text(message.get("content")), failed=failed)
 
 
 def mirror(cwd: str, sid: str, base: Path | None = None) -> TranscriptMirror:

@@ -2,9 +2,9 @@
 
 Two pure pieces, no processes, sockets or clocks:
 
-- a JSON-RPC 2.0 codec for the newline-delimited messages an ACP agent speaks on stdio:
-  :func:`decode` turns one line into a :data:`Message` and never raises; the ``encode_*``
-  helpers build the lines the bridge writes;
+- the JSON-RPC 2.0 codec for the newline-delimited messages an ACP agent speaks on stdio, from
+  :mod:`bridge.parsers.jsonrpc` (re-exported here): :func:`decode` turns one line into a
+  :data:`Message` and never raises; the ``encode_*`` helpers build the lines the bridge writes;
 - :class:`UpdateMapper`, which turns ``session/update`` notifications, permission requests and
   the ``session/prompt`` answer into the bridge's blocks, keeping the stream invariants itself
   (every delta closed, every tool call ``running`` then ``done``/``error`` with its result, one
@@ -17,15 +17,11 @@ stream.
 
 from __future__ import annotations
 
-import difflib
 import itertools
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import msgspec
 
 from bridge.agent_types import COMMON_COMMANDS
 from bridge.blocks import (
@@ -49,207 +45,12 @@ from bridge.blocks import (
     ToolResultBlock,
     UsageBlock,
 )
-from bridge.redact import redact
-
-# ---- JSON-RPC codec -----------------------------------------------------------------------------
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-#: ACP's "resource not found" (an unknown session, a missing file)
-RESOURCE_NOT_FOUND = -32002
-
-RpcId = int | str
-
-
-@dataclass(frozen=True, slots=True)
-class RpcError:
-    code: int
-    message: str
-    data: Any = None
-
-    def describe(self) -> str:
-        """The message plus the agent's details, as one line for people."""
-        detail = self.data
-        if isinstance(detail, dict):
-            detail = detail.get("details") or detail.get("message") or detail
-        if detail in (None, "", {}, []):
-            return self.message
-        text = detail if isinstance(detail, str) else _dumps(detail)
-        return f"{self.message}: {text}"[:2000]
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """The agent asks the client something and waits for the answer."""
-
-    id: RpcId
-    method: str
-    params: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Notification:
-    method: str
-    params: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """The answer to one of the client's requests."""
-
-    id: RpcId | None
-    result: Any = None
-    error: RpcError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    """A line that is not a JSON-RPC message; kept for the log, never acted on."""
-
-    reason: str
-    preview: str
-
-
-Message = Request | Notification | Response | Invalid
-
-_decoder = msgspec.json.Decoder()
-_encoder = msgspec.json.Encoder()
-
-
-def _loads(data: bytes | str) -> Any:
-    try:
-        return _decoder.decode(data)
-    except (msgspec.DecodeError, RecursionError, ValueError):
-        pass
-    # msgspec refuses lone surrogate escapes and NaN that Node and Python agents may write;
-    # the stdlib reads them, and strings are made encodable again before they reach a block.
-    return json.loads(data)
-
-
-def _preview(data: bytes | str) -> str:
-    # Redact first: a secret cut by the preview would no longer be found by the log's masking.
-    # (Far more than the preview is redacted, so a secret that straddles its end is whole.)
-    text = data[:4096] if isinstance(data, str) else data[:4096].decode("utf-8", "replace")
-    return clean(redact(text)[:200])
-
-
-def _valid_id(value: Any) -> bool:
-    return isinstance(value, int | str) and not isinstance(value, bool)
-
-
-def decode(line: bytes | str) -> Message:
-    """One line from the agent as a message; anything else is :class:`Invalid`."""
-    data = line.strip()
-    if not data:
-        return Invalid("empty line", "")
-    try:
-        obj = _loads(data)
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return Invalid(f"not JSON: {type(exc).__name__}", _preview(data))
-    if not isinstance(obj, dict):
-        return Invalid("not a JSON object", _preview(data))
-    method = obj.get("method")
-    rid = obj.get("id")
-    if isinstance(method, str):
-        if rid is None:
-            return Notification(method, obj.get("params"))
-        if not _valid_id(rid):
-            return Invalid("request id is neither a number nor a string", _preview(data))
-        return Request(rid, method, obj.get("params"))
-    if "result" in obj or "error" in obj:
-        if rid is not None and not _valid_id(rid):
-            return Invalid("response id is neither a number nor a string", _preview(data))
-        error = obj.get("error")
-        if error is not None:
-            return Response(rid, None, _rpc_error(error))
-        return Response(rid, obj.get("result"))
-    return Invalid("neither a request, a notification nor a response", _preview(data))
-
-
-def _rpc_error(value: Any) -> RpcError:
-    if not isinstance(value, dict):
-        return RpcError(INTERNAL_ERROR, clean(str(value))[:500])
-    code = value.get("code")
-    message = value.get("message")
-    return RpcError(
-        code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR,
-        clean(message)[:2000] if isinstance(message, str) else "error",
-        plain(value.get("data")),
-    )
-
-
-def _envelope(fields: dict[str, Any]) -> bytes:
-    return _encoder.encode({"jsonrpc": "2.0", **fields})
-
-
-def encode_request(rid: RpcId, method: str, params: Any) -> bytes:
-    return _envelope({"id": rid, "method": method, "params": params})
-
-
-def encode_notification(method: str, params: Any) -> bytes:
-    return _envelope({"method": method, "params": params})
-
-
-def encode_result(rid: RpcId, result: Any) -> bytes:
-    return _envelope({"id": rid, "result": result})
-
-
-def encode_error(rid: RpcId | None, code: int, message: str, data: Any = None) -> bytes:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return _envelope({"id": rid, "error": error})
-
+from bridge.parsers.diff import unified_diff
+from bridge.parsers.untrusted import MAX_ITEMS, MAX_VALUE_TEXT, clean, dumps_plain, plain
 
 # ---- untrusted values ---------------------------------------------------------------------------
 
-MAX_TEXT = 1024 * 1024
-MAX_DEPTH = 24
-MAX_ITEMS = 500
 MAX_COUNT = 2**53
-
-
-def clean(text: str, limit: int | None = None) -> str:
-    """``text`` cut to ``limit`` and made UTF-8 encodable (lone surrogates become ``?``)."""
-    if limit is not None and len(text) > limit:
-        text = text[:limit]
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
-
-
-def plain(value: Any, depth: int = 0) -> Any:
-    """A JSON value made safe to re-encode: bounded depth and size, encodable strings."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        return clean(value, MAX_TEXT)
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**63 else str(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if depth >= MAX_DEPTH:
-        return "…"
-    if isinstance(value, list):
-        return [plain(v, depth + 1) for v in value[:MAX_ITEMS]]
-    if isinstance(value, dict):
-        return {
-            clean(str(k), 200): plain(v, depth + 1)
-            for k, v in itertools.islice(value.items(), MAX_ITEMS)
-        }
-    return clean(str(value), 200)
-
-
-def _dumps(value: Any) -> str:
-    try:
-        return _encoder.encode(plain(value)).decode()
-    except (TypeError, ValueError, OverflowError):
-        return ""
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -276,21 +77,6 @@ def _number(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) and number >= 0 else None
-
-
-def unified_diff(path: str, old: str | None, new: str, limit: int = 64 * 1024) -> str | None:
-    """A unified diff for a ``diff`` block, or None when the texts are too big to diff cheaply."""
-    if len(old or "") + len(new) > limit:
-        return None
-    name = path.lstrip("/")
-    lines = difflib.unified_diff(
-        (old or "").splitlines(keepends=True),
-        new.splitlines(keepends=True),
-        fromfile="/dev/null" if old is None else f"a/{name}",
-        tofile=f"b/{name}",
-    )
-    out = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-    return out or None
 
 
 # ---- session/update → blocks --------------------------------------------------------------------
@@ -345,7 +131,7 @@ class _Tool:
         )
 
     def signature(self) -> str:
-        return _dumps([self.name, self.title, self.kind, self.input])
+        return dumps_plain([self.name, self.title, self.kind, self.input])
 
 
 def _permission_kind(kind: Any, option_id: str, label: str) -> PermissionKind:
@@ -363,10 +149,10 @@ def _content_text(content: dict[str, Any]) -> str | None:
     """The text of one ACP content block (text, resource, link), else None."""
     kind = content.get("type")
     if kind == "text":
-        return _str(content.get("text"), MAX_TEXT)
+        return _str(content.get("text"), MAX_VALUE_TEXT)
     if kind == "resource":
         resource = _dict(content.get("resource"))
-        return _str(resource.get("text"), MAX_TEXT) or _str(resource.get("uri"))
+        return _str(resource.get("text"), MAX_VALUE_TEXT) or _str(resource.get("uri"))
     if kind == "resource_link":
         return _str(content.get("uri"))
     return None
@@ -374,12 +160,12 @@ def _content_text(content: dict[str, Any]) -> str | None:
 
 def _raw_output_text(raw: Any) -> str:
     if isinstance(raw, str):
-        return clean(raw, MAX_TEXT)
+        return clean(raw, MAX_VALUE_TEXT)
     if isinstance(raw, dict):
         for key in ("output", "text", "content", "error"):
             value = raw.get(key)
             if isinstance(value, str) and value:
-                return clean(value, MAX_TEXT)
+                return clean(value, MAX_VALUE_TEXT)
     return ""
 
 
@@ -677,7 +463,7 @@ class UpdateMapper:
         content = _dict(update.get("content"))
         if content.get("type", "text") != "text":
             return []
-        text = _str(content.get("text"), MAX_TEXT * 8)
+        text = _str(content.get("text"), MAX_VALUE_TEXT * 8)
         if text is None:
             return []
         message_id = _str(update.get("messageId"), 300)
@@ -783,7 +569,7 @@ class UpdateMapper:
                 if terminal:
                     texts.append(f"[terminal {terminal}]")
         # ACP: a tool call's content is replaced by each update that carries one.
-        state.result = clean("\n".join(texts), MAX_TEXT)
+        state.result = clean("\n".join(texts), MAX_VALUE_TEXT)
         return out
 
     def _diff(self, state: _Tool, item: dict[str, Any]) -> list[Block]:
@@ -792,8 +578,8 @@ class UpdateMapper:
         old_text = item.get("oldText")
         if path is None or not isinstance(new_text, str):
             return []
-        old = clean(old_text, MAX_TEXT) if isinstance(old_text, str) else None
-        new = clean(new_text, MAX_TEXT)
+        old = clean(old_text, MAX_VALUE_TEXT) if isinstance(old_text, str) else None
+        new = clean(new_text, MAX_VALUE_TEXT)
         key = (path, hash(new), hash(old))
         if key in state.diffs:
             return []

@@ -44,23 +44,24 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
     UsageBlock,
 )
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     added_file_diff,
     apply_hunks,
-    clip,
     decode_object,
     get_dict,
     get_int,
     get_list,
     get_str,
+    jsonrpc,
     parse_unified,
     short,
+    tool_end,
     unfinished_tool,
 )
+from bridge.parsers.jsonrpc import METHOD_NOT_FOUND
 
 CLIENT_NAME = "agent-bridge"
 UNKNOWN_THREAD = re.compile(
@@ -140,6 +141,12 @@ class _Tool:
     output: list[str] = field(default_factory=list)
     output_size: int = 0
 
+    def block(self, item_id: str) -> ToolCallBlock:
+        """The call, running."""
+        return ToolCallBlock(
+            id=item_id, name=self.name, title=self.title, kind=self.kind, input=self.input
+        )
+
 
 @dataclass
 class _Pending:
@@ -207,7 +214,7 @@ class CodexParser:
             raise KeyError(option_id)
         del self._permissions[request_id]
         self.outbox.append(
-            {"id": pending.rpc_id, "result": {"decision": pending.decisions[option_id]}}
+            jsonrpc.result(pending.rpc_id, {"decision": pending.decisions[option_id]})
         )
 
     def close_turn(self, reason: EndReason, exit_code: int | None = None) -> list[Block]:
@@ -247,7 +254,7 @@ class CodexParser:
         self._last_id += 1
         rid = self._last_id
         self._calls[rid] = method
-        self.outbox.append({"id": rid, "method": method, "params": params})
+        self.outbox.append(jsonrpc.request(rid, method, params))
 
     def _thread_params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -279,7 +286,7 @@ class CodexParser:
             return self._failed(method, text)
         result = get_dict(msg, "result")
         if method == "initialize":
-            self.outbox.append({"method": "initialized"})
+            self.outbox.append(jsonrpc.notification("initialized"))
             self._open_thread()
         elif method in ("thread/start", "thread/resume"):
             self.thread_id = get_str(get_dict(result, "thread"), "id") or self._resume
@@ -335,10 +342,7 @@ class CodexParser:
             title = f"Apply changes to {short(files, 200)}?" if files else "Apply changes?"
         else:
             self.outbox.append(
-                {
-                    "id": rpc_id,
-                    "error": {"code": -32601, "message": f"agent-bridge does not handle {method}"},
-                }
+                jsonrpc.error(rpc_id, METHOD_NOT_FOUND, f"agent-bridge does not handle {method}")
             )
             return []
         reason = get_str(params, "reason")
@@ -440,16 +444,7 @@ class CodexParser:
         if announced is None:
             return []
         self._tools[item_id] = announced
-        return [
-            ToolCallBlock(
-                id=item_id,
-                name=announced.name,
-                title=announced.title,
-                kind=announced.kind,
-                input=announced.input,
-                status="running",
-            )
-        ]
+        return [announced.block(item_id)]
 
     def _on_item_completed(self, params: dict[str, Any]) -> list[Block]:
         item = get_dict(params, "item")
@@ -465,32 +460,12 @@ class CodexParser:
             tool = self._tool_for(item)
             if tool is None:
                 return []
-            out.append(
-                ToolCallBlock(
-                    id=item_id,
-                    name=tool.name,
-                    title=tool.title,
-                    kind=tool.kind,
-                    input=tool.input,
-                    status="running",
-                )
-            )
+            out.append(tool.block(item_id))
         self._finished.add(item_id)
         content, ok = self._result_of(item, tool)
         if ok and itype == "fileChange":
             out.extend(self._diffs(item, item_id))
-        out.append(
-            ToolCallBlock(
-                id=item_id,
-                name=tool.name,
-                title=tool.title,
-                kind=tool.kind,
-                input=tool.input,
-                status="done" if ok else "error",
-            )
-        )
-        out.append(ToolResultBlock(tool_call_id=item_id, content=clip(content), is_error=not ok))
-        return out
+        return out + tool_end(tool.block(item_id), content, is_error=not ok)
 
     def _on_turn_completed(self, params: dict[str, Any]) -> list[Block]:
         turn = get_dict(params, "turn")

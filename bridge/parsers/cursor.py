@@ -13,7 +13,6 @@ longer text that starts with it) is dropped or reduced to its missing tail.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 from bridge.blocks import (
@@ -25,19 +24,20 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
-    UsageBlock,
 )
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
-    clip,
+    JsonLinesParser,
+    accumulate_usage,
     decode_object,
     get_dict,
     get_int,
     get_list,
     get_str,
     new_file_diff_block,
+    running_call,
     short,
+    tool_end,
 )
 
 KINDS = {
@@ -85,18 +85,12 @@ def _message_text(event: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-class CursorParser:
+class CursorParser(JsonLinesParser):
     """Feed it stdout lines of one ``cursor-agent -p --output-format stream-json`` run."""
 
     def __init__(self, id_prefix: str | None = None) -> None:
-        self.prefix = id_prefix or uuid.uuid4().hex[:8]
-        self.session_id: str | None = None
+        super().__init__(id_prefix)
         self.model: str | None = None
-        self.saw_output = False
-        self.finished = False
-        self.failed = False
-        self.error_message: str | None = None
-        self.usage = UsageBlock()
         self._n = 0
         self._text_id: str | None = None
         self._segment = ""  # text streamed since the last non-text event
@@ -122,21 +116,6 @@ class CursorParser:
         out = self.close_open()
         self._segment = ""
         return out
-
-    def feed(self, line: bytes | str) -> list[Block]:
-        event = decode_object(line)
-        if event is None:
-            return []
-        kind = get_str(event, "type")
-        handler = getattr(self, f"_on_{kind}", None) if kind else None
-        if handler is None:
-            return []
-        self.saw_output = True
-        sid = get_str(event, "session_id")
-        if sid:
-            self.session_id = sid
-        result: list[Block] = handler(event)
-        return result
 
     def _on_system(self, event: dict[str, Any]) -> list[Block]:
         self.model = get_str(event, "model") or self.model
@@ -213,16 +192,7 @@ class CursorParser:
         out = self._break_segment()
         if subtype == "started":
             self._calls[call_id] = (name, args)
-            out.append(
-                ToolCallBlock(
-                    id=call_id,
-                    name=name,
-                    title=_title(name, args),
-                    kind=KINDS.get(name, "other"),
-                    input=args,
-                    status="running",
-                )
-            )
+            out.append(_call(call_id, name, args))
             if name in ("updateTodos", "todo"):
                 plan = _plan(args)
                 if plan is not None:
@@ -232,16 +202,7 @@ class CursorParser:
             return out
         known = self._calls.pop(call_id, None)
         if known is None:
-            out.append(
-                ToolCallBlock(
-                    id=call_id,
-                    name=name,
-                    title=_title(name, args),
-                    kind=KINDS.get(name, "other"),
-                    input=args,
-                    status="running",
-                )
-            )
+            out.append(_call(call_id, name, args))
         else:
             args = args or known[1]
         result = get_dict(body, "result")
@@ -253,18 +214,7 @@ class CursorParser:
             if diff is not None:
                 out.append(diff)
         content = _result_text(name, success if not is_error else failure or result)
-        out.append(
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, args),
-                kind=KINDS.get(name, "other"),
-                input=args,
-                status="error" if is_error else "done",
-            )
-        )
-        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
-        return out
+        return out + tool_end(_call(call_id, name, args), content, is_error=is_error)
 
     def _on_result(self, event: dict[str, Any]) -> list[Block]:
         self.finished = True
@@ -276,16 +226,17 @@ class CursorParser:
         out.extend(self.close_open())
         usage = get_dict(event, "usage")
         if usage:
-            u = self.usage
 
             def num(*keys: str) -> int:
                 return next((v for k in keys if (v := get_int(usage, k)) is not None), 0)
 
-            self.usage = UsageBlock(
-                input_tokens=(u.input_tokens or 0) + num("inputTokens", "input_tokens"),
-                output_tokens=(u.output_tokens or 0) + num("outputTokens", "output_tokens"),
-                cached_input_tokens=(u.cached_input_tokens or 0)
-                + num("cacheReadTokens", "cached_input_tokens", "cache_read_input_tokens"),
+            self.usage = accumulate_usage(
+                self.usage,
+                input_tokens=num("inputTokens", "input_tokens"),
+                output_tokens=num("outputTokens", "output_tokens"),
+                cached_input_tokens=num(
+                    "cacheReadTokens", "cached_input_tokens", "cache_read_input_tokens"
+                ),
             )
         if event.get("is_error") is True or get_str(event, "subtype") == "error":
             self.failed = True
@@ -299,6 +250,10 @@ class CursorParser:
         self.error_message = get_str(event, "message") or "cursor reported an error"
         report = FailureReport(message=self.error_message, body=event)
         return [*self.close_open(), failure_block("cursor", report)]
+
+
+def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
+    return running_call(call_id, name, args, title=_title(name, args), kinds=KINDS)
 
 
 def _title(name: str, args: dict[str, Any]) -> str:
@@ -348,8 +303,6 @@ def _diff_block(
         content = get_str(args, "fileText")
         if content is None:
             content = get_str(args, "contents")
-        if content is None:
-            return None
         return new_file_diff_block(path, content, call_id)
     if name != "edit":
         return None

@@ -8,7 +8,6 @@ per user or assistant message, ``reasoning`` (printed twice, so repeats are drop
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from bridge.blocks import (
@@ -20,13 +19,12 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
-    UsageBlock,
 )
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     Hunk,
-    clip,
+    JsonLinesParser,
+    accumulate_usage,
     decode_object,
     get_dict,
     get_int,
@@ -34,7 +32,9 @@ from bridge.parsers import (
     get_str,
     new_file_diff_block,
     render_unified,
+    running_call,
     short,
+    tool_end,
 )
 
 KINDS = {
@@ -95,18 +95,12 @@ def _plan_status(value: str | None) -> PlanStatus:
     return "pending"
 
 
-class DroidParser:
+class DroidParser(JsonLinesParser):
     """Feed it stdout lines of one ``droid exec -o stream-json`` run; it returns blocks."""
 
     def __init__(self, id_prefix: str | None = None) -> None:
-        self.prefix = id_prefix or uuid.uuid4().hex[:8]
-        self.session_id: str | None = None
+        super().__init__(id_prefix)
         self.model: str | None = None
-        self.saw_output = False
-        self.finished = False
-        self.failed = False
-        self.error_message: str | None = None
-        self.usage = UsageBlock()
         self._seen_reasoning: set[tuple[str, str]] = set()
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}
         self._texts = 0
@@ -114,21 +108,6 @@ class DroidParser:
     def close_open(self) -> list[Block]:
         """Nothing streams in Droid's output: every block is already whole."""
         return []
-
-    def feed(self, line: bytes | str) -> list[Block]:
-        event = decode_object(line)
-        if event is None:
-            return []
-        kind = get_str(event, "type")
-        handler = getattr(self, f"_on_{kind}", None) if kind else None
-        if handler is None:
-            return []
-        self.saw_output = True
-        sid = get_str(event, "session_id")
-        if sid:
-            self.session_id = sid
-        result: list[Block] = handler(event)
-        return result
 
     def _next_id(self, kind: str, own: str | None) -> str:
         self._texts += 1
@@ -163,16 +142,7 @@ class DroidParser:
         name = get_str(event, "toolName") or get_str(event, "toolId") or "tool"
         params = get_dict(event, "parameters")
         self._calls[call_id] = (name, params)
-        out: list[Block] = [
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, params),
-                kind=KINDS.get(name, "other"),
-                input=params,
-                status="running",
-            )
-        ]
+        out: list[Block] = [_call(call_id, name, params)]
         if name == "TodoWrite":
             plan = _plan(params)
             if plan is not None:
@@ -201,18 +171,7 @@ class DroidParser:
             diff = _diff_block(name, params, value, call_id)
             if diff is not None:
                 out.append(diff)
-        out.append(
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, params),
-                kind=KINDS.get(name, "other"),
-                input=params,
-                status="error" if is_error else "done",
-            )
-        )
-        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
-        return out
+        return out + tool_end(_call(call_id, name, params), content, is_error=is_error)
 
     def _on_error(self, event: dict[str, Any]) -> list[Block]:
         if self.failed and get_str(event, "source") == "cli":
@@ -225,12 +184,11 @@ class DroidParser:
         self.finished = True
         usage = get_dict(event, "usage")
         if usage:
-            u = self.usage
-            self.usage = UsageBlock(
-                input_tokens=(u.input_tokens or 0) + (get_int(usage, "input_tokens") or 0),
-                output_tokens=(u.output_tokens or 0) + (get_int(usage, "output_tokens") or 0),
-                cached_input_tokens=(u.cached_input_tokens or 0)
-                + (get_int(usage, "cache_read_input_tokens") or 0),
+            self.usage = accumulate_usage(
+                self.usage,
+                input_tokens=get_int(usage, "input_tokens") or 0,
+                output_tokens=get_int(usage, "output_tokens") or 0,
+                cached_input_tokens=get_int(usage, "cache_read_input_tokens") or 0,
             )
         return []
 
@@ -241,6 +199,10 @@ def _as_text(value: Any) -> str:
     if value is None:
         return ""
     return short(repr(value), 4000)
+
+
+def _call(call_id: str, name: str, params: dict[str, Any]) -> ToolCallBlock:
+    return running_call(call_id, name, params, title=_title(name, params), kinds=KINDS)
 
 
 def _title(name: str, params: dict[str, Any]) -> str:
@@ -284,10 +246,7 @@ def _diff_block(name: str, params: dict[str, Any], value: Any, call_id: str) -> 
     if not path:
         return None
     if name == "Create":
-        content = get_str(params, "content")
-        if content is None:
-            return None
-        return new_file_diff_block(path, content, call_id)
+        return new_file_diff_block(path, get_str(params, "content"), call_id)
     if name != "Edit":
         return None
     details = decode_object(value) if isinstance(value, str) else None

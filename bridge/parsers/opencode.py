@@ -27,13 +27,12 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
     UsageBlock,
 )
 from bridge.failures import FailureReport, classify, failure_block
 from bridge.parsers import (
+    accumulate_usage,
     added_file_diff,
-    clip,
     decode_object,
     get_dict,
     get_float,
@@ -41,6 +40,7 @@ from bridge.parsers import (
     get_list,
     get_str,
     short,
+    tool_end,
 )
 
 KINDS = {
@@ -340,18 +340,12 @@ class OpenCodeParser:
         tool.input = tool_input
         title = get_str(state, "title") or _title(name, tool_input)
         out: list[Block] = []
+        call = ToolCallBlock(
+            id=call_id, name=name, title=title, kind=KINDS.get(name, "other"), input=tool_input
+        )
         if status in ("running", "completed", "error") and not tool.started:
             tool.started = True
-            out.append(
-                ToolCallBlock(
-                    id=call_id,
-                    name=name,
-                    title=title,
-                    kind=KINDS.get(name, "other"),
-                    input=tool_input,
-                    status="running",
-                )
-            )
+            out.append(call)
         if status not in ("completed", "error"):
             return out
         tool.final = True
@@ -363,33 +357,21 @@ class OpenCodeParser:
             diff = _diff_block(name, tool_input, get_dict(state, "metadata"), call_id)
             if diff is not None:
                 out.append(diff)
-        out.append(
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=title,
-                kind=KINDS.get(name, "other"),
-                input=tool_input,
-                status="error" if is_error else "done",
-            )
-        )
-        out.append(ToolResultBlock(tool_call_id=call_id, content=clip(content), is_error=is_error))
-        return out
+        return out + tool_end(call, content, is_error=is_error)
 
     def _step_finish(self, pid: str, part: dict[str, Any]) -> list[Block]:
         if pid in self._steps:
             return []
         self._steps.add(pid)
         tokens = get_dict(part, "tokens")
-        u = self.turn_usage
-        cost = get_float(part, "cost")
         inp = get_int(tokens, "input") or 0
         cached = get_int(get_dict(tokens, "cache"), "read") or 0
-        self.turn_usage = UsageBlock(
-            input_tokens=(u.input_tokens or 0) + inp,
-            output_tokens=(u.output_tokens or 0) + (get_int(tokens, "output") or 0),
-            cached_input_tokens=(u.cached_input_tokens or 0) + cached,
-            cost_usd=(u.cost_usd or 0.0) + cost if cost is not None else u.cost_usd,
+        self.turn_usage = accumulate_usage(
+            self.turn_usage,
+            input_tokens=inp,
+            output_tokens=get_int(tokens, "output") or 0,
+            cached_input_tokens=cached,
+            cost_usd=get_float(part, "cost"),
             context_used=(inp + cached) or None,
         )
         return []

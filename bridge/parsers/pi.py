@@ -9,7 +9,6 @@ message in ``message_end``. The first line is the session header carrying the se
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 from bridge.blocks import (
@@ -19,14 +18,12 @@ from bridge.blocks import (
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
-    ToolResultBlock,
-    UsageBlock,
 )
 from bridge.failures import FailureReport, classify, failure_block
 from bridge.parsers import (
     Hunk,
-    clip,
-    decode_object,
+    JsonLinesParser,
+    accumulate_usage,
     get_dict,
     get_float,
     get_int,
@@ -34,7 +31,9 @@ from bridge.parsers import (
     get_str,
     new_file_diff_block,
     render_unified,
+    running_call,
     short,
+    tool_end,
 )
 
 KINDS = {
@@ -101,20 +100,16 @@ def _text_of(result: Any) -> str:
     return "".join(parts)
 
 
-class PiParser:
+class PiParser(JsonLinesParser):
     """Feed it stdout lines of one ``pi --mode json`` run; it returns blocks."""
 
+    session_key = None  # the session id is in the ``session`` header only
+
     def __init__(self, id_prefix: str | None = None) -> None:
-        self.prefix = id_prefix or uuid.uuid4().hex[:8]
-        self.session_id: str | None = None
-        self.saw_output = False
-        self.finished = False
-        self.failed = False
+        super().__init__(id_prefix)
         self.aborted = False
         self.agent_retried = False
         self._pending_error: Block | None = None
-        self.error_message: str | None = None
-        self.usage = UsageBlock()
         self._messages = 0
         self._open: dict[str, type[TextBlock] | type[ThinkingBlock]] = {}
         self._sent: dict[str, str] = {}
@@ -186,18 +181,6 @@ class PiParser:
 
     # ---- events ---------------------------------------------------------------------------------
 
-    def feed(self, line: bytes | str) -> list[Block]:
-        event = decode_object(line)
-        if event is None:
-            return []
-        kind = get_str(event, "type")
-        handler = getattr(self, f"_on_{kind}", None) if kind else None
-        if handler is None:
-            return []
-        self.saw_output = True
-        result: list[Block] = handler(event)
-        return result
-
     def _on_session(self, event: dict[str, Any]) -> list[Block]:
         sid = get_str(event, "id")
         if sid:
@@ -246,15 +229,12 @@ class PiParser:
         return out
 
     def _add_usage(self, usage: dict[str, Any]) -> None:
-        u = self.usage
-        inp = get_int(usage, "input") or 0
-        cached = get_int(usage, "cacheRead") or 0
-        cost = get_float(get_dict(usage, "cost"), "total")
-        self.usage = UsageBlock(
-            input_tokens=(u.input_tokens or 0) + inp,
-            output_tokens=(u.output_tokens or 0) + (get_int(usage, "output") or 0),
-            cached_input_tokens=(u.cached_input_tokens or 0) + cached,
-            cost_usd=(u.cost_usd or 0.0) + cost if cost is not None else u.cost_usd,
+        self.usage = accumulate_usage(
+            self.usage,
+            input_tokens=get_int(usage, "input") or 0,
+            output_tokens=get_int(usage, "output") or 0,
+            cached_input_tokens=get_int(usage, "cacheRead") or 0,
+            cost_usd=get_float(get_dict(usage, "cost"), "total"),
             context_used=(get_int(usage, "totalTokens") or None),
         )
 
@@ -265,17 +245,7 @@ class PiParser:
         name = get_str(event, "toolName") or "tool"
         args = get_dict(event, "args")
         self._tool_args[call_id] = args
-        return [
-            *self.close_open(),
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, args),
-                kind=KINDS.get(name, "other"),
-                input=args,
-                status="running",
-            ),
-        ]
+        return [*self.close_open(), _call(call_id, name, args)]
 
     def _on_tool_execution_end(self, event: dict[str, Any]) -> list[Block]:
         call_id = get_str(event, "toolCallId")
@@ -298,20 +268,7 @@ class PiParser:
             diff = _diff_block(name, args, result, call_id)
             if diff is not None:
                 out.append(diff)
-        out.append(
-            ToolCallBlock(
-                id=call_id,
-                name=name,
-                title=_title(name, args),
-                kind=KINDS.get(name, "other"),
-                input=args,
-                status="error" if is_error else "done",
-            )
-        )
-        out.append(
-            ToolResultBlock(tool_call_id=call_id, content=clip(_text_of(result)), is_error=is_error)
-        )
-        return out
+        return out + tool_end(_call(call_id, name, args), _text_of(result), is_error=is_error)
 
     def _on_agent_end(self, event: dict[str, Any]) -> list[Block]:
         self.finished = True
@@ -319,6 +276,10 @@ class PiParser:
 
     def _on_auto_compaction_start(self, event: dict[str, Any]) -> list[Block]:
         return [SystemBlock(code="compaction", text="pi compacts the conversation")]
+
+
+def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
+    return running_call(call_id, name, args, title=_title(name, args), kinds=KINDS)
 
 
 def _title(name: str, args: dict[str, Any]) -> str:
@@ -336,10 +297,7 @@ def _diff_block(
     if not path:
         return None
     if name == "write":
-        content = get_str(args, "content")
-        if content is None:
-            return None
-        return new_file_diff_block(path, content, call_id)
+        return new_file_diff_block(path, get_str(args, "content"), call_id)
     if name != "edit":
         return None
     edits = [e for e in get_list(args, "edits") if isinstance(e, dict)]
