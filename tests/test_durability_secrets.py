@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bridge.auth import load_or_create_token
 from bridge.logs import configure_logging, get_logger
-from bridge.parsers import acp
+from bridge.parsers import jsonrpc
 from bridge.process import ChildProcess, build_env
 from bridge.redact import FRAGMENT_LEN
 
@@ -41,8 +41,8 @@ def test_acp_preview_redacts_before_it_cuts(tmp_path: Path) -> None:
     token = load_or_create_token(tmp_path / "token")
     # Not JSON, with the token across the preview's 200-character end.
     line = ("x" * 190 + token + " tail").encode()
-    message = acp.decode(line)
-    assert isinstance(message, acp.Invalid)
+    message = jsonrpc.decode(line)
+    assert isinstance(message, jsonrpc.Invalid)
     logged = _logged(preview=message.preview)
     assert token[:6] not in message.preview and token[:6] not in logged, message.preview
 
