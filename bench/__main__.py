@@ -111,8 +111,19 @@ def profiled(folder: str | None, name: str, pid: int) -> Iterator[None]:
     out = Path(folder) / f"{name}.speedscope.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [spy, "record", "--pid", str(pid), "--gil", "--rate", "250", "--format", "speedscope",
-         "--output", str(out)],
+        [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--gil",
+            "--rate",
+            "250",
+            "--format",
+            "speedscope",
+            "--output",
+            str(out),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -406,11 +417,7 @@ async def resident_rows(args: argparse.Namespace) -> list[Row]:
         if r9 is None:
             rows.append(Row("T9", "resident agents", "", "", "", "", None, "claude not installed"))
         else:
-            ok = (
-                r9.left_after_10s == 0
-                and r9.resumed_same_conversation == n
-                and r9.warm_p50 <= 0.1
-            )
+            ok = r9.left_after_10s == 0 and r9.resumed_same_conversation == n and r9.warm_p50 <= 0.1
             rows.append(
                 Row(
                     "T9",

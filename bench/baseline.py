@@ -30,12 +30,9 @@ changed = asyncio.Condition()
 def _frame_parts(session: str, size: int) -> tuple[bytes, bytes]:
     pad = "x" * max(0, size - 21)
     ts = "2025-01-01T00:00:00.000Z"
-    head = (
-        '{"t":"event","session":' + json.dumps(session) + ',"seq":'
-    ).encode()
+    head = ('{"t":"event","session":' + json.dumps(session) + ',"seq":').encode()
     tail = (
-        ',"ts":"' + ts + '","block":{"type":"text","id":"0123456789abcdef0123456789abcdef",'
-        '"text":"'
+        ',"ts":"' + ts + '","block":{"type":"text","id":"0123456789abcdef0123456789abcdef","text":"'
     ).encode()
     return head, tail + b"%s " + pad.encode() + b'","done":false}}'
 
@@ -64,9 +61,13 @@ async def _run(session: str, n: int, rate: float, size: int, wanted: int) -> Non
         broadcast(conns, frame % (b"%020d" % clock()), text=True)
         if i % 64 == 63 or interval:
             await _wait_writable(conns)
-    end = head + str(n + 2).encode() + (
-        b',"ts":"2025-01-01T00:00:00.000Z","block":{"type":"session_end","reason":"completed",'
-        b'"exit_code":null,"agent_session_id":null}}'
+    end = (
+        head
+        + str(n + 2).encode()
+        + (
+            b',"ts":"2025-01-01T00:00:00.000Z","block":{"type":"session_end","reason":"completed",'
+            b'"exit_code":null,"agent_session_id":null}}'
+        )
     )
     broadcast(conns, end, text=True)
 

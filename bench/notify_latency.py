@@ -126,12 +126,18 @@ def main(argv: list[str]) -> int:
         print(json.dumps(r, indent=2))
         return 0
     print(f"notification latency, event -> receiver POST, {r['count']} notifications")
-    print(f"  from the event's ts      p50 {r['emit_p50_ms']:7.1f} ms   "
-          f"p99 {r['emit_p99_ms']:7.1f} ms")
-    print(f"  from a client seeing it  p50 {r['p50_ms']:7.1f} ms   p99 {r['p99_ms']:7.1f} ms   "
-          f"max {r['max_ms']:7.1f} ms")
-    print(f"  baseline (a bare POST)   p50 {r['baseline_p50_ms']:7.1f} ms   "
-          f"p99 {r['baseline_p99_ms']:7.1f} ms")
+    print(
+        f"  from the event's ts      p50 {r['emit_p50_ms']:7.1f} ms   "
+        f"p99 {r['emit_p99_ms']:7.1f} ms"
+    )
+    print(
+        f"  from a client seeing it  p50 {r['p50_ms']:7.1f} ms   p99 {r['p99_ms']:7.1f} ms   "
+        f"max {r['max_ms']:7.1f} ms"
+    )
+    print(
+        f"  baseline (a bare POST)   p50 {r['baseline_p50_ms']:7.1f} ms   "
+        f"p99 {r['baseline_p99_ms']:7.1f} ms"
+    )
     print(f"  event ts -> POST / baseline: p50 {r['ratio_p50']:.1f}x, p99 {r['ratio_p99']:.1f}x")
     return 0
 

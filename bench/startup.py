@@ -71,7 +71,7 @@ async def _start_once(
     cli.write_text(SLOW_CLI.format(s=probe_s))
     cli.chmod(0o755)
     env = {"PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    d = DaemonProcess(home, config="[log]\nlevel = \"warning\"\n", env=env)
+    d = DaemonProcess(home, config='[log]\nlevel = "warning"\n', env=env)
     folder = d.config_dir / "adapters"
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(adapters):

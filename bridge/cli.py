@@ -186,9 +186,7 @@ def print_agents_table(agents: list[dict[str, Any]]) -> None:
     for a in agents:
         caps = ",".join(k for k, v in a["capabilities"].items() if v) or "-"
         version = str(a.get("version") or "-")
-        print(
-            f"{a['agent']:<12} {agent_state(a):<11} {version:<28} {a['handoff']:<10} {caps}"
-        )
+        print(f"{a['agent']:<12} {agent_state(a):<11} {version:<28} {a['handoff']:<10} {caps}")
         reason = agent_reason(a)
         if reason:
             for line in textwrap.wrap(

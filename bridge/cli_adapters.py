@@ -64,8 +64,13 @@ def check_file(path: Path, config: Config) -> dict[str, Any]:
     classes: list[dict[str, str]] = []
     path = path.expanduser().absolute()
     if not path.is_file():
-        return {"file": str(path), "ok": False, "problems": ["no such file"], "notes": [],
-                "classes": []}
+        return {
+            "file": str(path),
+            "ok": False,
+            "problems": ["no such file"],
+            "notes": [],
+            "classes": [],
+        }
     adapters_dir = config.adapters_dir.expanduser().absolute()
     in_dir = path.parent == adapters_dir
     if not loader.is_adapter_file(path):
@@ -94,8 +99,13 @@ def check_file(path: Path, config: Config) -> dict[str, Any]:
                 "choose another agent_id"
             )
     notes += _collisions(path, adapters_dir, [c.agent_id for c in result.classes])
-    return {"file": str(path), "ok": not problems, "problems": problems, "notes": notes,
-            "classes": classes}
+    return {
+        "file": str(path),
+        "ok": not problems,
+        "problems": problems,
+        "notes": notes,
+        "classes": classes,
+    }
 
 
 def _collisions(path: Path, adapters_dir: Path, ids: list[str]) -> list[str]:
@@ -130,8 +140,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     verdict = "ok" if report["ok"] else f"{len(report['problems'])} problem(s)"
     print(f"{report['file']}: {verdict}")
     for cls in report["classes"]:
-        print(f"  adapter {cls['class']}: agent_id `{cls['agent_id']}`, "
-              f"display name {cls['display_name']!r}")
+        print(
+            f"  adapter {cls['class']}: agent_id `{cls['agent_id']}`, "
+            f"display name {cls['display_name']!r}"
+        )
     for problem in report["problems"]:
         print(f"  - {problem}")
     for note in report["notes"]:
@@ -173,20 +185,24 @@ def cmd_new(args: argparse.Namespace) -> int:
 
     agent_id: str = args.name
     if not loader.valid_id(agent_id) or agent_id.startswith(("_", "-")):
-        print(f"agent-bridge: `{agent_id}` is not a valid agent id: use letters, digits, "
-              "'-' and '_', starting with a letter", file=sys.stderr)
+        print(
+            f"agent-bridge: `{agent_id}` is not a valid agent id: use letters, digits, "
+            "'-' and '_', starting with a letter",
+            file=sys.stderr,
+        )
         return 2
     template = EXAMPLE_DIR / TEMPLATE
     if not template.is_file():
-        print(f"agent-bridge: the reference adapter is not installed here ({template} is "
-              "missing); copy ext_adapters_example/ from the agent-bridge source tree",
-              file=sys.stderr)
+        print(
+            f"agent-bridge: the reference adapter is not installed here ({template} is "
+            "missing); copy ext_adapters_example/ from the agent-bridge source tree",
+            file=sys.stderr,
+        )
         return 1
     target_dir = Path(args.dir).expanduser() if args.dir else _config(args).adapters_dir
     target = target_dir / f"{agent_id.replace('-', '_')}.py"
     if target.exists() and not args.force:
-        print(f"agent-bridge: {target} already exists (use --force to replace it)",
-              file=sys.stderr)
+        print(f"agent-bridge: {target} already exists (use --force to replace it)", file=sys.stderr)
         return 1
     try:
         text = render_template(template.read_text(encoding="utf-8"), agent_id)
@@ -208,8 +224,10 @@ def cmd_new(args: argparse.Namespace) -> int:
     problem = loader.permission_problem(target_dir, what="adapters directory")
     if problem:
         print(f"warning: {problem}", file=sys.stderr)
-    print(f"A running daemon loads it within a second. Check it with: "
-          f"agent-bridge adapters check {target}")
+    print(
+        f"A running daemon loads it within a second. Check it with: "
+        f"agent-bridge adapters check {target}"
+    )
     return 0
 
 
@@ -226,8 +244,9 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
 
     def action(name: str, handler: Callable[[argparse.Namespace], int], text: str) -> Any:
         p = actions.add_parser(name, help=text, description=text)
-        p.add_argument("--config", default=argparse.SUPPRESS,
-                       help="config file (default: the XDG config dir)")
+        p.add_argument(
+            "--config", default=argparse.SUPPRESS, help="config file (default: the XDG config dir)"
+        )
         p.set_defaults(handler=handler)
         return p
 

@@ -134,9 +134,7 @@ async def follow(
     async def run() -> int:
         frames = client.frames().__aiter__()
         next_frame: asyncio.Task[Any] = asyncio.ensure_future(frames.__anext__())
-        next_key: asyncio.Task[str] | None = (
-            asyncio.ensure_future(keyq.get()) if keys else None
-        )
+        next_key: asyncio.Task[str] | None = asyncio.ensure_future(keyq.get()) if keys else None
         try:
             while True:
                 waiting: set[asyncio.Future[Any]] = {next_frame}

@@ -360,8 +360,7 @@ def _port_checks(config: Config) -> list[Check]:
                     code="port_in_use",
                     level="error",
                     message=f"cannot listen on {conf.host}:{conf.port}: {problem}",
-                    hint="stop the program using it, or set server.port "
-                    "(AGENT_BRIDGE_SERVER_PORT)",
+                    hint="stop the program using it, or set server.port (AGENT_BRIDGE_SERVER_PORT)",
                 )
             )
     return checks
@@ -590,4 +589,3 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--online", action="store_true", help="also check that notification services answer"
     )
-

@@ -161,34 +161,59 @@ _NETWORK = (
     r"|premature close|terminated unexpectedly|other side closed|UND_ERR|timed out|^terminated$"
 )
 COMMON_RULES: Final[tuple[Rule, ...]] = (
-    Rule("quota_exhausted", r"insufficient_quota|exceeded your current quota|credit balance"
-         r"|out of credits?|billing|payment required|usage limit|quota exceeded"
-         r"|RESOURCE_EXHAUSTED.*quota|spending limit"),
-    Rule("request_rejected", _TOO_LONG, hint=(
-        "The conversation is too long for the model: start a new session, or ask the agent to "
-        "compact it."
-    )),
-    Rule("auth_expired", r"token (?:has )?expired|expired token|refreshing (?:the )?(?:token|cred)"
-         r"|oauth token.*expired"),
-    Rule("auth_required", r"invalid[ _-]?api[ _-]?key|incorrect api key|authentication[_ ]error"
-         r"|unauthori[sz]ed|not logged in|please (?:run )?/?login|log ?in required|no api key"
-         r"|missing api key|api key not (?:found|valid|set)|invalid x-api-key"
-         r"|(?-i:PERMISSION_DENIED|UNAUTHENTICATED)|\b403 forbidden|invalid credentials"
-         r"|authentication failed"
-         r"|auth method|could not (?:find|load) credentials"),
-    Rule("rate_limited", r"rate[ _-]?limit|too many requests|\b429\b|(?-i:RESOURCE_EXHAUSTED)"
-         r"|requests per (?:minute|min|second)|throttl"),
-    Rule("overloaded", r"overloaded|service unavailable|bad gateway|gateway time-?out"
-         r"|internal server error|server[_ ]error|\b5(?:0[0-4]|29)\b|(?-i:\bUNAVAILABLE\b)"
-         r"|(?:at|over) capacity"
-         r"|temporarily unavailable|try again later"),
+    Rule(
+        "quota_exhausted",
+        r"insufficient_quota|exceeded your current quota|credit balance"
+        r"|out of credits?|billing|payment required|usage limit|quota exceeded"
+        r"|RESOURCE_EXHAUSTED.*quota|spending limit",
+    ),
+    Rule(
+        "request_rejected",
+        _TOO_LONG,
+        hint=(
+            "The conversation is too long for the model: start a new session, or ask the agent to "
+            "compact it."
+        ),
+    ),
+    Rule(
+        "auth_expired",
+        r"token (?:has )?expired|expired token|refreshing (?:the )?(?:token|cred)"
+        r"|oauth token.*expired",
+    ),
+    Rule(
+        "auth_required",
+        r"invalid[ _-]?api[ _-]?key|incorrect api key|authentication[_ ]error"
+        r"|unauthori[sz]ed|not logged in|please (?:run )?/?login|log ?in required|no api key"
+        r"|missing api key|api key not (?:found|valid|set)|invalid x-api-key"
+        r"|(?-i:PERMISSION_DENIED|UNAUTHENTICATED)|\b403 forbidden|invalid credentials"
+        r"|authentication failed"
+        r"|auth method|could not (?:find|load) credentials",
+    ),
+    Rule(
+        "rate_limited",
+        r"rate[ _-]?limit|too many requests|\b429\b|(?-i:RESOURCE_EXHAUSTED)"
+        r"|requests per (?:minute|min|second)|throttl",
+    ),
+    Rule(
+        "overloaded",
+        r"overloaded|service unavailable|bad gateway|gateway time-?out"
+        r"|internal server error|server[_ ]error|\b5(?:0[0-4]|29)\b|(?-i:\bUNAVAILABLE\b)"
+        r"|(?:at|over) capacity"
+        r"|temporarily unavailable|try again later",
+    ),
     Rule("network", _NETWORK),
     Rule("max_turns", r"max(?:imum)?[ _-]?turns|turn limit|max_turns|maximum number of turns"),
-    Rule("unknown_session", r"no conversation found|session not found|no session found"
-         r"|invalid session identifier|no rollout found|unknown session|no saved session"),
-    Rule("agent_crashed", r"Traceback \(most recent call last\)|\bpanicked at\b|^panic:"
-         r"|uncaught exception|unhandled (?:promise )?rejection|FATAL ERROR|segmentation fault"
-         r"|core dumped|out of memory|JavaScript heap"),
+    Rule(
+        "unknown_session",
+        r"no conversation found|session not found|no session found"
+        r"|invalid session identifier|no rollout found|unknown session|no saved session",
+    ),
+    Rule(
+        "agent_crashed",
+        r"Traceback \(most recent call last\)|\bpanicked at\b|^panic:"
+        r"|uncaught exception|unhandled (?:promise )?rejection|FATAL ERROR|segmentation fault"
+        r"|core dumped|out of memory|JavaScript heap",
+    ),
 )
 
 # ---- per agent ------------------------------------------------------------------------------
@@ -202,14 +227,23 @@ TABLES: Final[dict[str, AgentTable]] = {
         ),
         rules=(
             # the assistant line's `error` / `api_error` fields, the result's `api_error_type`
-            Rule("network", r"^connection_failed$|Connection refused|Request timed out"
-                 r"|Unable to connect to API"),
+            Rule(
+                "network",
+                r"^connection_failed$|Connection refused|Request timed out"
+                r"|Unable to connect to API",
+            ),
             Rule("rate_limited", r"^rate_limit(?:_error)?$"),
-            Rule("auth_required", r"^authentication_failed$|^authentication_error$"
-                 r"|Invalid API key|Fix external API key|Not logged in|Please run /login"),
+            Rule(
+                "auth_required",
+                r"^authentication_failed$|^authentication_error$"
+                r"|Invalid API key|Fix external API key|Not logged in|Please run /login",
+            ),
             Rule("quota_exhausted", r"^billing_error$|credit balance is too low"),
-            Rule("request_rejected", r"^prompt_too_long$|Prompt is too long",
-                 hint=COMMON_RULES[1].hint),
+            Rule(
+                "request_rejected",
+                r"^prompt_too_long$|Prompt is too long",
+                hint=COMMON_RULES[1].hint,
+            ),
             Rule("overloaded", r"^overloaded_error$|^server_error$|^api_error$"),
             Rule("max_turns", r"error_max_turns|Reached max turns"),
         ),
@@ -246,8 +280,11 @@ TABLES: Final[dict[str, AgentTable]] = {
         rules=(
             # a dropped stream ("terminated") and a refused connection come as JSON-RPC 500
             Rule("network", r"(?:^|: )terminated$|fetch failed|UND_ERR_SOCKET|ECONNREFUSED"),
-            Rule("auth_required", r"API key not valid|API_KEY_INVALID|Invalid auth method"
-                 r"|Please set an Auth method|Failed to login|\bUNAUTHENTICATED\b"),
+            Rule(
+                "auth_required",
+                r"API key not valid|API_KEY_INVALID|Invalid auth method"
+                r"|Please set an Auth method|Failed to login|\bUNAUTHENTICATED\b",
+            ),
             Rule("quota_exhausted", r"Quota exceeded for quota metric|daily.*quota"),
             Rule("rate_limited", r"RESOURCE_EXHAUSTED|Too Many Requests|\b429\b"),
         ),
@@ -374,10 +411,24 @@ _RETRY_AFTER_TEXT = re.compile(
     r"(?P<n>\d+(?:\.\d+)?)\s*(?P<u>ms|milliseconds?|s|sec|secs|seconds?|m|min|minutes?)?\b",
     re.IGNORECASE,
 )
-_KEYS_STATUS = ("status", "statusCode", "status_code", "httpStatusCode", "code", "error_status",
-                "api_error_status")
-_KEYS_RETRY = ("retry_after", "retryAfter", "retry-after", "retry_after_s", "retryDelay",
-               "retry_delay_ms", "retry_after_ms")
+_KEYS_STATUS = (
+    "status",
+    "statusCode",
+    "status_code",
+    "httpStatusCode",
+    "code",
+    "error_status",
+    "api_error_status",
+)
+_KEYS_RETRY = (
+    "retry_after",
+    "retryAfter",
+    "retry-after",
+    "retry_after_s",
+    "retryDelay",
+    "retry_delay_ms",
+    "retry_after_ms",
+)
 
 
 def table_for(agent: str | None) -> AgentTable:

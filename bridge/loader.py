@@ -262,8 +262,16 @@ async def probe(
     With ``source`` (the bytes the daemon read and will import), the probe checks exactly
     those: it refuses a file whose bytes differ by then."""
     flag = "--entry-point" if entry_point else "--file"
-    argv = [sys.executable, "-m", "bridge.loader", "probe", "--timeout", f"{timeout:g}",
-            flag, target]
+    argv = [
+        sys.executable,
+        "-m",
+        "bridge.loader",
+        "probe",
+        "--timeout",
+        f"{timeout:g}",
+        flag,
+        target,
+    ]
     if source is not None:
         argv += ["--sha256", hashlib.sha256(source).hexdigest()]
     try:
@@ -480,9 +488,9 @@ class AdapterLoader:
 
     def _changed_files(self) -> list[tuple[Source, bytes]]:
         """Forget removed files; return the new and changed ones with their bytes."""
-        dir_problem = permission_problem(self.dir, what="adapters directory") if (
-            self.dir.exists()
-        ) else None
+        dir_problem = (
+            permission_problem(self.dir, what="adapters directory") if (self.dir.exists()) else None
+        )
         present = self._dir_files()
         keys = {f"file:{p}" for p in present}
         for key in [k for k, s in self._sources.items() if s.kind == "file" and k not in keys]:
@@ -652,15 +660,16 @@ class AdapterLoader:
         for cls in classes:
             cls.source = "entry_point"
         src.classes = classes
-        log.info("adapter_entry_point_loaded", entry_point=src.label,
-                 agents=[c.agent_id for c in classes])
+        log.info(
+            "adapter_entry_point_loaded",
+            entry_point=src.label,
+            agents=[c.agent_id for c in classes],
+        )
 
     # ---- resolution ----------------------------------------------------------------------------
 
     def _resolve(self) -> None:
-        reserved = {
-            e.agent_id: e for e in self.registry.entries() if e.agent_id not in self._owned
-        }
+        reserved = {e.agent_id: e for e in self.registry.entries() if e.agent_id not in self._owned}
         sources = sorted(self._sources.values(), key=lambda s: s.order)
         winners: dict[str, tuple[Source, type[BaseAdapter]]] = {}
         refusals: dict[str, list[str]] = {}
@@ -815,8 +824,9 @@ class AdapterLoader:
                 raise
             except Exception as exc:
                 # Out of inotify watches, or a filesystem without events: poll instead.
-                log.warning("adapters_watch_failed", dir=str(self.dir), error=repr(exc),
-                            polling=not polling)
+                log.warning(
+                    "adapters_watch_failed", dir=str(self.dir), error=repr(exc), polling=not polling
+                )
                 polling = True
             # The directory went away or the watch broke: catch up, then watch again.
             await self._rescan_logged()

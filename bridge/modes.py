@@ -78,9 +78,7 @@ async def switch(
     when = "now" if live else "from the next turn"
     emit(
         s,
-        SystemBlock(
-            code="mode", text=f"mode {label} {when}", data={"mode": mode, "live": live}
-        ),
+        SystemBlock(code="mode", text=f"mode {label} {when}", data={"mode": mode, "live": live}),
     )
     return {"mode": mode, "live": live}
 

@@ -38,10 +38,14 @@ def permission_problem(path: Path, *, what: str = "file", why: str = RUNS_AS_YOU
             f"the {what} {path} is owned by {_user_name(st.st_uid)}, not by you; {why}. "
             f"Fix: chown {_user_name(me)} {path}"
         )
-    writable = [name for bit, name in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others"))
-                if st.st_mode & bit]
-    if writable and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and what
-                         == "directory"):
+    writable = [
+        name
+        for bit, name in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others"))
+        if st.st_mode & bit
+    ]
+    if writable and not (
+        stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and what == "directory"
+    ):
         return (
             f"the {what} {path} is writable by {' and '.join(writable)}, so someone else could "
             f"put code in it that runs as you. Fix: chmod go-w {path}"

@@ -162,6 +162,8 @@ class WorkspaceFile(_Request, tag="workspace.file", kw_only=True):
 class SessionMode(_Request, tag="session.mode", kw_only=True):
     session: str
     mode: str
+
+
 # ---- attention: presence and notifications (docs/notifications.md) -----------------------------
 
 

@@ -137,9 +137,11 @@ class Renderer:
             color = {"warn": "yellow", "error": "red"}.get(block.get("level", ""), "dim")
             return prefix + self.paint(color, f"[{block.get('code')}] {block.get('text')}\n")
         if t == "error":
-            return prefix + self.paint(
-                "red", f"error {block.get('code')}: {block.get('message')}\n"
-            ) + self._hint(prefix, block)
+            return (
+                prefix
+                + self.paint("red", f"error {block.get('code')}: {block.get('message')}\n")
+                + self._hint(prefix, block)
+            )
         if t == "session_end":
             return prefix + self.paint("dim", f"── turn ended: {block.get('reason')} ──\n")
         if t == "agent_info":

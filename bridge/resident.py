@@ -110,9 +110,7 @@ class IdlePolicy:
         excess = len(keys) - self.max_resident
         if excess <= 0:
             return []
-        idle = sorted(
-            (since, k) for k in keys if (since := self._entries[k].since) is not None
-        )
+        idle = sorted((since, k) for k in keys if (since := self._entries[k].since) is not None)
         return [k for _since, k in idle[:excess]]
 
 

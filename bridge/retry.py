@@ -50,9 +50,7 @@ class RetryWatch:
         self.end_reason: str | None = None
 
     def see(self, block: Block) -> None:
-        if isinstance(
-            block, ToolCallBlock | PermissionRequestBlock | ToolResultBlock | DiffBlock
-        ):
+        if isinstance(block, ToolCallBlock | PermissionRequestBlock | ToolResultBlock | DiffBlock):
             self.acted = True
         elif isinstance(block, ErrorBlock):
             self.error = block

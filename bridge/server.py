@@ -641,8 +641,9 @@ class BridgeServer:
         answer anything unexpected with a JSON 500, both logged: never a plain traceback."""
         for name in SINGLE_HEADERS:
             if len(request.headers.get_all(name)) > 1:
-                log.warning("http_bad_request", peer=_peer(connection), header=name,
-                            why="repeated header")
+                log.warning(
+                    "http_bad_request", peer=_peer(connection), header=name, why="repeated header"
+                )
                 return _json_response(400, {"ok": False, "error": f"repeated {name} header"})
         try:
             return self._process_request(connection, request)
@@ -800,6 +801,7 @@ class BridgeServer:
     ) -> None:
         """Serve one more request type (requests other modules own: bridge/attention)."""
         self._handlers[request] = handler
+
     # ---- the store's health -----------------------------------------------------------------
 
     def _store_health_frame(self) -> EncodedFrame:

@@ -237,8 +237,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"installed: {target}")
     program = exec_start_of(target.read_text(encoding="utf-8"))
     if program and not (program[0].startswith("%") or os.access(program[0], os.X_OK)):
-        print(f"warning: ExecStart program {program[0]} is missing; run `agent-bridge service "
-              "install` again from the installation you want to run")
+        print(
+            f"warning: ExecStart program {program[0]} is missing; run `agent-bridge service "
+            "install` again from the installation you want to run"
+        )
     result = _systemctl("status", "--no-pager", "--lines=10", UNIT_NAME)
     if result is None:
         print("systemctl is not installed here, so the service's state cannot be shown.")

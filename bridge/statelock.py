@@ -25,9 +25,7 @@ class AlreadyRunning(Exception):
 
     def __init__(self, path: Path, pid: int | None) -> None:
         who = f"pid {pid}" if pid is not None else "another process"
-        super().__init__(
-            f"already running: {who} holds {path}; stop that daemon first"
-        )
+        super().__init__(f"already running: {who} holds {path}; stop that daemon first")
         self.path = path
         self.pid = pid
 

@@ -697,9 +697,7 @@ class SqliteStore(Store):
     def _give_up(self, batch: Sequence[_Op | StoredEvent], message: str) -> bool:
         events = sum(isinstance(op, StoredEvent) for op in batch)
         log.error("store_write_abandoned", batch=len(batch), events=events, error=message)
-        waiters = [
-            op.args for op in batch if isinstance(op, _Op) and op.kind == "flush"
-        ]
+        waiters = [op.args for op in batch if isinstance(op, _Op) and op.kind == "flush"]
         self._tell_loop(self._resolve, waiters, False)
         return not any(isinstance(op, _Op) and op.kind == "stop" for op in batch)
 
@@ -734,9 +732,7 @@ class SqliteStore(Store):
             if isinstance(op, StoredEvent):
                 continue  # inserted after the other operations, as rows
             if op.kind == "session":
-                conn.execute(
-                    "INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args
-                )
+                conn.execute("INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args)
             elif op.kind == "message":
                 conn.execute(
                     "INSERT OR REPLACE INTO messages"
@@ -784,7 +780,9 @@ class SqliteStore(Store):
             rec = _dec_session.decode(data)
             if rec.state == "ended" and rec.updated_at < cutoff:
                 for table, column in (
-                    ("sessions", "id"), ("event_chunks", "session"), ("messages", "session")
+                    ("sessions", "id"),
+                    ("event_chunks", "session"),
+                    ("messages", "session"),
                 ):
                     conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))  # noqa: S608
         conn.execute(
@@ -822,7 +820,6 @@ class SqliteStore(Store):
                     (session, row[0]),
                 )
                 _insert_chunks(conn, _chunk_rows(kept))
-
 
 
 # ---- Web Push subscriptions (bridge/attention) -------------------------------------------------

@@ -54,12 +54,12 @@ SECTIONS: list[tuple[str, type[msgspec.Struct]]] = [
 MEANING: dict[str, str] = {
     "server.host": "Address to listen on. Anything but loopback needs TLS (or `insecure`).",
     "server.port": "TCP port. `0` picks a free one at each start (then re-pair after restarts).",
-    "server.unix_socket": "Unix socket path; `\"\"` = `$XDG_RUNTIME_DIR/agent-bridge/bridge.sock`, "
-    "`\"off\"` disables it. Mode 0600; its clients need no token.",
+    "server.unix_socket": 'Unix socket path; `""` = `$XDG_RUNTIME_DIR/agent-bridge/bridge.sock`, '
+    '`"off"` disables it. Mode 0600; its clients need no token.',
     "server.tls_cert": "PEM certificate (chain). With `tls_key`, serves `wss://` and `https://`.",
     "server.tls_key": "PEM private key of `tls_cert`; set both or neither. Keep it mode 0600.",
     "server.allowed_origins": "Browser origins (`https://host:port`) allowed to open the WebSocket "
-    "besides the daemon's own web client; `\"*\"` allows any. Native apps send no Origin.",
+    'besides the daemon\'s own web client; `"*"` allows any. Native apps send no Origin.',
     "server.insecure": "Allow a non-loopback `host` without TLS (logs a warning). Same as "
     "`serve --insecure`.",
     "server.ping_interval": "Seconds between WebSocket pings to each client.",
@@ -95,16 +95,15 @@ MEANING: dict[str, str] = {
     "is always taken at once).",
     "limits.max_unauthenticated": "TCP handshakes not yet authenticated, held at once; they "
     "never count against `max_connections`. A new one replaces the oldest silent one.",
-    "store.backend": "`\"sqlite\"` (durable) or `\"memory\"` (lost at exit; tests, benchmarks).",
-    "store.path": "SQLite file; `\"\"` = `$XDG_STATE_HOME/agent-bridge/bridge.sqlite3`.",
+    "store.backend": '`"sqlite"` (durable) or `"memory"` (lost at exit; tests, benchmarks).',
+    "store.path": 'SQLite file; `""` = `$XDG_STATE_HOME/agent-bridge/bridge.sqlite3`.',
     "store.max_events_per_session": "Events kept per session; older ones are pruned (at start "
     "and hourly).",
     "store.max_age_days": "Events, and messages no longer queued (bodies, attachments), older "
     "than this are pruned; an ended session last changed before this is removed whole.",
     "store.fail_after_s": "Seconds of failing writes (disk full, database locked, I/O error) "
     "after which running turns are interrupted; nothing unstored is ever shown meanwhile.",
-    "adapters.dir": "Drop-in adapters directory; `\"\"` = "
-    "`$XDG_CONFIG_HOME/agent-bridge/adapters`.",
+    "adapters.dir": 'Drop-in adapters directory; `""` = `$XDG_CONFIG_HOME/agent-bridge/adapters`.',
     "adapters.turn_timeout": "Seconds one turn may run before it is ended with `turn_timeout`.",
     "adapters.idle_timeout": "Seconds an agent may stay silent during a turn (`idle_timeout`).",
     "adapters.stop_grace": "Seconds between asking an agent to stop (interrupt, SIGTERM to its "
@@ -142,11 +141,10 @@ MEANING: dict[str, str] = {
     "agents.<id>.args": "Extra command-line arguments, for adapters that take them.",
     "agents.<id>.turn_timeout": "Overrides `adapters.turn_timeout` for this agent.",
     "agents.<id>.idle_timeout": "Overrides `adapters.idle_timeout` for this agent.",
-    "agents.<id>.enabled": "`false`: listed as unavailable, new sessions refused, doctor skips "
-    "it.",
+    "agents.<id>.enabled": "`false`: listed as unavailable, new sessions refused, doctor skips it.",
     "agents.<id>.options": "Adapter-specific settings (each adapter documents its own).",
     "acp.<name>.command": "Required. The ACP agent's command line, as a list: "
-    "`[\"my-agent\", \"--acp\"]`.",
+    '`["my-agent", "--acp"]`.',
     "acp.<name>.display_name": "Name shown in apps (default: the table name).",
     "acp.<name>.env": "Extra environment for the agent's process.",
     "acp.<name>.model": "Model for new sessions, if the agent offers a choice.",
@@ -159,7 +157,7 @@ MEANING: dict[str, str] = {
     "notify.vapid_subject": "The VAPID `sub` claim: a `mailto:` or `https:` contact push "
     "services may use (some, like Apple's, want a real one).",
     "notify.web_url": "Base URL of the web client in notification links (behind a proxy, say); "
-    "`\"\"` = this daemon's own address. Never holds the token.",
+    '`""` = this daemon\'s own address. Never holds the token.',
     "notify.targets": "Notification channels: `[[notify.targets]]` tables, below.",
     "[notify.targets].url": "Required. An Apprise URL: `ntfy://`, `tgram://`, `pover://`, "
     "`json://`, `mailto://`, ... Its secrets are masked in logs and answers.",

@@ -96,16 +96,29 @@ def json_turn(prompt: str, resume: str | None, model: str | None) -> int:
     files = folder_listing(cwd)
     emit({"type": "tool_result", "id": "t1", "output": "\n".join(files), "is_error": False})
     if word == "write":
-        emit({"type": "tool_use", "id": "t2", "name": "write_file",
-              "input": {"path": "toy.txt", "content": rest}})
+        emit(
+            {
+                "type": "tool_use",
+                "id": "t2",
+                "name": "write_file",
+                "input": {"path": "toy.txt", "content": rest},
+            }
+        )
         emit({"type": "permission", "id": "p1", "tool_id": "t2", "title": "Write toy.txt?"})
         answer = json.loads(sys.stdin.readline() or "{}")
         if answer.get("allow"):
             target = Path(cwd) / "toy.txt"
             old = target.read_text() if target.exists() else None
             target.write_text(rest + "\n")
-            emit({"type": "file_written", "tool_id": "t2", "path": "toy.txt", "old": old,
-                  "new": rest + "\n"})
+            emit(
+                {
+                    "type": "file_written",
+                    "tool_id": "t2",
+                    "path": "toy.txt",
+                    "old": old,
+                    "new": rest + "\n",
+                }
+            )
             emit({"type": "tool_result", "id": "t2", "output": "wrote toy.txt", "is_error": False})
         else:
             emit({"type": "tool_result", "id": "t2", "output": "denied", "is_error": True})
@@ -113,8 +126,13 @@ def json_turn(prompt: str, resume: str | None, model: str | None) -> int:
     for start in range(0, len(answer_text), 24):
         emit({"type": "text", "text": answer_text[start : start + 24]})
     append(sid, {"type": "assistant", "text": answer_text})
-    emit({"type": "usage", "input_tokens": 10 * turn + len(prompt.split()),
-          "output_tokens": len(answer_text.split())})
+    emit(
+        {
+            "type": "usage",
+            "input_tokens": 10 * turn + len(prompt.split()),
+            "output_tokens": len(answer_text.split()),
+        }
+    )
     emit({"type": "result", "session_id": sid})
     return 0
 

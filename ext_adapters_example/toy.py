@@ -170,8 +170,9 @@ class ToyParser:
         elif kind == "result":
             self.session_id = str(event.get("session_id") or self.session_id or "") or None
             out += self._close_all()
-            out.append(SessionEndBlock(reason="completed", exit_code=0,
-                                       agent_session_id=self.session_id))
+            out.append(
+                SessionEndBlock(reason="completed", exit_code=0, agent_session_id=self.session_id)
+            )
             self.ended = True
         # Any other event type is from a newer toy-agent: ignore it, stay compatible.
         return out
@@ -182,8 +183,11 @@ class ToyParser:
             return []
         out = self._close_all()
         if interrupted:
-            out.append(SessionEndBlock(reason="interrupted", exit_code=exit_code,
-                                       agent_session_id=self.session_id))
+            out.append(
+                SessionEndBlock(
+                    reason="interrupted", exit_code=exit_code, agent_session_id=self.session_id
+                )
+            )
         else:
             # classify_failure turns what the agent said (its stderr, its exit status) into one
             # of the protocol's failure codes, with a hint a person can act on and whether
@@ -197,8 +201,11 @@ class ToyParser:
                     exit_code=exit_code,
                 )
             )
-            out.append(SessionEndBlock(reason="error", exit_code=exit_code,
-                                       agent_session_id=self.session_id))
+            out.append(
+                SessionEndBlock(
+                    reason="error", exit_code=exit_code, agent_session_id=self.session_id
+                )
+            )
         self.ended = True
         return out
 
@@ -211,8 +218,7 @@ class ToyParser:
     def _close_all(self) -> list[Block]:
         out = self._close_thinking()
         for tool_id, name in self._tools.items():
-            out.append(ToolResultBlock(tool_call_id=tool_id, content="not finished",
-                                       is_error=True))
+            out.append(ToolResultBlock(tool_call_id=tool_id, content="not finished", is_error=True))
             out.append(ToolCallBlock(id=tool_id, name=name, status="error"))
         self._tools.clear()
         if self._text_open:
@@ -326,8 +332,9 @@ class ToyAdapter(BaseAdapter):
     async def stream(self) -> AsyncIterator[Block]:
         prompt = await self._inbox.get()
         try:
-            child = await ChildProcess.spawn(self._argv(prompt), cwd=self._cwd,
-                                             env=build_env(self._env))
+            child = await ChildProcess.spawn(
+                self._argv(prompt), cwd=self._cwd, env=build_env(self._env)
+            )
         except SpawnError as exc:
             # The client sees the reason as an error block; the turn still ends properly.
             yield ErrorBlock(code=exc.code, message=str(exc))
@@ -410,8 +417,9 @@ class ToyAdapter(BaseAdapter):
             return None
         version = _version(script)
         if version is None:
-            return DetectedAgent(available=False, binary=str(script),
-                                 error="`--version` did not answer")
+            return DetectedAgent(
+                available=False, binary=str(script), error="`--version` did not answer"
+            )
         return DetectedAgent(available=True, binary=str(script), version=version)
 
     @classmethod
@@ -419,9 +427,14 @@ class ToyAdapter(BaseAdapter):
         # Findings for `agents.check` and `agent-bridge doctor`: never raise for what you expect.
         script = Path(config.binary).expanduser() if config and config.binary else AGENT_SCRIPT
         if not script.is_file():
-            return [Check(code="agent_missing", level="error",
-                          message=f"{script} does not exist",
-                          hint="copy _toy_agent.py next to toy.py in the adapters directory")]
+            return [
+                Check(
+                    code="agent_missing",
+                    level="error",
+                    message=f"{script} does not exist",
+                    hint="copy _toy_agent.py next to toy.py in the adapters directory",
+                )
+            ]
         checks = [Check(code="agent_found", message=f"found {script}", detail=_version(script))]
         try:
             sessions_dir().mkdir(parents=True, exist_ok=True)
@@ -429,9 +442,14 @@ class ToyAdapter(BaseAdapter):
         except OSError:
             writable = False
         if not writable:
-            checks.append(Check(code="sessions_dir", level="warn",
-                                message=f"{sessions_dir()} is not writable",
-                                hint="set TOY_AGENT_HOME to a writable directory"))
+            checks.append(
+                Check(
+                    code="sessions_dir",
+                    level="warn",
+                    message=f"{sessions_dir()} is not writable",
+                    hint="set TOY_AGENT_HOME to a writable directory",
+                )
+            )
         return checks
 
     # ---- handoff hooks: moving a session to the agent's terminal chat and back -----------------
@@ -461,8 +479,13 @@ class ToyAdapter(BaseAdapter):
     @classmethod
     def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
         # True while a terminal chat (not a process this daemon started) holds the session.
-        sids = [sid] if sid else [s.agent_session_id for s in cls.scan_external_sessions()
-                                  if cwd_matches(s.cwd, cwd)]
+        sids = (
+            [sid]
+            if sid
+            else [
+                s.agent_session_id for s in cls.scan_external_sessions() if cwd_matches(s.cwd, cwd)
+            ]
+        )
         for one in sids:
             owner = _lock_owner(one)
             if owner is not None and owner[0] not in OWN_PIDS:
@@ -505,11 +528,15 @@ async def _mirror(path: Path, offset: int | None) -> AsyncIterator[Block]:
             with contextlib.suppress(ValueError):
                 record = json.loads(raw)
                 if record.get("type") == "user":
-                    yield UserBlock(id=f"term-{uuid.uuid4().hex[:8]}", text=str(record["text"]),
-                                    source="terminal")
+                    yield UserBlock(
+                        id=f"term-{uuid.uuid4().hex[:8]}",
+                        text=str(record["text"]),
+                        source="terminal",
+                    )
                 elif record.get("type") == "assistant":
-                    yield TextBlock(id=f"term-{uuid.uuid4().hex[:8]}", text=str(record["text"]),
-                                    done=True)
+                    yield TextBlock(
+                        id=f"term-{uuid.uuid4().hex[:8]}", text=str(record["text"]), done=True
+                    )
         await asyncio.sleep(MIRROR_POLL_S)
 
 

@@ -328,9 +328,12 @@ async def main(argv: list[str]) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
             codes = [b.get("code") for b in rec["blocks"] if b.get("type") == "error"]
-            print(f"{name:9} {scenario:24} calls={rec['agent_calls']:<3} "
-                  f"t={rec['elapsed_s']:<6} exit={rec['exit_codes']} errors={codes} "
-                  f"timeout={rec['timed_out_after_s']}", flush=True)
+            print(
+                f"{name:9} {scenario:24} calls={rec['agent_calls']:<3} "
+                f"t={rec['elapsed_s']:<6} exit={rec['exit_codes']} errors={codes} "
+                f"timeout={rec['timed_out_after_s']}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def replay(agent: str, rec: dict[str, Any]) -> tuple[list[Block], bool]:
     elif name in ("gemini", "hermes"):
         if name == "hermes":
             for line in lines:
-                chunk = (((json.loads(line) or {}).get("params") or {}).get("update") or {})
+                chunk = ((json.loads(line) or {}).get("params") or {}).get("update") or {}
                 content = chunk.get("content") if isinstance(chunk, dict) else None
                 if chunk.get("sessionUpdate") == "agent_message_chunk" and content:
                     failed = hermes_failure(str(content.get("text", "")))

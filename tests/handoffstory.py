@@ -72,9 +72,7 @@ async def handoff_world(
 
 async def attach_parked(app: App, agent: str, sid: str, work: Path) -> tuple[str, dict[str, Any]]:
     """Attach the terminal's session from the app (it stays parked) and subscribe to it."""
-    attached = await app.request(
-        "session.attach", agent=agent, agent_session_id=sid, cwd=str(work)
-    )
+    attached = await app.request("session.attach", agent=agent, agent_session_id=sid, cwd=str(work))
     session: str = attached["session"]["session"]
     assert attached["session"]["state"] == "parked"
     await app.request("session.subscribe", session=session)

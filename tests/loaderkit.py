@@ -96,8 +96,13 @@ class LoaderHarness:
         entry = self.registry.get(agent_id)
         assert entry is not None, f"{agent_id} is not registered"
         obj = self.registry.agent_object(entry)
-        return {"cls": entry.cls, "error": obj.error, "file": obj.file, "source": obj.source,
-                "display_name": obj.display_name}
+        return {
+            "cls": entry.cls,
+            "error": obj.error,
+            "file": obj.file,
+            "source": obj.source,
+            "display_name": obj.display_name,
+        }
 
     async def reply(self, agent_id: str) -> str:
         entry = self.registry.get(agent_id)

@@ -158,8 +158,14 @@ class FakePushService(_Server):
         except Exception as exc:
             self.problems.append(f"{type(exc).__name__}: {exc}")
             return 400, str(exc).encode()
-        self.messages.append({"name": name, "ttl": hit.headers.get("ttl"),
-                              "urgency": hit.headers.get("urgency"), "payload": payload})
+        self.messages.append(
+            {
+                "name": name,
+                "ttl": hit.headers.get("ttl"),
+                "urgency": hit.headers.get("urgency"),
+                "payload": payload,
+            }
+        )
         return 201, b""
 
     def _check_vapid(self, hit: Hit) -> None:
@@ -168,7 +174,7 @@ class FakePushService(_Server):
 
         auth = hit.headers.get("authorization", "")
         assert auth.startswith("vapid "), f"no VAPID authorization: {auth[:20]!r}"
-        params = dict(p.strip().split("=", 1) for p in auth[len("vapid "):].split(","))
+        params = dict(p.strip().split("=", 1) for p in auth[len("vapid ") :].split(","))
         token, key = params["t"], params["k"]
         if self.vapid_public is not None:
             assert key == self.vapid_public, "signed with another key than webpush.key gives"

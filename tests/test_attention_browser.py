@@ -134,9 +134,7 @@ def run_turn(d: DaemonProcess, session: str, text: str) -> None:
     with_client(d, turn)
 
 
-def test_manifest_has_png_icons_and_the_worker_registers(
-    page: Page, daemon: DaemonProcess
-) -> None:
+def test_manifest_has_png_icons_and_the_worker_registers(page: Page, daemon: DaemonProcess) -> None:
     with urllib.request.urlopen(origin(daemon) + "/manifest.webmanifest") as resp:
         manifest = json.loads(resp.read())
     icons = {i["sizes"]: i for i in manifest["icons"]}
@@ -219,9 +217,7 @@ def test_settings_panel_lists_channels_and_sends_a_test(
     page: Page, daemon: DaemonProcess, receiver: Receiver
 ) -> None:
     page.wait("#notify-channels li")
-    assert page.texts("#notify-channels li") == [
-        "webhook on 127.0.0.1 error, permission, turn_end"
-    ]
+    assert page.texts("#notify-channels li") == ["webhook on 127.0.0.1 error, permission, turn_end"]
     assert "0 device(s)" in page.text("#notify-devices")
     before = len(receiver.hits)
     page.click("#notify-test")

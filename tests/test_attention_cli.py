@@ -31,7 +31,11 @@ def closed_port() -> int:
 def run(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bridge", *args],
-        cwd=str(ROOT), env=d.env, capture_output=True, text=True, timeout=60,
+        cwd=str(ROOT),
+        env=d.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -85,7 +89,9 @@ def test_doctor_checks_channel_urls_and_online_reaches_their_service(
     result = run(d, "doctor", "--json", "--no-agents")
     checks = [c for c in json.loads(result.stdout)["checks"] if c["code"].startswith("notify")]
     assert [c["code"] for c in checks] == [
-        "notify_channel", "notify_channel_invalid", "notify_channel"
+        "notify_channel",
+        "notify_channel_invalid",
+        "notify_channel",
     ], checks
     assert "nosuchservice://" in checks[1]["message"] and checks[1]["level"] == "warn"
     assert "abc" not in checks[1]["message"]
@@ -113,7 +119,11 @@ async def test_watch_on_a_terminal_counts_as_looking(
     primary, secondary = pty.openpty()
     watch = subprocess.Popen(
         [sys.executable, "-m", "bridge", "watch", watched["session"], "--no-color"],
-        cwd=str(ROOT), env=d.env, stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary,
+        cwd=str(ROOT),
+        env=d.env,
+        stdin=subprocess.DEVNULL,
+        stdout=secondary,
+        stderr=secondary,
     )
     os.close(secondary)
     try:

@@ -103,8 +103,12 @@ async def test_error_and_permission_kinds(
     assert data["title"].startswith("demo asks permission"), data
     assert data["message"].startswith("Write: demo.txt"), data
     req = blocks(frames, "permission_request")[-1]
-    await c.request("session.permission", session=session, request_id=req["id"],
-                    option_id=req["options"][0]["id"])
+    await c.request(
+        "session.permission",
+        session=session,
+        request_id=req["id"],
+        option_id=req["options"][0]["id"],
+    )
     await c.turn(session)
     await asyncio.sleep(0.5)
     assert len(receiver.hits) == 2  # a short turn (min_turn_s = 3600) is not announced
@@ -298,8 +302,11 @@ async def test_handoff_both_ways_with_a_terminal(
 
     fake = tmp_path / "fake"
     fake.mkdir()
-    d = DaemonProcess(tmp_path / "home", config=notify_config(receiver, kinds='["handoff"]'),
-                      env={"HANDOFF_FAKE_DIR": str(fake)})
+    d = DaemonProcess(
+        tmp_path / "home",
+        config=notify_config(receiver, kinds='["handoff"]'),
+        env={"HANDOFF_FAKE_DIR": str(fake)},
+    )
     (d.config_dir / "adapters").mkdir(parents=True, exist_ok=True)
     shutil.copy(ADAPTER, d.config_dir / "adapters" / "fake_term_adapter.py")
     d.start()

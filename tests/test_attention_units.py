@@ -46,7 +46,8 @@ class Feeder:
 
 def state(old: str, new: str, writer: str, queued: int = 0) -> SystemBlock:
     return SystemBlock(
-        code="state", text=f"{old} -> {new} (writer: {writer}): why",
+        code="state",
+        text=f"{old} -> {new} (writer: {writer}): why",
         data={"state": new, "writer": writer, "queued": queued},
     )
 
@@ -55,11 +56,17 @@ def test_permission_names_the_tool_and_its_command_and_carries_the_options() -> 
     feed = Feeder()
     tool = ToolCallBlock(id="t1", name="Bash", input={"command": "npm test -- --watch"})
     assert feed(tool) is None
-    notice = feed(PermissionRequestBlock(
-        id="p1", tool_call_id="t1", title="Run npm?",
-        options=[PermissionOption(id="a", label="Allow", kind="allow_once"),
-                 PermissionOption(id="r", label="Reject", kind="reject_once")],
-    ))
+    notice = feed(
+        PermissionRequestBlock(
+            id="p1",
+            tool_call_id="t1",
+            title="Run npm?",
+            options=[
+                PermissionOption(id="a", label="Allow", kind="allow_once"),
+                PermissionOption(id="r", label="Reject", kind="reject_once"),
+            ],
+        )
+    )
     assert notice is not None
     assert notice.kind == "permission" and notice.title == "claude asks permission (shop)"
     assert notice.body == "Bash: npm test -- --watch"
@@ -195,8 +202,13 @@ class FakeChannel:
 async def make(tmp_path: Path, channel: FakeChannel, window_s: float = 0.5) -> Attention:
     config = Config(notify=NotifyConfig(min_turn_s=0))
     a = Attention(
-        config, PushSubscriptions(MemoryStore()), lambda s: INFO, "http://h:1", tmp_path,
-        window_s=window_s, retry_delays=(0.05, 0.1),
+        config,
+        PushSubscriptions(MemoryStore()),
+        lambda s: INFO,
+        "http://h:1",
+        tmp_path,
+        window_s=window_s,
+        retry_delays=(0.05, 0.1),
     )
     a.channels = [channel]  # type: ignore[list-item]
     await a.start()
@@ -204,8 +216,11 @@ async def make(tmp_path: Path, channel: FakeChannel, window_s: float = 0.5) -> A
 
 
 def end_of_turn(session: str, seq: int, text: str) -> list[StoredEvent]:
-    blocks = [UserBlock(id=f"m{seq}", text="go"), TextBlock(id=f"t{seq}", text=text),
-              SessionEndBlock(reason="completed")]
+    blocks = [
+        UserBlock(id=f"m{seq}", text="go"),
+        TextBlock(id=f"t{seq}", text=text),
+        SessionEndBlock(reason="completed"),
+    ]
     return [StoredEvent(session, seq + i, "", block_to_json(b), 1.0) for i, b in enumerate(blocks)]
 
 
@@ -257,9 +272,15 @@ async def test_a_failed_delivery_is_retried_off_the_loop(tmp_path: Path) -> None
     await a.close()
 
 
-@pytest.mark.parametrize("endpoint", [
-    "http://push.example.com/x", "ftp://127.0.0.1/x", "https:///nohost", "javascript:alert(1)",
-])
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://push.example.com/x",
+        "ftp://127.0.0.1/x",
+        "https:///nohost",
+        "javascript:alert(1)",
+    ],
+)
 async def test_subscriptions_need_https_or_loopback_http(tmp_path: Path, endpoint: str) -> None:
     from bridge.attention.webpush import SubscriptionError
 
@@ -271,15 +292,20 @@ async def test_subscriptions_need_https_or_loopback_http(tmp_path: Path, endpoin
     await a.close()
 
 
-@pytest.mark.parametrize(("toml", "key"), [
-    ('[[notify.targets]]\nurl = "ntfy://t"\nkinds = ["turn_end", "lunch"]\n',
-     "notify.targets[0].kinds"),
-    ('[[notify.targets]]\nurl = "not a url"\n', "notify.targets[0].url"),
-    ('[notify]\nwebpush_kinds = ["everything"]\n', "notify.webpush_kinds"),
-    ('[notify]\nvapid_subject = "me"\n', "notify.vapid_subject"),
-    ('[notify]\nmin_turn_s = -1\n', "notify.min_turn_s"),
-    ('[[notify.targets]]\nkinds = ["error"]\n', "notify.targets"),
-])
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        (
+            '[[notify.targets]]\nurl = "ntfy://t"\nkinds = ["turn_end", "lunch"]\n',
+            "notify.targets[0].kinds",
+        ),
+        ('[[notify.targets]]\nurl = "not a url"\n', "notify.targets[0].url"),
+        ('[notify]\nwebpush_kinds = ["everything"]\n', "notify.webpush_kinds"),
+        ('[notify]\nvapid_subject = "me"\n', "notify.vapid_subject"),
+        ("[notify]\nmin_turn_s = -1\n", "notify.min_turn_s"),
+        ('[[notify.targets]]\nkinds = ["error"]\n', "notify.targets"),
+    ],
+)
 def test_bad_notify_config_names_the_key(tmp_path: Path, toml: str, key: str) -> None:
     from bridge.config import ConfigError, load_config
 
@@ -313,18 +339,36 @@ def test_tool_calls_are_kept_small_and_an_ended_session_is_forgotten() -> None:
     assert "s1" not in feed.detector._tracks
 
 
-@pytest.mark.parametrize(("url", "shown", "address", "secrets"), [
-    ("ntfys://ntfy.sh/bridge-7f3k9q2m", "ntfys://ntfy.sh/***", ("ntfy.sh", 443),
-     ["bridge-7f3k9q2m"]),
-    ("ntfy://me:hunter2hunter2@ntfy.lan:8080/alerts", "ntfy://me:****@ntfy.lan:8080/alerts",
-     ("ntfy.lan", 8080), ["hunter2hunter2"]),
-    ("tgram://123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/987654", "tgram://1...w/987654/",
-     ("api.telegram.org", 443), ["123456789", "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"]),
-    ("pover://u1234567890abcdefghijklmnopqr@a1234567890abcdefghijklmnopqr",
-     "pover://u...r@a...r//", ("api.pushover.net", 443),
-     ["u1234567890abcdefghijklmnopqr", "a1234567890abcdefghijklmnopqr"]),
-    ("json://127.0.0.1:8080/hook", "json://127.0.0.1:8080/hook", ("127.0.0.1", 8080), []),
-])
+@pytest.mark.parametrize(
+    ("url", "shown", "address", "secrets"),
+    [
+        (
+            "ntfys://ntfy.sh/bridge-7f3k9q2m",
+            "ntfys://ntfy.sh/***",
+            ("ntfy.sh", 443),
+            ["bridge-7f3k9q2m"],
+        ),
+        (
+            "ntfy://me:hunter2hunter2@ntfy.lan:8080/alerts",
+            "ntfy://me:****@ntfy.lan:8080/alerts",
+            ("ntfy.lan", 8080),
+            ["hunter2hunter2"],
+        ),
+        (
+            "tgram://123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/987654",
+            "tgram://1...w/987654/",
+            ("api.telegram.org", 443),
+            ["123456789", "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"],
+        ),
+        (
+            "pover://u1234567890abcdefghijklmnopqr@a1234567890abcdefghijklmnopqr",
+            "pover://u...r@a...r//",
+            ("api.pushover.net", 443),
+            ["u1234567890abcdefghijklmnopqr", "a1234567890abcdefghijklmnopqr"],
+        ),
+        ("json://127.0.0.1:8080/hook", "json://127.0.0.1:8080/hook", ("127.0.0.1", 8080), []),
+    ],
+)
 def test_a_channel_is_shown_masked_and_its_secrets_are_redacted_everywhere(
     url: str, shown: str, address: tuple[str, int], secrets: list[str]
 ) -> None:
@@ -373,8 +417,12 @@ async def test_subscriptions_are_bounded_oldest_out(tmp_path: Path) -> None:
     keys = BrowserKeys.make()
     auth = "A" * 22
     for i in range(notifier.MAX_SUBSCRIPTIONS + 2):
-        await a.subscribe({"endpoint": f"https://push.example/{i}",
-                           "keys": {"p256dh": keys.p256dh(), "auth": auth}})
+        await a.subscribe(
+            {
+                "endpoint": f"https://push.example/{i}",
+                "keys": {"p256dh": keys.p256dh(), "auth": auth},
+            }
+        )
     assert len(a.subscriptions) == notifier.MAX_SUBSCRIPTIONS
     assert "https://push.example/0" not in a.subscriptions
     assert "https://push.example/1" not in a.subscriptions

@@ -17,7 +17,11 @@ from tests.daemon import ROOT, DaemonProcess
 def cli(d: DaemonProcess, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bridge", *args],
-        cwd=ROOT, env=d.env, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        env=d.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -51,7 +55,11 @@ def test_cli_commands_talk_to_the_daemon(daemon: DaemonProcess, project: Path) -
 
     watch = subprocess.Popen(
         [sys.executable, "-m", "bridge", "watch", session, "--no-color"],
-        cwd=ROOT, env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env=daemon.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     out = ""
@@ -91,7 +99,11 @@ def test_serve_refuses_a_public_address_without_tls(tmp_path: Path) -> None:
     d = DaemonProcess(tmp_path / "home")
     result = subprocess.run(
         [sys.executable, "-m", "bridge", "serve", "--host", "0.0.0.0", "--port", "0"],
-        cwd=ROOT, env=d.env, capture_output=True, text=True, timeout=30,
+        cwd=ROOT,
+        env=d.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "without TLS" in result.stderr and "--insecure" in result.stderr
@@ -101,7 +113,11 @@ def test_serve_reports_a_bad_config_key(tmp_path: Path) -> None:
     d = DaemonProcess(tmp_path / "home", config="[server]\nprot = 1\n")
     result = subprocess.run(
         [sys.executable, "-m", "bridge", "serve", "--port", "0"],
-        cwd=ROOT, env=d.env, capture_output=True, text=True, timeout=30,
+        cwd=ROOT,
+        env=d.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "prot" in result.stderr and "Traceback" not in result.stderr

@@ -29,10 +29,17 @@ AGENT_BRIDGE = str(Path(sys.executable).parent / "agent-bridge")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def run(d: DaemonProcess, *args: str, cwd: Path | None = None,
-        timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([AGENT_BRIDGE, *args], cwd=cwd or d.home, env=d.env,
-                          capture_output=True, text=True, timeout=timeout)
+def run(
+    d: DaemonProcess, *args: str, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENT_BRIDGE, *args],
+        cwd=cwd or d.home,
+        env=d.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 class Terminal:
@@ -40,9 +47,15 @@ class Terminal:
 
     def __init__(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path) -> None:
         self.master, slave = pty.openpty()
-        self.proc = subprocess.Popen(list(argv), stdin=slave, stdout=slave, stderr=slave,
-                                     env={**env, "TERM": "xterm", "COLUMNS": "120"},
-                                     cwd=cwd, start_new_session=True)
+        self.proc = subprocess.Popen(
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env={**env, "TERM": "xterm", "COLUMNS": "120"},
+            cwd=cwd,
+            start_new_session=True,
+        )
         os.close(slave)
         self.out = ""
 
@@ -93,8 +106,7 @@ def terminals() -> Iterator[list[Terminal]]:
         t.close()
 
 
-def open_terminal(terminals: list[Terminal], d: DaemonProcess, *args: str,
-                  cwd: Path) -> Terminal:
+def open_terminal(terminals: list[Terminal], d: DaemonProcess, *args: str, cwd: Path) -> Terminal:
     t = Terminal([AGENT_BRIDGE, *args], env=d.env, cwd=cwd)
     terminals.append(t)
     return t
@@ -137,8 +149,9 @@ def test_new_prints_the_id_and_sends(daemon: DaemonProcess, project: Path) -> No
     # Not a terminal: the id only (for `sid=$(agent-bridge new …)`), the message sent.
     elsewhere = project / "sub"
     elsewhere.mkdir()
-    sent = run(daemon, "new", "demo", "echo hi there", "--cwd", str(elsewhere),
-               "--model", "demo-slow")
+    sent = run(
+        daemon, "new", "demo", "echo hi there", "--cwd", str(elsewhere), "--model", "demo-slow"
+    )
     assert sent.returncode == 0, sent.stderr
     sid2 = sent.stdout.strip()
     assert "\n" not in sid2
@@ -152,9 +165,7 @@ def test_new_prints_the_id_and_sends(daemon: DaemonProcess, project: Path) -> No
     assert "Traceback" not in unknown.stderr
 
 
-def test_permission_is_answered_from_the_command_line(
-    daemon: DaemonProcess, project: Path
-) -> None:
+def test_permission_is_answered_from_the_command_line(daemon: DaemonProcess, project: Path) -> None:
     sid = run(daemon, "new", "demo", "write something", cwd=project).stdout.strip()
 
     async def pending_request() -> dict[str, Any]:
@@ -272,12 +283,22 @@ def test_resume_continues_a_demo_session_in_a_terminal_and_back(
     assert "interrupted" not in terminal_part
     frames = asyncio.run(history(daemon, sid))
     users = [(b["source"], b["text"]) for b in blocks(frames, "user")]
-    assert users == [("bridge", "echo from the app"), ("terminal", "typed in the terminal"),
-                     ("bridge", "echo while away")]
-    records = [json.loads(line) for line in next(
-        (daemon.state_dir / "demo-sessions").glob("*.jsonl")).read_text().splitlines()]
+    assert users == [
+        ("bridge", "echo from the app"),
+        ("terminal", "typed in the terminal"),
+        ("bridge", "echo while away"),
+    ]
+    records = [
+        json.loads(line)
+        for line in next((daemon.state_dir / "demo-sessions").glob("*.jsonl"))
+        .read_text()
+        .splitlines()
+    ]
     assert [r.get("source") for r in records if r["type"] == "user"] == [
-        "bridge", "terminal", "bridge"]
+        "bridge",
+        "terminal",
+        "bridge",
+    ]
 
 
 def test_watch_renderer_prints_no_empty_assistant_line() -> None:
@@ -302,8 +323,9 @@ def test_watch_renderer_prints_no_empty_assistant_line() -> None:
 # ---- agents, doctor, config ----------------------------------------------------------------------
 
 
-def test_agents_table_shows_the_state_and_the_whole_reason(daemon_factory: Any,
-                                                           tmp_path: Path) -> None:
+def test_agents_table_shows_the_state_and_the_whole_reason(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
     home = tmp_path / "home"
     adapters = home / "config" / "agent-bridge" / "adapters"
     adapters.mkdir(parents=True, mode=0o700)
@@ -320,8 +342,7 @@ def test_agents_table_shows_the_state_and_the_whole_reason(daemon_factory: Any,
     assert rows["acp"] == "unavailable"
     # the whole reason, on its own lines under the row (it used to be cut at 28 characters)
     text = " ".join(line.strip() for line in lines)
-    assert "why: no command configured: set [agents.acp] binary, or add [acp.<name>] tables" \
-        in text
+    assert "why: no command configured: set [agents.acp] binary, or add [acp.<name>] tables" in text
     listed = {a["agent"]: a for a in json.loads(run(d, "agents", "--json").stdout)}
     half = next(a for a in listed.values() if a.get("file") == str(broken))
     assert rows[half["agent"]] == "unavailable"
@@ -334,8 +355,14 @@ def test_a_closed_stdout_ends_quietly(daemon: DaemonProcess) -> None:
         read_end, write_end = os.pipe()
         os.close(read_end)
         try:
-            done = subprocess.run([AGENT_BRIDGE, *args], stdout=write_end,
-                                  stderr=subprocess.PIPE, env=daemon.env, text=True, timeout=60)
+            done = subprocess.run(
+                [AGENT_BRIDGE, *args],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                env=daemon.env,
+                text=True,
+                timeout=60,
+            )
         finally:
             os.close(write_end)
         assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
@@ -346,7 +373,7 @@ def test_a_closed_stdout_ends_quietly(daemon: DaemonProcess) -> None:
     ("config", "says"),
     [
         ('[server]\nport = "8797"\n', "key `server.port`: Expected `int`, got `str`"),
-        ('[agents.claude]\nbinary = 1\n', "key `agents.claude.binary`: Expected `str | null`"),
+        ("[agents.claude]\nbinary = 1\n", "key `agents.claude.binary`: Expected `str | null`"),
         ('[agents.codex]\nbinry = "x"\n', "unknown key `agents.codex.binry`"),
     ],
 )
@@ -357,8 +384,9 @@ def test_config_values_are_taken_as_written(tmp_path: Path, config: str, says: s
     assert "agents[...]" not in served.stderr and "Traceback" not in served.stderr
 
 
-def test_serve_warns_of_an_agents_table_that_names_no_agent(daemon_factory: Any,
-                                                            tmp_path: Path) -> None:
+def test_serve_warns_of_an_agents_table_that_names_no_agent(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
     d = daemon_factory(home=tmp_path / "home", config='[agents.claud]\nmodel = "x"\n').start()
     deadline = time.monotonic() + 30
     while "config_unknown_agent" not in d.log_text():
@@ -378,9 +406,14 @@ def test_watch_into_a_pipe_reads_no_keys(daemon: DaemonProcess, project: Path) -
     is typed there (a digit in the next command) must not answer the request."""
     sid = run(daemon, "new", "demo", "tour please", cwd=project).stdout.strip()
     master, slave = pty.openpty()
-    watch = subprocess.Popen([AGENT_BRIDGE, "watch", sid, "--no-color"], stdin=slave,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=daemon.env,
-                             start_new_session=True)
+    watch = subprocess.Popen(
+        [AGENT_BRIDGE, "watch", sid, "--no-color"],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=daemon.env,
+        start_new_session=True,
+    )
     os.close(slave)
     try:
         assert watch.stdout is not None

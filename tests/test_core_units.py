@@ -233,15 +233,18 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
 
 def test_env_overrides_config(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         [server]
         port = 9000
         [agents.claude]
         binary = "/opt/claude"
         env = { FOO = "bar" }
-    """))
-    config = load_config(path, environ={"AGENT_BRIDGE_SERVER_PORT": "9100",
-                                        "AGENT_BRIDGE_LOG_LEVEL": "debug"})
+    """)
+    )
+    config = load_config(
+        path, environ={"AGENT_BRIDGE_SERVER_PORT": "9100", "AGENT_BRIDGE_LOG_LEVEL": "debug"}
+    )
     assert config.server.port == 9100 and config.log.level == "debug"
     assert config.agent("claude").binary == "/opt/claude"
     assert config.agent("claude").env == {"FOO": "bar"}

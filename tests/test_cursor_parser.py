@@ -30,8 +30,11 @@ CURSOR = FIXTURES / "cursor"
 
 
 def assistant(text: str, stamp: int | None = None) -> str:
-    event = {"type": "assistant", "message": {"role": "assistant", "content": [
-        {"type": "text", "text": text}]}, "session_id": "s"}
+    event = {
+        "type": "assistant",
+        "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+        "session_id": "s",
+    }
     if stamp is not None:
         event["timestamp_ms"] = stamp
     return json.dumps(event)
@@ -110,16 +113,33 @@ def test_a_delta_that_starts_like_the_segment_is_still_a_delta() -> None:
 
 def test_errors_and_todos() -> None:
     parser = CursorParser()
-    todo = {"type": "tool_call", "subtype": "started", "call_id": "t1", "tool_call": {
-        "updateTodosToolCall": {"args": {"todos": [
-            {"content": "Read", "status": "TODO_STATUS_COMPLETED"},
-            {"content": "Write", "status": "TODO_STATUS_IN_PROGRESS"}]}}}}
+    todo = {
+        "type": "tool_call",
+        "subtype": "started",
+        "call_id": "t1",
+        "tool_call": {
+            "updateTodosToolCall": {
+                "args": {
+                    "todos": [
+                        {"content": "Read", "status": "TODO_STATUS_COMPLETED"},
+                        {"content": "Write", "status": "TODO_STATUS_IN_PROGRESS"},
+                    ]
+                }
+            }
+        },
+    }
     blocks = parser.feed(json.dumps(todo))
     plan = of(blocks, PlanBlock)[0]
     assert [(e.content, e.status) for e in plan.entries] == [
-        ("Read", "completed"), ("Write", "in_progress")]
-    failed = {"type": "tool_call", "subtype": "completed", "call_id": "t1", "tool_call": {
-        "updateTodosToolCall": {"result": {"error": {"message": "no"}}}}}
+        ("Read", "completed"),
+        ("Write", "in_progress"),
+    ]
+    failed = {
+        "type": "tool_call",
+        "subtype": "completed",
+        "call_id": "t1",
+        "tool_call": {"updateTodosToolCall": {"result": {"error": {"message": "no"}}}},
+    }
     blocks += parser.feed(json.dumps(failed))
     assert of(blocks, ToolResultBlock)[0].is_error
     blocks += parser.feed('{"type":"error","message":"model access denied"}')

@@ -32,8 +32,9 @@ def run_dev_function(
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     script = f'source "{ROOT}/dev"; venv="{venv}"; {call}'
     env = {**os.environ, "PATH": f"{path_first}:{os.environ['PATH']}"}
-    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_an_old_node_is_replaced_by_one_from_pypi(tmp_path: Path) -> None:
@@ -71,7 +72,12 @@ def test_npm_ci_accepts_the_lock(tmp_path: Path) -> None:
         pytest.skip("npm is not installed")
     for name in ("package.json", "package-lock.json"):
         shutil.copy(ROOT / "tests" / "clis" / name, tmp_path / name)
-    done = subprocess.run([npm, "ci", "--dry-run", "--ignore-scripts", "--no-audit", "--no-fund"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [npm, "ci", "--dry-run", "--ignore-scripts", "--no-audit", "--no-fund"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0 and "EUSAGE" not in done.stderr, done.stderr[-3000:]
     assert not (tmp_path / "node_modules").exists()

@@ -62,7 +62,12 @@ class Home:
         popen.setdefault("stdout", subprocess.PIPE)
         return subprocess.run(
             [sys.executable, "-m", "bridge", "doctor", *args],
-            cwd=ROOT, env=self.env, stderr=subprocess.PIPE, text=True, timeout=120, **popen,
+            cwd=ROOT,
+            env=self.env,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            **popen,
         )
 
     def doctor_json(self) -> tuple[int, dict[str, Any]]:
@@ -88,12 +93,19 @@ def test_pass_but_the_daemon_is_not_running(home: Home) -> None:
     assert [c["code"] for c in warnings] == ["daemon_not_running"], warnings
     assert "not running" in warnings[0]["message"] and "agent-bridge serve" in warnings[0]["hint"]
     codes = by_code(report)
-    for code in ("config_valid", "token_missing", "state_dir_ok", "bind_loopback", "port_free",
-                 "adapters_dir_missing"):
+    for code in (
+        "config_valid",
+        "token_missing",
+        "state_dir_ok",
+        "bind_loopback",
+        "port_free",
+        "adapters_dir_missing",
+    ):
         assert codes[code]["scope"] == "daemon", code
     assert any(c["scope"] == "demo" for c in report["checks"])
-    assert all(set(c) >= {"scope", "code", "level", "message", "detail", "hint"}
-               for c in report["checks"])
+    assert all(
+        set(c) >= {"scope", "code", "level", "message", "detail", "hint"} for c in report["checks"]
+    )
     disabled = [c for c in report["checks"] if c["code"] == "disabled"]
     assert len(disabled) == len(load_builtin_classes()) - 1
 
@@ -170,8 +182,9 @@ def test_fail_invalid_config(home: Home) -> None:
     assert bad["level"] == "error" and "prot" in bad["message"]
     text = home.doctor("--no-agents")
     assert text.returncode == 2
-    assert any(line.startswith("error daemon") and "prot" in line
-               for line in text.stdout.splitlines())
+    assert any(
+        line.startswith("error daemon") and "prot" in line for line in text.stdout.splitlines()
+    )
 
 
 def test_fail_unwritable_state_dir(home: Home, tmp_path: Path) -> None:

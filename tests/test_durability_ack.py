@@ -18,7 +18,7 @@ from tests.daemon import DaemonProcess
 from tests.wsclient import Client
 
 TRIALS = int(os.environ.get("DURABILITY_TRIALS", "3"))
-CONFIG = "[agents.demo]\noptions = { delay = 0.001 }\n[server]\nunix_socket = \"off\"\n"
+CONFIG = '[agents.demo]\noptions = { delay = 0.001 }\n[server]\nunix_socket = "off"\n'
 
 
 async def _sessions(d: DaemonProcess) -> dict[str, dict[str, Any]]:

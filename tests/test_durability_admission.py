@@ -22,7 +22,9 @@ from tests.wsclient import Client
 async def _unix_hello(d: DaemonProcess) -> None:
     sock = d.home / "run" / "agent-bridge" / "bridge.sock"
     async with unix_connect(
-        str(sock), uri="ws://localhost/v1/ws", subprotocols=["bridge.v1.json"]  # type: ignore[list-item]
+        str(sock),
+        uri="ws://localhost/v1/ws",
+        subprotocols=["bridge.v1.json"],  # type: ignore[list-item]
     ) as ws:
         await ws.send(json.dumps({"t": "hello", "id": 1, "protocol": 1}))
         assert json.loads(await ws.recv())["t"] == "ok"

@@ -20,7 +20,12 @@ from tests.loaderkit import adapter_source, write
 def _serve(d: DaemonProcess) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bridge", "serve", "--port", "0"],
-        cwd=str(ROOT), env=d.env, capture_output=True, text=True, timeout=30, check=False,
+        cwd=str(ROOT),
+        env=d.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
 
 

@@ -17,7 +17,7 @@ def _low_fd_limit() -> None:
 
 
 def test_accept_errors_are_logged_at_a_bounded_rate(tmp_path: Path) -> None:
-    d = DaemonProcess(tmp_path / "home", config="[server]\nunix_socket = \"off\"\n")
+    d = DaemonProcess(tmp_path / "home", config='[server]\nunix_socket = "off"\n')
     log = tmp_path / "daemon.log"
     with open(log, "w") as err:
         proc = subprocess.Popen(

@@ -30,7 +30,7 @@ async def test_store_files_are_0600_and_the_state_dir_0700(
     state = home / "state" / "agent-bridge"
     state.mkdir(parents=True)
     state.chmod(0o755)  # left by an older version, or made by hand
-    config = "[server]\nunix_socket = \"off\"\n"
+    config = '[server]\nunix_socket = "off"\n'
     db = state / "bridge.sqlite3"
     if custom_path:
         shared = tmp_path / "shared-home"

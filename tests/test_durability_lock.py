@@ -62,7 +62,9 @@ async def test_second_serve_on_the_same_state_dir_exits_1_and_touches_nothing(
     await c.close()
     sock = d.home / "run" / "agent-bridge" / "bridge.sock"
     async with unix_connect(
-        str(sock), uri="ws://localhost/v1/ws", subprotocols=["bridge.v1.json"]  # type: ignore[list-item]
+        str(sock),
+        uri="ws://localhost/v1/ws",
+        subprotocols=["bridge.v1.json"],  # type: ignore[list-item]
     ) as ws:
         await ws.send(json.dumps({"t": "hello", "id": 1, "protocol": 1}))
         assert json.loads(await ws.recv())["t"] == "ok"

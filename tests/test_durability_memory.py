@@ -67,7 +67,7 @@ async def test_a_client_that_stops_reading_is_cut_off(
 ) -> None:
     d: DaemonProcess = daemon_factory(
         config="[agents.demo]\noptions = { delay = 0.0, chunk = 65536 }\n"
-        f"[server]\nunix_socket = \"off\"\n[limits]\n{limits}\n"
+        f'[server]\nunix_socket = "off"\n[limits]\n{limits}\n'
     ).start()
     # 12 MiB in 64 KiB blocks: under 200 frames, far under send_queue_frames.
     stuck = await _turn_with_a_non_reader(d, project, "echo " + "x" * (12 * MiB))
@@ -115,7 +115,7 @@ def _rss_mib(pid: int) -> float:
 
 
 async def test_queued_message_bodies_wait_on_disk(daemon_factory: Any, project: Path) -> None:
-    d: DaemonProcess = daemon_factory(config="[server]\nunix_socket = \"off\"\n").start()
+    d: DaemonProcess = daemon_factory(config='[server]\nunix_socket = "off"\n').start()
     assert d.proc is not None
     c = await Client.open(d.url, d.token)
     session = (await c.request("session.create", agent="demo", cwd=str(project)))["session"][
@@ -135,11 +135,11 @@ async def test_queued_message_bodies_wait_on_disk(daemon_factory: Any, project: 
     grown = _rss_mib(d.proc.pid) - before
     assert grown < 20, f"RSS grew {grown:.0f} MiB for 40 MiB of queued messages"
     # They run, in order, with their whole text, once the turn goes on.
-    await c.request("session.permission", session=session, request_id=request_id,
-                    option_id="allow")
+    await c.request("session.permission", session=session, request_id=request_id, option_id="allow")
     said = await c.events_until(
         lambda b: b["type"] == "user" and b["text"] == "echo the last one",
-        timeout=120, session=session,
+        timeout=120,
+        session=session,
     )
     said += await c.turn(session)
     assert "You said: the last one" in "".join(

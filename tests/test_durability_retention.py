@@ -23,11 +23,25 @@ async def test_start_up_reads_the_bodies_of_queued_messages_only(tmp_path: Path)
     store.save_session(SessionRecord(id="s1", agent="demo", cwd="/"))
     for i in range(40):  # 40 MiB of messages whose turns ran long ago
         store.save_message(
-            MessageRecord(session="s1", client_msg_id=f"old{i}", text="x" * MiB,
-                          status="started", created_at=i, answered_queued=bool(i % 2))
+            MessageRecord(
+                session="s1",
+                client_msg_id=f"old{i}",
+                text="x" * MiB,
+                status="started",
+                created_at=i,
+                answered_queued=bool(i % 2),
+            )
         )
-    store.save_message(MessageRecord(session="s1", client_msg_id="waiting", text="y" * MiB,
-                                     status="queued", created_at=100, answered_queued=True))
+    store.save_message(
+        MessageRecord(
+            session="s1",
+            client_msg_id="waiting",
+            text="y" * MiB,
+            status="queued",
+            created_at=100,
+            answered_queued=True,
+        )
+    )
     await store.close()
 
     again = SqliteStore(db)
@@ -54,16 +68,18 @@ async def test_start_up_reads_the_bodies_of_queued_messages_only(tmp_path: Path)
     assert peak < 8 * MiB, f"start-up read {peak / MiB:.0f} MiB of message bodies"
 
 
-async def test_an_old_ended_session_is_removed_whole(
-    daemon_factory: Any, project: Path
-) -> None:
-    d: DaemonProcess = daemon_factory(config="[server]\nunix_socket = \"off\"\n").start()
+async def test_an_old_ended_session_is_removed_whole(daemon_factory: Any, project: Path) -> None:
+    d: DaemonProcess = daemon_factory(config='[server]\nunix_socket = "off"\n').start()
     c = await Client.open(d.url, d.token)
     gone = (await c.request("session.create", agent="demo", cwd=str(project)))["session"]
     kept = (await c.request("session.create", agent="demo", cwd=str(project)))["session"]
     for s in (gone, kept):
-        await c.request("session.send", session=s["session"], text="echo hello",
-                        client_msg_id=f"m-{s['session']}")
+        await c.request(
+            "session.send",
+            session=s["session"],
+            text="echo hello",
+            client_msg_id=f"m-{s['session']}",
+        )
     await asyncio.sleep(1.0)
     await c.request("session.close", session=gone["session"])
     await c.close()
@@ -71,7 +87,7 @@ async def test_an_old_ended_session_is_removed_whole(
     time.sleep(1.5)
     # A retention of a second: the ended session is older than that, the open one is kept.
     (d.config_dir / "config.toml").write_text(
-        "[server]\nunix_socket = \"off\"\n[store]\nmax_age_days = 0.00001\n"
+        '[server]\nunix_socket = "off"\n[store]\nmax_age_days = 0.00001\n'
     )
     d.start()
     c = await Client.open(d.url, d.token)
@@ -81,10 +97,14 @@ async def test_an_old_ended_session_is_removed_whole(
     assert d.stop() == 0
     db = sqlite3.connect(d.state_dir / "bridge.sqlite3")
     try:
-        for table, column in (("sessions", "id"), ("event_chunks", "session"),
-                              ("messages", "session")):
-            left = db.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} = ?",
-                              (gone["session"],)).fetchone()[0]
+        for table, column in (
+            ("sessions", "id"),
+            ("event_chunks", "session"),
+            ("messages", "session"),
+        ):
+            left = db.execute(
+                f"SELECT COUNT(*) FROM {table} WHERE {column} = ?", (gone["session"],)
+            ).fetchone()[0]
             assert left == 0, f"{left} rows of the removed session left in {table}"
         # The kept session's message body is pruned too (its turn ran; the user block stays).
         assert db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 0

@@ -11,7 +11,7 @@ import pytest
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client, RequestFailed
 
-CONFIG = "[server]\nunix_socket = \"off\"\n[limits]\nmax_sessions = 2\n"
+CONFIG = '[server]\nunix_socket = "off"\n[limits]\nmax_sessions = 2\n'
 
 
 async def test_max_sessions_counts_sessions_not_ended_also_after_a_restart(

@@ -27,7 +27,7 @@ from tests.wsclient import Client
 
 CONFIG = (
     "[agents.demo]\noptions = {{ delay = {delay}, chunk = 1 }}\n"
-    "[server]\nunix_socket = \"off\"\n[store]\nfail_after_s = {fail_after}\n{extra}"
+    '[server]\nunix_socket = "off"\n[store]\nfail_after_s = {fail_after}\n{extra}'
 )
 
 

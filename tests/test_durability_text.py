@@ -14,7 +14,7 @@ from typing import Any
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client
 
-ADAPTER = '''
+ADAPTER = """
 import asyncio
 import json
 from bridge.adapters.base import BaseAdapter
@@ -46,7 +46,7 @@ class Halves(BaseAdapter):
 
     async def stop(self):
         pass
-'''
+"""
 
 
 async def _turn(d: DaemonProcess, project: Path) -> tuple[str, list[dict[str, Any]]]:
@@ -69,7 +69,7 @@ async def test_lone_surrogates_are_replaced_and_take_no_seq_gap(
     adapters.mkdir(parents=True, mode=0o700)
     (adapters / "halves.py").write_text(ADAPTER)
     (adapters / "halves.py").chmod(0o600)
-    d: DaemonProcess = daemon_factory(home=home, config="[server]\nunix_socket = \"off\"\n")
+    d: DaemonProcess = daemon_factory(home=home, config='[server]\nunix_socket = "off"\n')
     d.start()
     session, frames = await _turn(d, project)
     texts = [f["block"].get("text") for f in frames if f["block"]["type"] == "text"]

@@ -15,8 +15,18 @@ from tests.rawws import RawWebSocket
 from tests.wsclient import Client, RequestFailed, blocks, text_of
 
 ALL_TYPES = {
-    "agent_info", "user", "text", "thinking", "tool_call", "tool_result", "plan", "diff",
-    "permission_request", "usage", "system", "session_end",
+    "agent_info",
+    "user",
+    "text",
+    "thinking",
+    "tool_call",
+    "tool_result",
+    "plan",
+    "diff",
+    "permission_request",
+    "usage",
+    "system",
+    "session_end",
 }
 
 
@@ -36,15 +46,16 @@ async def create_demo(c: Client, cwd: Path) -> str:
     return str(result["session"]["session"])
 
 
-async def answer_permission(c: Client, session: str, frames: list[dict[str, Any]],
-                            option: str = "allow") -> None:
+async def answer_permission(
+    c: Client, session: str, frames: list[dict[str, Any]], option: str = "allow"
+) -> None:
     req = blocks(frames, "permission_request")[-1]
-    await c.request("session.permission", session=session, request_id=req["id"],
-                    option_id=option)
+    await c.request("session.permission", session=session, request_id=req["id"], option_id=option)
 
 
-async def full_turn(c: Client, session: str, text: str, option: str = "allow",
-                    **send: Any) -> list[dict[str, Any]]:
+async def full_turn(
+    c: Client, session: str, text: str, option: str = "allow", **send: Any
+) -> list[dict[str, Any]]:
     await c.request("session.send", session=session, text=text, **send)
     frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
     await answer_permission(c, session, frames, option)
@@ -74,8 +85,11 @@ async def test_full_tour_every_block_type_in_order(daemon: DaemonProcess, projec
     for tool_id, statuses in calls.items():
         assert statuses[0] == "running" and statuses[-1] in ("done", "error")
         assert tool_id in results
-    assert blocks(frames)[-1] == {**blocks(frames)[-1], "type": "session_end",
-                                  "reason": "completed"}
+    assert blocks(frames)[-1] == {
+        **blocks(frames)[-1],
+        "type": "session_end",
+        "reason": "completed",
+    }
     # the state went running then idle, pushed as frames and logged as system blocks
     frames += await c.events_until(lambda b: b.get("code") == "state", session=session)
     states = [b["data"]["state"] for b in blocks(frames, "system") if b["code"] == "state"]
@@ -106,14 +120,16 @@ async def test_permission_denied_and_interrupt(daemon: DaemonProcess, project: P
     await c.request("session.send", session=session, text="again")
     frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
     req = blocks(frames, "permission_request")[-1]
-    bad = await c.call("session.permission", session=session, request_id=req["id"],
-                       option_id="nope")
+    bad = await c.call(
+        "session.permission", session=session, request_id=req["id"], option_id="nope"
+    )
     assert bad["t"] == "err" and bad["code"] == "bad_request"
     await c.request("session.interrupt", session=session)
     rest = await c.turn(session)
     assert blocks(rest, "session_end")[-1]["reason"] == "interrupted"
-    unknown = await c.call("session.permission", session=session, request_id=req["id"],
-                           option_id="allow")
+    unknown = await c.call(
+        "session.permission", session=session, request_id=req["id"], option_id="allow"
+    )
     assert unknown["code"] == "not_found"
     await c.close()
 
@@ -135,8 +151,7 @@ async def test_reconnect_replays_exactly_the_missed_events(
     assert frames[0]["seq"] == last + 1
     assert_gapless(frames, start=last + 1)
     # a retransmit of the same message is answered the same and starts no second turn
-    again = await c2.request("session.send", session=session, text="slow tour",
-                             client_msg_id="m1")
+    again = await c2.request("session.send", session=session, text="slow tour", client_msg_id="m1")
     assert again == {"queued": False}
     await answer_permission(c2, session, frames)
     rest = await c2.turn(session)
@@ -312,8 +327,7 @@ async def test_origin_allow_list_and_healthz(daemon: DaemonProcess) -> None:
     with pytest.raises(InvalidStatus) as info:
         await Client.open(daemon.url, daemon.token, origin="http://evil.example")
     assert info.value.response.status_code == 403
-    same = await Client.open(daemon.url, daemon.token,
-                             origin=f"http://127.0.0.1:{daemon.port}")
+    same = await Client.open(daemon.url, daemon.token, origin=f"http://127.0.0.1:{daemon.port}")
     await same.close()
 
 
@@ -324,14 +338,14 @@ async def test_bad_input_gets_the_spec_error(daemon: DaemonProcess, project: Pat
         (json.dumps({"id": 5}), "bad_request", 5),
         (json.dumps([1, 2]), "bad_request", None),
         (json.dumps({"t": "nope.nope", "id": 6}), "unknown_method", 6),
-        (json.dumps({"t": "session.send", "id": 8, "session": 3, "text": "x"}),
-         "bad_request", 8),
+        (json.dumps({"t": "session.send", "id": 8, "session": 3, "text": "x"}), "bad_request", 8),
         (json.dumps({"t": "session.create", "id": 9}), "bad_request", 9),
     ]
     for raw, code, rid in cases:
         await c.send_raw(raw)
         frame = await c.next_push()
         assert frame["t"] == "err" and frame["code"] == code and frame["id"] == rid, frame
+
     async def err(method: str, **fields: Any) -> str:
         with pytest.raises(RequestFailed) as info:
             await c.request(method, **fields)
@@ -367,13 +381,17 @@ async def test_oversize_frame_closes_with_1009(daemon_factory: Any) -> None:
 async def test_attachments_and_limits(daemon_factory: Any, project: Path) -> None:
     import base64
 
-    d = daemon_factory(config="[limits]\nmax_attachment_bytes = 100\nmax_queued_messages = 2\n"
-                       ).start()
+    d = daemon_factory(
+        config="[limits]\nmax_attachment_bytes = 100\nmax_queued_messages = 2\n"
+    ).start()
     c = await open_client(d)
     session = await create_demo(c, project)
     await c.request("session.subscribe", session=session)
-    small = {"name": "../../etc/passwd", "mime": "text/plain",
-             "data": base64.b64encode(b"hi").decode()}
+    small = {
+        "name": "../../etc/passwd",
+        "mime": "text/plain",
+        "data": base64.b64encode(b"hi").decode(),
+    }
     await c.request("session.send", session=session, text="echo att", attachments=[small])
     frames = await c.turn(session)
     user = blocks(frames, "user")[0]
@@ -418,8 +436,7 @@ async def test_msgpack_subprotocol(daemon: DaemonProcess, project: Path) -> None
         dec = msgspec.msgpack.decode
         await ws.send(enc({"t": "hello", "id": 1, "protocol": 1, "token": daemon.token}))
         assert dec(await ws.recv())["t"] == "ok"
-        await ws.send(enc({"t": "session.create", "id": 2, "agent": "demo",
-                           "cwd": str(project)}))
+        await ws.send(enc({"t": "session.create", "id": 2, "agent": "demo", "cwd": str(project)}))
         created = dec(await ws.recv())
         session = created["result"]["session"]["session"]
         await ws.send(enc({"t": "session.subscribe", "id": 3, "session": session}))

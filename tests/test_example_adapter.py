@@ -128,6 +128,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]
 @pytest.fixture(scope="module")
 def installed(running: DaemonProcess) -> DaemonProcess:
     """Copy the two files as the README says; the daemon picks them up on its own."""
+
     async def copy_and_wait() -> None:
         c = await Client.open(running.url, running.token)
         target = running.config_dir / "adapters"
@@ -204,16 +205,18 @@ async def test_permission_diff_interrupt_and_failure(
     await c.request("session.send", session=session, text="write from the phone")
     frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
     request = blocks(frames, "permission_request")[-1]
-    await c.request("session.permission", session=session, request_id=request["id"],
-                    option_id="allow")
+    await c.request(
+        "session.permission", session=session, request_id=request["id"], option_id="allow"
+    )
     frames += await c.turn(session)
     diff = blocks(frames, "diff")[0]
     assert diff["path"] == "toy.txt" and diff["new_text"] == "from the phone\n"
     assert (project / "toy.txt").read_text() == "from the phone\n"
 
     await c.request("session.send", session=session, text="sleep 60")
-    await c.events_until(lambda b: b.get("code") == "state" and b["data"]["state"] == "running",
-                         session=session)
+    await c.events_until(
+        lambda b: b.get("code") == "state" and b["data"]["state"] == "running", session=session
+    )
     await asyncio.sleep(0.5)
     await c.request("session.interrupt", session=session)
     frames = await c.turn(session, timeout=30)
@@ -223,8 +226,11 @@ async def test_permission_diff_interrupt_and_failure(
     frames = await say(c, session, "fail")
     error = blocks(frames, "error")[0]
     assert error["code"] == "agent_error" and "failing on request" in error["detail"]
-    assert blocks(frames, "session_end")[-1] == {**blocks(frames, "session_end")[-1],
-                                                 "reason": "error", "exit_code": 3}
+    assert blocks(frames, "session_end")[-1] == {
+        **blocks(frames, "session_end")[-1],
+        "reason": "error",
+        "exit_code": 3,
+    }
     await c.close()
 
 
@@ -237,11 +243,19 @@ async def test_handoff_to_the_terminal_chat_and_back(
     command = await c.request("session.handoff", session=session)
     assert command["argv"][-2:] == ["--resume", sid] and command["cwd"] == str(project)
     env = {**os.environ, "TOY_AGENT_HOME": installed.env["TOY_AGENT_HOME"]}
-    terminal = subprocess.Popen(command["argv"], cwd=command["cwd"], env=env, text=True,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    terminal = subprocess.Popen(
+        command["argv"],
+        cwd=command["cwd"],
+        env=env,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
-        await c.events_until(lambda b: b.get("code") == "state"
-                             and b["data"]["writer"] == "terminal", session=session)
+        await c.events_until(
+            lambda b: b.get("code") == "state" and b["data"]["writer"] == "terminal",
+            session=session,
+        )
         assert terminal.stdin is not None
         terminal.stdin.write("typed in the terminal\n")
         terminal.stdin.flush()
@@ -257,7 +271,9 @@ async def test_handoff_to_the_terminal_chat_and_back(
         terminal.wait(15)
     released = await c.events_until(
         lambda b: b.get("code") == "state" and b["data"]["state"] == "idle",
-        session=session, timeout=30)
+        session=session,
+        timeout=30,
+    )
     # The terminal's turn got its answer: it ended normally, though toy-agent's file marks
     # no turn end (it was labelled `interrupted` when the mirror stopped).
     assert [b["reason"] for b in blocks(released, "session_end")] == ["completed"]
@@ -270,9 +286,16 @@ async def test_a_terminal_only_session_is_listed(installed: DaemonProcess, tmp_p
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "TOY_AGENT_HOME": installed.env["TOY_AGENT_HOME"]}
-    subprocess.run([sys.executable, str(installed.config_dir / "adapters" / "_toy_agent.py")],
-                   input="started in a terminal\n", text=True, cwd=elsewhere, env=env,
-                   check=True, capture_output=True, timeout=30)
+    subprocess.run(
+        [sys.executable, str(installed.config_dir / "adapters" / "_toy_agent.py")],
+        input="started in a terminal\n",
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     c = await Client.open(installed.url, installed.token)
     for _ in range(40):  # the daemon caches the external scan for a few seconds
         listed = (await c.request("sessions.list"))["sessions"]

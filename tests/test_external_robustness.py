@@ -16,7 +16,7 @@ import pytest
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client, RequestFailed, blocks, text_of
 
-BAD_ACTORS = '''
+BAD_ACTORS = """
 import asyncio
 import sys
 
@@ -155,7 +155,7 @@ class NotABlock(Base):
         await self.q.get()
         yield "plain string"
         yield SessionEndBlock(reason="completed")
-'''
+"""
 
 IDLE_S = 1.5
 STOP_GRACE_S = 0.5
@@ -283,9 +283,7 @@ async def test_a_hanging_adapter_times_out(bad: DaemonProcess, project: Path, ag
     await still_serving(bad, project)
 
 
-async def test_a_hanging_stop_does_not_wedge_the_session(
-    bad: DaemonProcess, project: Path
-) -> None:
+async def test_a_hanging_stop_does_not_wedge_the_session(bad: DaemonProcess, project: Path) -> None:
     c = await Client.open(bad.url, bad.token)
     session = await session_on(c, "stop_hangs", project)
     frames = await turn(c, session, "boom")
@@ -293,7 +291,8 @@ async def test_a_hanging_stop_does_not_wedge_the_session(
     # After the failed turn the daemon gives stop() its grace, then moves on.
     frames += await c.events_until(
         lambda b: b.get("code") == "state" and b["data"]["state"] == "idle",
-        session=session, timeout=STOP_GRACE_S + 15,
+        session=session,
+        timeout=STOP_GRACE_S + 15,
     )
     assert text_of(await turn(c, session, "next")) == "ok: next"
     started = time.monotonic()

@@ -158,8 +158,13 @@ def test_a_cli_that_did_not_retry_leaves_the_retry_to_the_bridge() -> None:
         ("claude", FailureReport(message="Not logged in · Please run /login"), "auth_required"),
         ("claude", FailureReport(message="x", kind="error_max_turns"), "max_turns"),
         ("claude", FailureReport(message="Credit balance is too low"), "quota_exhausted"),
-        ("codex", FailureReport(message="boom", status=429, body={"error": {
-            "type": "insufficient_quota"}}), "quota_exhausted"),
+        (
+            "codex",
+            FailureReport(
+                message="boom", status=429, body={"error": {"type": "insufficient_quota"}}
+            ),
+            "quota_exhausted",
+        ),
         ("codex", FailureReport(message="no rollout found for thread id x"), "unknown_session"),
         ("gemini", FailureReport(message="Gemini CLI: API key not valid."), "auth_required"),
         (None, FailureReport(message="401", status=401), "auth_required"),
@@ -168,13 +173,22 @@ def test_a_cli_that_did_not_retry_leaves_the_retry_to_the_bridge() -> None:
         (None, FailureReport(message="OAuth token has expired"), "auth_expired"),
         (None, FailureReport(message="read ECONNRESET"), "network"),
         (None, FailureReport(message="exited", exit_code=-9), "agent_crashed"),
-        (None, FailureReport(message="exited", exit_code=-9, stopped_by_bridge=True),
-         "agent_error"),
+        (
+            None,
+            FailureReport(message="exited", exit_code=-9, stopped_by_bridge=True),
+            "agent_error",
+        ),
         (None, FailureReport(message="exited", exit_code=130), "interrupted"),
-        (None, FailureReport(message="exited 1", stderr="thread 'main' panicked at x.rs"),
-         "agent_crashed"),
-        (None, FailureReport(message="exit 0 without a result", malformed=True),
-         "malformed_output"),
+        (
+            None,
+            FailureReport(message="exited 1", stderr="thread 'main' panicked at x.rs"),
+            "agent_crashed",
+        ),
+        (
+            None,
+            FailureReport(message="exit 0 without a result", malformed=True),
+            "malformed_output",
+        ),
         (None, FailureReport(bridge="timeout"), "timeout"),
         (None, FailureReport(bridge="interrupted"), "interrupted"),
         (None, FailureReport(message="something odd happened"), "agent_error"),
@@ -206,9 +220,16 @@ def test_retry_after_from_the_providers_words(text: str, body: Any, seconds: flo
 
 
 def test_auth_hints_say_which_command_to_run() -> None:
-    for agent, command in [("claude", "/login"), ("codex", "codex login"), ("gemini", "gemini"),
-                           ("opencode", "opencode auth login"), ("kilo", "kilo auth login"),
-                           ("pi", "/login"), ("cursor", "cursor-agent login"), ("droid", "droid")]:
+    for agent, command in [
+        ("claude", "/login"),
+        ("codex", "codex login"),
+        ("gemini", "gemini"),
+        ("opencode", "opencode auth login"),
+        ("kilo", "kilo auth login"),
+        ("pi", "/login"),
+        ("cursor", "cursor-agent login"),
+        ("droid", "droid"),
+    ]:
         failure = classify(agent, FailureReport(message="401 Unauthorized", status=401))
         assert failure.code == "auth_required" and command in (failure.hint or ""), agent
 
@@ -237,13 +258,33 @@ def test_every_code_has_a_retryability_and_tables_use_known_codes() -> None:
 # ---- never raises ------------------------------------------------------------------------------
 
 # keys the classifier looks for, so that generated bodies reach those paths
-_KEYS = st.sampled_from([
-    "status", "statusCode", "status_code", "httpStatusCode", "code", "error_status",
-    "api_error_status", "retry_after", "retryAfter", "retry-after", "retry_after_s",
-    "retryDelay", "retry_delay_ms", "retry_after_ms", "error", "message", "type",
-]) | st.text(max_size=12)
+_KEYS = st.sampled_from(
+    [
+        "status",
+        "statusCode",
+        "status_code",
+        "httpStatusCode",
+        "code",
+        "error_status",
+        "api_error_status",
+        "retry_after",
+        "retryAfter",
+        "retry-after",
+        "retry_after_s",
+        "retryDelay",
+        "retry_delay_ms",
+        "retry_after_ms",
+        "error",
+        "message",
+        "type",
+    ]
+) | st.text(max_size=12)
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=40)
     | st.sampled_from(["²", "429", "1e999", "7s", "2 minutes", "nan", "-5", "٤٢٩", 10**400]),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_KEYS, inner, max_size=5),
     max_leaves=25,
@@ -265,13 +306,27 @@ _ints = st.none() | st.integers(min_value=-(2**70), max_value=2**70)
     malformed=st.booleans(),
 )
 def test_classifier_never_raises(
-    agent: str | None, message: str, status: int | None, kind: str | None, body: Any,
-    stderr: str, exit_code: int | None, sig: int | None, retry_after: float | None,
+    agent: str | None,
+    message: str,
+    status: int | None,
+    kind: str | None,
+    body: Any,
+    stderr: str,
+    exit_code: int | None,
+    sig: int | None,
+    retry_after: float | None,
     malformed: bool,
 ) -> None:
     report = FailureReport(
-        message=message, status=status, kind=kind, body=body, stderr=stderr,
-        exit_code=exit_code, signal=sig, malformed=malformed, retry_after_s=retry_after,
+        message=message,
+        status=status,
+        kind=kind,
+        body=body,
+        stderr=stderr,
+        exit_code=exit_code,
+        signal=sig,
+        malformed=malformed,
+        retry_after_s=retry_after,
     )
     # the rules themselves, without classify()'s last-resort guard, must not raise
     failure = _classify(table_for(agent), report)

@@ -88,8 +88,9 @@ async def test_a_real_cli_failure_is_classified(
 async def test_claude_recovers_from_a_dropped_stream_by_itself(tmp_path: Path) -> None:
     if _binary("claude") is None:
         pytest.skip(realcli.missing_reason("claude"))
-    run = await run_failing_turn("claude", scenarios("anthropic")["dropped_connection"], 90,
-                                 tmp_path)
+    run = await run_failing_turn(
+        "claude", scenarios("anthropic")["dropped_connection"], 90, tmp_path
+    )
     assert not [b for b in run.blocks if isinstance(b, ErrorBlock)]
     assert "partial answer" in "".join(b.text for b in run.blocks if isinstance(b, TextBlock))
     assert run.agent_calls == 2  # the broken stream, then the same request without streaming
@@ -110,14 +111,18 @@ async def test_claudes_own_retries_keep_the_bridge_from_retrying(tmp_path: Path)
 async def test_opencode_retries_by_itself_and_says_so(tmp_path: Path, scenario: str) -> None:
     if _binary("opencode") is None:
         pytest.skip(realcli.missing_reason("opencode"))
-    want = {"rate_limit": "rate_limited", "overloaded": "overloaded",
-            "dropped_connection": "network"}[scenario]
+    want = {
+        "rate_limit": "rate_limited",
+        "overloaded": "overloaded",
+        "dropped_connection": "network",
+    }[scenario]
 
     def retry_note(block: object) -> bool:
         return isinstance(block, SystemBlock) and block.code == "api_retry"
 
-    run = await run_failing_turn("opencode", scenarios("other")[scenario], 90, tmp_path,
-                                 until=retry_note)
+    run = await run_failing_turn(
+        "opencode", scenarios("other")[scenario], 90, tmp_path, until=retry_note
+    )
     assert not run.timed_out
     note = run.blocks[-1]
     assert isinstance(note, SystemBlock) and (note.data or {}).get("error_code") == want
@@ -200,8 +205,11 @@ async def test_the_daemon_retries_a_rate_limited_turn_without_duplicating_the_pr
                 session, _ = await create(c, agent, project)
                 await c.request("session.send", session=session, text=prompt)
                 frames = await c.events_until(
-                    lambda b: b["type"] == "system" and b["code"] == "state"
-                    and (b.get("data") or {}).get("state") == "idle",
+                    lambda b: (
+                        b["type"] == "system"
+                        and b["code"] == "state"
+                        and (b.get("data") or {}).get("state") == "idle"
+                    ),
                     timeout=120,
                     session=session,
                 )

@@ -67,8 +67,12 @@ def _flapping_client(port: int, token: str, session: str, stop: threading.Event,
         raw.send_json({"t": "hello", "id": 1, "protocol": 1, "token": token})
         raw.recv_json()
         raw.send_json(
-            {"t": "session.subscribe", "id": 2, "session": session,
-             "after_seq": rng.randrange(0, 50)}
+            {
+                "t": "session.subscribe",
+                "id": 2,
+                "session": session,
+                "after_seq": rng.randrange(0, 50),
+            }
         )
         for _ in range(rng.randrange(0, 5)):
             try:
@@ -113,9 +117,9 @@ async def test_slow_vanished_and_flapping_clients_leave_the_rest_unaffected(
 ) -> None:
     d: DaemonProcess = daemon_factory(config=CONFIG).start()
     good = await Client.open(d.url, d.token)
-    session = (await good.request("session.create", agent="demo", cwd=str(project)))[
+    session = (await good.request("session.create", agent="demo", cwd=str(project)))["session"][
         "session"
-    ]["session"]
+    ]
     await good.request("session.subscribe", session=session)
     # Warm-up turn, then the reference point for memory and files.
     await good.request("session.send", session=session, text="echo " + "w" * 200_000)
@@ -189,10 +193,9 @@ async def test_subscribing_mid_stream_never_duplicates_or_skips(
         late = await Client.open(d.url, d.token)
         after = max(0, last - rng.randrange(0, 2000))
         got = await late.request("session.subscribe", session=session, after_seq=after)
-        frames = await late.events_until(
-            lambda b: True, session=session
-        ) + await late.events_until(lambda b: b["type"] == "session_end" or rng.random() < 0.002,
-                                    session=session)
+        frames = await late.events_until(lambda b: True, session=session) + await late.events_until(
+            lambda b: b["type"] == "session_end" or rng.random() < 0.002, session=session
+        )
         seqs = [f["seq"] for f in frames]
         assert seqs == list(range(after + 1, after + 1 + len(seqs))), (after, seqs[:20])
         last = max(last, got["last_seq"], seqs[-1])

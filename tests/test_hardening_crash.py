@@ -21,7 +21,7 @@ ROUNDS = 5
 PIECES = 3000
 #: Roughly the events of one turn: the echoed text in chunks of 7 characters.
 TURN_EVENTS = PIECES * 9 // 7
-CONFIG = "[agents.demo]\noptions = { delay = 0.0003, chunk = 7 }\n[server]\nunix_socket = \"off\"\n"
+CONFIG = '[agents.demo]\noptions = { delay = 0.0003, chunk = 7 }\n[server]\nunix_socket = "off"\n'
 
 
 async def _collect(c: Client, into: dict[int, dict[str, Any]], stop: asyncio.Event) -> None:
@@ -131,9 +131,7 @@ async def test_kill9_at_random_moments_keeps_every_seen_event(
         users = [f for f in history if f["block"]["type"] == "user"]
         assert len(ends) == len(users), f"{why}: every started turn ended exactly once"
         if round_no:
-            restarted = [
-                f for f in history[top:] if f["block"].get("code") == "daemon_restarted"
-            ]
+            restarted = [f for f in history[top:] if f["block"].get("code") == "daemon_restarted"]
             assert restarted, f"{why}: the kill did not land mid-turn"
         seen = by_seq
 

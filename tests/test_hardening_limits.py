@@ -24,12 +24,9 @@ async def _create(c: Client, cwd: Path) -> dict[str, Any]:
     return await c.call("session.create", agent="demo", cwd=str(cwd))
 
 
-async def test_session_subscriber_and_attachment_limits(
-    daemon_factory: Any, project: Path
-) -> None:
+async def test_session_subscriber_and_attachment_limits(daemon_factory: Any, project: Path) -> None:
     d: DaemonProcess = daemon_factory(
-        config="[limits]\nmax_sessions = 2\nmax_subscribers_per_session = 2\n"
-        "max_attachments = 2\n"
+        config="[limits]\nmax_sessions = 2\nmax_subscribers_per_session = 2\nmax_attachments = 2\n"
     ).start()
     c = await Client.open(d.url, d.token)
     first = await _create(c, project)
@@ -107,8 +104,9 @@ async def test_failed_logins_are_slowed_never_the_right_token(daemon_factory: An
         await c.close()
     # The local Unix socket (trusted by file permissions) works too.
     sock = d.home / "run" / "agent-bridge" / "bridge.sock"
-    async with unix_connect(str(sock), uri="ws://localhost/v1/ws",
-                            subprotocols=["bridge.v1.json"]) as ws:  # type: ignore[list-item]
+    async with unix_connect(
+        str(sock), uri="ws://localhost/v1/ws", subprotocols=["bridge.v1.json"]
+    ) as ws:  # type: ignore[list-item]
         await ws.send(json.dumps({"t": "hello", "id": 1, "protocol": 1}))
         assert json.loads(await ws.recv())["t"] == "ok"
 

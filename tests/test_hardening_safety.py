@@ -21,7 +21,7 @@ from bridge.hub.state import safe_attachment_name
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client, blocks
 
-HOSTILE = '''
+HOSTILE = """
 import asyncio
 import os
 
@@ -98,12 +98,12 @@ class HostileAdapter(BaseAdapter):
     @classmethod
     def terminal_resume_command(cls, sid, cwd=None):
         return ResumeCommand(argv=["sh", "-c", RUN, sid], cwd=cwd or "/")
-'''
+"""
 
-BROKEN = '''
+BROKEN = """
 import os
 raise RuntimeError("cannot import, key " + os.environ["FAKE_API_KEY"])
-'''
+"""
 
 
 def _start(daemon_factory: Any, tmp_path: Path, env_secret: str, config_secret: str) -> Any:
@@ -146,8 +146,11 @@ async def test_agent_output_is_never_run_and_secrets_never_logged(
         "session"
     ]
     await c.request("session.subscribe", session=session)
-    att = {"name": "../../../etc/passwd", "mime": "text/plain",
-           "data": base64.b64encode(b"x").decode()}
+    att = {
+        "name": "../../../etc/passwd",
+        "mime": "text/plain",
+        "data": base64.b64encode(b"x").decode(),
+    }
     await c.request("session.send", session=session, text="go", attachments=[att])
     frames = await c.turn(session)
     text = "".join(b.get("text", "") for b in blocks(frames, "text"))
@@ -165,8 +168,9 @@ async def test_agent_output_is_never_run_and_secrets_never_logged(
     await c.request("session.send", session=session, text="/terminal")
     await c.request("session.send", session=session, text="/status")
     agents = (await c.request("agents.list"))["agents"]
-    assert any(a["agent"] == "broken_secret" or "broken_secret" in (a.get("file") or "")
-               for a in agents)
+    assert any(
+        a["agent"] == "broken_secret" or "broken_secret" in (a.get("file") or "") for a in agents
+    )
     await asyncio.sleep(1.0)
     await c.close()
     d.stop()
@@ -195,8 +199,14 @@ def test_cwd_is_canonical_and_checked(daemon_factory: Any, tmp_path: Path) -> No
         ):
             got = await c.request("session.create", agent="demo", cwd=cwd)
             assert got["session"]["cwd"] == expected
-        for cwd in (f"{real}\x00/etc", str(tmp_path / "file"), "sub", "", "../..",
-                    str(tmp_path / "missing")):
+        for cwd in (
+            f"{real}\x00/etc",
+            str(tmp_path / "file"),
+            "sub",
+            "",
+            "../..",
+            str(tmp_path / "missing"),
+        ):
             answer = await c.call("session.create", agent="demo", cwd=cwd)
             assert answer["t"] == "err" and answer["code"] == "bad_request", (cwd, answer)
         await c.close()

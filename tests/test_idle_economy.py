@@ -52,7 +52,7 @@ async def test_an_idle_daemon_with_an_adapters_dir_does_not_wake(
         await c.close()
 
 
-LATE = '''
+LATE = """
 from bridge.adapters.base import BaseAdapter
 
 
@@ -74,7 +74,7 @@ class Late(BaseAdapter):
 
     async def stop(self):
         pass
-'''
+"""
 
 
 async def test_dirwatch_sees_changes_times_out_and_notices_its_directory_going(

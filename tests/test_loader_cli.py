@@ -16,12 +16,25 @@ from tests.loaderkit import adapter_source
 from tests.wsclient import Client, text_of
 
 
-def cli(home: Path, *args: str, extra_env: dict[str, str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"),
-           **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "bridge", "adapters", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
+def cli(
+    home: Path,
+    *args: str,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        **(extra_env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", "adapters", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def adapters_dir(home: Path) -> Path:
@@ -62,8 +75,11 @@ def test_check_explains_a_contract_violation_line_by_line(tmp_path: Path) -> Non
     ("text", "mode", "words"),
     [
         ("def f(:\n", 0o600, "syntax error at line 1"),
-        ("raise ImportError('needs the foo package')\n", 0o600,
-         "ImportError while importing at line 1: needs the foo package"),
+        (
+            "raise ImportError('needs the foo package')\n",
+            0o600,
+            "ImportError while importing at line 1: needs the foo package",
+        ),
         ("X = 1\n", 0o600, "no adapter class"),
         (adapter_source("demo"), 0o600, "agent_id `demo` is taken by a built-in adapter"),
         (adapter_source("loose"), 0o664, "writable by group, so someone else could"),
@@ -94,10 +110,13 @@ def test_check_as_json_and_the_directory_rules(tmp_path: Path) -> None:
     report = json.loads(run.stdout)
     assert run.returncode == 1 and not report["ok"]
     assert any("adapters directory" in p and "chmod go-w" in p for p in report["problems"])
-    assert any("a_other.py also declares agent_id `twin`" in n and "(a_other.py) wins" in n
-               for n in report["notes"])
-    assert report["classes"] == [{"class": "Echo", "agent_id": "twin",
-                                  "display_name": "Echo agent"}]
+    assert any(
+        "a_other.py also declares agent_id `twin`" in n and "(a_other.py) wins" in n
+        for n in report["notes"]
+    )
+    assert report["classes"] == [
+        {"class": "Echo", "agent_id": "twin", "display_name": "Echo agent"}
+    ]
     helper = write(folder / "_helper.py", adapter_source("helper"))
     folder.chmod(0o700)
     report = json.loads(cli(tmp_path, "check", "--json", str(helper)).stdout)

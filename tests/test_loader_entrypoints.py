@@ -23,7 +23,7 @@ from tests.wsclient import Client, text_of
 
 FIXTURE = ROOT / "tests" / "fixtures" / "entrypoint_pkg"
 
-DROP_IN = '''
+DROP_IN = """
 import asyncio
 from bridge.adapters.base import BaseAdapter
 from bridge.blocks import SessionEndBlock, TextBlock
@@ -51,7 +51,7 @@ class Local(BaseAdapter):
 
     async def stop(self):
         pass
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +62,21 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(FIXTURE, source)  # the build writes egg-info/build dirs next to the source
     target = work / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-         "--no-build-isolation", "--target", str(target), str(source)],
-        check=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        timeout=300,
     )
     return target
 
@@ -75,12 +87,19 @@ def test_the_distribution_is_really_installed(site: Path) -> None:
         "print(json.dumps(sorted((e.name, e.dist.name, e.dist.version) "
         "for e in m.entry_points(group='agent_bridge.adapters'))))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(site)},
-                         capture_output=True, text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={"PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     found = json.loads(out)
     dist = ["agent-bridge-fixture-adapters", "0.3.1"]
-    assert [[name, *dist] for name in
-            ("broken", "packaged", "shadow_ep", "takes_demo", "whole_module")] == found
+    assert [
+        [name, *dist] for name in ("broken", "packaged", "shadow_ep", "takes_demo", "whole_module")
+    ] == found
     assert list(site.glob("agent_bridge_fixture_adapters-0.3.1.dist-info/RECORD"))
 
 

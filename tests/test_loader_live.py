@@ -17,7 +17,7 @@ from tests.daemon import DaemonProcess
 from tests.loaderkit import new_session, say
 from tests.wsclient import Client, RequestFailed, blocks, text_of
 
-ADAPTER = '''
+ADAPTER = """
 import asyncio
 from bridge.adapters.base import BaseAdapter, ModelInfo
 from bridge.blocks import SessionEndBlock, TextBlock
@@ -50,7 +50,7 @@ class Live(BaseAdapter):
 
     async def list_models(self):
         return [ModelInfo(id="m", label="M")]
-'''
+"""
 
 
 def adapter(agent_id: str, version: str) -> str:
@@ -104,8 +104,9 @@ async def wait_pushed(c: Client, kind: str = "agents_changed", timeout: float = 
             return
 
 
-async def test_a_dropped_file_is_usable_without_a_restart(live: DaemonProcess,
-                                                           project: Path) -> None:
+async def test_a_dropped_file_is_usable_without_a_restart(
+    live: DaemonProcess, project: Path
+) -> None:
     c = await Client.open(live.url, live.token)
     assert "fresh" not in await agents(c)
     path = drop(live, "fresh.py", adapter("fresh", "v1"))

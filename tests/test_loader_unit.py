@@ -57,8 +57,10 @@ def test_a_file_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
     ("text", "expected"),
     [
         ("def broken(:\n    pass\n", "syntax error at line 1"),
-        ("x = 1\n\n\nraise RuntimeError('no config here')\n",
-         "RuntimeError while importing at line 4: no config here"),
+        (
+            "x = 1\n\n\nraise RuntimeError('no config here')\n",
+            "RuntimeError while importing at line 4: no config here",
+        ),
         ("import no_such_module_anywhere\n", "ModuleNotFoundError while importing at line 1"),
         ("import sys\nsys.exit(3)\n", "called sys.exit(3)"),
         ("x = 1\n", "no adapter class"),
@@ -89,8 +91,10 @@ def test_probe_stops_an_endless_loop_at_import(tmp_path: Path) -> None:
 
 
 def test_probe_lists_the_classes_and_ignores_what_the_file_prints(tmp_path: Path) -> None:
-    text = "print('noise on stdout')\n" + adapter_source("one", cls="One") + adapter_source(
-        "two", cls="Two"
+    text = (
+        "print('noise on stdout')\n"
+        + adapter_source("one", cls="One")
+        + adapter_source("two", cls="Two")
     )
     result = probe(str(write(tmp_path / "two.py", text)), 5.0)
     assert result.ok, result.error

@@ -18,7 +18,7 @@ from bridge.registry import load_builtin_classes
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client, text_of
 
-MOODY = '''
+MOODY = """
 from bridge import modes
 from bridge.adapters.base import BaseAdapter, ModeInfo
 from bridge.blocks import SessionEndBlock, TextBlock
@@ -49,7 +49,7 @@ class Moody(BaseAdapter):
 
     async def stop(self):
         pass
-'''
+"""
 
 
 def test_every_builtin_adapter_keeps_the_contract_with_its_modes() -> None:
@@ -85,6 +85,7 @@ def test_a_broken_modes_declaration_is_refused_at_import() -> None:
             async def send(self, text: str, attachments: Any = None) -> None: ...
             async def stream(self) -> Any:  # type: ignore[override]
                 yield None
+
             async def stop(self) -> None: ...
 
     with pytest.raises(TypeError, match="takes no `mode` keyword"):
@@ -101,6 +102,7 @@ def test_a_broken_modes_declaration_is_refused_at_import() -> None:
             async def send(self, text: str, attachments: Any = None) -> None: ...
             async def stream(self) -> Any:  # type: ignore[override]
                 yield None
+
             async def stop(self) -> None: ...
 
 

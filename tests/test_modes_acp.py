@@ -44,10 +44,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeGemini) -> Itera
     assert BINARY is not None
     root = tmp_path_factory.mktemp("acp-modes")
     env = realcli.gemini_env(root / "cli", fake.base_url)
-    config = (
-        f"[agents.gemini]\nbinary = {toml_string(BINARY)}\n"
-        f'model = "{realcli.GEMINI_MODEL}"\n'
-    )
+    config = f'[agents.gemini]\nbinary = {toml_string(BINARY)}\nmodel = "{realcli.GEMINI_MODEL}"\n'
     h = Harness(root / "daemon", daemon_env(env), config)
     yield h
     h.stop()
@@ -81,9 +78,7 @@ async def test_gemini_plan_mode_does_not_write_then_auto_edit_writes_without_ask
     async with harness.client() as c:
         entry = await detected(c, "gemini")
         assert [m["id"] for m in entry["modes"]] == ["default", "autoEdit", "yolo", "plan"]
-        created = await c.request(
-            "session.create", agent="gemini", cwd=str(project), mode="plan"
-        )
+        created = await c.request("session.create", agent="gemini", cwd=str(project), mode="plan")
         session = created["session"]["session"]
         assert created["session"]["mode"] == "plan"
         await c.request("session.subscribe", session=session, after_seq=0)
@@ -134,13 +129,9 @@ async def test_an_acp_agent_without_declared_modes_lists_and_switches_the_ones_i
     project = make_project(tmp_path / "project")
     planned, done = project / "planned.txt", project / "yolo.txt"
     qwen_fake.script(
-        CallTool(
-            "write_file", {"file_path": str(planned), "content": "p\n"}, when=user("QW-PLAN")
-        ),
+        CallTool("write_file", {"file_path": str(planned), "content": "p\n"}, when=user("QW-PLAN")),
         Reply(text="Planned only.", when=after_tool("QW-PLAN")),
-        CallTool(
-            "write_file", {"file_path": str(done), "content": "y\n"}, when=user("QW-YOLO")
-        ),
+        CallTool("write_file", {"file_path": str(done), "content": "y\n"}, when=user("QW-YOLO")),
         Reply(text="Written.", when=after_tool("QW-YOLO")),
     )
     asked: list[dict[str, Any]] = []

@@ -143,8 +143,10 @@ async def test_an_approved_plan_leaves_plan_mode_and_the_session_follows(
         CallTool(
             "Write",
             {"file_path": str(target), "content": "planned then done\n"},
-            when=lambda r: r.view.last_is_tool_result
-            and "approved exiting plan mode" in r.view.tool_results[-1],
+            when=lambda r: (
+                r.view.last_is_tool_result
+                and "approved exiting plan mode" in r.view.tool_results[-1]
+            ),
         ),
         Reply(text="Done.", when="tool_result"),
     )

@@ -54,6 +54,7 @@ async def test_plan_does_not_write_then_build_writes_without_asking(
 ) -> None:
     project = make_project(tmp_path / "project")
     planned, built = project / "planned.txt", project / "built.txt"
+
     def after(marker: str) -> Any:
         return lambda r: r.view.last_is_tool_result and marker in r.view.last_user_text
 
@@ -70,9 +71,7 @@ async def test_plan_does_not_write_then_build_writes_without_asking(
         return next(o["id"] for o in request["options"] if o["kind"] == "reject_once")
 
     async with harness.client() as c:
-        created = await c.request(
-            "session.create", agent=cli, cwd=str(project), mode="plan"
-        )
+        created = await c.request("session.create", agent=cli, cwd=str(project), mode="plan")
         session = created["session"]["session"]
         assert created["session"]["mode"] == "plan"
         await c.request("session.subscribe", session=session, after_seq=0)

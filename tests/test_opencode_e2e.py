@@ -122,8 +122,11 @@ async def test_tool_call_runs_in_the_project(
 ) -> None:
     fake.clear_script()
     fake.script(
-        CallTool("bash", {"command": "ls && echo oc-tool-ran", "description": "List"},
-                 when=user("OC-TOOL")),
+        CallTool(
+            "bash",
+            {"command": "ls && echo oc-tool-ran", "description": "List"},
+            when=user("OC-TOOL"),
+        ),
         Reply(text="Listed.", when="tool_result"),
     )
     async with harness.client() as c:
@@ -138,10 +141,16 @@ async def test_tool_call_runs_in_the_project(
 async def test_todos_become_a_plan(harness: Harness, fake: FakeChat, shared: Shared) -> None:
     fake.clear_script()
     fake.script(
-        CallTool("todowrite", {"todos": [
-            {"content": "Read the notes", "status": "completed", "priority": "high"},
-            {"content": "Change them", "status": "in_progress", "priority": "high"}]},
-                 when=user("OC-PLAN")),
+        CallTool(
+            "todowrite",
+            {
+                "todos": [
+                    {"content": "Read the notes", "status": "completed", "priority": "high"},
+                    {"content": "Change them", "status": "in_progress", "priority": "high"},
+                ]
+            },
+            when=user("OC-PLAN"),
+        ),
         Reply(text="Planned.", when="tool_result"),
     )
     async with harness.client() as c:
@@ -149,7 +158,9 @@ async def test_todos_become_a_plan(harness: Harness, fake: FakeChat, shared: Sha
         plan = await run_turn(c, shared.session, "OC-PLAN plan it", timeout=180)
         entries = of(plan, "plan")[-1]["entries"]
         assert [(e["content"], e["status"]) for e in entries] == [
-            ("Read the notes", "completed"), ("Change them", "in_progress")]
+            ("Read the notes", "completed"),
+            ("Change them", "in_progress"),
+        ]
 
 
 async def test_permission_requests_go_to_the_client(
@@ -157,18 +168,21 @@ async def test_permission_requests_go_to_the_client(
 ) -> None:
     fake.clear_script()
     fake.script(
-        CallTool("bash", {"command": "touch approved.txt", "description": "Make"},
-                 when=user("OC-ALLOW")),
+        CallTool(
+            "bash", {"command": "touch approved.txt", "description": "Make"}, when=user("OC-ALLOW")
+        ),
         Reply(text="Made it.", when="tool_result"),
-        CallTool("bash", {"command": "touch refused.txt", "description": "Make"},
-                 when=user("OC-DENY")),
+        CallTool(
+            "bash", {"command": "touch refused.txt", "description": "Make"}, when=user("OC-DENY")
+        ),
         Reply(text="Refused.", when="tool_result"),
     )
     project = shared.project
     async with harness.client() as c:
         await attach(c, shared.session)
-        allowed = await run_turn(c, shared.session, "OC-ALLOW make a file", answer="once",
-                                 timeout=180)
+        allowed = await run_turn(
+            c, shared.session, "OC-ALLOW make a file", answer="once", timeout=180
+        )
         request = of(allowed, "permission_request")[0]
         assert "touch approved.txt" in request["title"]
         assert request["tool_call_id"] == of(allowed, "tool_call")[0]["id"]
@@ -187,8 +201,11 @@ async def test_edit_arrives_as_a_diff_matching_the_file(
     notes = shared.project / "notes.txt"
     fake.clear_script()
     fake.script(
-        CallTool("edit", {"filePath": str(notes), "oldString": "world", "newString": "there"},
-                 when=user("OC-EDIT")),
+        CallTool(
+            "edit",
+            {"filePath": str(notes), "oldString": "world", "newString": "there"},
+            when=user("OC-EDIT"),
+        ),
         Reply(text="Edited.", when="tool_result"),
     )
     async with harness.client() as c:

@@ -109,7 +109,10 @@ def test_permission_request_points_at_its_tool_call(cli: str) -> None:
     assert request.id.startswith("per_") and request.tool_call_id == call.id
     assert "touch allowed.txt" in request.title
     assert [(o.id, o.kind) for o in request.options] == [
-        ("once", "allow_once"), ("always", "allow_always"), ("reject", "reject_once")]
+        ("once", "allow_once"),
+        ("always", "allow_always"),
+        ("reject", "reject_once"),
+    ]
     assert blocks.index(call) < blocks.index(request)
     well_formed(parser, blocks)
 
@@ -134,8 +137,9 @@ def test_an_idle_before_the_session_was_busy_does_not_end_the_turn() -> None:
     parser = OpenCodeParser("ses_1")
     parser.feed_event({"type": "session.idle", "properties": {"sessionID": "ses_1"}})
     assert not parser.turn_done
-    parser.feed_event({"type": "session.status",
-                       "properties": {"sessionID": "ses_1", "status": {"type": "busy"}}})
+    parser.feed_event(
+        {"type": "session.status", "properties": {"sessionID": "ses_1", "status": {"type": "busy"}}}
+    )
     parser.feed_event({"type": "session.idle", "properties": {"sessionID": "ses_1"}})
     assert parser.turn_done
 

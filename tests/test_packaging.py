@@ -24,8 +24,20 @@ import bridge
 ROOT = Path(__file__).resolve().parent.parent
 #: Not part of the distribution (and big): left out of the copy the wheel is built from.
 _NOT_SHIPPED = shutil.ignore_patterns(
-    ".git", ".venv", "node_modules", "__pycache__", "*.pyc", "*.egg-info", "build", "dist",
-    "tests", "bench", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis",
+    ".git",
+    ".venv",
+    "node_modules",
+    "__pycache__",
+    "*.pyc",
+    "*.egg-info",
+    "build",
+    "dist",
+    "tests",
+    "bench",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".hypothesis",
 )
 
 pytestmark = pytest.mark.slow
@@ -34,7 +46,9 @@ pytestmark = pytest.mark.slow
 def pip(python: Path, *args: str, timeout: float = 600) -> None:
     result = subprocess.run(
         [str(python), "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
@@ -100,13 +114,22 @@ def test_installed_agent_bridge_serves_healthz(venv: Path, tmp_path: Path) -> No
     }
     where = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import bridge; print(bridge.__file__)"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
     )
     assert str(venv) in where.stdout, "the installed copy must be the one running, not the tree"
 
     proc = subprocess.Popen(
-        [str(exe), "serve", "--port", "0"], env=env, cwd=tmp_path, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        [str(exe), "serve", "--port", "0"],
+        env=env,
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         assert proc.stdout is not None
@@ -140,9 +163,21 @@ def test_license_is_an_spdx_expression(source: Path, wheel: Path, tmp_path: Path
         metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         assert "License-Expression: MIT" in zf.read(metadata).decode().splitlines()
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "-v", "--no-deps",
-         "-w", str(tmp_path), str(source)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "wheel",
+            "-v",
+            "--no-deps",
+            "-w",
+            str(tmp_path),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert built.returncode == 0, built.stderr[-3000:]
     out = built.stdout + built.stderr
@@ -152,7 +187,10 @@ def test_license_is_an_spdx_expression(source: Path, wheel: Path, tmp_path: Path
 
 def test_version_is_single_sourced() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "bridge", "--version"], cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-m", "bridge", "--version"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=60,
     )
     assert result.stdout.strip() == f"agent-bridge {bridge.__version__}"
@@ -171,11 +209,15 @@ def pipx() -> Iterator[str]:
 
 
 def test_pipx_install(pipx: str, wheel: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PIPX_HOME": str(tmp_path / "pipx"),
-           "PIPX_BIN_DIR": str(tmp_path / "bin")}
-    result = subprocess.run([pipx, "install", str(wheel)], env=env, capture_output=True,
-                            text=True, timeout=600)
+    env = {**os.environ, "PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin")}
+    result = subprocess.run(
+        [pipx, "install", str(wheel)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    version = subprocess.run([str(tmp_path / "bin" / "agent-bridge"), "--version"],
-                             capture_output=True, text=True, timeout=60)
+    version = subprocess.run(
+        [str(tmp_path / "bin" / "agent-bridge"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert version.stdout.strip() == f"agent-bridge {bridge.__version__}"

@@ -26,7 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def pair(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bridge", "pair", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -83,10 +87,29 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     cert, key = where / "cert.pem", where / "key.pem"
     names = ["IP:127.0.0.1"] + ([f"IP:{lan_address()}"] if lan_address() else [])
     subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2",
-         "-subj", "/CN=agent-bridge-test", "-addext", "subjectAltName=" + ",".join(names)],
-        check=True, capture_output=True, timeout=60,
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=agent-bridge-test",
+            "-addext",
+            "subjectAltName=" + ",".join(names),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     key.chmod(0o600)
     return cert, key

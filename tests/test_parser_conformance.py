@@ -168,8 +168,23 @@ def test_garbage_never_raises(name: str) -> None:
 
 # ---- real lines mutated at random ---------------------------------------------------------------
 
-VALUES: list[Any] = [None, True, 0, -1, 2**63, 1.5, "", "x", "\ud800"[:0] + "é", [], {}, [1, "a"],
-                     {"type": "text"}, "../../etc/passwd", "$(touch x)"]
+VALUES: list[Any] = [
+    None,
+    True,
+    0,
+    -1,
+    2**63,
+    1.5,
+    "",
+    "x",
+    "\ud800"[:0] + "é",
+    [],
+    {},
+    [1, "a"],
+    {"type": "text"},
+    "../../etc/passwd",
+    "$(touch x)",
+]
 
 
 def _mutate(value: Any, rng: random.Random, depth: int = 0) -> Any:

@@ -473,6 +473,7 @@ def test_codex_helpers() -> None:
 
 # ---- garbage in, no exception out (property test) --------------------------------------------
 
+
 def _poke(parser: ClaudeParser | CodexParser, blocks: list[Block]) -> None:
     """Drive the parser's other entry points the way an adapter would."""
     for b in blocks:

@@ -31,9 +31,7 @@ from bridge.blocks import (
 from bridge.invariants import TurnGuard
 from bridge.protocol import ERROR_CODES, METHODS, ProtocolError, decode_request
 
-SETTINGS = settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _decodes_safely(data: bytes | str, msgpack: bool) -> None:
@@ -57,20 +55,38 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 field_names = st.sampled_from(
-    ["id", "t", "session", "text", "agent", "cwd", "after_seq", "attachments", "protocol",
-     "token", "client", "include_external", "request_id", "option_id", "client_msg_id",
-     "name", "mime", "data"]
+    [
+        "id",
+        "t",
+        "session",
+        "text",
+        "agent",
+        "cwd",
+        "after_seq",
+        "attachments",
+        "protocol",
+        "token",
+        "client",
+        "include_external",
+        "request_id",
+        "option_id",
+        "client_msg_id",
+        "name",
+        "mime",
+        "data",
+    ]
 )
 frames = st.dictionaries(field_names, json_values, max_size=8).flatmap(
-    lambda d: st.sampled_from([*sorted(METHODS), "nope", "", "hello "]).map(
-        lambda t: {**d, "t": t}
+    lambda d: (
+        st.sampled_from([*sorted(METHODS), "nope", "", "hello "]).map(lambda t: {**d, "t": t})
+        | st.just(d)
     )
-    | st.just(d)
 )
 
 
@@ -105,7 +121,7 @@ def test_request_shaped_frames_with_wrong_types(frame: dict[str, Any], msgpack: 
 
 
 @SETTINGS
-@given(st.sampled_from(["[", "{\"a\":", "\x91", "\x81\xa1a"]), st.integers(1, 200_000))
+@given(st.sampled_from(["[", '{"a":', "\x91", "\x81\xa1a"]), st.integers(1, 200_000))
 def test_deep_nesting(opener: str, depth: int) -> None:
     raw = opener * depth
     _decodes_safely(raw.encode("latin-1"), msgpack=opener[0] > "~")
@@ -133,7 +149,7 @@ def test_decoding_memory_is_bounded_by_the_input() -> None:
     # A frame can only cost memory in proportion to its own size (it is capped at the socket).
     tracemalloc.start()
     try:
-        for opener in ("[", "{\"a\":"):
+        for opener in ("[", '{"a":'):
             _decodes_safely((opener * 1_000_000).encode(), msgpack=False)
         _decodes_safely(b"\xdd\xff\xff\xff\xff" * 1000, msgpack=True)  # claims 4 G items
         _decodes_safely(b"\xdb\xff\xff\xff\xff", msgpack=True)  # claims a 4 GB string
@@ -158,7 +174,10 @@ blocks: st.SearchStrategy[Block] = st.one_of(
         parent_id=maybe_parent,
     ),
     st.builds(
-        ToolResultBlock, tool_call_id=ids, content=st.text(max_size=5), is_error=st.booleans(),
+        ToolResultBlock,
+        tool_call_id=ids,
+        content=st.text(max_size=5),
+        is_error=st.booleans(),
         parent_id=maybe_parent,
     ),
     st.builds(
@@ -207,8 +226,12 @@ def check_invariants(out: list[Block], agent_sid: str | None) -> None:
 
 
 @SETTINGS
-@given(st.lists(blocks, max_size=40), st.none() | st.just("agent-sid"),
-       st.sampled_from(["completed", "interrupted", "error", "timeout"]), st.booleans())
+@given(
+    st.lists(blocks, max_size=40),
+    st.none() | st.just("agent-sid"),
+    st.sampled_from(["completed", "interrupted", "error", "timeout"]),
+    st.booleans(),
+)
 def test_guard_output_always_keeps_the_invariants(
     stream: list[Block], agent_sid: str | None, reason: Any, silent: bool
 ) -> None:

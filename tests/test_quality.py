@@ -1,4 +1,4 @@
-"""The code stays ruff- and mypy --strict-clean: checked as part of the suite."""
+"""The code stays ruff-clean, ruff-formatted and mypy --strict-clean, checked by the suite."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CHECKED = ("bridge", "tests", "ext_adapters_example", "bench", "docs/config_table.py")
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -16,7 +17,12 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_is_clean() -> None:
-    result = run("ruff", "check", "bridge", "tests", "ext_adapters_example", "bench")
+    result = run("ruff", "check", *CHECKED)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_is_applied() -> None:
+    result = run("ruff", "format", "--check", *CHECKED)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client
 
-ADAPTER = '''
+ADAPTER = """
 import asyncio, json, os, uuid
 from bridge.adapters.base import BaseAdapter
 from bridge.blocks import SessionEndBlock, TextBlock
@@ -62,7 +62,7 @@ class Keeper(BaseAdapter):
             self.proc.kill()
             await self.proc.wait()
         note(event="stop", resume=self.sid)
-'''
+"""
 
 
 def _log(path: Path) -> list[dict[str, Any]]:

@@ -231,9 +231,7 @@ def chat() -> Iterator[FakeChat]:
         yield srv
 
 
-async def _idle_stop_and_resume(
-    h: Harness, chat: FakeServer, agent: str, project: Path
-) -> None:
+async def _idle_stop_and_resume(h: Harness, chat: FakeServer, agent: str, project: Path) -> None:
     marker = agent.upper()
     chat.clear_script()
     chat.script(

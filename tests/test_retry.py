@@ -20,7 +20,7 @@ import pytest
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client, blocks, text_of
 
-FLAKY = '''
+FLAKY = """
 import asyncio
 import json
 import os
@@ -85,7 +85,7 @@ class Flaky(BaseAdapter):
 
     async def stop(self):
         pass
-'''
+"""
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,10 @@ def verify(unit: Path, home: Path) -> str:
     env = {**os.environ, "HOME": str(home), "XDG_RUNTIME_DIR": str(runtime)}
     result = subprocess.run(
         [exe, "--user", "verify", str(unit)],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     said = "\n".join(
         line for line in (result.stdout + result.stderr).splitlines() if UNIT_NAME in line
@@ -79,8 +82,15 @@ def test_repo_unit_is_the_rendered_template() -> None:
 @needs_script
 def test_repo_unit_verifies(tmp_path: Path) -> None:
     text = REPO_UNIT.read_text()
-    for option in ("Type=notify", "NotifyAccess=main", "WatchdogSec=", "Restart=on-failure",
-                   "KillMode=mixed", "TimeoutStopSec=", "NoNewPrivileges=yes"):
+    for option in (
+        "Type=notify",
+        "NotifyAccess=main",
+        "WatchdogSec=",
+        "Restart=on-failure",
+        "KillMode=mixed",
+        "TimeoutStopSec=",
+        "NoNewPrivileges=yes",
+    ):
         assert f"\n{option}" in text, option
     # ExecStart is %h/.local/bin/agent-bridge, where pipx puts it.
     home = tmp_path / "home"
@@ -112,8 +122,9 @@ def test_install_writes_a_unit_for_this_installation(tmp_path: Path) -> None:
     assert f'\nEnvironment="PATH={path}"\n' in text
     assert verify(unit, home) == ""
 
-    again = run([str(tools / "agent-bridge"), "service", "install", "--config", str(config)],
-                home, path)
+    again = run(
+        [str(tools / "agent-bridge"), "service", "install", "--config", str(config)], home, path
+    )
     assert "is up to date" in again.stdout
 
 
@@ -126,7 +137,8 @@ def test_install_now_runs_systemctl_and_restarts_on_change(tmp_path: Path) -> No
     first = run([str(SCRIPT), "service", "install", "--now"], home, path)
     assert first.returncode == 0, first.stdout + first.stderr
     assert log.read_text().splitlines() == [
-        "--user daemon-reload", f"--user enable --now {UNIT_NAME}"
+        "--user daemon-reload",
+        f"--user enable --now {UNIT_NAME}",
     ]
     assert exec_start_of(installed(home).read_text())[0] == str(SCRIPT)
 
@@ -170,7 +182,8 @@ def test_status_and_uninstall(tmp_path: Path) -> None:
     assert gone.returncode == 0, gone.stdout
     assert not installed(home).exists()
     assert log.read_text().splitlines()[-2:] == [
-        f"--user disable --now {UNIT_NAME}", "--user daemon-reload"
+        f"--user disable --now {UNIT_NAME}",
+        "--user daemon-reload",
     ]
     again = run([str(SCRIPT), "service", "uninstall"], home, str(empty))
     assert again.returncode == 0 and "is not installed" in again.stdout

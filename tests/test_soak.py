@@ -65,8 +65,12 @@ class Load:
                 break
         while not self.stop.is_set():
             text = "echo " + "".join(rng.choice("abcdef ") for _ in range(rng.randrange(50, 3000)))
-            answer = await c.call("session.send", session=session, text=text,
-                                  client_msg_id=f"m{seed}-{self.turns}-{rng.random()}")
+            answer = await c.call(
+                "session.send",
+                session=session,
+                text=text,
+                client_msg_id=f"m{seed}-{self.turns}-{rng.random()}",
+            )
             if answer["t"] == "err":  # the session's queue is full: back off
                 assert answer["code"] == "rate_limited", answer
                 await asyncio.sleep(0.2)
@@ -90,9 +94,9 @@ class Load:
     async def interrupter(self, seed: int) -> None:
         rng = random.Random(seed)
         c = await Client.open(self.d.url, self.d.token)
-        session = (await c.request("session.create", agent="demo", cwd=str(self.cwd)))[
+        session = (await c.request("session.create", agent="demo", cwd=str(self.cwd)))["session"][
             "session"
-        ]["session"]
+        ]
         await c.request("session.subscribe", session=session)
         while not self.stop.is_set():
             await c.request("session.send", session=session, text="slow tour")
@@ -110,8 +114,14 @@ class Load:
             raw = RawWebSocket(self.d.port)
             raw.send_json({"t": "hello", "id": 1, "protocol": 1, "token": self.d.token})
             raw.recv_json()
-            raw.send_json({"t": "session.subscribe", "id": 2,
-                           "session": rng.choice(self.sessions), "after_seq": 0})
+            raw.send_json(
+                {
+                    "t": "session.subscribe",
+                    "id": 2,
+                    "session": rng.choice(self.sessions),
+                    "after_seq": 0,
+                }
+            )
             for _ in range(rng.randrange(0, 20)):
                 try:
                     raw.recv_json()
@@ -141,8 +151,9 @@ async def test_soak_mixed_load_keeps_memory_and_files_flat(
     load.cwd = project
     tasks = [asyncio.create_task(load.chatter(i)) for i in range(CHATTERS)]
     tasks += [asyncio.create_task(load.interrupter(100 + i)) for i in range(INTERRUPTERS)]
-    tasks += [asyncio.create_task(asyncio.to_thread(load.flapper, 200 + i))
-              for i in range(FLAPPERS)]
+    tasks += [
+        asyncio.create_task(asyncio.to_thread(load.flapper, 200 + i)) for i in range(FLAPPERS)
+    ]
 
     async def watch(seconds: float) -> None:
         # Fail fast if a worker died instead of waiting out the clock.

@@ -36,7 +36,6 @@ pytestmark = [
 ]
 
 
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("web-browser")
@@ -125,8 +124,9 @@ def test_a_turn_renders_every_block_type(page: Page, daemon: DaemonProcess, proj
     assert page.count(".blk-plan.superseded") == 2
     assert page.count(".blk-plan:not(.superseded) li[data-status=completed]") == 3
     # tool calls with their status and results
-    assert page.eval("[...document.querySelectorAll('.blk-tool')].map((e) => e.dataset.status)") \
-        == ["done", "done"]
+    assert page.eval(
+        "[...document.querySelectorAll('.blk-tool')].map((e) => e.dataset.status)"
+    ) == ["done", "done"]
     assert page.text(".blk-tool .tool-summary") == "ls"
     assert "README.md" in page.text(".blk-tool .tool-result pre")
     # the diff, colored, in both layouts
@@ -243,8 +243,10 @@ def test_a_prompt_answered_in_one_tab_settles_in_the_other(
         wait_turns(page, 1)
         assert page.eval("document.querySelector('.blk-permission').dataset.state") == "settled"
         assert page.eval("document.querySelector('.blk-permission .perm-opt').disabled") is True
-        assert page.text(".blk-tool[data-status=error] .tool-result.is-error pre") \
+        assert (
+            page.text(".blk-tool[data-status=error] .tool-result.is-error pre")
             == "the user denied this action"
+        )
         assert other.text(".blk-permission .perm-note") == "You chose: Deny"
         assert page_errors(other) == []
     finally:
@@ -261,8 +263,10 @@ def test_interrupt_stops_a_running_turn(page: Page, daemon: DaemonProcess, proje
     page.wait(".blk-end.reason-interrupted")
     page.wait_for("document.querySelector('.session-head .badge.state').textContent === 'idle'")
     assert page.text(".blk-end") == "Interrupted"
-    assert page.eval("document.querySelector('.blk-thinking').classList.contains('streaming')") \
+    assert (
+        page.eval("document.querySelector('.blk-thinking').classList.contains('streaming')")
         is False
+    )
     # The answer only comes after the permission prompt, which nobody answered.
     assert page.count(".blk-text") == 0
     assert page.count(".blk-permission[data-state=open]") == 0
@@ -303,8 +307,10 @@ def test_attachments_go_with_the_message(page: Page, daemon: DaemonProcess, proj
     )
     login(page, daemon)
     new_session(page, project)
-    page.set_files(".session input[type=file]",
-                   [("dot.png", "image/png", png), ("notes.txt", "text/plain", b"hello\n")])
+    page.set_files(
+        ".session input[type=file]",
+        [("dot.png", "image/png", png), ("notes.txt", "text/plain", b"hello\n")],
+    )
     assert page.count(".composer .chip") == 2
     page.wait_for("document.querySelector('.composer .chip img').naturalWidth === 1")
     send(page, "echo look at these")
@@ -384,35 +390,50 @@ def test_phone_layout(browser: Browser, daemon: DaemonProcess, project: Path) ->
 
 
 MARKDOWN_CASES: list[tuple[str, str]] = [
-    ("# Title\n\nSome **bold**, *em*, `code`.",
-     "<h1>Title</h1><p>Some <strong>bold</strong>, <em>em</em>, <code>code</code>.</p>"),
+    (
+        "# Title\n\nSome **bold**, *em*, `code`.",
+        "<h1>Title</h1><p>Some <strong>bold</strong>, <em>em</em>, <code>code</code>.</p>",
+    ),
     ("- a\n- b\n  - c", "<ul><li>a</li><li>b<ul><li>c</li></ul></li></ul>"),
     ("3. x\n4. y", '<ol start="3"><li>x</li><li>y</li></ol>'),
-    ("```py\nprint('<b>')\n```",
-     "<pre class=\"md-code\" data-lang=\"py\"><code>print('&lt;b&gt;')</code></pre>"),
+    (
+        "```py\nprint('<b>')\n```",
+        '<pre class="md-code" data-lang="py"><code>print(\'&lt;b&gt;\')</code></pre>',
+    ),
     ("```\nstill streaming", '<pre class="md-code"><code>still streaming</code></pre>'),
     ("<script>alert(1)</script>", "<p>&lt;script&gt;alert(1)&lt;/script&gt;</p>"),
-    ("[a](javascript:alert(1)) [b](https://x.dev/p?q=1)",
-     '<p><span class="md-badlink" title="javascript:alert(1)">a</span> '
-     '<a href="https://x.dev/p?q=1" target="_blank" rel="noopener noreferrer nofollow">b</a></p>'),
-    ("![img](https://x.dev/i.png)",
-     '<p><a href="https://x.dev/i.png" target="_blank" rel="noopener noreferrer nofollow">'
-     "image: img</a></p>"),
-    ("see https://x.dev/a_(b).",
-     '<p>see <a href="https://x.dev/a_(b)" target="_blank" rel="noopener noreferrer nofollow">'
-     "https://x.dev/a_(b)</a>.</p>"),
-    ("| a | b |\n|---|--:|\n| 1 | 2 |",
-     '<div class="md-table-wrap"><table class="md-table"><thead><tr><th>a</th>'
-     '<th class="align-right">b</th></tr></thead><tbody><tr><td>1</td>'
-     '<td class="align-right">2</td></tr></tbody></table></div>'),
+    (
+        "[a](javascript:alert(1)) [b](https://x.dev/p?q=1)",
+        '<p><span class="md-badlink" title="javascript:alert(1)">a</span> '
+        '<a href="https://x.dev/p?q=1" target="_blank" rel="noopener noreferrer nofollow">'
+        "b</a></p>",
+    ),
+    (
+        "![img](https://x.dev/i.png)",
+        '<p><a href="https://x.dev/i.png" target="_blank" rel="noopener noreferrer nofollow">'
+        "image: img</a></p>",
+    ),
+    (
+        "see https://x.dev/a_(b).",
+        '<p>see <a href="https://x.dev/a_(b)" target="_blank" rel="noopener noreferrer nofollow">'
+        "https://x.dev/a_(b)</a>.</p>",
+    ),
+    (
+        "| a | b |\n|---|--:|\n| 1 | 2 |",
+        '<div class="md-table-wrap"><table class="md-table"><thead><tr><th>a</th>'
+        '<th class="align-right">b</th></tr></thead><tbody><tr><td>1</td>'
+        '<td class="align-right">2</td></tr></tbody></table></div>',
+    ),
     ("> quoted\n> more", "<blockquote><p>quoted<br>more</p></blockquote>"),
     ("snake_case_name and 2 * 3 * 4", "<p>snake_case_name and 2 * 3 * 4</p>"),
     ("line1\nline2", "<p>line1<br>line2</p>"),
     ("~~gone~~ ***both***", "<p><del>gone</del> <strong><em>both</em></strong></p>"),
     ("\\*not em\\*", "<p>*not em*</p>"),
-    ("- [x] done\n- [ ] todo",
-     '<ul><li class="md-task"><span class="md-box" aria-hidden="true">☑ </span>done</li>'
-     '<li class="md-task"><span class="md-box" aria-hidden="true">☐ </span>todo</li></ul>'),
+    (
+        "- [x] done\n- [ ] todo",
+        '<ul><li class="md-task"><span class="md-box" aria-hidden="true">☑ </span>done</li>'
+        '<li class="md-task"><span class="md-box" aria-hidden="true">☐ </span>todo</li></ul>',
+    ),
     ("a\n\n---\n\nb", "<p>a</p><hr><p>b</p>"),
     ("**unclosed", "<p>**unclosed</p>"),
 ]
@@ -448,15 +469,41 @@ def test_markdown_and_diff_modules(page: Page, daemon: DaemonProcess) -> None:
 def test_transcript_module_folds_blocks_no_demo_emits(page: Page, daemon: DaemonProcess) -> None:
     """Sub-agent nesting, an edit diff, a gap notice, unknown blocks: synthetic frames."""
     frames = [
-        {"type": "tool_call", "id": "t1", "name": "Task", "title": "Explore", "kind": "think",
-         "input": {"description": "look around"}, "status": "running", "parent_id": None},
-        {"type": "tool_call", "id": "t2", "name": "Read", "kind": "read",
-         "input": {"file_path": "a.py"}, "status": "running", "parent_id": "t1"},
-        {"type": "tool_result", "tool_call_id": "t2", "content": "x = 1", "is_error": False,
-         "parent_id": "t1"},
+        {
+            "type": "tool_call",
+            "id": "t1",
+            "name": "Task",
+            "title": "Explore",
+            "kind": "think",
+            "input": {"description": "look around"},
+            "status": "running",
+            "parent_id": None,
+        },
+        {
+            "type": "tool_call",
+            "id": "t2",
+            "name": "Read",
+            "kind": "read",
+            "input": {"file_path": "a.py"},
+            "status": "running",
+            "parent_id": "t1",
+        },
+        {
+            "type": "tool_result",
+            "tool_call_id": "t2",
+            "content": "x = 1",
+            "is_error": False,
+            "parent_id": "t1",
+        },
         {"type": "tool_call", "id": "t2", "name": "Read", "status": "done", "parent_id": "t1"},
-        {"type": "diff", "path": "a.py", "old_text": "x = 1\ny = 2\n", "new_text": "x = 1\ny = 3\n",
-         "unified": None, "tool_call_id": "t1"},
+        {
+            "type": "diff",
+            "path": "a.py",
+            "old_text": "x = 1\ny = 2\n",
+            "new_text": "x = 1\ny = 3\n",
+            "unified": None,
+            "tool_call_id": "t1",
+        },
         {"type": "future_block", "whatever": 1},
         {"type": "system", "level": "warn", "code": "gap", "text": "events 1 to 9 were dropped"},
         {"type": "tool_result", "tool_call_id": "t9", "content": "orphan", "is_error": True},
@@ -533,26 +580,61 @@ def test_a_failure_shows_its_hint_and_a_retry_button_only_when_not_retried(
     hint = "Log Claude Code in on the workstation (run `claude`, then `/login`)."
     end = {"type": "session_end", "reason": "error", "exit_code": None, "agent_session_id": None}
     retried = [
-        {"type": "user", "id": "u1", "text": "fix the build", "attachments": [],
-         "source": "bridge"},
-        {"type": "error", "code": "auth_required", "message": "Invalid API key", "detail": None,
-         "retryable": False, "retry_after_s": None, "hint": hint},
+        {
+            "type": "user",
+            "id": "u1",
+            "text": "fix the build",
+            "attachments": [],
+            "source": "bridge",
+        },
+        {
+            "type": "error",
+            "code": "auth_required",
+            "message": "Invalid API key",
+            "detail": None,
+            "retryable": False,
+            "retry_after_s": None,
+            "hint": hint,
+        },
         end,
         {"type": "user", "id": "u2", "text": "fix it now", "attachments": [], "source": "bridge"},
-        {"type": "error", "code": "overloaded", "message": "API Error: 529 Overloaded",
-         "detail": None, "retryable": True, "retry_after_s": None,
-         "hint": "The provider is overloaded; try again in a moment."},
+        {
+            "type": "error",
+            "code": "overloaded",
+            "message": "API Error: 529 Overloaded",
+            "detail": None,
+            "retryable": True,
+            "retry_after_s": None,
+            "hint": "The provider is overloaded; try again in a moment.",
+        },
         end,
-        {"type": "system", "level": "warn", "code": "retrying",
-         "text": "overloaded: retrying in 2 s (retry 1 of 2)", "data": None},
+        {
+            "type": "system",
+            "level": "warn",
+            "code": "retrying",
+            "text": "overloaded: retrying in 2 s (retry 1 of 2)",
+            "data": None,
+        },
         {"type": "text", "id": "m1", "text": "fixed", "done": True},
         {**end, "reason": "completed"},
     ]
     not_retried = [
-        {"type": "user", "id": "u3", "text": "and now the tests", "attachments": [],
-         "source": "bridge"},
-        {"type": "error", "code": "rate_limited", "message": "429", "detail": None,
-         "retryable": True, "retry_after_s": 7, "hint": "Slow down."},
+        {
+            "type": "user",
+            "id": "u3",
+            "text": "and now the tests",
+            "attachments": [],
+            "source": "bridge",
+        },
+        {
+            "type": "error",
+            "code": "rate_limited",
+            "message": "429",
+            "detail": None,
+            "retryable": True,
+            "retry_after_s": 7,
+            "hint": "Slow down.",
+        },
         end,
     ]
     page.goto(base(daemon))

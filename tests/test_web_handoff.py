@@ -55,12 +55,19 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
     # A session the user started in toy-agent's own terminal, before the bridge saw it.
     subprocess.run(
         [sys.executable, str(adapters / "_toy_agent.py"), "--json", "started in a terminal"],
-        cwd=project, env=agent_env, check=True, capture_output=True, timeout=60,
+        cwd=project,
+        env=agent_env,
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     daemon = DaemonProcess(home, env={"TOY_AGENT_HOME": str(toy_home)}).start()
     browser = Browser(work / "browser")
     yield {
-        "daemon": daemon, "browser": browser, "project": project, "agent_env": agent_env,
+        "daemon": daemon,
+        "browser": browser,
+        "project": project,
+        "agent_env": agent_env,
         "script": adapters / "_toy_agent.py",
     }
     browser.close()
@@ -69,8 +76,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
 
 def wait_state(p: Page, text: str, timeout_ms: int = 30_000) -> None:
     p.wait_for(
-        "document.querySelector('.session-head .badge.state')?.textContent === "
-        f"{text!r}", timeout_ms,
+        f"document.querySelector('.session-head .badge.state')?.textContent === {text!r}",
+        timeout_ms,
     )
 
 
@@ -110,8 +117,12 @@ def test_a_terminal_session_is_attached_handed_off_and_comes_back(
         # The user runs that command: toy-agent's terminal chat takes the session.
         terminal = subprocess.Popen(
             [sys.executable, str(env["script"]), "--resume", sid],
-            cwd=project, env=env["agent_env"], stdin=subprocess.PIPE,  # type: ignore[arg-type]
-            stdout=subprocess.DEVNULL, text=True, start_new_session=True,
+            cwd=project,
+            env=env["agent_env"],
+            stdin=subprocess.PIPE,  # type: ignore[arg-type]
+            stdout=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
         )
         wait_state(p, "parked · a terminal owns it")
         assert terminal.stdin is not None

@@ -159,8 +159,11 @@ def test_the_pages_own_origin_may_open_the_socket_and_others_may_not(daemon: Dae
         client = await Client.open(daemon.url, daemon.token, origin=own)
         assert (await client.request("ping")) == {}
         await client.ws.close()
-        for foreign in ("http://evil.example", f"http://127.0.0.1:{daemon.port + 1}",
-                        f"https://127.0.0.1:{daemon.port}.evil.example"):
+        for foreign in (
+            "http://evil.example",
+            f"http://127.0.0.1:{daemon.port + 1}",
+            f"https://127.0.0.1:{daemon.port}.evil.example",
+        ):
             with pytest.raises(InvalidStatus) as err:
                 await connect(daemon.url, origin=foreign)  # type: ignore[arg-type]
             assert err.value.response.status_code == 403
@@ -188,13 +191,23 @@ def test_the_package_build_ships_the_client(tmp_path: Path) -> None:
     src.mkdir()
     shutil.copy(ROOT / "pyproject.toml", src)
     shutil.copy(ROOT / "README.md", src)
-    shutil.copytree(ROOT / "bridge", src / "bridge",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        ROOT / "bridge", src / "bridge", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
     out = tmp_path / "lib"
     build = subprocess.run(
-        [sys.executable, "-c", "from setuptools import setup; setup()",
-         "build_py", "--build-lib", str(out)],
-        cwd=src, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-c",
+            "from setuptools import setup; setup()",
+            "build_py",
+            "--build-lib",
+            str(out),
+        ],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert build.returncode == 0, build.stdout + build.stderr
     for path in web_files():

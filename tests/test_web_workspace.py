@@ -67,8 +67,7 @@ def browser(workdir: Path) -> Iterator[Browser]:
 def visible_projects(p: Page) -> list[str]:
     return list(
         p.eval(
-            "[...document.querySelectorAll('#ns-projects .project-item')]"
-            ".map(b => b.dataset.path)"
+            "[...document.querySelectorAll('#ns-projects .project-item')].map(b => b.dataset.path)"
         )
     )
 

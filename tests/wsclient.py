@@ -28,18 +28,30 @@ class Client:
 
     @classmethod
     async def open(
-        cls, url: str, token: str | None, *, hello: bool = True, header: bool = False,
+        cls,
+        url: str,
+        token: str | None,
+        *,
+        hello: bool = True,
+        header: bool = False,
         **kwargs: Any,
     ) -> Client:
         headers = {"Authorization": f"Bearer {token}"} if header and token else None
         ws = await connect(
-            url, additional_headers=headers, subprotocols=["bridge.v1.json"],  # type: ignore[list-item]
-            max_size=None, **kwargs,
+            url,
+            additional_headers=headers,
+            subprotocols=["bridge.v1.json"],  # type: ignore[list-item]
+            max_size=None,
+            **kwargs,
         )
         client = cls(ws)
         if hello:
-            await client.request("hello", protocol=1, token=None if header else token,
-                                 client={"name": "tests", "version": "0"})
+            await client.request(
+                "hello",
+                protocol=1,
+                token=None if header else token,
+                client={"name": "tests", "version": "0"},
+            )
         return client
 
     async def _read(self) -> None:

@@ -66,8 +66,6 @@ CONTINUE_PROMPT = (
 )
 
 
-
-
 _REQUIRED_ATTRS = ("agent_id", "display_name", "provides_models", "provides_usage")
 _REQUIRED_COROUTINES = ("start", "send", "stream", "stop")
 
@@ -168,6 +166,7 @@ class BaseAdapter:
         """Whether the agent's process runs now (``persistent_process`` adapters; shown to
         clients as SESSION ``resident``). Default: true once started."""
         return self.persistent_process
+
     # ---- failures (optional) -----------------------------------------------------------------
 
     def retry_prompt(self, text: str) -> str:

@@ -381,15 +381,23 @@ class DemoAdapter(BaseAdapter):
         directory = term.sessions_dir()
         if not term.session_file(directory, sid).exists():
             return None
-        argv = [sys.executable, "-m", "bridge.adapters.demo_terminal", "--dir", str(directory),
-                "--resume", sid]
+        argv = [
+            sys.executable,
+            "-m",
+            "bridge.adapters.demo_terminal",
+            "--dir",
+            str(directory),
+            "--resume",
+            sid,
+        ]
         return ResumeCommand(argv=argv, cwd=cwd or os.getcwd())
 
 
 def _listing(cwd: str) -> str:
     try:
         names = sorted(
-            p.name + ("/" if p.is_dir() else "") for p in Path(cwd).iterdir()
+            p.name + ("/" if p.is_dir() else "")
+            for p in Path(cwd).iterdir()
             if not p.name.startswith(".")
         )
     except OSError as exc:

@@ -108,8 +108,9 @@ class DemoLineParser:
         if record.get("type") == "assistant" and self._open:
             self._open = False
             return [
-                TextBlock(id=f"term-{uuid.uuid4().hex[:8]}", text=str(record.get("text", "")),
-                          done=True),
+                TextBlock(
+                    id=f"term-{uuid.uuid4().hex[:8]}", text=str(record.get("text", "")), done=True
+                ),
                 SessionEndBlock(reason="completed", exit_code=0),
             ]
         return []
@@ -165,11 +166,17 @@ def chat(directory: Path, sid: str) -> int:
             if text == "/exit":
                 break
             turns += 1
-            append(directory, sid, {"type": "user", "text": text, "source": "terminal",
-                                    "at": time.time()})
+            append(
+                directory,
+                sid,
+                {"type": "user", "text": text, "source": "terminal", "at": time.time()},
+            )
             reply = answer(text, turns, "in the terminal")
-            append(directory, sid, {"type": "assistant", "text": reply, "source": "terminal",
-                                    "at": time.time()})
+            append(
+                directory,
+                sid,
+                {"type": "assistant", "text": reply, "source": "terminal", "at": time.time()},
+            )
             print(f"demo: {reply}", flush=True)
     except KeyboardInterrupt:
         pass

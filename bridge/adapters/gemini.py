@@ -66,7 +66,7 @@ class GeminiAdapter(AcpBase):
         "once in a terminal first.\n\n"
         "Runs `gemini --acp --debug -m <model>`, one process per session; resumes with ACP "
         "`session/load`. Set `[agents.gemini] model` (e.g. `gemini-2.5-pro`) to skip the "
-        'CLI\'s model router. Modes: `default`, `autoEdit` (edits without asking), `yolo`, `plan` '
+        "CLI's model router. Modes: `default`, `autoEdit` (edits without asking), `yolo`, `plan` "
         "(read-only), switched live with ACP `session/set_mode`; "
         '`options = {mode = "autoEdit"}` sets the default.'
     )

@@ -25,9 +25,7 @@ class OutboxParser(Protocol):
     def feed(self, line: bytes) -> list[Block]: ...
 
 
-def feed_contained(
-    parser: OutboxParser, line: bytes, log: Any, event: str
-) -> list[Block]:
+def feed_contained(parser: OutboxParser, line: bytes, log: Any, event: str) -> list[Block]:
     """The parser's blocks for ``line``; a parser that raises is logged as ``event``."""
     try:
         return parser.feed(line)

@@ -122,8 +122,12 @@ class Channel:
         self._lock = threading.Lock()
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "url": self.safe_url, "service": self.service,
-                "kinds": sorted(self.kinds)}
+        return {
+            "name": self.name,
+            "url": self.safe_url,
+            "service": self.service,
+            "kinds": sorted(self.kinds),
+        }
 
     def send(self, title: str, body: str) -> Answer:
         """Deliver once (blocking: call it on a thread); the answer is Apprise's own words."""

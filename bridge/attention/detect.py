@@ -130,7 +130,7 @@ def _tool_brief(block: dict[str, Any]) -> dict[str, Any]:
     for key, value in brief.items():
         if isinstance(value, list):
             value = " ".join(str(v) for v in value)
-        brief[key] = str(value)[:BODY_MAX * 2]
+        brief[key] = str(value)[: BODY_MAX * 2]
     return {"name": block.get("name"), "title": block.get("title"), "input": brief}
 
 
@@ -159,9 +159,7 @@ class Detector:
     def forget(self, session: str) -> None:
         self._tracks.pop(session, None)
 
-    def feed(
-        self, session: str, info: SessionInfo, ts: float, block_json: bytes
-    ) -> Notice | None:
+    def feed(self, session: str, info: SessionInfo, ts: float, block_json: bytes) -> Notice | None:
         if not block_json.startswith(_INTERESTING):
             return None
         track = self._tracks.get(session)
@@ -247,9 +245,7 @@ class Detector:
         ]
         return notice
 
-    def _error_notice(
-        self, session: str, info: SessionInfo, error: dict[str, Any]
-    ) -> Notice:
+    def _error_notice(self, session: str, info: SessionInfo, error: dict[str, Any]) -> Notice:
         code = str(error.get("code") or "error")
         why = error.get("hint") or error.get("message") or ""
         return self._notice("error", session, info, f"{info.agent} failed", f"{code}: {why}")

@@ -38,9 +38,7 @@ REPLAY_CHUNK = 1000
 PACE_WAIT_S = 0.02
 
 
-def _deliver(
-    subs: list[Subscription], run: list[Outgoing], afters: list[int], limit: int
-) -> None:
+def _deliver(subs: list[Subscription], run: list[Outgoing], afters: list[int], limit: int) -> None:
     for sub in subs:
         sub.offer_run(run, afters, limit)
 

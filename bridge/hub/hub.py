@@ -603,4 +603,3 @@ def _not_overridden(cls: type[BaseAdapter], name: str) -> bool:
     mine = getattr(cls, name)
     base = getattr(BaseAdapter, name)
     return getattr(mine, "__func__", mine) is getattr(base, "__func__", base)
-

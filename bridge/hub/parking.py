@@ -181,9 +181,7 @@ class Parking:
                     released = 0
                     if not taken:
                         taken = True
-                        self.fanout.transition(
-                            s, "terminal_took", "the terminal took the session"
-                        )
+                        self.fanout.transition(s, "terminal_took", "the terminal took the session")
                     self.start_mirror(s)
                 elif taken:
                     # Two readings in a row: a registry file being rewritten is not an exit.

@@ -384,7 +384,8 @@ class ClaudeParser:
         if get_bool(msg, "is_api_error_message"):
             # A synthetic message carrying the API error: it becomes the turn's error block.
             self._api_error = {
-                k: msg[k] for k in ("error", "api_error", "api_error_status", "api_error_type")
+                k: msg[k]
+                for k in ("error", "api_error", "api_error_status", "api_error_type")
                 if isinstance(msg.get(k), str | int)
             }
             return []

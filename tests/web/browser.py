@@ -146,9 +146,7 @@ class Page:
         return int(self._call("count", sel=sel))
 
     def set_files(self, sel: str, files: list[tuple[str, str, bytes]]) -> None:
-        payload = [
-            {"name": n, "mime": m, "b64": base64.b64encode(d).decode()} for n, m, d in files
-        ]
+        payload = [{"name": n, "mime": m, "b64": base64.b64encode(d).decode()} for n, m, d in files]
         self._call("setFiles", sel=sel, files=payload)
 
     def screenshot(self, path: Path, full_page: bool = False) -> None:

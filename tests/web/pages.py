@@ -68,9 +68,9 @@ def applied_seqs(p: Page) -> list[int]:
 
 
 def dom_seqs(p: Page) -> list[int]:
-    return list(p.eval(
-        "[...document.querySelectorAll('.session [data-seq]')].map((e) => +e.dataset.seq)"
-    ))
+    return list(
+        p.eval("[...document.querySelectorAll('.session [data-seq]')].map((e) => +e.dataset.seq)")
+    )
 
 
 def server_last_seq(d: DaemonProcess, session: str) -> int:
