@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -7,6 +9,28 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.harness import make_project
+
+_OWN_BASETEMP = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests' temporary directories live under a short fresh ``/tmp/abt-*`` directory.
+
+    A daemon's Unix socket sits a few levels below its test's ``tmp_path``, and a socket path
+    has a 107-byte limit: pytest's default base (``/tmp/pytest-of-USER/pytest-N/``, plus
+    ``popen-gwN/`` under pytest-xdist) leaves too little room for long test names.
+    """
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="abt-")
+        config.stash[_OWN_BASETEMP] = Path(config.option.basetemp)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A green run leaves nothing behind; a red one keeps its directories to look at."""
+    own = session.config.stash.get(_OWN_BASETEMP, None)
+    if own is not None and exitstatus == 0:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.fixture
