@@ -64,7 +64,7 @@ class Hub:
         self.turns = TurnRunner(
             config, registry, store, self.fanout, self.tasks, self._park_if_owned
         )
-        self.parking = Parking(config, store, self.fanout, self.turns, self.tasks)
+        self.parking = Parking(self.fanout, self.turns)
         self.resident = self.turns.resident
         registry.on_change(self.fanout.sweep_wake.set)
         self._external_cache: tuple[float, list[SessionObject]] = (0.0, [])
