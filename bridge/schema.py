@@ -24,11 +24,13 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "protocol.schema
 def build_schema() -> dict[str, Any]:
     roots = [Request, ServerFrame, Block, AgentObject, SessionObject, Check]
     names = ["ClientFrame", "ServerFrame", "Block", "Agent", "Session", "Check"]
+    # The answers (Structs) land among the components under their own names.
     schemas, components = msgspec.json.schema_components([*roots, *RESULTS])
     defs = dict(sorted(components.items()))
     for name, schema in zip(names, schemas[: len(names)], strict=True):
         defs[name] = schema
-    # ``Ok.result`` is typed by their common base; the schema names each answer instead.
+    # ``Ok.result`` is typed as the answers' common base, an empty object: the schema names
+    # every answer instead.
     del defs["Result"]
     answers = [{"$ref": f"#/$defs/{cls.__name__}"} for cls in RESULTS]
     defs["Ok"]["properties"]["result"] = {"anyOf": answers}
