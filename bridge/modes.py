@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bridge.adapters.base import BaseAdapter, mode_ids
 from bridge.blocks import Block, SystemBlock
 from bridge.logs import get_logger
+from bridge.results import SessionModeResult
 
 if TYPE_CHECKING:
     from bridge.hub.state import Session
@@ -58,7 +59,7 @@ async def switch(
     emit: Callable[[Session, Block], None],
     s: Session,
     mode: str,
-) -> dict[str, Any]:
+) -> SessionModeResult:
     """``session.mode`` (the hub checked ``problem()`` and that the session has not ended):
     record the mode, apply it live when the adapter can."""
     s.rec.mode = mode
@@ -80,7 +81,7 @@ async def switch(
         s,
         SystemBlock(code="mode", text=f"mode {label} {when}", data={"mode": mode, "live": live}),
     )
-    return {"mode": mode, "live": live}
+    return SessionModeResult(mode=mode, live=live)
 
 
 def observe(cls: type[BaseAdapter], store: Store, s: Session, block: SystemBlock) -> None:

@@ -16,17 +16,26 @@ from bridge.config import Config
 from bridge.projects import Projects, usage_from_sessions
 from bridge.protocol import (
     ProjectsList,
+    Result,
     SessionMode,
     WorkspaceDiff,
     WorkspaceFile,
     WorkspaceStatus,
+)
+from bridge.results import (
+    ProjectsListResult,
+    SessionModeResult,
+    WorkspaceDiffResult,
+    WorkspaceFileResult,
+    WorkspaceStatusResult,
+    as_result,
 )
 from bridge.workspace import WorkspaceError, diff, read_file, real_dir, status
 
 if TYPE_CHECKING:
     from bridge.hub import Hub
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
+Handler = Callable[[Any, Any], Awaitable[Result]]
 
 
 def make_projects(config: Config, hub: Hub | None) -> Projects:
@@ -66,22 +75,23 @@ class ProjectsApi:
 
     # ---- requests -------------------------------------------------------------------------
 
-    async def projects_list(self, _conn: Any, _req: ProjectsList) -> Any:
-        return {"projects": await self.projects.listing()}
+    async def projects_list(self, _conn: Any, _req: ProjectsList) -> ProjectsListResult:
+        return as_result({"projects": await self.projects.listing()}, ProjectsListResult)
 
-    async def workspace_status(self, _conn: Any, req: WorkspaceStatus) -> Any:
+    async def workspace_status(self, _conn: Any, req: WorkspaceStatus) -> WorkspaceStatusResult:
         root = await self._allowed(req.path)
-        return await self._guard(status(root))
+        return as_result(await self._guard(status(root)), WorkspaceStatusResult)
 
-    async def workspace_diff(self, _conn: Any, req: WorkspaceDiff) -> Any:
+    async def workspace_diff(self, _conn: Any, req: WorkspaceDiff) -> WorkspaceDiffResult:
         root = await self._allowed(req.path)
-        return await self._guard(diff(root, req.file, req.staged))
+        return as_result(await self._guard(diff(root, req.file, req.staged)), WorkspaceDiffResult)
 
-    async def workspace_file(self, _conn: Any, req: WorkspaceFile) -> Any:
+    async def workspace_file(self, _conn: Any, req: WorkspaceFile) -> WorkspaceFileResult:
         root = await self._allowed(req.path)
-        return await self._guard(asyncio.to_thread(read_file, root, req.file))
+        got = await self._guard(asyncio.to_thread(read_file, root, req.file))
+        return as_result(got, WorkspaceFileResult)
 
-    async def session_mode(self, _conn: Any, req: SessionMode) -> Any:
+    async def session_mode(self, _conn: Any, req: SessionMode) -> SessionModeResult:
         return await self.hub.set_mode(req.session, req.mode)
 
     # ---- confinement ------------------------------------------------------------------------

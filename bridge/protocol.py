@@ -1,13 +1,14 @@
 """Wire frames of protocol v1 and their two encodings (JSON text, MessagePack binary).
 
-Client requests are one tagged union on the field ``t``; server frames are encoded once per
-event and shared by every subscriber (``EncodedFrame``). Decoding is strict about types and
+Client requests are one tagged union on the field ``t``, each answered by an ``ok`` frame whose
+``result`` is declared in ``bridge/results.py``; server frames are encoded once per event and
+shared by every subscriber (``EncodedFrame``). Decoding is strict about types and
 lenient about unknown fields, so newer clients keep working.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -210,16 +211,6 @@ class NotifyTest(_Request, tag="notify.test", kw_only=True):
     endpoint: str | None = None
 
 
-ATTENTION_REQUESTS = (
-    ClientPresence,
-    WebpushKey,
-    WebpushSubscribe,
-    WebpushUnsubscribe,
-    NotifyChannels,
-    NotifyTest,
-)
-
-
 Request = (
     Hello
     | AgentsList
@@ -250,33 +241,8 @@ Request = (
     | NotifyTest
 )
 
-METHODS: frozenset[str] = frozenset(
-    str(cls.__struct_config__.tag)
-    for cls in (
-        Hello,
-        AgentsList,
-        AgentsCheck,
-        ModelsList,
-        SessionsList,
-        SessionCreate,
-        SessionAttach,
-        SessionSubscribe,
-        SessionUnsubscribe,
-        SessionSend,
-        SessionInterrupt,
-        SessionPermission,
-        SessionHandoff,
-        SessionClose,
-        UsageGet,
-        Ping,
-        ProjectsList,
-        WorkspaceStatus,
-        WorkspaceDiff,
-        WorkspaceFile,
-        SessionMode,
-        *ATTENTION_REQUESTS,
-    )
-)
+#: Every request's ``t``.
+METHODS: frozenset[str] = frozenset(str(cls.__struct_config__.tag) for cls in get_args(Request))
 
 
 # ---- objects in results ------------------------------------------------------------------------
@@ -325,9 +291,13 @@ class _ServerFrame(msgspec.Struct, kw_only=True, tag_field="t"):
     pass
 
 
+class Result(msgspec.Struct, kw_only=True):
+    """Base of the answers to requests: each request's own is declared in bridge/results.py."""
+
+
 class Ok(_ServerFrame, tag="ok", kw_only=True):
     id: RequestId
-    result: Any
+    result: Result
 
 
 class Err(_ServerFrame, tag="err", kw_only=True):

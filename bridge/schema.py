@@ -16,6 +16,7 @@ import msgspec
 from bridge.agent_types import Check
 from bridge.blocks import Block
 from bridge.protocol import PROTOCOL_VERSION, AgentObject, Request, ServerFrame, SessionObject
+from bridge.results import RESULTS
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "protocol.schema.json"
 
@@ -23,10 +24,16 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "protocol.schema
 def build_schema() -> dict[str, Any]:
     roots = [Request, ServerFrame, Block, AgentObject, SessionObject, Check]
     names = ["ClientFrame", "ServerFrame", "Block", "Agent", "Session", "Check"]
-    schemas, components = msgspec.json.schema_components(roots)
+    # The answers (Structs) land among the components under their own names.
+    schemas, components = msgspec.json.schema_components([*roots, *RESULTS])
     defs = dict(sorted(components.items()))
-    for name, schema in zip(names, schemas, strict=True):
+    for name, schema in zip(names, schemas[: len(names)], strict=True):
         defs[name] = schema
+    # ``Ok.result`` is typed as the answers' common base, an empty object: the schema names
+    # every answer instead.
+    del defs["Result"]
+    answers = [{"$ref": f"#/$defs/{cls.__name__}"} for cls in RESULTS]
+    defs["Ok"]["properties"]["result"] = {"anyOf": answers}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"urn:agent-bridge:protocol:v{PROTOCOL_VERSION}",

@@ -21,7 +21,6 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from websockets.asyncio.server import Server, ServerConnection, serve, unix_serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -62,6 +61,7 @@ from bridge.protocol import (
     ProtocolError,
     Request,
     RequestId,
+    Result,
     SessionAttach,
     SessionClose,
     SessionCreate,
@@ -76,6 +76,20 @@ from bridge.protocol import (
     decode_request,
 )
 from bridge.registry import Registry
+from bridge.results import (
+    AgentsCheckResult,
+    AgentsListResult,
+    Empty,
+    HelloResult,
+    ModelsListResult,
+    ServerInfo,
+    SessionAttachResult,
+    SessionCreateResult,
+    SessionHandoffResult,
+    SessionSendResult,
+    SessionsListResult,
+    UsageGetResult,
+)
 from bridge.sockbuf import fix_send_buffer
 from bridge.store import StoreUnavailable
 
@@ -241,7 +255,7 @@ class Connection:
             await self._space.wait()
         self.push(item)
 
-    def reply(self, request_id: RequestId, result: Any) -> None:
+    def reply(self, request_id: RequestId, result: Result) -> None:
         self.push(EncodedFrame(Ok(id=request_id, result=result)))
 
     def error(self, request_id: RequestId, code: str, message: str) -> None:
@@ -458,7 +472,7 @@ class BridgeServer:
         self.unix_path: Path | None = None
         registry.on_change(self.broadcast_agents_changed)
         hub.store.health.subscribe(self.broadcast_store_health)
-        self._handlers: dict[type, Callable[[Connection, Any], Awaitable[Any]]] = {
+        self._handlers: dict[type, Callable[[Connection, Any], Awaitable[Result]]] = {
             AgentsList: self._agents_list,
             AgentsCheck: self._agents_check,
             ModelsList: self._models_list,
@@ -757,8 +771,8 @@ class BridgeServer:
             await conn.drain_then_close(CLOSE_PROTOCOL, "unsupported protocol")
             return False
         conn.authenticated = True
-        server = {"name": "agent-bridge", "version": __version__, "home": _home_dir()}
-        conn.reply(req.id, {"protocol": PROTOCOL_VERSION, "server": server})
+        server = ServerInfo(name="agent-bridge", version=__version__, home=_home_dir())
+        conn.reply(req.id, HelloResult(protocol=PROTOCOL_VERSION, server=server))
         if self.hub.store.health.failing:
             conn.push(self._store_health_frame())
         return True
@@ -797,7 +811,7 @@ class BridgeServer:
                 conn.reply(req.id, result)
 
     def add_handler(
-        self, request: type, handler: Callable[[Connection, Any], Awaitable[Any]]
+        self, request: type, handler: Callable[[Connection, Any], Awaitable[Result]]
     ) -> None:
         """Serve one more request type (requests other modules own: bridge/attention)."""
         self._handlers[request] = handler
@@ -844,11 +858,12 @@ class BridgeServer:
         except StoreUnavailable:
             raise HubError("internal", "the daemon is stopping and could not store this") from None
 
-    async def _agents_list(self, _conn: Connection, _req: AgentsList) -> Any:
+    async def _agents_list(self, _conn: Connection, _req: AgentsList) -> AgentsListResult:
         await self.registry.wait_detected(1.0)
-        return {"agents": [self.registry.agent_object(e) for e in self.registry.entries()]}
+        agents = [self.registry.agent_object(e) for e in self.registry.entries()]
+        return AgentsListResult(agents=agents)
 
-    async def _agents_check(self, _conn: Connection, req: AgentsCheck) -> Any:
+    async def _agents_check(self, _conn: Connection, req: AgentsCheck) -> AgentsCheckResult:
         if req.agent == DAEMON_AGENT and self.daemon_checks is not None:
             # The reserved pseudo-agent: the daemon's own checks, as `agent-bridge doctor` runs.
             checks = await asyncio.to_thread(self.daemon_checks, self.config, listening=self.url)
@@ -856,31 +871,31 @@ class BridgeServer:
             raise HubError("not_found", f"no agent `{req.agent}`")
         else:
             checks = await self.registry.check(req.agent)
-        return {
-            "status": overall_status(checks),
-            "checks": checks,
-            "tested_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        }
+        return AgentsCheckResult(
+            status=overall_status(checks),
+            checks=checks,
+            tested_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        )
 
-    async def _models_list(self, _conn: Connection, req: ModelsList) -> Any:
-        return {"models": await self.hub.models(req.agent)}
+    async def _models_list(self, _conn: Connection, req: ModelsList) -> ModelsListResult:
+        return ModelsListResult(models=await self.hub.models(req.agent))
 
-    async def _sessions_list(self, _conn: Connection, req: SessionsList) -> Any:
-        return {"sessions": await self.hub.list_sessions(req.include_external)}
+    async def _sessions_list(self, _conn: Connection, req: SessionsList) -> SessionsListResult:
+        return SessionsListResult(sessions=await self.hub.list_sessions(req.include_external))
 
-    async def _session_create(self, _conn: Connection, req: SessionCreate) -> Any:
+    async def _session_create(self, _conn: Connection, req: SessionCreate) -> SessionCreateResult:
         session, info = await self.hub.create(
             req.agent, req.cwd, req.model, req.effort, req.resume, mode=req.mode
         )
         await self._durable()
-        return {"session": session, "info": info}
+        return SessionCreateResult(session=session, info=info)
 
-    async def _session_attach(self, _conn: Connection, req: SessionAttach) -> Any:
+    async def _session_attach(self, _conn: Connection, req: SessionAttach) -> SessionAttachResult:
         session = await self.hub.attach(req.agent, req.agent_session_id, req.cwd)
         await self._durable()
-        return {"session": session}
+        return SessionAttachResult(session=session)
 
-    async def _session_subscribe(self, conn: Connection, req: SessionSubscribe) -> Any:
+    async def _session_subscribe(self, conn: Connection, req: SessionSubscribe) -> Result:
         if req.after_seq < 0:
             raise HubError("bad_request", "`after_seq` must be 0 or more")
         result, begin = self.hub.subscribe(req.session, conn, req.after_seq)
@@ -888,42 +903,44 @@ class BridgeServer:
         begin()
         return _ALREADY_ANSWERED
 
-    async def _session_unsubscribe(self, conn: Connection, req: SessionUnsubscribe) -> Any:
+    async def _session_unsubscribe(self, conn: Connection, req: SessionUnsubscribe) -> Empty:
         self.hub.unsubscribe(req.session, conn)
-        return {}
+        return Empty()
 
-    async def _session_send(self, _conn: Connection, req: SessionSend) -> Any:
+    async def _session_send(self, _conn: Connection, req: SessionSend) -> SessionSendResult:
         queued = await self.hub.send(req.session, req.text, req.attachments, req.client_msg_id)
         await self._durable()
-        return {"queued": queued}
+        return SessionSendResult(queued=queued)
 
-    async def _session_interrupt(self, _conn: Connection, req: SessionInterrupt) -> Any:
+    async def _session_interrupt(self, _conn: Connection, req: SessionInterrupt) -> Empty:
         await self.hub.interrupt(req.session)
-        return {}
+        return Empty()
 
-    async def _session_permission(self, _conn: Connection, req: SessionPermission) -> Any:
+    async def _session_permission(self, _conn: Connection, req: SessionPermission) -> Empty:
         await self.hub.permission(req.session, req.request_id, req.option_id)
         await self._durable()
-        return {}
+        return Empty()
 
-    async def _session_handoff(self, _conn: Connection, req: SessionHandoff) -> Any:
+    async def _session_handoff(
+        self, _conn: Connection, req: SessionHandoff
+    ) -> SessionHandoffResult:
         cmd = await self.hub.handoff(req.session, dry_run=req.dry_run)
-        return {"argv": cmd.argv, "cwd": cmd.cwd, "command": shlex.join(cmd.argv)}
+        return SessionHandoffResult(argv=cmd.argv, cwd=cmd.cwd, command=shlex.join(cmd.argv))
 
-    async def _session_close(self, _conn: Connection, req: SessionClose) -> Any:
+    async def _session_close(self, _conn: Connection, req: SessionClose) -> Empty:
         await self.hub.close(req.session)
         await self._durable()
-        return {}
+        return Empty()
 
-    async def _usage_get(self, _conn: Connection, req: UsageGet) -> Any:
-        usage = await self.hub.usage(req.session)
-        return {"usage": msgspec.to_builtins(usage) if usage is not None else None}
+    async def _usage_get(self, _conn: Connection, req: UsageGet) -> UsageGetResult:
+        return UsageGetResult(usage=await self.hub.usage(req.session))
 
-    async def _ping(self, _conn: Connection, _req: Ping) -> Any:
-        return {}
+    async def _ping(self, _conn: Connection, _req: Ping) -> Empty:
+        return Empty()
 
 
-_ALREADY_ANSWERED = object()
+#: What a handler returns when it sent its answer itself (compared by identity).
+_ALREADY_ANSWERED = Empty()
 
 
 def _home_dir() -> str:

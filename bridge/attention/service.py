@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bridge import paths
 from bridge.attention.detect import SessionInfo
@@ -16,6 +16,13 @@ from bridge.protocol import (
     WebpushKey,
     WebpushSubscribe,
     WebpushUnsubscribe,
+)
+from bridge.results import (
+    Empty,
+    NotifyChannelsResult,
+    NotifyTestResult,
+    WebpushKeyResult,
+    as_result,
 )
 from bridge.store import PushSubscriptions
 
@@ -53,14 +60,14 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
     hub.fanout.on_committed = attention.on_committed
     server.on_disconnect.append(attention.drop)
 
-    async def presence(conn: Connection, req: ClientPresence) -> Any:
+    async def presence(conn: Connection, req: ClientPresence) -> Empty:
         attention.report(conn, req.visible, req.session)
-        return {}
+        return Empty()
 
-    async def key(_conn: Connection, _req: WebpushKey) -> Any:
-        return {"public_key": await attention.key()}
+    async def key(_conn: Connection, _req: WebpushKey) -> WebpushKeyResult:
+        return WebpushKeyResult(public_key=await attention.key())
 
-    async def subscribe(_conn: Connection, req: WebpushSubscribe) -> Any:
+    async def subscribe(_conn: Connection, req: WebpushSubscribe) -> Empty:
         from bridge.hub import HubError
 
         sub = req.subscription
@@ -73,19 +80,20 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
             await attention.subscribe(data)
         except SubscriptionError as exc:
             raise HubError("bad_request", str(exc)) from None
-        return {}
+        return Empty()
 
-    async def unsubscribe(_conn: Connection, req: WebpushUnsubscribe) -> Any:
+    async def unsubscribe(_conn: Connection, req: WebpushUnsubscribe) -> Empty:
         await attention.unsubscribe(req.endpoint)
-        return {}
+        return Empty()
 
-    async def channels(_conn: Connection, _req: NotifyChannels) -> Any:
+    async def channels(_conn: Connection, _req: NotifyChannels) -> NotifyChannelsResult:
         await attention.wait_ready()
-        return attention.describe()
+        return as_result(attention.describe(), NotifyChannelsResult)
 
-    async def test(_conn: Connection, req: NotifyTest) -> Any:
+    async def test(_conn: Connection, req: NotifyTest) -> NotifyTestResult:
         await attention.wait_ready()
-        return {"results": await attention.send_test(req.kind, req.endpoint)}
+        answers = await attention.send_test(req.kind, req.endpoint)
+        return as_result({"results": answers}, NotifyTestResult)
 
     server.add_handler(ClientPresence, presence)
     server.add_handler(WebpushKey, key)

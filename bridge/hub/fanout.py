@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
 
 from bridge.blocks import Block, EndReason, SystemBlock, UsageBlock, block_to_json
 from bridge.config import Config
 from bridge.invariants import TurnGuard
 from bridge.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
+from bridge.results import SessionSubscribeResult
 from bridge.store import Store, StoredEvent
 from bridge.textsafe import encode_block
 
@@ -189,7 +189,7 @@ class Fanout:
 
     def subscribe(
         self, s: Session, conn: Subscriber, after_seq: int
-    ) -> tuple[dict[str, Any], Callable[[], None]]:
+    ) -> tuple[SessionSubscribeResult, Callable[[], None]]:
         key = id(conn)
         if key not in s.subs and len(s.subs) >= self.config.limits.max_subscribers_per_session:
             raise HubError("conflict", "this session has too many subscribers")
@@ -198,7 +198,7 @@ class Fanout:
             old.task.cancel()
         sub = Subscription(conn=conn, session=s, sent_seq=max(0, after_seq))
         s.subs[key] = sub
-        result = {"last_seq": s.next_seq - 1, "state": s.rec.state}
+        result = SessionSubscribeResult(last_seq=s.next_seq - 1, state=s.rec.state)
 
         def begin() -> None:
             sub.task = self.tasks.spawn(self.replay(sub, after_seq))

@@ -19,10 +19,10 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from bridge import modes
 from bridge.adapters.base import BaseAdapter, ResumeCommand, cwd_matches
+from bridge.agent_types import ModelInfo
 from bridge.blocks import (
     AgentInfoBlock,
     ErrorBlock,
@@ -37,6 +37,7 @@ from bridge.invariants import TurnGuard
 from bridge.logs import get_logger
 from bridge.protocol import Attachment, SessionObject
 from bridge.registry import AgentEntry, Registry
+from bridge.results import SessionModeResult, SessionSubscribeResult
 from bridge.store import AttachmentData, MessageRecord, SessionRecord, Store
 
 from .fanout import REPLAY_CHUNK, Fanout
@@ -63,7 +64,7 @@ class Hub:
         self.turns = TurnRunner(
             config, registry, store, self.fanout, self.tasks, self._park_if_owned
         )
-        self.parking = Parking(config, store, self.fanout, self.turns, self.tasks)
+        self.parking = Parking(self.fanout, self.turns)
         self.resident = self.turns.resident
         registry.on_change(self.fanout.sweep_wake.set)
         self._external_cache: tuple[float, list[SessionObject]] = (0.0, [])
@@ -510,7 +511,7 @@ class Hub:
     async def usage(self, session_id: str) -> UsageBlock | None:
         return await self.turns.usage(self.get(session_id))
 
-    async def set_mode(self, session_id: str, mode: str) -> dict[str, Any]:
+    async def set_mode(self, session_id: str, mode: str) -> SessionModeResult:
         """``session.mode`` (bridge/modes.py)."""
         s = self.get(session_id)
         cls = self.turns.cls(s)
@@ -520,7 +521,7 @@ class Hub:
             raise HubError("conflict", "the session has ended")
         return await modes.switch(cls, self.store, self.fanout.emit, s, mode)
 
-    async def models(self, agent: str) -> list[dict[str, str]]:
+    async def models(self, agent: str) -> list[ModelInfo]:
         return await self.turns.models(agent)
 
     async def handoff(self, session_id: str, *, dry_run: bool = False) -> ResumeCommand:
@@ -528,7 +529,7 @@ class Hub:
 
     def subscribe(
         self, session_id: str, conn: Subscriber, after_seq: int
-    ) -> tuple[dict[str, Any], Callable[[], None]]:
+    ) -> tuple[SessionSubscribeResult, Callable[[], None]]:
         return self.fanout.subscribe(self.get(session_id), conn, after_seq)
 
     def unsubscribe(self, session_id: str, conn: Subscriber) -> None:

@@ -17,13 +17,11 @@ from collections.abc import AsyncIterator
 
 from bridge.adapters.base import ResumeCommand
 from bridge.blocks import Block, SessionEndBlock, SystemBlock, TextBlock, UserBlock
-from bridge.config import Config
 from bridge.invariants import TurnGuard
 from bridge.logs import get_logger
-from bridge.store import Store
 
 from .fanout import Fanout
-from .state import HubError, Session, Tasks
+from .state import HubError, Session
 from .turns import ADAPTER_FAILURES, TurnRunner, call_adapter
 
 log = get_logger("bridge.hub")
@@ -33,14 +31,13 @@ OWNERSHIP_TIMEOUT_S = 10.0
 
 
 class Parking:
-    def __init__(
-        self, config: Config, store: Store, fanout: Fanout, turns: TurnRunner, tasks: Tasks
-    ) -> None:
-        self.config = config
-        self.store = store
+    def __init__(self, fanout: Fanout, turns: TurnRunner) -> None:
         self.fanout = fanout
         self.turns = turns
-        self.tasks = tasks
+        # The hub's own, shared by every stage: reached through the fan-out below.
+        self.config = fanout.config
+        self.store = fanout.store
+        self.tasks = fanout.tasks
         self.sessions = fanout.sessions
 
     # ---- ownership ---------------------------------------------------------------------------

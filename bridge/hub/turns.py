@@ -18,6 +18,7 @@ import structlog
 
 from bridge import modes, retry
 from bridge.adapters.base import BaseAdapter, cwd_matches, instantiate
+from bridge.agent_types import ModelInfo
 from bridge.blocks import (
     AgentInfoBlock,
     AttachmentRef,
@@ -503,7 +504,7 @@ class TurnRunner:
                     return got
         return s.usage
 
-    async def models(self, agent: str) -> list[dict[str, str]]:
+    async def models(self, agent: str) -> list[ModelInfo]:
         entry = await self.registry.lookup(agent, self.config.adapters.start_timeout)
         if entry is None:
             raise HubError("not_found", f"no agent `{agent}`")
@@ -521,4 +522,4 @@ class TurnRunner:
             models = await call_adapter(adapter.list_models(), MODELS_TIMEOUT_S)
         except ADAPTER_FAILURES as exc:
             raise HubError("agent_unavailable", f"could not list models: {exc}") from None
-        return [{"id": m.id, "label": m.label} for m in models]
+        return [ModelInfo(id=m.id, label=m.label) for m in models]
