@@ -67,9 +67,10 @@ class Harness:
         assert isinstance(adapter, AcpBase)
         return adapter
 
-    async def one_turn(self, text: str, answer: str | None = None) -> list[Block]:
-        """A fresh adapter's first turn (see :func:`turn`); the adapter is stopped after."""
-        adapter = self.make()
+    async def one_turn(self, text: str, answer: str | None = None, **kw: Any) -> list[Block]:
+        """The first turn of a fresh adapter (made with ``kw``, see :func:`turn`), stopped
+        after."""
+        adapter = self.make(**kw)
         await adapter.start("s")
         try:
             return await turn(adapter, text, answer)
@@ -368,12 +369,7 @@ async def test_resume_loads_the_session_without_replaying_it(h: Harness) -> None
 
 
 async def test_unknown_session_starts_a_new_one_and_says_so(h: Harness) -> None:
-    adapter = h.make(resume_session_id="gone-123")
-    await adapter.start("s")
-    try:
-        blocks = await turn(adapter, "echo fresh")
-    finally:
-        await adapter.stop()
+    blocks = await h.one_turn("echo fresh", resume_session_id="gone-123")
     (reset,) = [b for b in of(blocks, SystemBlock) if b.code == "session_reset"]
     assert reset.level == "warn" and "gone-123" in reset.text and "Resource not found" in reset.text
     assert reset.data == {"previous_session": "gone-123", "session": h.session_ids[-1]}
@@ -417,12 +413,7 @@ async def test_model_is_selected_in_the_session(h: Harness) -> None:
         assert [m.id for m in await adapter.list_models()] == ["small", "big"]
     finally:
         await adapter.stop()
-    other = h.make(model="huge")
-    await other.start("s")
-    try:
-        blocks = await turn(other, "echo x")
-    finally:
-        await other.stop()
+    blocks = await h.one_turn("echo x", model="huge")
     warn = [b for b in of(blocks, SystemBlock) if b.code == "model"]
     assert warn and "huge" in warn[0].text
 
