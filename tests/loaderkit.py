@@ -1,5 +1,5 @@
-"""What the loader tests share: the source of a minimal drop-in adapter, one turn, writing a
-file with a mode, and the loader with a registry in process."""
+"""What the loader tests share: the source of a minimal drop-in adapter, a daemon home's drop-in
+folder, one turn, writing a file with a mode, and the loader with a registry in process."""
 
 from __future__ import annotations
 
@@ -68,6 +68,19 @@ async def new_session(c: Client, agent: str, cwd: Path) -> str:
 async def say(c: Client, session: str, text: str, timeout: float = 60.0) -> list[dict[str, Any]]:
     await c.request("session.send", session=session, text=text)
     return await c.turn(session, timeout=timeout)
+
+
+def adapters_dir(home: Path) -> Path:
+    """The drop-in folder of a daemon whose HOME is ``home`` (made, owner-only, if missing)."""
+    path = home / "config" / "agent-bridge" / "adapters"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def drop_in(home: Path, name: str, source: str) -> Path:
+    """Put the drop-in file ``name`` into ``home``'s adapters folder, owner-only whatever the
+    umask (the loader refuses files others may write)."""
+    return write(adapters_dir(home) / name, source, 0o600)
 
 
 def write(path: Path, text: str, mode: int = 0o644) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.daemon import DaemonProcess
-from tests.loaderkit import QUEUE_ADAPTER
+from tests.loaderkit import QUEUE_ADAPTER, drop_in
 from tests.wsclient import Client
 
 ADAPTER = (
@@ -53,10 +53,7 @@ async def test_lone_surrogates_are_replaced_and_take_no_seq_gap(
     daemon_factory: Any, project: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
-    (adapters / "halves.py").write_text(ADAPTER)
-    (adapters / "halves.py").chmod(0o600)
+    drop_in(home, "halves.py", ADAPTER)
     d: DaemonProcess = daemon_factory(home=home, config='[server]\nunix_socket = "off"\n')
     d.start()
     session, frames = await _turn(d, project)

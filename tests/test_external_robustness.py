@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.loaderkit import QUEUE_ADAPTER, new_session, say
+from tests.loaderkit import QUEUE_ADAPTER, drop_in, new_session, say
 from tests.wsclient import Client, RequestFailed, blocks, text_of
 
 BAD_ACTORS = (
@@ -147,10 +147,7 @@ START_S = 1.5
 @pytest.fixture(scope="module")
 def bad(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("bad")
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
-    (adapters / "bad_actors.py").write_text(BAD_ACTORS)
-    (adapters / "bad_actors.py").chmod(0o600)  # whatever the umask: the loader checks modes
+    drop_in(home, "bad_actors.py", BAD_ACTORS)
     config = (
         "[adapters]\n"
         f"turn_timeout = 30\nidle_timeout = {IDLE_S}\nstop_grace = {STOP_GRACE_S}\n"

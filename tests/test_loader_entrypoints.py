@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.daemon import ROOT, DaemonProcess
-from tests.loaderkit import QUEUE_ADAPTER
+from tests.loaderkit import QUEUE_ADAPTER, drop_in
 from tests.wsclient import Client, text_of
 
 FIXTURE = ROOT / "tests" / "fixtures" / "entrypoint_pkg"
@@ -94,10 +94,7 @@ def daemon_with_packages(
     site: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("ep-home")
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
-    (adapters / "shadowed.py").write_text(DROP_IN)
-    (adapters / "shadowed.py").chmod(0o600)
+    drop_in(home, "shadowed.py", DROP_IN)
     d = DaemonProcess(home, env={"PYTHONPATH": str(site)}).start()
     yield d
     d.stop()

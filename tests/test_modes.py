@@ -16,6 +16,7 @@ from bridge.adapters.opencode import OpenCodeAdapter
 from bridge.registry import load_builtin_classes
 from tests.contractkit import adapter_class
 from tests.daemon import DaemonProcess
+from tests.loaderkit import drop_in
 from tests.wsclient import Client, text_of
 
 MOODY = """
@@ -105,9 +106,7 @@ async def test_without_set_mode_the_adapter_restarts_with_the_mode_before_the_ne
     tmp_path: Path, project: Path
 ) -> None:
     home = tmp_path / "home"
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True)
-    (adapters / "moody.py").write_text(MOODY)
+    drop_in(home, "moody.py", MOODY)
     d = DaemonProcess(home).start()
     try:
         c = await Client.open(d.url, d.token)
