@@ -69,6 +69,17 @@ class Agent:
         self.note = note
 
 
+def _claude(retries: int, note: str) -> Agent:
+    return Agent(
+        "bridge.adapters.claude:ClaudeAdapter",
+        FakeAnthropic,
+        lambda t, u: realcli.claude_env(t, u, cwd=t / "work"),
+        model=None,
+        extra_env={"CLAUDE_CODE_MAX_RETRIES": str(retries)},
+        note=note,
+    )
+
+
 def _gemini_env(tmp: Path, url: str) -> dict[str, str]:
     env = realcli.gemini_env(tmp, url)
     path = realcli.home_of(env) / ".gemini/settings.json"
@@ -88,23 +99,12 @@ def _pi_env_no_retry(tmp: Path, url: str) -> dict[str, str]:
 
 
 AGENTS: dict[str, Agent] = {
-    "claude": Agent(
-        "bridge.adapters.claude:ClaudeAdapter",
-        FakeAnthropic,
-        lambda t, u: realcli.claude_env(t, u, cwd=t / "work"),
-        model=None,
-        extra_env={"CLAUDE_CODE_MAX_RETRIES": "0"},
+    "claude": _claude(
+        retries=0,
         note="CLAUDE_CODE_MAX_RETRIES=0 (Claude retries 429/5xx/network itself by default)",
     ),
     # the same with Claude's own retries left on (two), to see what it reports meanwhile
-    "claude_retrying": Agent(
-        "bridge.adapters.claude:ClaudeAdapter",
-        FakeAnthropic,
-        lambda t, u: realcli.claude_env(t, u, cwd=t / "work"),
-        model=None,
-        extra_env={"CLAUDE_CODE_MAX_RETRIES": "2"},
-        note="CLAUDE_CODE_MAX_RETRIES=2",
-    ),
+    "claude_retrying": _claude(retries=2, note="CLAUDE_CODE_MAX_RETRIES=2"),
     "codex": Agent(
         "bridge.adapters.codex:CodexAdapter",
         FakeResponses,

@@ -8,6 +8,7 @@ OpenCode server's SSE events), its stderr tail and exit status; see tests/captur
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,18 @@ NAMES = {"claude_retrying": "claude", "gemini": "gemini", "hermes": "hermes"}
 DISPLAY = {"gemini": "Gemini CLI", "hermes": "Hermes"}
 
 
+#: agent -> (a fresh parser of its stdout, given the agent's name; whether its adapter closes
+#: what the parser left open with ``close_open()``). Droid's parser does not see retries.
+LINE_PARSERS: dict[str, tuple[Callable[[str], Any], bool]] = {
+    "claude": (lambda _: ClaudeParser(), False),
+    "codex": (lambda _: CodexParser(cwd="/tmp"), False),
+    "opencode": (lambda name: OpenCodeParser(agent_id=name), False),
+    "kilo": (lambda name: OpenCodeParser(agent_id=name), False),
+    "pi": (lambda _: PiParser(), True),
+    "droid": (lambda _: DroidParser(), True),
+}
+
+
 def load(agent: str, scenario: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((FIXTURES / agent / f"{scenario}.json").read_text())
     return data
@@ -44,32 +57,14 @@ def replay(agent: str, rec: dict[str, Any]) -> tuple[list[Block], bool]:
     lines: list[str] = rec["stdout"]
     out: list[Block] = []
     retried = False
-    if name == "claude":
-        cp = ClaudeParser()
+    if name in LINE_PARSERS:
+        make, closes = LINE_PARSERS[name]
+        parser = make(name)
         for line in lines:
-            out += cp.feed(line)
-        retried = cp.agent_retried
-    elif name == "codex":
-        xp = CodexParser(cwd="/tmp")
-        for line in lines:
-            out += xp.feed(line)
-        retried = xp.agent_retried
-    elif name in ("opencode", "kilo"):
-        op = OpenCodeParser(agent_id=name)
-        for line in lines:
-            out += op.feed(line)
-        retried = op.agent_retried
-    elif name == "pi":
-        pp = PiParser()
-        for line in lines:
-            out += pp.feed(line)
-        out += pp.close_open()
-        retried = pp.agent_retried
-    elif name == "droid":
-        dp = DroidParser()
-        for line in lines:
-            out += dp.feed(line)
-        out += dp.close_open()
+            out += parser.feed(line)
+        if closes:
+            out += parser.close_open()
+        retried = bool(getattr(parser, "agent_retried", False))
     elif name in ("gemini", "hermes"):
         if name == "hermes":
             for line in lines:

@@ -1,5 +1,5 @@
-"""What the loader tests share: the source of a minimal drop-in adapter, one turn, writing a
-file with a mode, and the loader with a registry in process."""
+"""What the loader tests share: the source of a minimal drop-in adapter, a daemon home's drop-in
+folder, one turn, writing a file with a mode, and the loader with a registry in process."""
 
 from __future__ import annotations
 
@@ -13,37 +13,49 @@ from bridge.config import AdaptersConfig, Config
 from bridge.registry import Registry
 from tests.wsclient import Client
 
-
-def adapter_source(agent_id: str, reply: str = "hello", cls: str = "Echo") -> str:
-    return f'''
+#: The start of a test drop-in module: an abstract adapter that queues what it is sent, for
+#: ``stream`` to answer. A test appends the classes that name an agent and say how it answers.
+QUEUE_ADAPTER = """
 import asyncio
 from bridge.adapters.base import BaseAdapter
 from bridge.blocks import SessionEndBlock, TextBlock
 
 
-class {cls}(BaseAdapter):
-    agent_id = {agent_id!r}
-    display_name = "{cls} agent"
+class QueueAdapter(BaseAdapter, abstract=True):
     provides_models = False
     provides_usage = False
+    agent_version = "1"
 
-    def __init__(self):
+    def __init__(self, model=None):
         self.q = asyncio.Queue()
 
     async def start(self, session_id):
-        return self.make_agent_info(version="1")
+        return self.make_agent_info(version=self.agent_version)
 
     async def send(self, text, attachments=None):
         await self.q.put(text)
+
+    async def stop(self):
+        pass
+"""
+
+
+def adapter_source(agent_id: str, reply: str = "hello", cls: str = "Echo") -> str:
+    """A drop-in module with one adapter that answers ``<reply>: <what it was sent>``."""
+    return (
+        QUEUE_ADAPTER
+        + f'''
+
+class {cls}(QueueAdapter):
+    agent_id = {agent_id!r}
+    display_name = "{cls} agent"
 
     async def stream(self):
         text = await self.q.get()
         yield TextBlock(id="m1", text={reply!r} + ": " + text, done=True)
         yield SessionEndBlock(reason="completed")
-
-    async def stop(self):
-        pass
 '''
+    )
 
 
 async def new_session(c: Client, agent: str, cwd: Path) -> str:
@@ -53,9 +65,22 @@ async def new_session(c: Client, agent: str, cwd: Path) -> str:
     return session
 
 
-async def say(c: Client, session: str, text: str) -> list[dict[str, Any]]:
+async def say(c: Client, session: str, text: str, timeout: float = 60.0) -> list[dict[str, Any]]:
     await c.request("session.send", session=session, text=text)
-    return await c.turn(session)
+    return await c.turn(session, timeout=timeout)
+
+
+def adapters_dir(home: Path) -> Path:
+    """The drop-in folder of a daemon whose HOME is ``home`` (made, owner-only, if missing)."""
+    path = home / "config" / "agent-bridge" / "adapters"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def drop_in(home: Path, name: str, source: str) -> Path:
+    """Put the drop-in file ``name`` into ``home``'s adapters folder, owner-only whatever the
+    umask (the loader refuses files others may write)."""
+    return write(adapters_dir(home) / name, source, 0o600)
 
 
 def write(path: Path, text: str, mode: int = 0o644) -> Path:

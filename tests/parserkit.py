@@ -222,14 +222,26 @@ scalars = (
     | st.text(max_size=30)
     | st.sampled_from(TYPES + METHODS + ["can_use_tool", "Bash", "0"])
 )
-json_values = st.recursive(
-    scalars,
-    lambda kids: (
-        st.lists(kids, max_size=4)
-        | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), kids, max_size=6)
-    ),
-    max_leaves=25,
-)
+
+
+def json_trees(
+    leaves: st.SearchStrategy[Any], keys: Sequence[str], *, width: int, max_leaves: int
+) -> st.SearchStrategy[Any]:
+    """JSON values grown from ``leaves``: lists, and objects of up to ``width`` members keyed by
+    ``keys`` (the names a parser looks for) or by short random text."""
+    return st.recursive(
+        leaves,
+        lambda kids: (
+            st.lists(kids, max_size=4)
+            | st.dictionaries(
+                st.sampled_from(list(keys)) | st.text(max_size=width), kids, max_size=width
+            )
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+json_values = json_trees(scalars, KEYS, width=6, max_leaves=25)
 
 
 def _real_objects() -> list[Any]:

@@ -67,6 +67,16 @@ class Harness:
         assert isinstance(adapter, AcpBase)
         return adapter
 
+    async def one_turn(self, text: str, answer: str | None = None, **kw: Any) -> list[Block]:
+        """The first turn of a fresh adapter (made with ``kw``, see :func:`turn`), stopped
+        after."""
+        adapter = self.make(**kw)
+        await adapter.start("s")
+        try:
+            return await turn(adapter, text, answer)
+        finally:
+            await adapter.stop()
+
     def received(self, method: str) -> list[dict[str, Any]]:
         if not self.log.exists():
             return []
@@ -164,12 +174,7 @@ async def test_attachments_become_prompt_content(h: Harness) -> None:
 
 
 async def test_tool_call_runs_then_finishes_with_its_result(h: Harness) -> None:
-    adapter = h.make()
-    await adapter.start("s")
-    try:
-        blocks = await turn(adapter, "tool ls -la")
-    finally:
-        await adapter.stop()
+    blocks = await h.one_turn("tool ls -la")
     calls = of(blocks, ToolCallBlock)
     assert [c.status for c in calls] == ["running", "running", "done"]
     assert calls[1].input == {"command": "ls -la"} and calls[-1].title == "Shell: ls -la"
@@ -180,12 +185,7 @@ async def test_tool_call_runs_then_finishes_with_its_result(h: Harness) -> None:
 
 
 async def test_tour_of_update_kinds(h: Harness) -> None:
-    adapter = h.make()
-    await adapter.start("s")
-    try:
-        blocks = await turn(adapter, "tour")
-    finally:
-        await adapter.stop()
+    blocks = await h.one_turn("tour")
     (plan,) = of(blocks, PlanBlock)
     assert [(e.content, e.status, e.priority) for e in plan.entries] == [
         ("look", "completed", "high"),
@@ -208,12 +208,7 @@ async def test_tour_of_update_kinds(h: Harness) -> None:
 
 @pytest.mark.parametrize(("option", "status"), [("yes", "done"), ("no", "error")])
 async def test_permission_answer_reaches_the_agent(h: Harness, option: str, status: str) -> None:
-    adapter = h.make()
-    await adapter.start("s")
-    try:
-        blocks = await turn(adapter, "perm", answer=option)
-    finally:
-        await adapter.stop()
+    blocks = await h.one_turn("perm", answer=option)
     (ask,) = of(blocks, PermissionRequestBlock)
     assert [(o.id, o.kind) for o in ask.options] == [
         ("yes", "allow_once"),
@@ -319,12 +314,7 @@ async def test_fs_can_be_switched_off(h: Harness) -> None:
 
 
 async def test_unknown_agent_requests_get_method_not_found(h: Harness) -> None:
-    adapter = h.make()
-    await adapter.start("s")
-    try:
-        blocks = await turn(adapter, "ext")
-    finally:
-        await adapter.stop()
+    blocks = await h.one_turn("ext")
     answer = json.loads(text_of(blocks))
     assert answer["error"]["code"] == -32601
     assert "craft/drainMidTurnQueue" in answer["error"]["message"]
@@ -356,12 +346,7 @@ async def test_agent_dying_mid_turn_ends_the_turn_and_the_next_turn_restarts_it(
 
 
 async def test_agent_death_is_seen_even_when_its_children_keep_stdout_open(h: Harness) -> None:
-    adapter = h.make()
-    await adapter.start("s")
-    try:
-        blocks = await turn(adapter, "orphan")
-    finally:
-        await adapter.stop()
+    blocks = await h.one_turn("orphan")
     end = blocks[-1]
     assert isinstance(end, SessionEndBlock) and end.reason == "error" and end.exit_code == 3
 
@@ -384,12 +369,7 @@ async def test_resume_loads_the_session_without_replaying_it(h: Harness) -> None
 
 
 async def test_unknown_session_starts_a_new_one_and_says_so(h: Harness) -> None:
-    adapter = h.make(resume_session_id="gone-123")
-    await adapter.start("s")
-    try:
-        blocks = await turn(adapter, "echo fresh")
-    finally:
-        await adapter.stop()
+    blocks = await h.one_turn("echo fresh", resume_session_id="gone-123")
     (reset,) = [b for b in of(blocks, SystemBlock) if b.code == "session_reset"]
     assert reset.level == "warn" and "gone-123" in reset.text and "Resource not found" in reset.text
     assert reset.data == {"previous_session": "gone-123", "session": h.session_ids[-1]}
@@ -406,12 +386,7 @@ async def test_unknown_session_starts_a_new_one_and_says_so(h: Harness) -> None:
     ],
 )
 async def test_stop_reasons(h: Harness, reason: str, end: str, note: str | None) -> None:
-    adapter = h.make()
-    await adapter.start("s")
-    try:
-        blocks = await turn(adapter, f"stop {reason}")
-    finally:
-        await adapter.stop()
+    blocks = await h.one_turn(f"stop {reason}")
     last = blocks[-1]
     assert isinstance(last, SessionEndBlock) and last.reason == end
     notes = [b for b in of(blocks, SystemBlock) if b.code == "stop_reason"]
@@ -422,12 +397,7 @@ async def test_stop_reasons(h: Harness, reason: str, end: str, note: str | None)
 
 
 async def test_prompt_error_ends_the_turn_with_an_error(h: Harness) -> None:
-    adapter = h.make()
-    await adapter.start("s")
-    try:
-        blocks = await turn(adapter, "fail")
-    finally:
-        await adapter.stop()
+    blocks = await h.one_turn("fail")
     (error,) = of(blocks, ErrorBlock)
     assert error.code == "agent_error" and "the model is unavailable" in error.message
     last = blocks[-1]
@@ -443,12 +413,7 @@ async def test_model_is_selected_in_the_session(h: Harness) -> None:
         assert [m.id for m in await adapter.list_models()] == ["small", "big"]
     finally:
         await adapter.stop()
-    other = h.make(model="huge")
-    await other.start("s")
-    try:
-        blocks = await turn(other, "echo x")
-    finally:
-        await other.stop()
+    blocks = await h.one_turn("echo x", model="huge")
     warn = [b for b in of(blocks, SystemBlock) if b.code == "model"]
     assert warn and "huge" in warn[0].text
 

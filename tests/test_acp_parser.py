@@ -51,9 +51,8 @@ from bridge.parsers.jsonrpc import (
     encode_request,
     encode_result,
 )
+from tests.parserkit import CAPTURED, FIXTURES, json_trees
 
-FIXTURES = Path(__file__).parent / "fixtures"
-CAPTURED = FIXTURES / "captured"
 ACP = FIXTURES / "acp"
 
 
@@ -518,24 +517,20 @@ def test_declined_permission_ends_the_call_as_an_error() -> None:
 def test_declined_approval_question_ends_the_call_it_stood_for() -> None:
     # Hermes: "write: <path>" never reports its end; the approval carries the same path
     m = UpdateMapper(approval_only=lambda i: i.startswith("edit-approval-"))
-    out = m.update(
-        upd(
-            "tool_call",
-            toolCallId="tc-1",
-            title="write: /w/a.txt",
-            kind="edit",
-            locations=[{"path": "/w/a.txt"}],
+    out: list[Block] = []
+    for call_id, verb, kind, path in (
+        ("tc-1", "write", "edit", "/w/a.txt"),
+        ("tc-2", "read", "read", "/w/b.txt"),
+    ):
+        out += m.update(
+            upd(
+                "tool_call",
+                toolCallId=call_id,
+                title=f"{verb}: {path}",
+                kind=kind,
+                locations=[{"path": path}],
+            )
         )
-    )
-    out += m.update(
-        upd(
-            "tool_call",
-            toolCallId="tc-2",
-            title="read: /w/b.txt",
-            kind="read",
-            locations=[{"path": "/w/b.txt"}],
-        )
-    )
     out += m.permission(
         "p",
         {
@@ -657,14 +652,7 @@ scalars = (
         ]
     )
 )
-json_values = st.recursive(
-    scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=5), inner, max_size=5)
-    ),
-    max_leaves=12,
-)
+json_values = json_trees(scalars, FIELDS, width=5, max_leaves=12)
 texts = st.text(max_size=12) | st.sampled_from(["a\ud800b", "", "x" * 50])
 statuses = st.sampled_from(["pending", "in_progress", "completed", "failed"]) | json_values
 content_items = st.lists(

@@ -34,6 +34,7 @@ from bridge.config import ConfigError, load_config
 from bridge.invariants import TurnGuard
 from bridge.redact import redact, remember_env_secrets
 from bridge.store import MessageRecord, SessionRecord, SqliteStore, StoredEvent
+from tests.contractkit import adapter_class
 
 # ---- the adapter contract --------------------------------------------------------------------
 
@@ -54,51 +55,20 @@ def test_contract_is_enforced_at_class_creation() -> None:
 
 
 def test_capabilities_require_their_coroutines() -> None:
-    class Half(BaseAdapter, abstract=True):
-        agent_id = "half"
-        display_name = "Half"
-        provides_models = True
-        provides_usage = False
-        cap_interrupt = True
-        cap_permissions = True
-
-        async def start(self, session_id: str) -> AgentInfoBlock:
-            return self.make_agent_info()
-
-        async def send(self, text: str, attachments: list[Any] | None = None) -> None:
-            pass
-
-        async def stream(self) -> AsyncIterator[Block]:
-            yield SessionEndBlock()
-
-        async def stop(self) -> None:
-            pass
-
-    problems = " ".join(contract_problems(Half))
+    half = adapter_class(
+        "Half", abstract=True, provides_models=True, cap_interrupt=True, cap_permissions=True
+    )
+    problems = " ".join(contract_problems(half))
     assert "interrupt()" in problems and "respond_permission()" in problems
     assert "list_models()" in problems
 
 
 def test_stream_must_be_an_async_generator() -> None:
+    def stream(self: BaseAdapter) -> list[Block]:
+        return []
+
     with pytest.raises(TypeError, match="async generator"):
-
-        class Sync(BaseAdapter):
-            agent_id = "sync"
-            display_name = "Sync"
-            provides_models = False
-            provides_usage = False
-
-            async def start(self, session_id: str) -> AgentInfoBlock:
-                return self.make_agent_info()
-
-            async def send(self, text: str, attachments: list[Any] | None = None) -> None:
-                pass
-
-            def stream(self) -> list[Block]:  # type: ignore[override]
-                return []
-
-            async def stop(self) -> None:
-                pass
+        adapter_class("Sync", stream=stream)
 
 
 class Echo(BaseAdapter):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from bridge.blocks import (
+    Block,
     DiffBlock,
     ErrorBlock,
     PlanBlock,
@@ -29,6 +30,12 @@ from tests.parserkit import (
 CURSOR = FIXTURES / "cursor"
 
 
+def replay(name: str) -> tuple[CursorParser, list[Block]]:
+    """A fresh parser fed the sample ``name``, and the blocks it made."""
+    parser = CursorParser()
+    return parser, run(parser, CURSOR / name)
+
+
 def assistant(text: str, stamp: int | None = None) -> str:
     event = {
         "type": "assistant",
@@ -41,8 +48,7 @@ def assistant(text: str, stamp: int | None = None) -> str:
 
 
 def test_partial_stream_drops_the_full_text_repeat() -> None:
-    parser = CursorParser()
-    blocks = run(parser, CURSOR / "partial_plain.stdout.jsonl")
+    parser, blocks = replay("partial_plain.stdout.jsonl")
     assert text(blocks) == "Hello! I can help with this project."  # once, not twice
     assert len([b for b in of(blocks, TextBlock) if b.text]) == 4
     assert text(blocks, ThinkingBlock) == "The user wants a greeting."
@@ -53,8 +59,7 @@ def test_partial_stream_drops_the_full_text_repeat() -> None:
 
 
 def test_partial_stream_with_a_shell_tool() -> None:
-    parser = CursorParser()
-    blocks = run(parser, CURSOR / "partial_tool.stdout.jsonl")
+    parser, blocks = replay("partial_tool.stdout.jsonl")
     assert text(blocks) == "I'll run the command.The command printed hello-from-tool."
     texts = {b.id for b in of(blocks, TextBlock)}
     assert len(texts) == 2  # the text before and after the tool are two messages
@@ -66,8 +71,7 @@ def test_partial_stream_with_a_shell_tool() -> None:
 
 
 def test_write_tool_is_a_new_file_diff() -> None:
-    parser = CursorParser()
-    blocks = run(parser, CURSOR / "partial_write.stdout.jsonl")
+    parser, blocks = replay("partial_write.stdout.jsonl")
     diff = of(blocks, DiffBlock)[0]
     assert diff.path == "notes.txt" and diff.old_text is None
     assert diff.new_text == "hello from cursor\n"
@@ -76,8 +80,7 @@ def test_write_tool_is_a_new_file_diff() -> None:
 
 
 def test_docs_example_without_partial_output() -> None:
-    parser = CursorParser()
-    blocks = run(parser, CURSOR / "docs_example.stdout.jsonl")
+    parser, blocks = replay("docs_example.stdout.jsonl")
     assert text(blocks) == (
         "I'll read the README.md file"
         "Based on the README, I'll create a summary"
@@ -90,8 +93,7 @@ def test_docs_example_without_partial_output() -> None:
 
 
 def test_paperclip_shell_tool_sample() -> None:
-    parser = CursorParser()
-    blocks = run(parser, CURSOR / "paperclip_shell_tool.jsonl")
+    parser, blocks = replay("paperclip_shell_tool.jsonl")
     result = of(blocks, ToolResultBlock)[0]
     assert not result.is_error and result.content == '{"id":"abc","status":"in_progress"}'
     well_formed(parser, blocks)

@@ -12,29 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from tests.daemon import DaemonProcess
+from tests.loaderkit import QUEUE_ADAPTER, drop_in
 from tests.wsclient import Client
 
-ADAPTER = """
-import asyncio
+ADAPTER = (
+    QUEUE_ADAPTER
+    + """
 import json
-from bridge.adapters.base import BaseAdapter
-from bridge.blocks import SessionEndBlock, TextBlock, ToolCallBlock
+from bridge.blocks import ToolCallBlock
 
 
-class Halves(BaseAdapter):
+class Halves(QueueAdapter):
     agent_id = "halves"
     display_name = "Halves"
-    provides_models = False
-    provides_usage = False
-
-    def __init__(self, model=None):
-        self.q = asyncio.Queue()
-
-    async def start(self, session_id):
-        return self.make_agent_info(version="1")
-
-    async def send(self, text, attachments=None):
-        await self.q.put(text)
 
     async def stream(self):
         await self.q.get()
@@ -43,10 +33,8 @@ class Halves(BaseAdapter):
         yield ToolCallBlock(id="t1", name="Bash", input={json.loads('"k\\\\udc80"'): "v"})
         yield TextBlock(id="m1", text=" after", done=True)
         yield SessionEndBlock(reason="completed")
-
-    async def stop(self):
-        pass
 """
+)
 
 
 async def _turn(d: DaemonProcess, project: Path) -> tuple[str, list[dict[str, Any]]]:
@@ -65,10 +53,7 @@ async def test_lone_surrogates_are_replaced_and_take_no_seq_gap(
     daemon_factory: Any, project: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
-    (adapters / "halves.py").write_text(ADAPTER)
-    (adapters / "halves.py").chmod(0o600)
+    drop_in(home, "halves.py", ADAPTER)
     d: DaemonProcess = daemon_factory(home=home, config='[server]\nunix_socket = "off"\n')
     d.start()
     session, frames = await _turn(d, project)

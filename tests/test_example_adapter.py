@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,13 +145,16 @@ def installed(running: DaemonProcess) -> DaemonProcess:
     return running
 
 
-async def open_session(d: DaemonProcess, cwd: Path) -> tuple[Client, str]:
-    c = await Client.open(d.url, d.token)
-    result = await c.request("session.create", agent="toy", cwd=str(cwd))
+@pytest.fixture
+async def toy_session(installed: DaemonProcess, project: Path) -> AsyncIterator[tuple[Client, str]]:
+    """A client and a new toy session in ``project`` it is subscribed to; closed after."""
+    c = await Client.open(installed.url, installed.token)
+    result = await c.request("session.create", agent="toy", cwd=str(project))
     assert result["info"]["agent"] == "toy"
     session = str(result["session"]["session"])
     await c.request("session.subscribe", session=session)
-    return c, session
+    yield c, session
+    await c.close()
 
 
 async def say(c: Client, session: str, text: str) -> list[dict[str, Any]]:
@@ -177,9 +180,9 @@ async def test_it_is_detected_checked_and_lists_models(installed: DaemonProcess)
 
 
 async def test_turns_stream_every_block_and_resume_the_session(
-    installed: DaemonProcess, project: Path
+    toy_session: tuple[Client, str],
 ) -> None:
-    c, session = await open_session(installed, project)
+    c, session = toy_session
     frames = await say(c, session, "hello")
     types_seen = [b["type"] for b in blocks(frames)]
     for kind in ("user", "thinking", "tool_call", "tool_result", "text", "usage", "session_end"):
@@ -195,13 +198,12 @@ async def test_turns_stream_every_block_and_resume_the_session(
     assert f"This is turn 2 of session {sid}" in text_of(frames)
     await c.request("session.send", session=session, text="/model toy-large")
     assert text_of(await say(c, session, "bigger")).startswith("[toy-large] You said: bigger")
-    await c.close()
 
 
 async def test_permission_diff_interrupt_and_failure(
-    installed: DaemonProcess, project: Path
+    toy_session: tuple[Client, str], project: Path
 ) -> None:
-    c, session = await open_session(installed, project)
+    c, session = toy_session
     await c.request("session.send", session=session, text="write from the phone")
     frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
     request = blocks(frames, "permission_request")[-1]
@@ -231,13 +233,12 @@ async def test_permission_diff_interrupt_and_failure(
         "reason": "error",
         "exit_code": 3,
     }
-    await c.close()
 
 
 async def test_handoff_to_the_terminal_chat_and_back(
-    installed: DaemonProcess, project: Path
+    installed: DaemonProcess, project: Path, toy_session: tuple[Client, str]
 ) -> None:
-    c, session = await open_session(installed, project)
+    c, session = toy_session
     frames = await say(c, session, "before the handoff")
     sid = blocks(frames, "session_end")[-1]["agent_session_id"]
     command = await c.request("session.handoff", session=session)
@@ -279,7 +280,6 @@ async def test_handoff_to_the_terminal_chat_and_back(
     assert [b["reason"] for b in blocks(released, "session_end")] == ["completed"]
     frames = await say(c, session, "back in the app")
     assert f"This is turn 3 of session {sid}" in text_of(frames)
-    await c.close()
 
 
 async def test_a_terminal_only_session_is_listed(installed: DaemonProcess, tmp_path: Path) -> None:

@@ -14,39 +14,26 @@ from typing import Any
 import pytest
 
 from tests.daemon import DaemonProcess
+from tests.loaderkit import QUEUE_ADAPTER, drop_in, new_session, say
 from tests.wsclient import Client, RequestFailed, blocks, text_of
 
-BAD_ACTORS = """
-import asyncio
+BAD_ACTORS = (
+    QUEUE_ADAPTER
+    + """
 import sys
 
-from bridge.adapters.base import BaseAdapter
-from bridge.blocks import SessionEndBlock, TextBlock, ToolCallBlock
+from bridge.blocks import ToolCallBlock
 
 FOREVER = 3600
 
 
-class Base(BaseAdapter, abstract=True):
+class Base(QueueAdapter, abstract=True):
     display_name = "Bad actor"
-    provides_models = False
-    provides_usage = False
-
-    def __init__(self):
-        self.q = asyncio.Queue()
-
-    async def start(self, session_id):
-        return self.make_agent_info(version="1")
-
-    async def send(self, text, attachments=None):
-        await self.q.put(text)
 
     async def stream(self):
         text = await self.q.get()
         yield TextBlock(id="m1", text="ok: " + text, done=True)
         yield SessionEndBlock(reason="completed")
-
-    async def stop(self):
-        pass
 
 
 class InitRaises(Base):
@@ -134,18 +121,12 @@ class StopHangs(Base):
         await asyncio.sleep(FOREVER)
 
 
-class InterruptHangs(Base):
+class InterruptHangs(StreamHangs):
     agent_id = "interrupt_hangs"
     cap_interrupt = True
 
     async def interrupt(self):
         await asyncio.sleep(FOREVER)
-
-    async def stream(self):
-        await self.q.get()
-        yield TextBlock(id="m1", text="working")
-        await asyncio.sleep(FOREVER)
-        yield SessionEndBlock(reason="completed")
 
 
 class NotABlock(Base):
@@ -156,6 +137,7 @@ class NotABlock(Base):
         yield "plain string"
         yield SessionEndBlock(reason="completed")
 """
+)
 
 IDLE_S = 1.5
 STOP_GRACE_S = 0.5
@@ -165,10 +147,7 @@ START_S = 1.5
 @pytest.fixture(scope="module")
 def bad(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("bad")
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
-    (adapters / "bad_actors.py").write_text(BAD_ACTORS)
-    (adapters / "bad_actors.py").chmod(0o600)  # whatever the umask: the loader checks modes
+    drop_in(home, "bad_actors.py", BAD_ACTORS)
     config = (
         "[adapters]\n"
         f"turn_timeout = 30\nidle_timeout = {IDLE_S}\nstop_grace = {STOP_GRACE_S}\n"
@@ -179,16 +158,17 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     d.stop()
 
 
-async def session_on(c: Client, agent: str, cwd: Path) -> str:
-    result = await c.request("session.create", agent=agent, cwd=str(cwd))
-    session = str(result["session"]["session"])
-    await c.request("session.subscribe", session=session)
-    return session
-
-
 async def turn(c: Client, session: str, text: str) -> list[dict[str, Any]]:
-    await c.request("session.send", session=session, text=text)
-    return await c.turn(session, timeout=30)
+    return await say(c, session, text, timeout=30)
+
+
+async def first_turn(
+    d: DaemonProcess, agent: str, cwd: Path, text: str
+) -> tuple[Client, str, list[dict[str, Any]]]:
+    """Connect, open a session on ``agent`` and run one turn: client, session and frames."""
+    c = await Client.open(d.url, d.token)
+    session = await new_session(c, agent, cwd)
+    return c, session, await turn(c, session, text)
 
 
 def ends_once(frames: list[dict[str, Any]], reason: str) -> dict[str, Any]:
@@ -200,7 +180,7 @@ def ends_once(frames: list[dict[str, Any]], reason: str) -> dict[str, Any]:
 
 async def still_serving(d: DaemonProcess, cwd: Path) -> None:
     c = await Client.open(d.url, d.token)
-    demo = await session_on(c, "demo", cwd)
+    demo = await new_session(c, "demo", cwd)
     assert "You said: alive" in text_of(await turn(c, demo, "echo alive"))
     await c.close()
 
@@ -240,9 +220,7 @@ async def test_a_start_that_fails_is_agent_unavailable(
 async def test_a_raising_send_ends_the_turn_with_its_message(
     bad: DaemonProcess, project: Path
 ) -> None:
-    c = await Client.open(bad.url, bad.token)
-    session = await session_on(c, "send_raises", project)
-    frames = await turn(c, session, "boom")
+    c, session, frames = await first_turn(bad, "send_raises", project, "boom")
     errors = blocks(frames, "error")
     assert errors[0]["code"] == "adapter_error"
     assert errors[0]["message"] == "ValueError: send exploded: the pipe is gone"
@@ -253,9 +231,7 @@ async def test_a_raising_send_ends_the_turn_with_its_message(
 
 
 async def test_a_raising_stream_is_repaired_and_ended(bad: DaemonProcess, project: Path) -> None:
-    c = await Client.open(bad.url, bad.token)
-    session = await session_on(c, "stream_raises", project)
-    frames = await turn(c, session, "go")
+    c, _, frames = await first_turn(bad, "stream_raises", project, "go")
     errors = blocks(frames, "error")
     assert any(e["message"] == "RuntimeError: stream exploded mid-turn" for e in errors)
     # What the adapter left open is closed before the end.
@@ -270,7 +246,7 @@ async def test_a_raising_stream_is_repaired_and_ended(bad: DaemonProcess, projec
 @pytest.mark.parametrize("agent", ["send_hangs", "stream_hangs"])
 async def test_a_hanging_adapter_times_out(bad: DaemonProcess, project: Path, agent: str) -> None:
     c = await Client.open(bad.url, bad.token)
-    session = await session_on(c, agent, project)
+    session = await new_session(c, agent, project)
     started = time.monotonic()
     frames = await turn(c, session, "anything")
     assert time.monotonic() - started < IDLE_S + 15
@@ -284,9 +260,7 @@ async def test_a_hanging_adapter_times_out(bad: DaemonProcess, project: Path, ag
 
 
 async def test_a_hanging_stop_does_not_wedge_the_session(bad: DaemonProcess, project: Path) -> None:
-    c = await Client.open(bad.url, bad.token)
-    session = await session_on(c, "stop_hangs", project)
-    frames = await turn(c, session, "boom")
+    c, session, frames = await first_turn(bad, "stop_hangs", project, "boom")
     ends_once(frames, "error")
     # After the failed turn the daemon gives stop() its grace, then moves on.
     frames += await c.events_until(
@@ -304,7 +278,7 @@ async def test_a_hanging_stop_does_not_wedge_the_session(bad: DaemonProcess, pro
 
 async def test_an_interrupt_that_hangs_is_forced(bad: DaemonProcess, project: Path) -> None:
     c = await Client.open(bad.url, bad.token)
-    session = await session_on(c, "interrupt_hangs", project)
+    session = await new_session(c, "interrupt_hangs", project)
     await c.request("session.send", session=session, text="work")
     await c.events_until(lambda b: b["type"] == "text", session=session)
     await asyncio.wait_for(c.request("session.interrupt", session=session), 15)
@@ -315,9 +289,7 @@ async def test_an_interrupt_that_hangs_is_forced(bad: DaemonProcess, project: Pa
 
 
 async def test_a_non_block_is_reported_not_forwarded(bad: DaemonProcess, project: Path) -> None:
-    c = await Client.open(bad.url, bad.token)
-    session = await session_on(c, "not_a_block", project)
-    frames = await turn(c, session, "x")
+    c, _, frames = await first_turn(bad, "not_a_block", project, "x")
     contract = [e for e in blocks(frames, "error") if e["code"] == "adapter_contract"]
     assert contract and "str" in contract[0]["message"]
     ends_once(frames, "completed")
@@ -327,9 +299,7 @@ async def test_a_non_block_is_reported_not_forwarded(bad: DaemonProcess, project
 async def test_sys_exit_in_an_adapter_does_not_stop_the_daemon(
     bad: DaemonProcess, project: Path
 ) -> None:
-    c = await Client.open(bad.url, bad.token)
-    session = await session_on(c, "send_exits", project)
-    frames = await turn(c, session, "x")
+    c, _, frames = await first_turn(bad, "send_exits", project, "x")
     errors = blocks(frames, "error")
     assert errors and "the adapter called sys.exit" in errors[0]["message"]
     ends_once(frames, "error")

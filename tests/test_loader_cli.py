@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import ROOT, DaemonProcess
-from tests.loaderkit import adapter_source
+from tests.loaderkit import adapter_source, adapters_dir
 from tests.wsclient import Client, text_of
 
 
@@ -35,12 +35,6 @@ def cli(
         text=True,
         timeout=120,
     )
-
-
-def adapters_dir(home: Path) -> Path:
-    path = home / "config" / "agent-bridge" / "adapters"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
 
 
 def write(path: Path, text: str, mode: int = 0o600) -> Path:

@@ -19,39 +19,25 @@ from typing import Any
 import pytest
 
 from tests.daemon import ROOT, DaemonProcess
+from tests.loaderkit import QUEUE_ADAPTER, drop_in
 from tests.wsclient import Client, text_of
 
 FIXTURE = ROOT / "tests" / "fixtures" / "entrypoint_pkg"
 
-DROP_IN = """
-import asyncio
-from bridge.adapters.base import BaseAdapter
-from bridge.blocks import SessionEndBlock, TextBlock
+DROP_IN = (
+    QUEUE_ADAPTER
+    + """
 
-
-class Local(BaseAdapter):
+class Local(QueueAdapter):
     agent_id = "shadowed"
     display_name = "Shadowed (drop-in)"
-    provides_models = False
-    provides_usage = False
-
-    def __init__(self):
-        self.q = asyncio.Queue()
-
-    async def start(self, session_id):
-        return self.make_agent_info()
-
-    async def send(self, text, attachments=None):
-        await self.q.put(text)
 
     async def stream(self):
         text = await self.q.get()
         yield TextBlock(id="m1", text="from the file: " + text, done=True)
         yield SessionEndBlock(reason="completed")
-
-    async def stop(self):
-        pass
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -108,10 +94,7 @@ def daemon_with_packages(
     site: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("ep-home")
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
-    (adapters / "shadowed.py").write_text(DROP_IN)
-    (adapters / "shadowed.py").chmod(0o600)
+    drop_in(home, "shadowed.py", DROP_IN)
     d = DaemonProcess(home, env={"PYTHONPATH": str(site)}).start()
     yield d
     d.stop()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     d.stop()
 
 
+@pytest.fixture
+async def c(live: DaemonProcess) -> AsyncIterator[Client]:
+    """A client of the module's daemon, closed after the test."""
+    client = await Client.open(live.url, live.token)
+    yield client
+    await client.close()
+
+
 def adapters_dir(d: DaemonProcess) -> Path:
     return d.config_dir / "adapters"
 
@@ -105,9 +113,8 @@ async def wait_pushed(c: Client, kind: str = "agents_changed", timeout: float = 
 
 
 async def test_a_dropped_file_is_usable_without_a_restart(
-    live: DaemonProcess, project: Path
+    live: DaemonProcess, c: Client, project: Path
 ) -> None:
-    c = await Client.open(live.url, live.token)
     assert "fresh" not in await agents(c)
     path = drop(live, "fresh.py", adapter("fresh", "v1"))
     await wait_pushed(c)
@@ -119,13 +126,11 @@ async def test_a_dropped_file_is_usable_without_a_restart(
     frames = await say(c, session, "hi")
     assert text_of(frames) == "v1: hi"
     assert blocks(frames)[-1]["reason"] == "completed"
-    await c.close()
 
 
 async def test_an_edit_reaches_new_sessions_while_running_ones_keep_their_class(
-    live: DaemonProcess, project: Path
+    live: DaemonProcess, c: Client, project: Path
 ) -> None:
-    c = await Client.open(live.url, live.token)
     drop(live, "edited.py", adapter("edited", "v1"))
     await wait_for_agents(c, lambda a: a.get("edited", {}).get("display_name") == "Live v1")
     old = await new_session(c, "edited", project)
@@ -144,13 +149,11 @@ async def test_an_edit_reaches_new_sessions_while_running_ones_keep_their_class(
     assert text_of(await say(c, old, "four")) == "v1: four"
     await c.request("session.send", session=old, text="/model m")
     assert text_of(await say(c, old, "five")) == "v1: five"
-    await c.close()
 
 
 async def test_a_deleted_file_is_unregistered_and_its_sessions_finish(
-    live: DaemonProcess, project: Path
+    live: DaemonProcess, c: Client, project: Path
 ) -> None:
-    c = await Client.open(live.url, live.token)
     path = drop(live, "doomed.py", adapter("doomed", "v1"))
     await wait_for_agents(c, lambda a: "doomed" in a)
     session = await new_session(c, "doomed", project)
@@ -161,13 +164,11 @@ async def test_a_deleted_file_is_unregistered_and_its_sessions_finish(
         await c.request("session.create", agent="doomed", cwd=str(project))
     assert err.value.code == "not_found"
     assert text_of(await say(c, session, "still here?")) == "v1: still here?"
-    await c.close()
 
 
 async def test_broken_files_are_reported_and_the_daemon_keeps_serving(
-    live: DaemonProcess, project: Path
+    live: DaemonProcess, c: Client, project: Path
 ) -> None:
-    c = await Client.open(live.url, live.token)
     drop(live, "syntax.py", "class A:\n    agent_id = 'syntax_err'\n    def f(:\n")
     drop(live, "raising.py", "class A:\n    agent_id = 'raising'\n\nraise KeyError('no token')\n")
     drop(live, "half.py", adapter("half", "v1").replace("    provides_models = True\n", ""))
@@ -208,13 +209,11 @@ async def test_broken_files_are_reported_and_the_daemon_keeps_serving(
     log = live.log_text()
     for name in ("syntax.py", "raising.py", "half.py", "nothing.py", "collide.py", "opendoor.py"):
         assert name in log
-    await c.close()
 
 
 async def test_a_file_that_breaks_keeps_its_last_good_version(
-    live: DaemonProcess, project: Path
+    live: DaemonProcess, c: Client, project: Path
 ) -> None:
-    c = await Client.open(live.url, live.token)
     good = adapter("fragile", "v1")
     drop(live, "fragile.py", good)
     await wait_for_agents(c, lambda a: a.get("fragile", {}).get("available") is True)
@@ -228,11 +227,9 @@ async def test_a_file_that_breaks_keeps_its_last_good_version(
     drop(live, "fragile.py", adapter("fragile", "v2"))
     found = await wait_for_agents(c, lambda a: a["fragile"]["display_name"] == "Live v2")
     assert found["fragile"]["error"] is None
-    await c.close()
 
 
-async def test_an_endless_loop_at_import_is_contained(live: DaemonProcess) -> None:
-    c = await Client.open(live.url, live.token)
+async def test_an_endless_loop_at_import_is_contained(live: DaemonProcess, c: Client) -> None:
     drop(live, "spinner.py", "class A:\n    agent_id = 'spinner'\nwhile True:\n    pass\n")
     # While the probe spins, the daemon answers as usual.
     for _ in range(5):
@@ -245,7 +242,6 @@ async def test_an_endless_loop_at_import_is_contained(live: DaemonProcess) -> No
     before = cpu_seconds(live.proc.pid)
     await asyncio.sleep(3.0)
     assert cpu_seconds(live.proc.pid) - before < 0.3  # idle; a spinning thread takes seconds
-    await c.close()
 
 
 def cpu_seconds(pid: int) -> float:

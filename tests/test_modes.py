@@ -5,7 +5,6 @@ the hub's fallback for an adapter without ``set_mode`` (a drop-in adapter in a r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,7 +14,9 @@ from bridge.adapters.codex import CodexAdapter
 from bridge.adapters.kilo import KiloAdapter
 from bridge.adapters.opencode import OpenCodeAdapter
 from bridge.registry import load_builtin_classes
+from tests.contractkit import adapter_class
 from tests.daemon import DaemonProcess
+from tests.loaderkit import drop_in
 from tests.wsclient import Client, text_of
 
 MOODY = """
@@ -73,37 +74,12 @@ def test_a_mode_for_an_agent_without_modes_is_refused() -> None:
 
 def test_a_broken_modes_declaration_is_refused_at_import() -> None:
     with pytest.raises(TypeError, match="`modes` must be a tuple of ModeInfo"):
+        adapter_class("Bad", modes=("plan",))
 
-        class Bad(BaseAdapter):
-            agent_id = "bad"
-            display_name = "Bad"
-            provides_models = False
-            provides_usage = False
-            modes = ("plan",)  # type: ignore[assignment]
-
-            async def start(self, session_id: str) -> Any: ...
-            async def send(self, text: str, attachments: Any = None) -> None: ...
-            async def stream(self) -> Any:  # type: ignore[override]
-                yield None
-
-            async def stop(self) -> None: ...
+    def init(self: BaseAdapter, cwd: str | None = None) -> None: ...
 
     with pytest.raises(TypeError, match="takes no `mode` keyword"):
-
-        class Deaf(BaseAdapter):
-            agent_id = "deaf"
-            display_name = "Deaf"
-            provides_models = False
-            provides_usage = False
-            modes = (ModeInfo(id="a", label="A"),)
-
-            def __init__(self, cwd: str | None = None) -> None: ...
-            async def start(self, session_id: str) -> Any: ...
-            async def send(self, text: str, attachments: Any = None) -> None: ...
-            async def stream(self) -> Any:  # type: ignore[override]
-                yield None
-
-            async def stop(self) -> None: ...
+        adapter_class("Deaf", modes=(ModeInfo(id="a", label="A"),), __init__=init)
 
 
 async def test_codex_modes_are_its_approval_presets_from_the_next_turn() -> None:
@@ -130,9 +106,7 @@ async def test_without_set_mode_the_adapter_restarts_with_the_mode_before_the_ne
     tmp_path: Path, project: Path
 ) -> None:
     home = tmp_path / "home"
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True)
-    (adapters / "moody.py").write_text(MOODY)
+    drop_in(home, "moody.py", MOODY)
     d = DaemonProcess(home).start()
     try:
         c = await Client.open(d.url, d.token)
