@@ -9,6 +9,7 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.harness import make_project
+from tests.web.browser import Browser
 
 _OWN_BASETEMP = pytest.StashKey[Path]()
 
@@ -57,3 +58,11 @@ def daemon(daemon_factory) -> DaemonProcess:  # type: ignore[no-untyped-def]
 def project(tmp_path: Path) -> Path:
     """A small project directory (README.md, notes.txt), its path resolved."""
     return make_project(tmp_path / "project")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """One headless Chromium for a module of browser tests (tests/web/browser.py)."""
+    b = Browser(tmp_path_factory.mktemp("browser"))
+    yield b
+    b.close()

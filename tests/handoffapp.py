@@ -7,13 +7,16 @@ arrive on the way, so a test can check everything the app was shown, in order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import shutil
 import subprocess
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from tests.daemon import DaemonProcess
 from tests.wsclient import Client, blocks
 
 Block = dict[str, Any]
@@ -80,7 +83,27 @@ class App:
             await asyncio.sleep(0.25)
 
 
+@contextlib.asynccontextmanager
+async def app_of(d: DaemonProcess) -> AsyncIterator[App]:
+    """``d`` started and an app connected to it; the app closed and ``d`` stopped afterwards."""
+    d.start()
+    app = App(await Client.open(d.url, d.token))
+    try:
+        yield app
+    finally:
+        await app.c.close()
+        d.stop()
+
+
 ADAPTER = Path(__file__).parent / "fixtures" / "handoff" / "fake_term_adapter.py"
+
+
+def with_fake_term(d: DaemonProcess) -> DaemonProcess:
+    """``d`` (not started yet) with the fake terminal adapter among its drop-in adapters; it
+    reads ``$HANDOFF_FAKE_DIR``, where :class:`Terminal` writes."""
+    (d.config_dir / "adapters").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ADAPTER, d.config_dir / "adapters" / "fake_term_adapter.py")
+    return d
 
 
 class Terminal:

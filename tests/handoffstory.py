@@ -21,9 +21,8 @@ from typing import Any
 from tests.daemon import DaemonProcess
 from tests.fakes import Reply
 from tests.fakes.core import FakeServer, RecordedRequest
-from tests.handoffapp import App
+from tests.handoffapp import App, app_of
 from tests.tmuxterm import Tmux
-from tests.wsclient import Client
 
 
 def said(words: str) -> Callable[[RecordedRequest], bool]:
@@ -59,15 +58,12 @@ async def handoff_world(
     srv: FakeServer, env: dict[str, str], work: Path, daemon: DaemonProcess, name: str
 ) -> AsyncIterator[dict[str, Any]]:
     """``daemon`` started, a tmux terminal and an app connected; all stopped afterwards."""
-    daemon.start()
-    term = Tmux.unique(name)
-    app = App(await Client.open(daemon.url, daemon.token))
-    try:
-        yield {"srv": srv, "env": env, "work": work, "term": term, "app": app}
-    finally:
-        await app.c.close()
-        term.kill()
-        daemon.stop()
+    async with app_of(daemon) as app:
+        term = Tmux.unique(name)
+        try:
+            yield {"srv": srv, "env": env, "work": work, "term": term, "app": app}
+        finally:
+            term.kill()
 
 
 async def attach_parked(app: App, agent: str, sid: str, work: Path) -> tuple[str, dict[str, Any]]:

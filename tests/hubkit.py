@@ -17,15 +17,16 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from bridge.adapters.base import BaseAdapter, ResumeCommand
+from bridge.adapters.base import ResumeCommand
 from bridge.adapters.demo import DemoAdapter
-from bridge.blocks import AgentInfoBlock, Block, SessionEndBlock, TextBlock
+from bridge.blocks import Block, SessionEndBlock, TextBlock
 from bridge.config import Config, HubConfig
 from bridge.hub import Hub
 from bridge.hub import state as hub_state
 from bridge.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
 from bridge.registry import Registry
 from bridge.store import MemoryStore, MessageRecord, SessionRecord
+from tests.fixtures.handoff.fake_term_adapter import TerminalAgent
 
 
 @dataclass
@@ -69,38 +70,16 @@ class QueueMirror:
         self.q.put_nowait(None)
 
 
-class Term(BaseAdapter):
+class Term(TerminalAgent):
     """``slow``: waits until interrupted. ``stubborn``: ignores interrupts and cancellation
     until ``Term.release`` is set. Anything else: one text block, then the end."""
 
     agent_id = "term"
     display_name = "Term"
-    cli_binary = None
-    cap_interrupt = True
-    provides_models = False
-    provides_usage = False
-    handoff = "persistent"
     world: ClassVar[World] = World()
     release: ClassVar[asyncio.Event | None] = None
 
-    def __init__(
-        self,
-        resume_session_id: str | None = None,
-        on_session_id: Callable[[str], None] | None = None,
-    ) -> None:
-        self.sid = resume_session_id or f"sid-{uuid.uuid4().hex[:8]}"
-        self.on_session_id = on_session_id
-        self.text = ""
-        self.interrupted = asyncio.Event()
-
-    async def start(self, session_id: str) -> AgentInfoBlock:
-        if self.on_session_id:
-            self.on_session_id(self.sid)
-        return self.make_agent_info(version="1")
-
-    async def send(self, text: str, attachments: list[Any] | None = None) -> None:
-        self.text = text
-        self.interrupted.clear()
+    def record(self, text: str) -> None:
         self.world.sent.append((self.sid, text))
 
     async def stream(self) -> AsyncIterator[Block]:
@@ -120,11 +99,8 @@ class Term(BaseAdapter):
         yield TextBlock(id=uuid.uuid4().hex, text=f"said: {self.text}", done=True)
         yield SessionEndBlock(reason="completed", agent_session_id=self.sid)
 
-    async def interrupt(self) -> None:
-        self.interrupted.set()
-
     async def stop(self) -> None:
-        self.interrupted.set()
+        await super().stop()
         if self.world.stop_gate is not None:
             await self.world.stop_gate.wait()
 
@@ -189,6 +165,10 @@ class Sub:
 
     def blocks(self, kind: str | None = None) -> list[dict[str, Any]]:
         return [b for _, b in self.events() if kind is None or b["type"] == kind]
+
+    def notices(self, code: str) -> list[dict[str, Any]]:
+        """The ``system`` blocks with that code."""
+        return [b for b in self.blocks("system") if b["code"] == code]
 
     def states(self) -> list[tuple[str, str]]:
         return [

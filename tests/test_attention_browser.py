@@ -19,14 +19,12 @@ from typing import Any
 import pytest
 
 from tests.daemon import ROOT, DaemonProcess
+from tests.daemonkit import running
 from tests.notify_fakes import FakePushService, Receiver
-from tests.web.browser import Browser, Page, missing
+from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.wsclient import Client
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(missing() is not None, reason=str(missing())),
-]
+pytestmark = BROWSER_TESTS
 
 ARTIFACTS = ROOT / "tests" / "artifacts" / "web"
 NOTIFICATIONS = (
@@ -44,11 +42,6 @@ KEPT_TOKEN = (
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("attention-browser")
-
-
-@pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
@@ -63,22 +56,14 @@ def push_service() -> Iterator[FakePushService]:
 
 
 @pytest.fixture(scope="module")
-def daemon(workdir: Path, receiver: Receiver) -> Iterator[DaemonProcess]:
+def daemon(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[DaemonProcess]:
     config = (
         "[notify]\nmin_turn_s = 0\n"
         f'[[notify.targets]]\nurl = "{receiver.url}"\nname = "webhook on 127.0.0.1"\n'
         'kinds = ["permission", "turn_end", "error"]\n'
     )
-    d = DaemonProcess(workdir / "home", config=config).start()
-    yield d
-    d.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(workdir: Path) -> Iterator[Browser]:
-    b = Browser(workdir / "browser")
-    yield b
-    b.close()
+    home = tmp_path_factory.mktemp("attention-browser") / "home"
+    yield from running(DaemonProcess(home, config=config))
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.daemon import ROOT, DaemonProcess
+from tests.daemonkit import bridge_argv, run_bridge
 from tests.notify_fakes import Receiver
 
 
@@ -29,14 +29,7 @@ def closed_port() -> int:
 
 
 def run(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge", *args],
-        cwd=str(ROOT),
-        env=d.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_bridge(*args, env=d.env)
 
 
 def config(*urls: str) -> str:
@@ -118,7 +111,7 @@ async def test_watch_on_a_terminal_counts_as_looking(
     other = (await c.request("session.create", agent="demo", cwd=str(project)))["session"]
     primary, secondary = pty.openpty()
     watch = subprocess.Popen(
-        [sys.executable, "-m", "bridge", "watch", watched["session"], "--no-color"],
+        bridge_argv("watch", watched["session"], "--no-color"),
         cwd=str(ROOT),
         env=d.env,
         stdin=subprocess.DEVNULL,

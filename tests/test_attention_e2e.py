@@ -54,6 +54,15 @@ async def demo_session(c: Client, cwd: Path) -> str:
     return str(result["session"]["session"])
 
 
+async def notified_demo(
+    daemon_factory: Any, receiver: Receiver, project: Path, min_turn_s: float = 0
+) -> tuple[DaemonProcess, Client, str]:
+    """A daemon that notifies ``receiver``, a client of it, and a demo session in ``project``."""
+    d = start(daemon_factory, notify_config(receiver, min_turn_s=min_turn_s))
+    c = await Client.open(d.url, d.token)
+    return d, c, await demo_session(c, project)
+
+
 async def run_turn(c: Client, session: str, text: str) -> list[dict[str, Any]]:
     await c.request("session.subscribe", session=session)
     await c.request("session.send", session=session, text=text)
@@ -69,9 +78,7 @@ def message_of(hit: Any) -> dict[str, Any]:
 async def test_turn_end_reaches_the_channel_with_a_deep_link_and_no_token(
     daemon_factory: Any, receiver: Receiver, project: Path
 ) -> None:
-    d = start(daemon_factory, notify_config(receiver))
-    c = await Client.open(d.url, d.token)
-    session = await demo_session(c, project)
+    d, c, session = await notified_demo(daemon_factory, receiver, project)
     await run_turn(c, session, "echo all tests pass\nDone: 12 passed.")
     hit = receiver.wait(1)[0]
     data = message_of(hit)
@@ -89,9 +96,7 @@ async def test_turn_end_reaches_the_channel_with_a_deep_link_and_no_token(
 async def test_error_and_permission_kinds(
     daemon_factory: Any, receiver: Receiver, project: Path
 ) -> None:
-    d = start(daemon_factory, notify_config(receiver, min_turn_s=3600))
-    c = await Client.open(d.url, d.token)
-    session = await demo_session(c, project)
+    _, c, session = await notified_demo(daemon_factory, receiver, project, min_turn_s=3600)
     await run_turn(c, session, "fail")
     data = message_of(receiver.wait(1)[0])
     assert data["title"].startswith("demo failed"), data
@@ -144,9 +149,7 @@ async def test_a_watched_session_is_not_notified_and_presence_ends_with_the_repo
 async def test_rate_limit_folds_later_notifications_into_one(
     daemon_factory: Any, receiver: Receiver, project: Path
 ) -> None:
-    d = start(daemon_factory, notify_config(receiver))
-    c = await Client.open(d.url, d.token)
-    session = await demo_session(c, project)
+    _, c, session = await notified_demo(daemon_factory, receiver, project)
     for i in range(4):
         await run_turn(c, session, f"echo turn {i}")
     first = receiver.wait(1)[0]
@@ -167,9 +170,7 @@ async def test_a_failed_delivery_is_retried(
     daemon_factory: Any, receiver: Receiver, project: Path
 ) -> None:
     receiver.statuses = [500, 503]
-    d = start(daemon_factory, notify_config(receiver))
-    c = await Client.open(d.url, d.token)
-    session = await demo_session(c, project)
+    d, c, session = await notified_demo(daemon_factory, receiver, project)
     await run_turn(c, session, "echo after a hiccup")
     hits = receiver.wait(3, timeout=30)
     assert len({h.body for h in hits}) == 1  # the same notification, tried three times
@@ -279,9 +280,7 @@ async def test_channel_secrets_never_reach_logs_or_answers(
 async def test_a_turn_the_daemon_died_in_is_announced_after_the_restart(
     daemon_factory: Any, receiver: Receiver, project: Path
 ) -> None:
-    d = start(daemon_factory, notify_config(receiver, min_turn_s=3600))
-    c = await Client.open(d.url, d.token)
-    session = await demo_session(c, project)
+    d, c, session = await notified_demo(daemon_factory, receiver, project, min_turn_s=3600)
     await c.request("session.subscribe", session=session)
     await c.request("session.send", session=session, text="slow and steady")
     await c.events_until(lambda b: b["type"] == "plan", session=session)
@@ -296,9 +295,7 @@ async def test_a_turn_the_daemon_died_in_is_announced_after_the_restart(
 async def test_handoff_both_ways_with_a_terminal(
     tmp_path: Path, receiver: Receiver, project: Path
 ) -> None:
-    import shutil
-
-    from tests.handoffapp import ADAPTER, App, Terminal, new_session
+    from tests.handoffapp import Terminal, app_of, new_session, with_fake_term
 
     fake = tmp_path / "fake"
     fake.mkdir()
@@ -307,30 +304,25 @@ async def test_handoff_both_ways_with_a_terminal(
         config=notify_config(receiver, kinds='["handoff"]'),
         env={"HANDOFF_FAKE_DIR": str(fake)},
     )
-    (d.config_dir / "adapters").mkdir(parents=True, exist_ok=True)
-    shutil.copy(ADAPTER, d.config_dir / "adapters" / "fake_term_adapter.py")
-    d.start()
-    app = App(await Client.open(d.url, d.token))
-    term = None
-    try:
-        session, sid = await new_session(app, project)
-        await app.request("session.handoff", session=session)
-        await app.state(session, "parked", "none")
-        term = Terminal(fake, sid)
-        await app.state(session, "parked", "terminal")
-        took = message_of(receiver.wait(1)[0])
-        assert took["title"] == "fake_term: a terminal took the session (project)", took
-        term.exit()
-        await app.state(session, "idle", "bridge")
-        # Same session and kind within 10 s: it waits for the window's end.
-        back = message_of(receiver.wait(2, timeout=25)[1])
-        assert back["title"] == "fake_term: the terminal gave the session back (project)", back
-        assert back["message"].endswith(f"#session={session}")
-    finally:
-        if term is not None and term.proc.poll() is None:
+    async with app_of(with_fake_term(d)) as app:
+        term = None
+        try:
+            session, sid = await new_session(app, project)
+            await app.request("session.handoff", session=session)
+            await app.state(session, "parked", "none")
+            term = Terminal(fake, sid)
+            await app.state(session, "parked", "terminal")
+            took = message_of(receiver.wait(1)[0])
+            assert took["title"] == "fake_term: a terminal took the session (project)", took
             term.exit()
-        await app.c.close()
-        d.stop()
+            await app.state(session, "idle", "bridge")
+            # Same session and kind within 10 s: it waits for the window's end.
+            back = message_of(receiver.wait(2, timeout=25)[1])
+            assert back["title"] == "fake_term: the terminal gave the session back (project)", back
+            assert back["message"].endswith(f"#session={session}")
+        finally:
+            if term is not None and term.proc.poll() is None:
+                term.exit()
 
 
 async def test_web_push_retries_a_busy_service_but_not_a_refusal(

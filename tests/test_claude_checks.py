@@ -6,33 +6,27 @@ from pathlib import Path
 
 import pytest
 
-from bridge.adapters.base import AdapterConfig, Check, overall_status
+from bridge.adapters.base import AdapterConfig, overall_status
 from bridge.adapters.claude import ClaudeAdapter
+from tests.checkkit import by_code, version_only, without
 
 
 @pytest.fixture
 def fake_claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A stand-in `claude` that only answers --version, and a clean auth environment."""
-    binary = tmp_path / "bin" / "claude"
-    binary.parent.mkdir()
-    binary.write_text("#!/bin/sh\necho '2.1.332 (Claude Code)'\n")
-    binary.chmod(0o755)
-    for name in (
+    binary = version_only(tmp_path / "bin" / "claude", "2.1.332 (Claude Code)")
+    without(
+        monkeypatch,
         "ANTHROPIC_API_KEY",
         "ANTHROPIC_AUTH_TOKEN",
         "CLAUDE_CODE_OAUTH_TOKEN",
         "CLAUDE_CODE_USE_BEDROCK",
         "CLAUDE_CODE_USE_VERTEX",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    )
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "home" / ".claude"))
     (tmp_path / "home" / ".claude").mkdir(parents=True)
     return binary
-
-
-def by_code(checks: list[Check]) -> dict[str, Check]:
-    return {c.code: c for c in checks}
 
 
 def login(home: Path) -> None:

@@ -7,22 +7,15 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tests.daemon import ROOT, DaemonProcess
+from tests.daemonkit import bridge_argv, run_bridge
 
 
 def cli(d: DaemonProcess, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge", *args],
-        cwd=ROOT,
-        env=d.env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_bridge(*args, env=d.env, timeout=timeout)
 
 
 def test_cli_commands_talk_to_the_daemon(daemon: DaemonProcess, project: Path) -> None:
@@ -54,7 +47,7 @@ def test_cli_commands_talk_to_the_daemon(daemon: DaemonProcess, project: Path) -
     assert again.stdout.strip() == "sent"  # idempotent: no second turn
 
     watch = subprocess.Popen(
-        [sys.executable, "-m", "bridge", "watch", session, "--no-color"],
+        bridge_argv("watch", session, "--no-color"),
         cwd=ROOT,
         env=daemon.env,
         stdout=subprocess.PIPE,
@@ -97,28 +90,14 @@ def test_cli_without_a_daemon_says_so(tmp_path: Path) -> None:
 
 def test_serve_refuses_a_public_address_without_tls(tmp_path: Path) -> None:
     d = DaemonProcess(tmp_path / "home")
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "serve", "--host", "0.0.0.0", "--port", "0"],
-        cwd=ROOT,
-        env=d.env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = cli(d, "serve", "--host", "0.0.0.0", "--port", "0")
     assert result.returncode == 2
     assert "without TLS" in result.stderr and "--insecure" in result.stderr
 
 
 def test_serve_reports_a_bad_config_key(tmp_path: Path) -> None:
     d = DaemonProcess(tmp_path / "home", config="[server]\nprot = 1\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "serve", "--port", "0"],
-        cwd=ROOT,
-        env=d.env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    result = cli(d, "serve", "--port", "0")
     assert result.returncode == 2
     assert "prot" in result.stderr and "Traceback" not in result.stderr
 

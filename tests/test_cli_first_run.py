@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.daemon import DaemonProcess
+from tests.daemonkit import dropin_dir
 from tests.wsclient import Client, blocks
 
 #: The console script pip installed, exactly what a user runs.
@@ -327,8 +328,7 @@ def test_agents_table_shows_the_state_and_the_whole_reason(
     daemon_factory: Any, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
+    adapters = dropin_dir(home)
     broken = adapters / "halfdone.py"
     broken.write_text("from bridge.adapters.base import BaseAdapter\nclass Half(BaseAdapter:\n")
     broken.chmod(0o644)
@@ -440,8 +440,7 @@ def test_agents_table_says_when_a_broken_file_left_an_older_version_running(
     daemon_factory: Any, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
+    adapters = dropin_dir(home)
     example = Path(__file__).resolve().parent.parent / "ext_adapters_example"
     for name in ("toy.py", "_toy_agent.py"):
         shutil.copy(example / name, adapters / name)

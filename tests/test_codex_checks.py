@@ -6,26 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from bridge.adapters.base import AdapterConfig, Check
+from bridge.adapters.base import AdapterConfig
 from bridge.adapters.codex import CodexAdapter
 from bridge.blocks import ErrorBlock, SessionEndBlock
+from tests.checkkit import by_code, version_only, without
 
 
 @pytest.fixture
 def fake_codex(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    binary = tmp_path / "bin" / "codex"
-    binary.parent.mkdir()
-    binary.write_text("#!/bin/sh\necho 'codex-cli 0.171.0'\n")
-    binary.chmod(0o755)
-    for name in ("OPENAI_API_KEY", "CODEX_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
+    binary = version_only(tmp_path / "bin" / "codex", "codex-cli 0.171.0")
+    without(monkeypatch, "OPENAI_API_KEY", "CODEX_API_KEY")
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex-home"))
     (tmp_path / "codex-home").mkdir()
     return binary
-
-
-def by_code(checks: list[Check]) -> dict[str, Check]:
-    return {c.code: c for c in checks}
 
 
 def test_auth_sources_in_order(fake_codex: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,27 +7,14 @@ guessing tokens one after another and in parallel.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from websockets.asyncio.client import unix_connect
-
 from tests.daemon import DaemonProcess
+from tests.daemonkit import unix_hello
 from tests.rawws import RawWebSocket
 from tests.wsclient import Client
-
-
-async def _unix_hello(d: DaemonProcess) -> None:
-    sock = d.home / "run" / "agent-bridge" / "bridge.sock"
-    async with unix_connect(
-        str(sock),
-        uri="ws://localhost/v1/ws",
-        subprotocols=["bridge.v1.json"],  # type: ignore[list-item]
-    ) as ws:
-        await ws.send(json.dumps({"t": "hello", "id": 1, "protocol": 1}))
-        assert json.loads(await ws.recv())["t"] == "ok"
 
 
 async def test_silent_handshakes_never_take_the_owners_slots(daemon_factory: Any) -> None:
@@ -44,7 +31,7 @@ async def test_silent_handshakes_never_take_the_owners_slots(daemon_factory: Any
         for _ in range(2):
             owners.append(await Client.open(d.url, d.token))
         owners.append(await Client.open(d.url, d.token, header=True))
-        await _unix_hello(d)
+        await unix_hello(d)
         for c in owners:
             assert await c.request("ping") == {}
     finally:
@@ -109,7 +96,7 @@ async def test_wrong_tokens_are_slowed_never_the_right_one(daemon_factory: Any) 
         assert await c.request("ping") == {}
         assert time.monotonic() - t0 < 2.0
         await c.close()
-        await _unix_hello(d)
+        await unix_hello(d)
     answered_fast = [a for _, a in results if a is not None and a < 3.5]
     assert len(answered_fast) == 0, f"{len(answered_fast)} wrong guesses answered within 3.5 s"
     assert time.monotonic() - started < 30

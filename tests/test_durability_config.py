@@ -9,24 +9,16 @@ checked along its real path.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.daemon import ROOT, DaemonProcess
+from tests.daemon import DaemonProcess
+from tests.daemonkit import run_bridge
 from tests.loaderkit import LoaderHarness as Harness
 from tests.loaderkit import adapter_source, write
 
 
 def _serve(d: DaemonProcess) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge", "serve", "--port", "0"],
-        cwd=str(ROOT),
-        env=d.env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    return run_bridge("serve", "--port", "0", env=d.env, timeout=30)
 
 
 def _fake_agent(tmp_path: Path) -> tuple[Path, Path]:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from websockets.asyncio.client import unix_connect
-
-from tests.daemon import ROOT, DaemonProcess
+from tests.daemon import DaemonProcess
+from tests.daemonkit import run_bridge, unix_hello
 from tests.wsclient import Client
 
 
@@ -38,15 +35,7 @@ async def test_second_serve_on_the_same_state_dir_exits_1_and_touches_nothing(
     info = json.loads((d.state_dir / "daemon.json").read_text())
     assert d.proc is not None and info["pid"] == d.proc.pid
 
-    second = subprocess.run(
-        [sys.executable, "-m", "bridge", "serve", "--port", "0"],
-        cwd=str(ROOT),
-        env=d.env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    second = run_bridge("serve", "--port", "0", env=d.env, timeout=30)
     assert second.returncode == 1, (second.returncode, second.stdout, second.stderr)
     assert "listening" not in second.stdout
     assert "already running" in second.stderr
@@ -60,14 +49,7 @@ async def test_second_serve_on_the_same_state_dir_exits_1_and_touches_nothing(
     listed = (await c.request("sessions.list", include_external=False))["sessions"]
     assert [s["session"] for s in listed] == [created["session"]["session"]]
     await c.close()
-    sock = d.home / "run" / "agent-bridge" / "bridge.sock"
-    async with unix_connect(
-        str(sock),
-        uri="ws://localhost/v1/ws",
-        subprotocols=["bridge.v1.json"],  # type: ignore[list-item]
-    ) as ws:
-        await ws.send(json.dumps({"t": "hello", "id": 1, "protocol": 1}))
-        assert json.loads(await ws.recv())["t"] == "ok"
+    await unix_hello(d)
 
 
 async def test_the_lock_is_released_when_the_holder_is_killed(daemon_factory: Any) -> None:

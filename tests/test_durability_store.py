@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 
 from tests.daemon import DaemonProcess
+from tests.daemonkit import subscribed_session
 from tests.wsclient import Client
 
+Frames = list[dict[str, Any]]
 CONFIG = (
     "[agents.demo]\noptions = {{ delay = {delay}, chunk = 1 }}\n"
     '[server]\nunix_socket = "off"\n[store]\nfail_after_s = {fail_after}\n{extra}'
@@ -85,14 +87,11 @@ def _write_lock(db: Path) -> Iterator[sqlite3.Connection]:
 
 async def _fault_round(
     d: DaemonProcess, project: Path, hold: Any, release: Any, text: str
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], str]:
+) -> tuple[Frames, Frames, Frames, str]:
     """Make the store fail in the middle of a streaming turn. Returns what the client got
     before the ``failing`` frame, between it and the ``ok`` frame, after it, and the session."""
     c = await Client.open(d.url, d.token)
-    session = (await c.request("session.create", agent="demo", cwd=str(project)))["session"][
-        "session"
-    ]
-    await c.request("session.subscribe", session=session)
+    session = await subscribed_session(c, project)
     seen: list[dict[str, Any]] = []
     await c.request("session.send", session=session, text=text)
     await _pushes_until(  # the turn streams
@@ -133,24 +132,15 @@ async def _fault_round(
     return seen, during, after, session
 
 
-async def test_locked_database_pushes_nothing_until_stored_and_keeps_every_seq(
-    daemon_factory: Any, project: Path
+async def _assert_stored_as_seen(
+    d: DaemonProcess, rounds: tuple[Frames, Frames, Frames, str], fault: str
 ) -> None:
-    d: DaemonProcess = daemon_factory(
-        config=CONFIG.format(delay=0.01, fail_after=600, extra="")
-    ).start()
-    db = d.state_dir / "bridge.sqlite3"
-    stack = contextlib.ExitStack()
-    before, during, after, session = await _fault_round(
-        d,
-        project,
-        lambda: stack.enter_context(_write_lock(db)),
-        stack.close,
-        "echo " + "x" * 300,
-    )
+    """Nothing of a fault round was pushed during the fault, the client saw every seq once, and
+    after a restart the stored history is exactly what it saw."""
+    before, during, after, session = rounds
     events_before = [f for f in before if f["t"] == "event"]
     pushed_during = [f for f in during if f["t"] == "event"]
-    assert pushed_during == [], f"{len(pushed_during)} events pushed while the store failed"
+    assert pushed_during == [], f"{len(pushed_during)} events pushed while {fault}"
     seen = {f["seq"]: f for f in [*events_before, *after] if f["t"] == "event"}
     assert sorted(seen) == list(range(1, max(seen) + 1)), "a gap or a repeat in the seqs"
     assert d.stop() == 0
@@ -160,24 +150,51 @@ async def test_locked_database_pushes_nothing_until_stored_and_keeps_every_seq(
         assert stored.get(seq) == frame, f"seq {seq} differs after a restart"
 
 
+class _HeldLock:
+    """``hold()`` takes the write lock of ``d``'s database as another process would;
+    ``release()`` lets it go."""
+
+    def __init__(self, d: DaemonProcess) -> None:
+        self.db = d.state_dir / "bridge.sqlite3"
+        self.stack = contextlib.ExitStack()
+
+    def hold(self) -> None:
+        self.stack.enter_context(_write_lock(self.db))
+
+    def release(self) -> None:
+        self.stack.close()
+
+
+def _start(daemon_factory: Any, delay: float, fail_after: float, extra: str = "") -> DaemonProcess:
+    config = CONFIG.format(delay=delay, fail_after=fail_after, extra=extra)
+    d: DaemonProcess = daemon_factory(config=config)
+    return d.start()
+
+
+async def test_locked_database_pushes_nothing_until_stored_and_keeps_every_seq(
+    daemon_factory: Any, project: Path
+) -> None:
+    d = _start(daemon_factory, delay=0.01, fail_after=600)
+    lock = _HeldLock(d)
+    rounds = await _fault_round(d, project, lock.hold, lock.release, "echo " + "x" * 300)
+    await _assert_stored_as_seen(d, rounds, "the store failed")
+
+
 async def test_writes_failing_past_fail_after_s_interrupt_the_turn(
     daemon_factory: Any, project: Path
 ) -> None:
-    d: DaemonProcess = daemon_factory(
-        config=CONFIG.format(delay=0.05, fail_after=1, extra="")
-    ).start()
-    db = d.state_dir / "bridge.sqlite3"
-    stack = contextlib.ExitStack()
+    d = _start(daemon_factory, delay=0.05, fail_after=1)
+    lock = _HeldLock(d)
     loop = asyncio.get_running_loop()
 
     def release_later() -> None:
         # Past the busy timeout (5 s) and fail_after_s (1 s): the turn is interrupted.
-        loop.call_later(3.0, stack.close)
+        loop.call_later(3.0, lock.release)
 
     _, _, after, _ = await _fault_round(
         d,
         project,
-        lambda: stack.enter_context(_write_lock(db)),
+        lock.hold,
         release_later,
         "echo " + "y" * 1000,  # 1000 blocks, 25 s at this pace
     )
@@ -209,9 +226,7 @@ async def test_full_disk_pushes_nothing_until_stored(
     daemon_factory: Any, project: Path, small_disk: Path
 ) -> None:
     db = small_disk / "bridge.sqlite3"
-    d: DaemonProcess = daemon_factory(
-        config=CONFIG.format(delay=0.002, fail_after=600, extra=f'path = "{db}"\n')
-    ).start()
+    d = _start(daemon_factory, delay=0.002, fail_after=600, extra=f'path = "{db}"\n')
     filler = small_disk / "filler"
 
     def fill() -> None:
@@ -223,16 +238,5 @@ async def test_full_disk_pushes_nothing_until_stored(
         finally:
             os.close(fd)
 
-    before, during, after, session = await _fault_round(
-        d, project, fill, filler.unlink, "echo " + "z" * 400
-    )
-    events_before = [f for f in before if f["t"] == "event"]
-    pushed_during = [f for f in during if f["t"] == "event"]
-    assert pushed_during == [], f"{len(pushed_during)} events pushed while the disk was full"
-    seen = {f["seq"]: f for f in [*events_before, *after] if f["t"] == "event"}
-    assert sorted(seen) == list(range(1, max(seen) + 1))
-    assert d.stop() == 0
-    d.start()
-    stored = await _history(d, session)
-    for seq, frame in seen.items():
-        assert stored.get(seq) == frame, f"seq {seq} differs after a restart"
+    rounds = await _fault_round(d, project, fill, filler.unlink, "echo " + "z" * 400)
+    await _assert_stored_as_seen(d, rounds, "the disk was full")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.daemon import DaemonProcess
+from tests.daemonkit import text_attachment
 from tests.rawws import RawWebSocket
 from tests.wsclient import Client, RequestFailed, blocks, text_of
 
@@ -44,6 +46,22 @@ async def create_demo(c: Client, cwd: Path) -> str:
     assert result["info"]["type"] == "agent_info"
     assert any(cmd["name"] == "/status" for cmd in result["info"]["commands"])
     return str(result["session"]["session"])
+
+
+async def subscribed_demo(d: DaemonProcess, cwd: Path) -> tuple[Client, str]:
+    """A new client, and a new demo session it is subscribed to."""
+    c = await open_client(d)
+    session = await create_demo(c, cwd)
+    await c.request("session.subscribe", session=session)
+    return c, session
+
+
+async def send_until(
+    c: Client, session: str, text: str, pred: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """Send ``text``; the events up to the first block ``pred`` accepts."""
+    await c.request("session.send", session=session, text=text)
+    return await c.events_until(pred, session=session)
 
 
 async def answer_permission(
@@ -109,16 +127,13 @@ async def test_full_tour_every_block_type_in_order(daemon: DaemonProcess, projec
 
 
 async def test_permission_denied_and_interrupt(daemon: DaemonProcess, project: Path) -> None:
-    c = await open_client(daemon)
-    session = await create_demo(c, project)
-    await c.request("session.subscribe", session=session)
+    c, session = await subscribed_demo(daemon, project)
     frames = await full_turn(c, session, "please", option="deny")
     errors = [b for b in blocks(frames, "tool_result") if b["is_error"]]
     assert errors and "denied" in errors[0]["content"]
     assert not blocks(frames, "diff")
     # an option the request does not offer is refused
-    await c.request("session.send", session=session, text="again")
-    frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
+    frames = await send_until(c, session, "again", lambda b: b["type"] == "permission_request")
     req = blocks(frames, "permission_request")[-1]
     bad = await c.call(
         "session.permission", session=session, request_id=req["id"], option_id="nope"
@@ -137,9 +152,7 @@ async def test_permission_denied_and_interrupt(daemon: DaemonProcess, project: P
 async def test_reconnect_replays_exactly_the_missed_events(
     daemon: DaemonProcess, project: Path
 ) -> None:
-    c = await open_client(daemon)
-    session = await create_demo(c, project)
-    await c.request("session.subscribe", session=session)
+    c, session = await subscribed_demo(daemon, project)
     await c.request("session.send", session=session, text="slow tour", client_msg_id="m1")
     seen = await c.events_until(lambda b: b["type"] == "thinking", session=session)
     last = seen[-1]["seq"]
@@ -171,9 +184,7 @@ async def test_reconnect_replays_exactly_the_missed_events(
 
 
 async def test_queued_messages_run_in_order(daemon: DaemonProcess, project: Path) -> None:
-    c = await open_client(daemon)
-    session = await create_demo(c, project)
-    await c.request("session.subscribe", session=session)
+    c, session = await subscribed_demo(daemon, project)
     first = await c.request("session.send", session=session, text="echo one")
     second = await c.request("session.send", session=session, text="echo two")
     assert first == {"queued": False} and second == {"queued": True}
@@ -187,20 +198,14 @@ async def test_queued_messages_run_in_order(daemon: DaemonProcess, project: Path
 async def test_slash_commands_are_handled_by_the_bridge(
     daemon: DaemonProcess, project: Path
 ) -> None:
-    c = await open_client(daemon)
-    session = await create_demo(c, project)
-    await c.request("session.subscribe", session=session)
-    await c.request("session.send", session=session, text="/status")
-    frames = await c.events_until(lambda b: b["type"] == "usage", session=session)
+    c, session = await subscribed_demo(daemon, project)
+    frames = await send_until(c, session, "/status", lambda b: b["type"] == "usage")
     status = next(b for b in blocks(frames, "system") if b["code"] == "status")
     assert "state: idle" in status["text"]
-    await c.request("session.send", session=session, text="/help")
-    frames = await c.events_until(lambda b: b.get("code") == "help", session=session)
+    frames = await send_until(c, session, "/help", lambda b: b.get("code") == "help")
     assert "/terminal" in blocks(frames, "system")[-1]["text"]
-    await c.request("session.send", session=session, text="/model demo-slow")
-    frames = await c.events_until(lambda b: b.get("code") == "model", session=session)
-    await c.request("session.send", session=session, text="/terminal")
-    frames = await c.events_until(lambda b: b.get("code") == "terminal", session=session)
+    frames = await send_until(c, session, "/model demo-slow", lambda b: b.get("code") == "model")
+    frames = await send_until(c, session, "/terminal", lambda b: b.get("code") == "terminal")
     assert "bridge.adapters.demo_terminal" in blocks(frames, "system")[-1]["text"]
     assert not blocks(frames, "session_end")
     # no turn ran for any of these; /terminal handed the session off (no terminal holds it yet)
@@ -214,12 +219,9 @@ async def test_kill9_mid_turn_then_restart_keeps_history_and_numbering(
     daemon_factory: Any, project: Path
 ) -> None:
     d = daemon_factory().start()
-    c = await open_client(d)
-    session = await create_demo(c, project)
-    await c.request("session.subscribe", session=session)
+    c, session = await subscribed_demo(d, project)
     await full_turn(c, session, "first")
-    await c.request("session.send", session=session, text="slow second")
-    seen = await c.events_until(lambda b: b["type"] == "thinking", session=session)
+    seen = await send_until(c, session, "slow second", lambda b: b["type"] == "thinking")
     last_seen = seen[-1]["seq"]
     d.kill9()
     await c.close()
@@ -379,24 +381,16 @@ async def test_oversize_frame_closes_with_1009(daemon_factory: Any) -> None:
 
 
 async def test_attachments_and_limits(daemon_factory: Any, project: Path) -> None:
-    import base64
-
     d = daemon_factory(
         config="[limits]\nmax_attachment_bytes = 100\nmax_queued_messages = 2\n"
     ).start()
-    c = await open_client(d)
-    session = await create_demo(c, project)
-    await c.request("session.subscribe", session=session)
-    small = {
-        "name": "../../etc/passwd",
-        "mime": "text/plain",
-        "data": base64.b64encode(b"hi").decode(),
-    }
+    c, session = await subscribed_demo(d, project)
+    small = text_attachment("../../etc/passwd", b"hi")
     await c.request("session.send", session=session, text="echo att", attachments=[small])
     frames = await c.turn(session)
     user = blocks(frames, "user")[0]
     assert user["attachments"][0]["name"] == "passwd"
-    big = dict(small, data=base64.b64encode(b"x" * 500).decode())
+    big = text_attachment("../../etc/passwd", b"x" * 500)
     frame = await c.call("session.send", session=session, text="x", attachments=[big])
     assert frame["code"] == "too_large"
     await c.request("session.send", session=session, text="slow a")
@@ -414,9 +408,7 @@ async def test_attachments_and_limits(daemon_factory: Any, project: Path) -> Non
 async def test_graceful_shutdown_closes_clients_with_1001(
     daemon: DaemonProcess, project: Path
 ) -> None:
-    c = await open_client(daemon)
-    session = await create_demo(c, project)
-    await c.request("session.subscribe", session=session)
+    c, session = await subscribed_demo(daemon, project)
     await c.request("session.send", session=session, text="slow tour")
     await c.events_until(lambda b: b["type"] == "thinking", session=session)
     assert await asyncio.to_thread(daemon.stop) == 0

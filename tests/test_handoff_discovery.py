@@ -27,13 +27,24 @@ from bridge.blocks import (
     UserBlock,
 )
 from bridge.handoff import claude, codex, opencode, pi, procscan
+from tests.parserkit import CAPTURED, FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
-CAPTURED = FIXTURES / "captured"
 HANDOFF = FIXTURES / "handoff"
 PLAIN_SID = "be620c71-dc72-4a6c-a02d-a193b723f27b"
 EDIT_SID = "a5e35173-c958-4a3a-a75e-60e6b3d0cc81"
 THREAD = "01a2367b-5546-7260-9c4c-01248ed99fa9"
+#: The story every TUI fixture tells: a turn with a tool call, then a plain one.
+TUI_STORY = [
+    "UserBlock",
+    "ToolCallBlock",
+    "ToolCallBlock",
+    "ToolResultBlock",
+    "TextBlock",
+    "SessionEndBlock",
+    "UserBlock",
+    "TextBlock",
+    "SessionEndBlock",
+]
 
 
 def _claude_home(tmp: Path) -> Path:
@@ -211,18 +222,7 @@ def _feed(
 
 def test_claude_tui_transcript_as_blocks() -> None:
     got = _feed(claude.TranscriptParser("s1"), HANDOFF / "claude" / "tui_transcript.jsonl")
-    kinds = [type(b).__name__ for b in got]
-    assert kinds == [
-        "UserBlock",
-        "ToolCallBlock",
-        "ToolCallBlock",
-        "ToolResultBlock",
-        "TextBlock",
-        "SessionEndBlock",
-        "UserBlock",
-        "TextBlock",
-        "SessionEndBlock",
-    ]
+    assert [type(b).__name__ for b in got] == TUI_STORY
     users = [b for b in got if isinstance(b, UserBlock)]
     assert [u.text for u in users] == ["Run echo for me", "And again"]
     assert all(u.source == "terminal" for u in users)
@@ -292,18 +292,7 @@ def test_codex_rollouts_as_blocks() -> None:
     ]
     assert isinstance(got[1], ThinkingBlock) and got[1].text == "The user greets me."
     got = _feed(codex.RolloutParser("t"), HANDOFF / "codex" / "tui_rollout.jsonl")
-    kinds = [type(b).__name__ for b in got]
-    assert kinds == [
-        "UserBlock",
-        "ToolCallBlock",
-        "ToolCallBlock",
-        "ToolResultBlock",
-        "TextBlock",
-        "SessionEndBlock",
-        "UserBlock",
-        "TextBlock",
-        "SessionEndBlock",
-    ]
+    assert [type(b).__name__ for b in got] == TUI_STORY
     (result,) = [b for b in got if isinstance(b, ToolResultBlock)]
     assert "hi-from-tool" in result.content and not result.is_error
 
@@ -332,10 +321,7 @@ def test_pi_lists_sessions_with_cwd_and_title(tmp_path: Path) -> None:
 
 def test_pi_session_as_blocks() -> None:
     got = _feed(pi.SessionParser("p"), HANDOFF / "pi" / "tui_session.jsonl")
-    assert [type(b).__name__ for b in got] == [
-        "UserBlock", "ToolCallBlock", "ToolCallBlock", "ToolResultBlock", "TextBlock",
-        "SessionEndBlock", "UserBlock", "TextBlock", "SessionEndBlock",
-    ]  # fmt: skip
+    assert [type(b).__name__ for b in got] == TUI_STORY
     (result,) = [b for b in got if isinstance(b, ToolResultBlock)]
     assert result.content.strip() == "hi-from-tool"
     assert [b.text for b in got if isinstance(b, TextBlock)] == [
@@ -384,10 +370,7 @@ def test_opencode_parts_as_blocks(tmp_path: Path) -> None:
     conn.close()
     parser = opencode.PartParser(sid)
     got = parser.feed(rows) + parser.feed(rows)  # read twice (equal timestamps): shown once
-    assert [type(b).__name__ for b in got] == [
-        "UserBlock", "ToolCallBlock", "ToolCallBlock", "ToolResultBlock", "TextBlock",
-        "SessionEndBlock", "UserBlock", "TextBlock", "SessionEndBlock",
-    ]  # fmt: skip
+    assert [type(b).__name__ for b in got] == TUI_STORY
     (result,) = [b for b in got if isinstance(b, ToolResultBlock)]
     assert result.content.strip() == "hi-from-tool"
     assert [b.text for b in got if isinstance(b, UserBlock)] == ["Run echo for me", "And again"]

@@ -10,21 +10,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
 
 from bridge.store import SessionRecord
 from tests.daemon import DaemonProcess
-from tests.handoffapp import ADAPTER, App, Terminal, new_session
-from tests.wsclient import Client, RequestFailed
+from tests.handoffapp import App, Terminal, app_of, new_session, with_fake_term
+from tests.wsclient import RequestFailed
 
 #: The hub's poll intervals, shortened (the defaults are 1 s and 3 s): a wait below that
 #: proves "nothing happens" lasts a few polls or sweeps, not a few seconds.
@@ -53,25 +52,8 @@ def terminals() -> Iterator[list[Terminal]]:
 
 
 def make_daemon(tmp_path: Path, fake_dir: Path) -> DaemonProcess:
-    d = DaemonProcess(tmp_path / "home", env={"HANDOFF_FAKE_DIR": str(fake_dir), **HUB_ENV})
-    (d.config_dir / "adapters").mkdir(parents=True, exist_ok=True)
-    shutil.copy(ADAPTER, d.config_dir / "adapters" / "fake_term_adapter.py")
-    return d
-
-
-@pytest.fixture
-async def world(
-    tmp_path: Path, fake_dir: Path, terminals: list[Terminal]
-) -> AsyncIterator[dict[str, Any]]:
-    project = tmp_path / "project"
-    project.mkdir()
-    d = make_daemon(tmp_path, fake_dir).start()
-    app = App(await Client.open(d.url, d.token))
-    try:
-        yield {"d": d, "app": app, "dir": fake_dir, "project": project, "terms": terminals}
-    finally:
-        await app.c.close()
-        d.stop()
+    env = {"HANDOFF_FAKE_DIR": str(fake_dir), **HUB_ENV}
+    return with_fake_term(DaemonProcess(tmp_path / "home", env=env))
 
 
 def bridge_log(root: Path) -> list[dict[str, str]]:
@@ -81,14 +63,58 @@ def bridge_log(root: Path) -> list[dict[str, str]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@dataclass
+class World:
+    """A daemon with the fake terminal adapter, an app connected to it, the directory the
+    adapter reads (``dir``), a project, and the terminals started (killed at the end)."""
+
+    d: DaemonProcess
+    app: App
+    dir: Path
+    project: Path
+    terms: list[Terminal]
+
+    async def session(self) -> tuple[str, str]:
+        """A bridge session of the project that ran one turn; (session, agent session id)."""
+        return await new_session(self.app, self.project)
+
+    def terminal(self, sid: str) -> Terminal:
+        """A terminal that owns ``sid`` from now on."""
+        term = Terminal(self.dir, sid)
+        self.terms.append(term)
+        return term
+
+    async def busy_session(self) -> tuple[str, str]:
+        """:meth:`session`, then running a bridge turn that lasts until interrupted."""
+        session, sid = await self.session()
+        await self.app.request("session.send", session=session, text="slow")
+        await self.app.until(session, lambda b: b["type"] == "text" and b["text"] == "working")
+        return session, sid
+
+    async def let_go(self, term: Terminal, session: str) -> None:
+        """``term`` exits; the bridge takes ``session`` back."""
+        term.exit()
+        await self.app.state(session, "idle", "bridge")
+
+    def log(self) -> list[dict[str, str]]:
+        """Every message the bridge's side wrote to the agent: (sid, text)."""
+        return bridge_log(self.dir)
+
+
+@pytest.fixture
+async def world(tmp_path: Path, fake_dir: Path, terminals: list[Terminal]) -> AsyncIterator[World]:
+    project = tmp_path / "project"
+    project.mkdir()
+    d = make_daemon(tmp_path, fake_dir)
+    async with app_of(d) as app:
+        yield World(d, app, fake_dir, project, terminals)
+
+
 async def test_handoff_mid_turn_holds_the_queue_until_the_terminal_lets_go(
-    world: dict[str, Any],
+    world: World,
 ) -> None:
-    app: App = world["app"]
-    root: Path = world["dir"]
-    session, sid = await new_session(app, world["project"])
-    await app.request("session.send", session=session, text="slow")
-    await app.until(session, lambda b: b["type"] == "text" and b["text"] == "working")
+    app = world.app
+    session, sid = await world.busy_session()
     assert (await app.request("session.send", session=session, text="next"))["queued"]
 
     command = await app.request("session.handoff", session=session)
@@ -97,29 +123,27 @@ async def test_handoff_mid_turn_holds_the_queue_until_the_terminal_lets_go(
     assert end["reason"] == "handoff"  # the bridge's turn ended because of the handoff
     await app.state(session, "parked", "none")
     await asyncio.sleep(5 * PARK_POLL)
-    assert [e["text"] for e in bridge_log(root)] == ["hello", "slow"]  # "next" waits
+    assert [e["text"] for e in world.log()] == ["hello", "slow"]  # "next" waits
     # Asked again (a lost answer): the same command, nothing else happens.
     assert await app.request("session.handoff", session=session) == command
 
-    term = Terminal(root, sid)
-    world["terms"].append(term)
+    term = world.terminal(sid)
     await app.state(session, "parked", "terminal")
     term.turn("typed in the terminal", "terminal answer")
     user = await app.until(session, lambda b: b["type"] == "user" and b["source"] == "terminal")
     assert user["text"] == "typed in the terminal"
     await app.until(session, lambda b: b["type"] == "session_end")
-    term.exit()
-    await app.state(session, "idle", "bridge")
+    await world.let_go(term, session)
     await app.until(session, lambda b: b["type"] == "text" and b["text"] == "bridge says: next")
-    assert [e["text"] for e in bridge_log(root)] == ["hello", "slow", "next"]
-    assert {e["sid"] for e in bridge_log(root)} == {sid}
+    assert [e["text"] for e in world.log()] == ["hello", "slow", "next"]
+    assert {e["sid"] for e in world.log()} == {sid}
 
 
 async def test_a_pending_handoff_queues_messages_and_can_be_closed(
-    world: dict[str, Any],
+    world: World,
 ) -> None:
-    app: App = world["app"]
-    session, _ = await new_session(app, world["project"])
+    app = world.app
+    session, _ = await world.session()
     await app.request("session.handoff", session=session)
     await app.state(session, "parked", "none")
     assert (await app.request("session.send", session=session, text="meanwhile"))["queued"]
@@ -128,19 +152,16 @@ async def test_a_pending_handoff_queues_messages_and_can_be_closed(
     frame = await app.c.call("session.close", session=session)
     assert frame["t"] == "ok"
     await app.state(session, "ended", "none")
-    assert [e["text"] for e in bridge_log(world["dir"])] == ["hello"]
+    assert [e["text"] for e in world.log()] == ["hello"]
 
 
 async def test_terminal_started_session_is_listed_attached_and_returned(
-    world: dict[str, Any],
+    world: World,
 ) -> None:
-    app: App = world["app"]
-    root: Path = world["dir"]
-    project: Path = world["project"]
+    app, root, project = world.app, world.dir, world.project
     sid = "term-1"
     (root / f"{sid}.cwd").write_text(str(project))
-    term = Terminal(root, sid)
-    world["terms"].append(term)
+    term = world.terminal(sid)
     term.turn("before the app looked", "old answer")
 
     external = await app.listed("fake_term", str(project))
@@ -169,27 +190,23 @@ async def test_terminal_started_session_is_listed_attached_and_returned(
 
     assert (await app.request("session.send", session=session, text="from app"))["queued"]
     await asyncio.sleep(5 * PARK_POLL)
-    assert bridge_log(root) == []
-    term.exit()
-    await app.state(session, "idle", "bridge")
+    assert world.log() == []
+    await world.let_go(term, session)
     await app.until(session, lambda b: b["type"] == "text" and b["text"] == "bridge says: from app")
-    assert bridge_log(root) == [{"sid": sid, "text": "from app"}]
+    assert world.log() == [{"sid": sid, "text": "from app"}]
 
 
 async def test_reattach_follows_the_lineage_and_never_takes_an_owned_head(
-    world: dict[str, Any],
+    world: World,
 ) -> None:
-    app: App = world["app"]
-    root: Path = world["dir"]
-    session, sid = await new_session(app, world["project"])
-    first = Terminal(root, sid)
-    world["terms"].append(first)
+    app = world.app
+    session, sid = await world.session()
+    first = world.terminal(sid)
     assert (await app.request("session.send", session=session, text="queued"))["queued"]
     await app.state(session, "parked", "terminal")
     # The terminal moved on to a new session (a /clear, a fork) that another process holds.
-    second = Terminal(root, "sid-next")
-    world["terms"].append(second)
-    (root / "head").write_text("sid-next")
+    second = world.terminal("sid-next")
+    (world.dir / "head").write_text("sid-next")
     first.exit()
     lineage = await app.until(session, lambda b: b["type"] == "system" and b["code"] == "lineage")
     assert lineage["data"]["agent_session_id"] == "sid-next"
@@ -197,12 +214,11 @@ async def test_reattach_follows_the_lineage_and_never_takes_an_owned_head(
     await asyncio.sleep(5 * PARK_POLL)
     with contextlib.suppress(TimeoutError):
         await app.until(session, lambda b: False, timeout=0.5)  # collect what arrived
-    assert bridge_log(root)[1:] == []  # still parked: the head is owned too
+    assert world.log()[1:] == []  # still parked: the head is owned too
     assert [b for b in app.blocks("system", mark) if b["code"] == "state"] == []  # no flapping
-    second.exit()
-    await app.state(session, "idle", "bridge")
+    await world.let_go(second, session)
     await app.until(session, lambda b: b["type"] == "text" and b["text"] == "bridge says: queued")
-    assert bridge_log(root)[-1] == {"sid": "sid-next", "text": "queued"}
+    assert world.log()[-1] == {"sid": "sid-next", "text": "queued"}
 
 
 async def test_a_handoff_recorded_before_a_crash_is_carried_out_after_restart(
@@ -210,11 +226,9 @@ async def test_a_handoff_recorded_before_a_crash_is_carried_out_after_restart(
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    d = make_daemon(tmp_path, fake_dir).start()
-    app = App(await Client.open(d.url, d.token))
-    session, sid = await new_session(app, project)
-    await app.c.close()
-    d.stop()
+    d = make_daemon(tmp_path, fake_dir)
+    async with app_of(d) as app:
+        session, sid = await new_session(app, project)
     # The daemon died right after recording the intent, before it parked the session.
     db = sqlite3.connect(d.state_dir / "bridge.sqlite3")
     (blob,) = db.execute("SELECT data FROM sessions WHERE id = ?", (session,)).fetchone()
@@ -224,9 +238,7 @@ async def test_a_handoff_recorded_before_a_crash_is_carried_out_after_restart(
     db.commit()
     db.close()
 
-    d2 = make_daemon(tmp_path, fake_dir).start()
-    try:
-        app = App(await Client.open(d2.url, d2.token))
+    async with app_of(make_daemon(tmp_path, fake_dir)) as app:
         listed = (await app.request("sessions.list", include_external=False))["sessions"]
         mine = next(s for s in listed if s["session"] == session)
         assert (mine["state"], mine["writer"]) == ("parked", "none")
@@ -240,18 +252,13 @@ async def test_a_handoff_recorded_before_a_crash_is_carried_out_after_restart(
         await app.until(
             session, lambda b: b["type"] == "text" and b["text"] == "bridge says: later"
         )
-        await app.c.close()
-    finally:
-        d2.stop()
 
 
 async def test_agent_bridge_resume_runs_the_command_in_this_terminal(
-    world: dict[str, Any], tmp_path: Path
+    world: World, tmp_path: Path
 ) -> None:
-    app: App = world["app"]
-    d: DaemonProcess = world["d"]
-    root: Path = world["dir"]
-    session, sid = await new_session(app, world["project"])
+    app, d, root = world.app, world.d, world.dir
+    session, sid = await world.session()
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake_term = bindir / "fake-term"  # the agent's CLI: takes the session, then idles
@@ -270,7 +277,7 @@ async def test_agent_bridge_resume_runs_the_command_in_this_terminal(
         assert (root / f"{sid}.owner").read_text().strip() == str(proc.pid)  # exec'd in place
         assert proc.stderr is not None
         told = proc.stderr.readline()
-        assert told.strip() == f"cd {world['project']} && fake-term --resume {sid}"
+        assert told.strip() == f"cd {world.project} && fake-term --resume {sid}"
     finally:
         proc.kill()
         proc.wait()
@@ -278,52 +285,40 @@ async def test_agent_bridge_resume_runs_the_command_in_this_terminal(
 
 
 async def test_a_terminal_resuming_an_idle_session_on_its_own_parks_it(
-    world: dict[str, Any],
+    world: World,
 ) -> None:
-    app: App = world["app"]
-    root: Path = world["dir"]
-    session, sid = await new_session(app, world["project"])
-    term = Terminal(root, sid)  # the user ran the agent's resume in a terminal, unasked
-    world["terms"].append(term)
+    app = world.app
+    session, sid = await world.session()
+    term = world.terminal(sid)  # the user ran the agent's resume in a terminal, unasked
     frame = await app.state(session, "parked", "terminal", timeout=20)
     assert frame["queued"] == 0
     term.turn("typed without a handoff", "seen live")
     user = await app.until(session, lambda b: b["type"] == "user" and b["source"] == "terminal")
     assert user["text"] == "typed without a handoff"
-    term.exit()
-    await app.state(session, "idle", "bridge")
+    await world.let_go(term, session)
 
 
 async def test_a_terminal_taking_a_session_mid_turn_stops_the_bridges_turn(
-    world: dict[str, Any],
+    world: World,
 ) -> None:
-    app: App = world["app"]
-    root: Path = world["dir"]
-    session, sid = await new_session(app, world["project"])
-    await app.request("session.send", session=session, text="slow")
-    await app.until(session, lambda b: b["type"] == "text" and b["text"] == "working")
-    term = Terminal(root, sid)
-    world["terms"].append(term)
+    app = world.app
+    session, sid = await world.busy_session()
+    term = world.terminal(sid)
     warn = await app.until(session, lambda b: b["type"] == "system" and b["level"] == "warn")
     assert warn["code"] == "terminal_took_over"
     end = await app.until(session, lambda b: b["type"] == "session_end")
     assert end["reason"] == "handoff"
     await app.state(session, "parked", "terminal", timeout=20)
-    term.exit()
-    await app.state(session, "idle", "bridge")
+    await world.let_go(term, session)
 
 
 async def test_with_only_a_directory_level_signal_the_running_turn_is_not_stopped(
-    world: dict[str, Any],
+    world: World,
 ) -> None:
-    app: App = world["app"]
-    root: Path = world["dir"]
-    (root / "cwd-level").write_text("")
-    session, _ = await new_session(app, world["project"])
-    await app.request("session.send", session=session, text="slow")
-    await app.until(session, lambda b: b["type"] == "text" and b["text"] == "working")
-    term = Terminal(root, "some-other-session")  # a terminal of the CLI, maybe not this one
-    world["terms"].append(term)
+    app = world.app
+    (world.dir / "cwd-level").write_text("")
+    session, _ = await world.busy_session()
+    world.terminal("some-other-session")  # a terminal of the CLI, maybe not this one
     warn = await app.until(session, lambda b: b["type"] == "system" and b["level"] == "warn")
     assert warn["code"] == "terminal_took_over" and "stopped" not in warn["text"]
     await asyncio.sleep(5 * SWEEP)  # more sweeps: said once, and the turn goes on

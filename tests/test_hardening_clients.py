@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
-import struct
 import threading
 import time
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 
 from bench.procstats import open_fds, rss_kib
 from tests.daemon import DaemonProcess
+from tests.daemonkit import flap_once, subscribed_session
 from tests.rawws import RawWebSocket
 from tests.wsclient import Client, blocks
 
@@ -63,25 +62,7 @@ def _flapping_client(port: int, token: str, session: str, stop: threading.Event,
     rng = random.Random(seed)
     done = 0
     while not stop.is_set():
-        raw = RawWebSocket(port)
-        raw.send_json({"t": "hello", "id": 1, "protocol": 1, "token": token})
-        raw.recv_json()
-        raw.send_json(
-            {
-                "t": "session.subscribe",
-                "id": 2,
-                "session": session,
-                "after_seq": rng.randrange(0, 50),
-            }
-        )
-        for _ in range(rng.randrange(0, 5)):
-            try:
-                raw.recv_json()
-            except (ConnectionError, OSError):
-                break
-        # No close frame: reset the connection with data still unread.
-        raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        raw.close()
+        flap_once(port, token, session, rng.randrange(0, 50), rng.randrange(0, 5))
         done += 1
     return done
 
@@ -117,10 +98,7 @@ async def test_slow_vanished_and_flapping_clients_leave_the_rest_unaffected(
 ) -> None:
     d: DaemonProcess = daemon_factory(config=CONFIG).start()
     good = await Client.open(d.url, d.token)
-    session = (await good.request("session.create", agent="demo", cwd=str(project)))["session"][
-        "session"
-    ]
-    await good.request("session.subscribe", session=session)
+    session = await subscribed_session(good, project)
     # Warm-up turn, then the reference point for memory and files.
     await good.request("session.send", session=session, text="echo " + "w" * 200_000)
     await good.turn(session)

@@ -9,7 +9,6 @@ exceptions.
 from __future__ import annotations
 
 import asyncio
-import base64
 import secrets
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 
 from bridge.hub.state import safe_attachment_name
 from tests.daemon import DaemonProcess
+from tests.daemonkit import subscribed_session, text_attachment
 from tests.wsclient import Client, blocks
 
 HOSTILE = """
@@ -142,15 +142,8 @@ async def test_agent_output_is_never_run_and_secrets_never_logged(
     boom.mkdir()
     failed = await c.call("session.create", agent="hostile", cwd=str(boom))
     assert failed["t"] == "err" and failed["code"] == "agent_unavailable"
-    session = (await c.request("session.create", agent="hostile", cwd=str(project)))["session"][
-        "session"
-    ]
-    await c.request("session.subscribe", session=session)
-    att = {
-        "name": "../../../etc/passwd",
-        "mime": "text/plain",
-        "data": base64.b64encode(b"x").decode(),
-    }
+    session = await subscribed_session(c, project, "hostile")
+    att = text_attachment("../../../etc/passwd", b"x")
     await c.request("session.send", session=session, text="go", attachments=[att])
     frames = await c.turn(session)
     text = "".join(b.get("text", "") for b in blocks(frames, "text"))

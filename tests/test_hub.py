@@ -87,6 +87,20 @@ async def turn(hub: Hub, sid: str, sub: Sub, text: str) -> None:
     await until(lambda: hub.get(sid).rec.state != "running", what="idle after the turn")
 
 
+async def after_hello(hub: Hub, tmp_path: Path) -> tuple[str, Sub]:
+    """A ``term`` session that ran one turn, ``hello``, and its subscriber."""
+    sid, sub = await session(hub, tmp_path)
+    await turn(hub, sid, sub, "hello")
+    return sid, sub
+
+
+async def slow_turn(hub: Hub, sid: str, sub: Sub) -> None:
+    """Start a turn that runs until interrupted; return once it shows its text."""
+    texts = len(sub.blocks("text"))
+    await hub.send(sid, "slow", [], None)
+    await until(lambda: len(sub.blocks("text")) > texts)
+
+
 def agent_sid(hub: Hub, sid: str) -> str:
     value = hub.get(sid).rec.agent_session_id
     assert value is not None
@@ -292,11 +306,9 @@ HANDOFF_MID_TURN = covers(
 async def test_handoff_mid_turn_waits_for_the_terminal_then_runs_the_queue(
     hub: Hub, tmp_path: Path, world: World, seen: Transitions
 ) -> None:
-    sid, sub = await session(hub, tmp_path)
-    await turn(hub, sid, sub, "hello")
+    sid, sub = await after_hello(hub, tmp_path)
     agent = agent_sid(hub, sid)
-    await hub.send(sid, "slow", [], None)
-    await until(lambda: sub.blocks("text")[1:])
+    await slow_turn(hub, sid, sub)
     assert await hub.send(sid, "next", [], None)  # queued behind the turn
     seen.seen.clear()
     command = await hub.handoff(sid)
@@ -357,8 +369,7 @@ CLOSE_PENDING = covers(("parked", "none", "handoff", "close"))
 async def test_a_pending_handoff_queues_messages_and_can_be_closed(
     hub: Hub, tmp_path: Path, world: World, seen: Transitions
 ) -> None:
-    sid, sub = await session(hub, tmp_path)
-    await turn(hub, sid, sub, "hello")
+    sid, _ = await after_hello(hub, tmp_path)
     await hub.handoff(sid)
     assert await hub.send(sid, "meanwhile", [], None)
     await hub.interrupt(sid)  # nothing runs; harmless
@@ -373,8 +384,7 @@ CLOSE_DURING_HANDOFF = covers(("idle", "bridge", "handoff", "close"))
 async def test_a_close_while_a_handoff_stops_the_agent_wins(
     hub: Hub, tmp_path: Path, world: World, seen: Transitions
 ) -> None:
-    sid, sub = await session(hub, tmp_path)
-    await turn(hub, sid, sub, "hello")
+    sid, sub = await after_hello(hub, tmp_path)
     world.stop_gate = asyncio.Event()
     handoff = asyncio.create_task(hub.handoff(sid))
     await until(lambda: hub.get(sid).rec.intent == "handoff" and hub.get(sid).adapter is None)
@@ -390,8 +400,7 @@ async def test_a_handoff_during_the_check_before_a_turn_keeps_the_message_queued
 ) -> None:
     """The queue runner asks whether a terminal owns the session before each turn; a
     handoff that parks the session meanwhile must leave the message queued, not run it."""
-    sid, sub = await session(hub, tmp_path)
-    await turn(hub, sid, sub, "hello")
+    sid, _ = await after_hello(hub, tmp_path)
     gate = threading.Event()
     world.checks = 0
     world.check_gate = (2, gate)  # 1: send()'s check, 2: the queue runner's
@@ -430,8 +439,7 @@ PARK = covers(("idle", "bridge", None, "park"), ("parked", "terminal", None, "cl
 async def test_a_message_to_a_session_a_terminal_owns_parks_it(
     hub: Hub, tmp_path: Path, world: World, seen: Transitions
 ) -> None:
-    sid, sub = await session(hub, tmp_path)
-    await turn(hub, sid, sub, "hello")
+    sid, sub = await after_hello(hub, tmp_path)
     world.owned.add(agent_sid(hub, sid))
     # The sweep may park it first; either way the message waits for the terminal.
     assert await hub.send(sid, "wait for me", [], None)
@@ -444,8 +452,7 @@ async def test_a_message_to_a_session_a_terminal_owns_parks_it(
 async def test_the_sweep_parks_an_idle_session_a_terminal_resumed(
     hub: Hub, tmp_path: Path, world: World
 ) -> None:
-    sid, sub = await session(hub, tmp_path)
-    await turn(hub, sid, sub, "hello")
+    sid, sub = await after_hello(hub, tmp_path)
     agent = agent_sid(hub, sid)
     world.owned.add(agent)
     await until(lambda: sub.states()[-1:] == [("parked", "terminal")])
@@ -461,13 +468,11 @@ async def test_the_sweep_parks_an_idle_session_a_terminal_resumed(
 async def test_a_terminal_taking_a_session_mid_turn_stops_the_bridges_turn(
     hub: Hub, tmp_path: Path, world: World
 ) -> None:
-    sid, sub = await session(hub, tmp_path)
-    await turn(hub, sid, sub, "hello")
-    await hub.send(sid, "slow", [], None)
-    await until(lambda: sub.blocks("text")[1:])
+    sid, sub = await after_hello(hub, tmp_path)
+    await slow_turn(hub, sid, sub)
     world.owned.add(agent_sid(hub, sid))
     await until(lambda: sub.blocks("session_end")[1:])
-    warn = [b for b in sub.blocks("system") if b["code"] == "terminal_took_over"]
+    warn = sub.notices("terminal_took_over")
     assert len(warn) == 1 and "stopped" in warn[0]["text"]
     assert sub.blocks("session_end")[-1]["reason"] == "handoff"
     await until(lambda: sub.states()[-1:] == [("parked", "terminal")])
@@ -476,16 +481,14 @@ async def test_a_terminal_taking_a_session_mid_turn_stops_the_bridges_turn(
 async def test_a_directory_level_signal_warns_once_and_lets_the_turn_run(
     hub: Hub, tmp_path: Path, world: World
 ) -> None:
-    sid, sub = await session(hub, tmp_path)
-    await turn(hub, sid, sub, "hello")
+    sid, sub = await after_hello(hub, tmp_path)
     world.cwd_level = True
-    await hub.send(sid, "slow", [], None)
-    await until(lambda: sub.blocks("text")[1:])
+    await slow_turn(hub, sid, sub)
     world.owned.add("another-session")
-    await until(lambda: [b for b in sub.blocks("system") if b["code"] == "terminal_took_over"])
+    await until(lambda: sub.notices("terminal_took_over"))
     for _ in range(10):  # more sweeps: said once, and the turn goes on
         await asyncio.sleep(hub.config.hub.sweep_interval)
-    warnings = [b for b in sub.blocks("system") if b["code"] == "terminal_took_over"]
+    warnings = sub.notices("terminal_took_over")
     assert len(warnings) == 1 and "stopped" not in warnings[0]["text"]
     assert len(sub.blocks("session_end")) == 1
     await hub.interrupt(sid)
@@ -497,15 +500,14 @@ async def test_a_directory_level_signal_warns_once_and_lets_the_turn_run(
 async def test_reattach_follows_the_lineage_and_never_takes_an_owned_head(
     hub: Hub, tmp_path: Path, world: World
 ) -> None:
-    sid, sub = await session(hub, tmp_path)
-    await turn(hub, sid, sub, "hello")
+    sid, sub = await after_hello(hub, tmp_path)
     first = agent_sid(hub, sid)
     world.owned.add(first)
     assert await hub.send(sid, "queued", [], None)
     world.owned.add("sid-next")
     world.head = "sid-next"
     world.owned.discard(first)
-    await until(lambda: [b for b in sub.blocks("system") if b["code"] == "lineage"])
+    await until(lambda: sub.notices("lineage"))
     states = len(sub.states())
     for _ in range(10):
         await asyncio.sleep(hub.config.hub.park_poll)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import bridge
+from tests.daemonkit import run_bridge
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Not part of the distribution (and big): left out of the copy the wheel is built from.
@@ -186,13 +187,7 @@ def test_license_is_an_spdx_expression(source: Path, wheel: Path, tmp_path: Path
 
 
 def test_version_is_single_sourced() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "--version"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_bridge("--version")
     assert result.stdout.strip() == f"agent-bridge {bridge.__version__}"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "version" in project["dynamic"] and "version" not in project, (

@@ -9,7 +9,6 @@ import shutil
 import ssl
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -18,20 +17,12 @@ import pytest
 
 from bridge.pairing import lan_address, qr_text
 from tests.daemon import DaemonProcess
+from tests.daemonkit import run_bridge
 from tests.wsclient import Client
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def pair(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge", "pair", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_bridge("pair", *args, env=env)
 
 
 def pair_json(env: dict[str, str], *args: str) -> dict[str, Any]:

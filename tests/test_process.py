@@ -26,6 +26,25 @@ def py(code: str) -> list[str]:
     return [PY, "-c", code]
 
 
+async def spawn_with_grandchild(code: str) -> tuple[ChildProcess, int]:
+    """A child running ``code``, which prints the pid of a process it started; and that pid."""
+    child = await ChildProcess.spawn(py(code))
+    line = await child.read_line(timeout=30)
+    assert line is not None
+    return child, int(line)
+
+
+async def gone(pid: int) -> bool:
+    """Whether process ``pid`` is gone, waiting up to 5 s for it to go."""
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
 async def test_spawn_failures_are_spawn_errors_with_codes(tmp_path: Path) -> None:
     with pytest.raises(SpawnError) as missing:
         await ChildProcess.spawn([str(tmp_path / "no-such-agent")])
@@ -111,23 +130,14 @@ async def test_terminate_escalates_to_sigkill_and_takes_the_whole_group() -> Non
         "print(g.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
-    child = await ChildProcess.spawn(py(code))
-    line = await child.read_line(timeout=30)
-    assert line is not None
-    grandchild = int(line)
+    child, grandchild = await spawn_with_grandchild(code)
     loop = asyncio.get_running_loop()
     started = loop.time()
     code_ = await child.terminate(grace=0.5)
     assert code_ == -signal.SIGKILL
     assert loop.time() - started < 10
-    for _ in range(100):  # the grandchild was in the group: it got SIGKILL too
-        try:
-            os.kill(grandchild, 0)
-        except ProcessLookupError:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        pytest.fail("the agent's own child survived terminate()")
+    # The grandchild was in the group: it got SIGKILL too.
+    assert await gone(grandchild), "the agent's own child survived terminate()"
 
 
 async def test_terminate_kills_children_left_behind_by_an_agent_that_exited() -> None:
@@ -141,19 +151,9 @@ async def test_terminate_kills_children_left_behind_by_an_agent_that_exited() ->
         "print(g.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
-    child = await ChildProcess.spawn(py(code))
-    line = await child.read_line(timeout=30)
-    assert line is not None
-    grandchild = int(line)
+    child, grandchild = await spawn_with_grandchild(code)
     assert await child.terminate(grace=5) == -signal.SIGTERM
-    for _ in range(100):
-        try:
-            os.kill(grandchild, 0)
-        except ProcessLookupError:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        pytest.fail("a child that ignores SIGTERM outlived its agent")
+    assert await gone(grandchild), "a child that ignores SIGTERM outlived its agent"
 
 
 def test_build_env_adds_config_env_and_always_has_path() -> None:

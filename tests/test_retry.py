@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.daemon import DaemonProcess
+from tests.daemonkit import install_dropin, subscribed_session
 from tests.wsclient import Client, blocks, text_of
 
 FLAKY = """
@@ -91,10 +92,7 @@ class Flaky(BaseAdapter):
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     home = tmp_path_factory.mktemp("retry")
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
-    (adapters / "flaky.py").write_text(FLAKY)
-    (adapters / "flaky.py").chmod(0o600)
+    install_dropin(home, "flaky.py", FLAKY)
     d = DaemonProcess(
         home,
         config="[adapters]\nretry_max = 2\n",
@@ -124,29 +122,38 @@ def idle(block: dict[str, Any]) -> bool:
     )
 
 
-async def whole_turn(d: DaemonProcess, project: Path, text: str) -> tuple[Client, str, list[Any]]:
+async def whole_turn(d: DaemonProcess, project: Path, text: str) -> list[Any]:
+    """What a client sees of a new session's turn on ``text``, until the session is idle."""
     c = await Client.open(d.url, d.token)
-    result = await c.request("session.create", agent="flaky", cwd=str(project))
-    session = str(result["session"]["session"])
-    await c.request("session.subscribe", session=session)
+    session = await subscribed_session(c, project, "flaky")
     await c.request("session.send", session=session, text=text)
     frames = await c.events_until(idle, timeout=60, session=session)
-    return c, session, frames
+    await c.close()
+    return frames
+
+
+async def timed_turn(d: DaemonProcess, project: Path, text: str) -> tuple[list[Any], float]:
+    """:func:`whole_turn`, and the seconds it took."""
+    started = time.monotonic()
+    frames = await whole_turn(d, project, text)
+    return frames, time.monotonic() - started
+
+
+def retries(frames: list[Any]) -> list[dict[str, Any]]:
+    """The ``retrying`` notices among ``frames``."""
+    return [b for b in blocks(frames, "system") if b["code"] == "retrying"]
 
 
 async def test_a_rate_limited_turn_is_retried_after_the_providers_delay(
     daemon: DaemonProcess, project: Path
 ) -> None:
     text = "fail 2 ratelimit a"
-    started = time.monotonic()
-    c, _, frames = await whole_turn(daemon, project, text)
-    took = time.monotonic() - started
-    await c.close()
+    frames, took = await timed_turn(daemon, project, text)
     errors = blocks(frames, "error")
     assert [e["code"] for e in errors] == ["rate_limited", "rate_limited"]
     assert all(e["retryable"] and e["retry_after_s"] == 0.3 for e in errors), errors
     assert all(e["hint"] for e in errors)
-    retrying = [b for b in blocks(frames, "system") if b["code"] == "retrying"]
+    retrying = retries(frames)
     assert [r["data"]["attempt"] for r in retrying] == [1, 2]
     assert all(r["data"]["delay_s"] == 0.3 and r["level"] == "warn" for r in retrying)
     assert text_of(frames) == "answered on attempt 3"
@@ -164,48 +171,39 @@ async def test_retries_stop_at_retry_max_and_use_the_backoff(
     daemon: DaemonProcess, project: Path
 ) -> None:
     text = "fail 3 overloaded b"
-    started = time.monotonic()
-    c, _, frames = await whole_turn(daemon, project, text)
-    took = time.monotonic() - started
-    await c.close()
+    frames, took = await timed_turn(daemon, project, text)
     assert [e["code"] for e in blocks(frames, "error")] == ["overloaded"] * 3
-    retrying = [b for b in blocks(frames, "system") if b["code"] == "retrying"]
+    retrying = retries(frames)
     assert [(r["data"]["attempt"], r["data"]["delay_s"]) for r in retrying] == [(1, 2.0), (2, 8.0)]
     assert blocks(frames, "session_end")[-1]["reason"] == "error"
     assert sends(daemon, text) == [text] * 3
     assert took >= 10.0  # 2 s + 8 s of backoff
 
 
-async def test_no_retry_after_a_tool_call(daemon: DaemonProcess, project: Path) -> None:
-    text = "fail 1 ratelimit tool c"
-    c, _, frames = await whole_turn(daemon, project, text)
-    await c.close()
-    assert [e["code"] for e in blocks(frames, "error")] == ["rate_limited"]
-    assert not [b for b in blocks(frames, "system") if b["code"] == "retrying"]
-    assert sends(daemon, text) == [text]
-
-
-async def test_no_retry_of_a_failure_that_is_not_retryable(
-    daemon: DaemonProcess, project: Path
+@pytest.mark.parametrize(
+    ("text", "error_has"),
+    [
+        pytest.param("fail 1 ratelimit tool c", {"code": "rate_limited"}, id="after_a_tool_call"),
+        pytest.param(
+            "fail 1 auth d",
+            {"code": "auth_required", "retryable": False},
+            id="of_a_failure_that_is_not_retryable",
+        ),
+        # A client may still offer its Retry button.
+        pytest.param(
+            "fail 1 ratelimit selfretry e",
+            {"retryable": True},
+            id="when_the_agent_already_retried",
+        ),
+    ],
+)
+async def test_no_retry(
+    daemon: DaemonProcess, project: Path, text: str, error_has: dict[str, Any]
 ) -> None:
-    text = "fail 1 auth d"
-    c, _, frames = await whole_turn(daemon, project, text)
-    await c.close()
+    frames = await whole_turn(daemon, project, text)
     (error,) = blocks(frames, "error")
-    assert error["code"] == "auth_required" and error["retryable"] is False
-    assert not [b for b in blocks(frames, "system") if b["code"] == "retrying"]
-    assert sends(daemon, text) == [text]
-
-
-async def test_no_retry_when_the_agent_already_retried(
-    daemon: DaemonProcess, project: Path
-) -> None:
-    text = "fail 1 ratelimit selfretry e"
-    c, _, frames = await whole_turn(daemon, project, text)
-    await c.close()
-    (error,) = blocks(frames, "error")
-    assert error["retryable"] is True  # a client may still offer its Retry button
-    assert not [b for b in blocks(frames, "system") if b["code"] == "retrying"]
+    assert {key: error[key] for key in error_has} == error_has
+    assert not retries(frames)
     assert sends(daemon, text) == [text]
 
 
@@ -213,8 +211,7 @@ async def test_an_agent_holding_the_message_is_asked_to_go_on(
     daemon: DaemonProcess, project: Path
 ) -> None:
     text = "fail 1 ratelimit holds f"
-    c, _, frames = await whole_turn(daemon, project, text)
-    await c.close()
+    frames = await whole_turn(daemon, project, text)
     assert text_of(frames) == "answered on attempt 2"
     sent = sends(daemon, text)
     assert sent[0] == text and sent[1].startswith("(The previous attempt") and len(sent) == 2
@@ -226,9 +223,7 @@ async def test_an_interrupt_during_the_wait_cancels_the_retry(
 ) -> None:
     text = "fail 1 slow g"
     c = await Client.open(daemon.url, daemon.token)
-    result = await c.request("session.create", agent="flaky", cwd=str(project))
-    session = str(result["session"]["session"])
-    await c.request("session.subscribe", session=session)
+    session = await subscribed_session(c, project, "flaky")
     await c.request("session.send", session=session, text=text)
     frames = await c.events_until(
         lambda b: b["type"] == "system" and b["code"] == "retrying", session=session

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
-import struct
 import threading
 import time
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 
 from bench.procstats import open_fds, rss_kib
 from tests.daemon import DaemonProcess
-from tests.rawws import RawWebSocket
+from tests.daemonkit import flap_once, subscribed_session
 from tests.wsclient import Client, blocks
 
 pytestmark = pytest.mark.slow
@@ -94,10 +92,7 @@ class Load:
     async def interrupter(self, seed: int) -> None:
         rng = random.Random(seed)
         c = await Client.open(self.d.url, self.d.token)
-        session = (await c.request("session.create", agent="demo", cwd=str(self.cwd)))["session"][
-            "session"
-        ]
-        await c.request("session.subscribe", session=session)
+        session = await subscribed_session(c, self.cwd)
         while not self.stop.is_set():
             await c.request("session.send", session=session, text="slow tour")
             await asyncio.sleep(rng.uniform(0.05, 1.0))
@@ -111,24 +106,8 @@ class Load:
     def flapper(self, seed: int) -> None:
         rng = random.Random(seed)
         while not self.stop.is_set():
-            raw = RawWebSocket(self.d.port)
-            raw.send_json({"t": "hello", "id": 1, "protocol": 1, "token": self.d.token})
-            raw.recv_json()
-            raw.send_json(
-                {
-                    "t": "session.subscribe",
-                    "id": 2,
-                    "session": rng.choice(self.sessions),
-                    "after_seq": 0,
-                }
-            )
-            for _ in range(rng.randrange(0, 20)):
-                try:
-                    raw.recv_json()
-                except (ConnectionError, OSError):
-                    break
-            raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            raw.close()
+            session = rng.choice(self.sessions)
+            flap_once(self.d.port, self.d.token, session, 0, rng.randrange(0, 20))
             self.drops += 1
             time.sleep(rng.uniform(0, 0.05))
 

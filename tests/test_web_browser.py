@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.web.browser import Browser, Page, missing
+from tests.daemonkit import running
+from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import (
     DESKTOP,
     PAYLOAD,
@@ -30,29 +31,12 @@ from tests.web.pages import (
     wait_turns,
 )
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(missing() is not None, reason=str(missing())),
-]
+pytestmark = BROWSER_TESTS
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("web-browser")
-
-
-@pytest.fixture(scope="module")
-def daemon(workdir: Path) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(workdir / "home").start()
-    yield d
-    d.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(workdir: Path) -> Iterator[Browser]:
-    b = Browser(workdir / "browser")
-    yield b
-    b.close()
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    yield from running(DaemonProcess(tmp_path_factory.mktemp("web-browser") / "home"))
 
 
 @pytest.fixture

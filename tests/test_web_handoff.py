@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import ROOT, DaemonProcess
-from tests.web.browser import Browser, Page, missing
+from tests.daemonkit import dropin_dir
+from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import (
     DESKTOP,
     PHONE,
@@ -31,20 +32,16 @@ from tests.web.pages import (
     wait_turns,
 )
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(missing() is not None, reason=str(missing())),
-]
+pytestmark = BROWSER_TESTS
 
 EXAMPLE = ROOT / "ext_adapters_example"
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+def env(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> Iterator[dict[str, object]]:
     work = tmp_path_factory.mktemp("web-handoff")
     home = work / "home"
-    adapters = home / "config" / "agent-bridge" / "adapters"
-    adapters.mkdir(parents=True)
+    adapters = dropin_dir(home)
     for name in ("toy.py", "_toy_agent.py"):
         shutil.copy(EXAMPLE / name, adapters / name)
     toy_home = work / "toy-home"
@@ -62,7 +59,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
         timeout=60,
     )
     daemon = DaemonProcess(home, env={"TOY_AGENT_HOME": str(toy_home)}).start()
-    browser = Browser(work / "browser")
     yield {
         "daemon": daemon,
         "browser": browser,
@@ -70,7 +66,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
         "agent_env": agent_env,
         "script": adapters / "_toy_agent.py",
     }
-    browser.close()
     daemon.stop()
 
 

@@ -13,15 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import DaemonProcess
+from tests.daemonkit import running
 from tests.gitrepo import git, make_repo
-from tests.web.browser import Browser, Page, missing
+from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import DESKTOP, PHONE, base, login, page_errors, shot, wait_turns
 from tests.wsclient import Client
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(missing() is not None, reason=str(missing())),
-]
+pytestmark = BROWSER_TESTS
 
 
 @pytest.fixture(scope="module")
@@ -52,16 +50,7 @@ def repos(workdir: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def daemon(workdir: Path, repos: dict[str, Path]) -> Iterator[DaemonProcess]:
     config = f"[projects]\nroots = [{json.dumps(str(repos['roots']))}]\nmax_depth = 2\n"
-    d = DaemonProcess(workdir / "home", config=config).start()
-    yield d
-    d.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(workdir: Path) -> Iterator[Browser]:
-    b = Browser(workdir / "browser")
-    yield b
-    b.close()
+    yield from running(DaemonProcess(workdir / "home", config=config))
 
 
 def visible_projects(p: Page) -> list[str]:

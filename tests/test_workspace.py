@@ -11,8 +11,6 @@ import asyncio
 import base64
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from bridge import workspace
 from bridge.process import SpawnError, run_bounded
 from bridge.projects import Projects, scan_roots
 from tests.daemon import DaemonProcess
+from tests.daemonkit import run_bridge
 from tests.gitrepo import commit_all, git, make_repo
 from tests.wsclient import Client, RequestFailed
 
@@ -376,26 +375,12 @@ async def test_over_the_wire_confined_to_projects_and_session_dirs(
     finally:
         await c.close()
     env = {**d.env}
-    out = subprocess.run(
-        [sys.executable, "-m", "bridge", "projects"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    out = run_bridge("projects", env=env, check=True).stdout
     lines = out.splitlines()
     assert lines[0].split() == ["LAST", "USED", "SESS", "BRANCH", "STATE", "PATH"]
     assert lines[1].endswith(str(loose)) and " 1 " in lines[1]
     assert lines[2].endswith(str(in_terminal))
     assert "main" in lines[3] and "dirty" in lines[3] and lines[3].endswith(str(repo))
-    as_json = subprocess.run(
-        [sys.executable, "-m", "bridge", "projects", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    as_json = run_bridge("projects", "--json", env=env, check=True).stdout
     assert [p["path"] for p in json.loads(as_json)] == [str(loose), str(in_terminal), str(repo)]
     assert os.path.isdir(str(repo))

@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
@@ -161,3 +163,11 @@ class Page:
 
     def close(self) -> None:
         self._call("close")
+
+
+#: ``pytestmark`` of a module of browser tests: ``-m browser`` selects them, and they are
+#: skipped (with the reason) where they cannot run.
+BROWSER_TESTS = [
+    pytest.mark.browser,
+    pytest.mark.skipif(missing() is not None, reason=str(missing())),
+]

@@ -1,0 +1,101 @@
+"""What the tests of a real daemon share beyond tests/daemon.py: a daemon for a fixture, a
+``bridge`` command run as a user runs it, a drop-in adapter installed in a daemon's home, a
+session opened and subscribed, an attachment, a hello over the Unix socket, and one visit of a
+client on a bad network."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.client import unix_connect
+
+from tests.daemon import ROOT, DaemonProcess
+from tests.rawws import RawWebSocket
+from tests.wsclient import Client
+
+
+def running(d: DaemonProcess) -> Iterator[DaemonProcess]:
+    """``d`` started, for a fixture to ``yield from``; stopped afterwards."""
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def bridge_argv(*args: str) -> list[str]:
+    """The command line of ``agent-bridge ARGS`` from this tree."""
+    return [sys.executable, "-m", "bridge", *args]
+
+
+def run_bridge(*args: str, timeout: float = 60, **run: Any) -> subprocess.CompletedProcess[str]:
+    """``agent-bridge ARGS`` run from the repository root, its output captured as text; ``run``:
+    more of ``subprocess.run``'s options (``env``, ``check``)."""
+    return subprocess.run(
+        bridge_argv(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout, **run
+    )
+
+
+def dropin_dir(home: Path) -> Path:
+    """The drop-in adapters directory of a daemon home (``DaemonProcess(home)``), made 0700."""
+    path = home / "config" / "agent-bridge" / "adapters"
+    path.mkdir(parents=True, mode=0o700, exist_ok=True)
+    return path
+
+
+def install_dropin(home: Path, filename: str, source: str) -> Path:
+    """``source`` as a drop-in adapter of the daemon home, 0600 whatever the umask (the loader
+    checks modes)."""
+    path = dropin_dir(home) / filename
+    path.write_text(source)
+    path.chmod(0o600)
+    return path
+
+
+async def subscribed_session(c: Client, cwd: Path, agent: str = "demo") -> str:
+    """A new session of ``agent`` in ``cwd``, subscribed from its start; its id."""
+    result = await c.request("session.create", agent=agent, cwd=str(cwd))
+    session = str(result["session"]["session"])
+    await c.request("session.subscribe", session=session)
+    return session
+
+
+async def unix_hello(d: DaemonProcess) -> None:
+    """A hello over the daemon's Unix socket (no token needed there) is answered ``ok``."""
+    sock = d.home / "run" / "agent-bridge" / "bridge.sock"
+    async with unix_connect(
+        str(sock),
+        uri="ws://localhost/v1/ws",
+        subprotocols=["bridge.v1.json"],  # type: ignore[list-item]
+    ) as ws:
+        await ws.send(json.dumps({"t": "hello", "id": 1, "protocol": 1}))
+        assert json.loads(await ws.recv())["t"] == "ok"
+
+
+def flap_once(port: int, token: str, session: str, after_seq: int, reads: int) -> None:
+    """A client on a bad network: hello, subscribe from ``after_seq``, read up to ``reads``
+    frames, then drop the TCP connection with data still unread (no close frame)."""
+    raw = RawWebSocket(port)
+    raw.send_json({"t": "hello", "id": 1, "protocol": 1, "token": token})
+    raw.recv_json()
+    raw.send_json({"t": "session.subscribe", "id": 2, "session": session, "after_seq": after_seq})
+    for _ in range(reads):
+        try:
+            raw.recv_json()
+        except (ConnectionError, OSError):
+            break
+    raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    raw.close()
+
+
+def text_attachment(name: str, data: bytes) -> dict[str, str]:
+    """A ``text/plain`` attachment of ``session.send``, as a client sends it."""
+    return {"name": name, "mime": "text/plain", "data": base64.b64encode(data).decode()}
