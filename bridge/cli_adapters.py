@@ -235,20 +235,15 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
+    from bridge.cli import command_adder
+
     def print_help(_args: argparse.Namespace) -> int:
         parser.print_help()
         return 2
 
     parser = add("adapters", print_help, "Write and check drop-in adapters (no daemon needed)")
     actions = parser.add_subparsers(dest="adapters_action", metavar="ACTION")
-
-    def action(name: str, handler: Callable[[argparse.Namespace], int], text: str) -> Any:
-        p = actions.add_parser(name, help=text, description=text)
-        p.add_argument(
-            "--config", default=argparse.SUPPRESS, help="config file (default: the XDG config dir)"
-        )
-        p.set_defaults(handler=handler)
-        return p
+    action = command_adder(actions, under_command=True)
 
     p = action("check", cmd_check, "Validate an adapter file against the contract")
     p.add_argument("file", help="the adapter's .py file")
