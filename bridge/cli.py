@@ -16,6 +16,7 @@ from typing import Any
 
 from bridge import __version__, paths
 from bridge.config import Config, ConfigError, load_config
+from bridge.exits import fail
 from bridge.netaddr import is_loopback
 
 Handler = Callable[[argparse.Namespace], int]
@@ -47,8 +48,7 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
     try:
         return asyncio.run(coro)
     except ClientError as exc:
-        print(f"agent-bridge: {exc.message}", file=sys.stderr)
-        return 1
+        return fail(exc.message)
     except KeyboardInterrupt:
         return 130
 
@@ -299,8 +299,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(go())
     except ClientError as exc:
-        print(f"agent-bridge: {exc.message}", file=sys.stderr)
-        return 1
+        return fail(exc.message)
     argv = [str(a) for a in result["argv"]]
     if args.print_only:
         print(f"cd {shlex.quote(result['cwd'])} && {shlex.join(argv)}")
@@ -452,8 +451,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         return handler(args)
     except ConfigError as exc:
-        print(f"agent-bridge: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import Config, load_config
+from bridge.exits import fail
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "ext_adapters_example"
 TEMPLATE = "toy.py"
@@ -202,13 +203,11 @@ def cmd_new(args: argparse.Namespace) -> int:
     target_dir = Path(args.dir).expanduser() if args.dir else _config(args).adapters_dir
     target = target_dir / f"{agent_id.replace('-', '_')}.py"
     if target.exists() and not args.force:
-        print(f"agent-bridge: {target} already exists (use --force to replace it)", file=sys.stderr)
-        return 1
+        return fail(f"{target} already exists (use --force to replace it)")
     try:
         text = render_template(template.read_text(encoding="utf-8"), agent_id)
     except ValueError as exc:
-        print(f"agent-bridge: {exc}", file=sys.stderr)
-        return 1
+        return fail(exc)
     target_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     helper = target_dir / HELPER
     if not helper.exists():
