@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from bridge.blocks import (
     Block,
     DiffBlock,
@@ -114,22 +116,10 @@ def fill_diff(block: DiffBlock, current: str | None) -> DiffBlock:
     hunks = parse_unified(unified)
     if unified.startswith("--- /dev/null"):
         new_text = current if current is not None else block.new_text
-        return DiffBlock(
-            path=block.path,
-            old_text=None,
-            new_text=new_text,
-            unified=unified,
-            tool_call_id=block.tool_call_id,
-        )
+        return msgspec.structs.replace(block, old_text=None, new_text=new_text, unified=unified)
     new_text = current if current is not None else ""
     old_text = apply_hunks(new_text, hunks, reverse=True)
-    return DiffBlock(
-        path=block.path,
-        old_text=old_text,
-        new_text=new_text,
-        unified=unified,
-        tool_call_id=block.tool_call_id,
-    )
+    return msgspec.structs.replace(block, old_text=old_text, new_text=new_text, unified=unified)
 
 
 def _title(prefix: str, subject: str | None) -> str | None:
