@@ -171,9 +171,9 @@ def retry_notice(
 ) -> SystemBlock:
     """The notice that the agent retries a failed model call by itself (``api_retry``): which
     attempt, why, and the failure's code and hint as :func:`bridge.failures.classify` sees it."""
-    counts = f" (attempt {attempt} of {of})" if attempt and of else ""
-    if attempt and not of:
-        counts = f" (attempt {attempt})"
+    counts = ""
+    if attempt:
+        counts = f" (attempt {attempt} of {of})" if of else f" (attempt {attempt})"
     failure = classify(agent, report)
     return SystemBlock(
         level="warn",

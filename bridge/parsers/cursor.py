@@ -54,7 +54,8 @@ KINDS = {
     "updateTodos": "think",
     "todo": "think",
 }
-#: the arguments a call is titled by, first found first
+
+#: the arguments a call is titled by, the first one found
 TITLE_KEYS = ("command", "path", "pattern", "globPattern", "query", "url")
 
 

@@ -61,7 +61,8 @@ KINDS = {
     "todoread": "think",
     "task": "other",
 }
-#: the arguments a call is titled by, first found first
+
+#: the arguments a call is titled by, the first one found
 TITLE_KEYS = ("command", "filePath", "path", "pattern", "url", "description")
 
 #: The answers ``POST /session/<id>/permissions/<permission id>`` accepts.

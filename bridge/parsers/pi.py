@@ -47,7 +47,8 @@ KINDS = {
     "find": "search",
     "ls": "search",
 }
-#: the arguments a call is titled by, first found first
+
+#: the arguments a call is titled by, the first one found
 TITLE_KEYS = ("command", "path", "pattern")
 
 _NUMBERED = re.compile(r"^([ +-])\s*(\d+) (.*)$")
