@@ -16,9 +16,11 @@ from typing import Any
 
 from bridge import __version__, paths
 from bridge.config import Config, ConfigError, load_config
+from bridge.exits import fail
 from bridge.netaddr import is_loopback
 
 Handler = Callable[[argparse.Namespace], int]
+CONFIG_HELP = "config file (default: the XDG config dir)"
 
 FIRST_STEPS = """\
 first steps (with `agent-bridge serve` running in another terminal):
@@ -46,8 +48,7 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
     try:
         return asyncio.run(coro)
     except ClientError as exc:
-        print(f"agent-bridge: {exc.message}", file=sys.stderr)
-        return 1
+        return fail(exc.message)
     except KeyboardInterrupt:
         return 130
 
@@ -139,13 +140,18 @@ async def _client() -> Any:
     return await BridgeClient.connect()
 
 
+async def ask_daemon(method: str, **params: Any) -> Any:
+    """One request to the running daemon, on a connection of its own; its result."""
+    client = await _client()
+    try:
+        return await client.request(method, **params)
+    finally:
+        await client.close()
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
     async def go() -> int:
-        client = await _client()
-        try:
-            result = await client.request("agents.list")
-        finally:
-            await client.close()
+        result = await ask_daemon("agents.list")
         agents = result["agents"]
         if args.json:
             print(json.dumps(agents, indent=2))
@@ -197,11 +203,7 @@ def print_agents_table(agents: list[dict[str, Any]]) -> None:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     async def go() -> int:
-        client = await _client()
-        try:
-            result = await client.request("sessions.list", include_external=not args.no_external)
-        finally:
-            await client.close()
+        result = await ask_daemon("sessions.list", include_external=not args.no_external)
         sessions = result["sessions"]
         if args.json:
             print(json.dumps(sessions, indent=2))
@@ -220,11 +222,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 def cmd_projects(args: argparse.Namespace) -> int:
     async def go() -> int:
-        client = await _client()
-        try:
-            result = await client.request("projects.list")
-        finally:
-            await client.close()
+        result = await ask_daemon("projects.list")
         projects = result["projects"]
         if args.json:
             print(json.dumps(projects, indent=2, ensure_ascii=False))
@@ -248,16 +246,12 @@ def cmd_projects(args: argparse.Namespace) -> int:
 
 def cmd_send(args: argparse.Namespace) -> int:
     async def go() -> int:
-        client = await _client()
-        try:
-            result = await client.request(
-                "session.send",
-                session=args.session,
-                text=args.text,
-                client_msg_id=args.client_msg_id or f"cli-{uuid.uuid4().hex[:12]}",
-            )
-        finally:
-            await client.close()
+        result = await ask_daemon(
+            "session.send",
+            session=args.session,
+            text=args.text,
+            client_msg_id=args.client_msg_id or f"cli-{uuid.uuid4().hex[:12]}",
+        )
         print("queued" if result["queued"] else "sent")
         return 0
 
@@ -295,24 +289,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a bridge session in this terminal: hand it off, then exec the agent's CLI."""
 
     async def go() -> dict[str, Any]:
-        client = await _client()
-        try:
-            # --print-only asks with dry_run: the daemon answers the command and hands nothing off.
-            extra = {"dry_run": True} if args.print_only else {}
-            result: dict[str, Any] = await client.request(
-                "session.handoff", session=args.session, **extra
-            )
-            return result
-        finally:
-            await client.close()
+        # --print-only asks with dry_run: the daemon answers the command and hands nothing off.
+        extra = {"dry_run": True} if args.print_only else {}
+        result: dict[str, Any] = await ask_daemon("session.handoff", session=args.session, **extra)
+        return result
 
     from bridge.client import ClientError
 
     try:
         result = asyncio.run(go())
     except ClientError as exc:
-        print(f"agent-bridge: {exc.message}", file=sys.stderr)
-        return 1
+        return fail(exc.message)
     argv = [str(a) for a in result["argv"]]
     if args.print_only:
         print(f"cd {shlex.quote(result['cwd'])} && {shlex.join(argv)}")
@@ -325,6 +312,23 @@ def cmd_resume(args: argparse.Namespace) -> int:
 # ---- parser ----------------------------------------------------------------------------------
 
 
+def command_adder(
+    sub: Any, config_help: str = CONFIG_HELP, *, under_command: bool = False
+) -> Callable[[str, Handler, str], argparse.ArgumentParser]:
+    """``add(name, handler, text)``: a subcommand of ``sub`` with its help, ``--config`` and
+    handler. An action under a command (``service install``) takes ``--config`` too, without
+    resetting one given before it (``service --config X install``)."""
+    default = argparse.SUPPRESS if under_command else None
+
+    def add(name: str, handler: Handler, text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--config", default=default, help=config_help)
+        p.set_defaults(handler=handler)
+        return p
+
+    return add
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-bridge",
@@ -334,12 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--config", help="config file (default: the XDG config dir)")
-        p.set_defaults(handler=handler)
-        return p
+    add = command_adder(sub)
 
     p = add("serve", cmd_serve, "Run the daemon in the foreground")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
@@ -452,8 +451,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         return handler(args)
     except ConfigError as exc:
-        print(f"agent-bridge: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import Config, load_config
+from bridge.exits import fail
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "ext_adapters_example"
 TEMPLATE = "toy.py"
@@ -202,13 +203,11 @@ def cmd_new(args: argparse.Namespace) -> int:
     target_dir = Path(args.dir).expanduser() if args.dir else _config(args).adapters_dir
     target = target_dir / f"{agent_id.replace('-', '_')}.py"
     if target.exists() and not args.force:
-        print(f"agent-bridge: {target} already exists (use --force to replace it)", file=sys.stderr)
-        return 1
+        return fail(f"{target} already exists (use --force to replace it)")
     try:
         text = render_template(template.read_text(encoding="utf-8"), agent_id)
     except ValueError as exc:
-        print(f"agent-bridge: {exc}", file=sys.stderr)
-        return 1
+        return fail(exc)
     target_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     helper = target_dir / HELPER
     if not helper.exists():
@@ -235,20 +234,15 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
+    from bridge.cli import command_adder
+
     def print_help(_args: argparse.Namespace) -> int:
         parser.print_help()
         return 2
 
     parser = add("adapters", print_help, "Write and check drop-in adapters (no daemon needed)")
     actions = parser.add_subparsers(dest="adapters_action", metavar="ACTION")
-
-    def action(name: str, handler: Callable[[argparse.Namespace], int], text: str) -> Any:
-        p = actions.add_parser(name, help=text, description=text)
-        p.add_argument(
-            "--config", default=argparse.SUPPRESS, help="config file (default: the XDG config dir)"
-        )
-        p.set_defaults(handler=handler)
-        return p
+    action = command_adder(actions, under_command=True)
 
     p = action("check", cmd_check, "Validate an adapter file against the contract")
     p.add_argument("file", help="the adapter's .py file")

@@ -243,21 +243,15 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def cmd_permission(args: argparse.Namespace) -> int:
-    from bridge.cli import _run
+    from bridge.cli import _run, ask_daemon
 
     async def go() -> int:
-        from bridge.client import BridgeClient
-
-        client = await BridgeClient.connect()
-        try:
-            await client.request(
-                "session.permission",
-                session=args.session,
-                request_id=args.request_id,
-                option_id=args.option_id,
-            )
-        finally:
-            await client.close()
+        await ask_daemon(
+            "session.permission",
+            session=args.session,
+            request_id=args.request_id,
+            option_id=args.option_id,
+        )
         print("answered")
         return 0
 

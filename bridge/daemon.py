@@ -24,6 +24,7 @@ from typing import Any
 
 from bridge import __version__, doctor, logthrottle, notify, paths
 from bridge.config import Config, ConfigError
+from bridge.exits import fail
 from bridge.hub import Hub
 from bridge.logs import get_logger
 from bridge.netaddr import is_loopback
@@ -277,11 +278,9 @@ def serve(config: Config, options: ServeOptions) -> int:
     try:
         lock.acquire()
     except AlreadyRunning as exc:
-        print(f"agent-bridge: {exc}", file=sys.stderr)
-        return 1
+        return fail(exc)
     except OSError as exc:
-        print(f"agent-bridge: cannot lock the state directory: {exc}", file=sys.stderr)
-        return 1
+        return fail(f"cannot lock the state directory: {exc}")
     try:
         if tighten_state_dir(paths.state_dir()):
             log.warning("state_dir_tightened", dir=str(paths.state_dir()), mode="0700")
@@ -295,11 +294,9 @@ def _serve_locked(config: Config, options: ServeOptions) -> int:
     try:
         asyncio.run(daemon.run())
     except ConfigError as exc:
-        print(f"agent-bridge: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     except OSError as exc:
-        print(f"agent-bridge: cannot listen: {exc}", file=sys.stderr)
-        return 1
+        return fail(f"cannot listen: {exc}")
     except KeyboardInterrupt:
         return 0
     return 0

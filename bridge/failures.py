@@ -141,8 +141,6 @@ class AgentTable:
     name: str
     login_hint: str
     rules: tuple[Rule, ...] = ()
-    #: codes the CLI already retries by itself, with its default settings (documentation)
-    retries_itself: str = ""
 
 
 # ---- rules every agent shares ---------------------------------------------------------------
@@ -160,6 +158,10 @@ _NETWORK = (
     r"|closed unexpectedly"
     r"|premature close|terminated unexpectedly|other side closed|UND_ERR|timed out|^terminated$"
 )
+TOO_LONG_HINT: Final = (
+    "The conversation is too long for the model: start a new session, or ask the agent to "
+    "compact it."
+)
 COMMON_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "quota_exhausted",
@@ -167,14 +169,7 @@ COMMON_RULES: Final[tuple[Rule, ...]] = (
         r"|out of credits?|billing|payment required|usage limit|quota exceeded"
         r"|RESOURCE_EXHAUSTED.*quota|spending limit",
     ),
-    Rule(
-        "request_rejected",
-        _TOO_LONG,
-        hint=(
-            "The conversation is too long for the model: start a new session, or ask the agent to "
-            "compact it."
-        ),
-    ),
+    Rule("request_rejected", _TOO_LONG, hint=TOO_LONG_HINT),
     Rule(
         "auth_expired",
         r"token (?:has )?expired|expired token|refreshing (?:the )?(?:token|cred)"
@@ -218,155 +213,116 @@ COMMON_RULES: Final[tuple[Rule, ...]] = (
 
 # ---- per agent ------------------------------------------------------------------------------
 
-TABLES: Final[dict[str, AgentTable]] = {
-    "claude": AgentTable(
-        name="Claude Code",
-        login_hint=(
-            "Log Claude Code in on the workstation (run `claude`, then `/login`), or set "
-            "`ANTHROPIC_API_KEY` in `[agents.claude] env`."
-        ),
-        rules=(
-            # the assistant line's `error` / `api_error` fields, the result's `api_error_type`
-            Rule(
-                "network",
-                r"^connection_failed$|Connection refused|Request timed out"
-                r"|Unable to connect to API",
-            ),
-            Rule("rate_limited", r"^rate_limit(?:_error)?$"),
-            Rule(
-                "auth_required",
-                r"^authentication_failed$|^authentication_error$"
-                r"|Invalid API key|Fix external API key|Not logged in|Please run /login",
-            ),
-            Rule("quota_exhausted", r"^billing_error$|credit balance is too low"),
-            Rule(
-                "request_rejected",
-                r"^prompt_too_long$|Prompt is too long",
-                hint=COMMON_RULES[1].hint,
-            ),
-            Rule("overloaded", r"^overloaded_error$|^server_error$|^api_error$"),
-            Rule("max_turns", r"error_max_turns|Reached max turns"),
-        ),
-        retries_itself=(
-            "429, 5xx/529 and connection errors, up to `CLAUDE_CODE_MAX_RETRIES` (default 10) "
-            "times with backoff, honouring `retry-after`; a dropped stream is re-asked without "
-            "streaming"
-        ),
+#: Each agent's name in hints, and how to log it in (the hint of ``auth_required``). The comment
+#: above each says what its CLI already retries by itself, with its default settings.
+_AGENTS: Final[dict[str, tuple[str, str]]] = {
+    # 429, 5xx/529 and connection errors, up to `CLAUDE_CODE_MAX_RETRIES` (default 10) times
+    # with backoff, honouring `retry-after`; a dropped stream is re-asked without streaming
+    "claude": (
+        "Claude Code",
+        "Log Claude Code in on the workstation (run `claude`, then `/login`), or set "
+        "`ANTHROPIC_API_KEY` in `[agents.claude] env`.",
     ),
-    "codex": AgentTable(
-        name="Codex",
-        login_hint=(
-            "Log Codex in on the workstation (`codex login`), or set the provider's API key in "
-            "`[agents.codex] env`."
-        ),
-        rules=(
-            Rule("rate_limited", r"responseTooManyFailedAttempts.*\b429\b|usageLimitExceeded"),
-            Rule("quota_exhausted", r"usage_limit_reached|you've hit your usage limit"),
-            Rule("network", r"responseStreamDisconnected|responseStreamConnectionFailed"),
-            Rule("auth_required", r"unauthorized|\brefresh_token_reused\b"),
-            Rule("request_rejected", r"contextWindowExceeded|badRequest"),
-        ),
-        retries_itself=(
-            "5xx, 429 and dropped streams, up to `request_max_retries` / `stream_max_retries` "
-            "(defaults 4 and 5) per provider in config.toml"
-        ),
+    # 5xx, 429 and dropped streams, up to `request_max_retries` / `stream_max_retries`
+    # (defaults 4 and 5) per provider in config.toml
+    "codex": (
+        "Codex",
+        "Log Codex in on the workstation (`codex login`), or set the provider's API key in "
+        "`[agents.codex] env`.",
     ),
-    "gemini": AgentTable(
-        name="Gemini CLI",
-        login_hint=(
-            "Log Gemini CLI in on the workstation (run `gemini` and choose an auth method), or "
-            "set `GEMINI_API_KEY` in `[agents.gemini] env`."
-        ),
-        rules=(
-            # a dropped stream ("terminated") and a refused connection come as JSON-RPC 500
-            Rule("network", r"(?:^|: )terminated$|fetch failed|UND_ERR_SOCKET|ECONNREFUSED"),
-            Rule(
-                "auth_required",
-                r"API key not valid|API_KEY_INVALID|Invalid auth method"
-                r"|Please set an Auth method|Failed to login|\bUNAUTHENTICATED\b",
-            ),
-            Rule("quota_exhausted", r"Quota exceeded for quota metric|daily.*quota"),
-            Rule("rate_limited", r"RESOURCE_EXHAUSTED|Too Many Requests|\b429\b"),
-        ),
-        retries_itself=(
-            "429, 5xx and network errors, up to `general.maxAttempts` (default 10) attempts "
-            "5-30 s apart"
-        ),
+    # 429, 5xx and network errors, up to `general.maxAttempts` (default 10) attempts 5-30 s apart
+    "gemini": (
+        "Gemini CLI",
+        "Log Gemini CLI in on the workstation (run `gemini` and choose an auth method), or "
+        "set `GEMINI_API_KEY` in `[agents.gemini] env`.",
     ),
-    "opencode": AgentTable(
-        name="OpenCode",
-        login_hint=(
-            "Log OpenCode in to the provider on the workstation (`opencode auth login`), or "
-            "set the provider's API key in `[agents.opencode] env`."
-        ),
-        rules=(
-            Rule("auth_required", r"ProviderAuthError|ProviderModelNotFoundError.*auth"),
-            Rule("request_rejected", r"ContextOverflowError|ProviderModelNotFoundError"),
-            Rule("interrupted", r"MessageAbortedError"),
-        ),
-        retries_itself=(
-            "429 and 5xx without end (reported as `session.status` `retry`), so the bridge's "
-            "idle timeout ends such a turn"
-        ),
+    # 429 and 5xx without end (reported as `session.status` `retry`), so the bridge's idle
+    # timeout ends such a turn
+    "opencode": (
+        "OpenCode",
+        "Log OpenCode in to the provider on the workstation (`opencode auth login`), or "
+        "set the provider's API key in `[agents.opencode] env`.",
     ),
-    "kilo": AgentTable(
-        name="Kilo CLI",
-        login_hint=(
-            "Log Kilo in on the workstation (`kilo auth login`), or set the provider's API key "
-            "in `[agents.kilo] env`."
-        ),
-        rules=(
-            Rule("auth_required", r"ProviderAuthError"),
-            Rule("request_rejected", r"ContextOverflowError|ProviderModelNotFoundError"),
-            Rule("interrupted", r"MessageAbortedError"),
-        ),
-        retries_itself="429 and 5xx, up to `KILO_SESSION_RETRY_LIMIT` times",
+    # 429 and 5xx, up to `KILO_SESSION_RETRY_LIMIT` times
+    "kilo": (
+        "Kilo CLI",
+        "Log Kilo in on the workstation (`kilo auth login`), or set the provider's API key "
+        "in `[agents.kilo] env`.",
     ),
-    "pi": AgentTable(
-        name="Pi",
-        login_hint=(
-            "Log Pi in on the workstation (run `pi`, then `/login`), or set the provider's API "
-            "key in `[agents.pi] env`."
-        ),
-        rules=(Rule("network", r"^Connection error\.?$|Request was aborted"),),
-        retries_itself="429 and 5xx, per its `retry` settings",
+    # 429 and 5xx, per its `retry` settings
+    "pi": (
+        "Pi",
+        "Log Pi in on the workstation (run `pi`, then `/login`), or set the provider's API "
+        "key in `[agents.pi] env`.",
     ),
-    "hermes": AgentTable(
-        name="Hermes",
-        login_hint=(
-            "Configure Hermes's provider key on the workstation (`hermes setup` or "
-            "`hermes model`), or set it in `[agents.hermes] env`."
-        ),
-        rules=(Rule("network", r"APIConnectionError|Connection error"),),
-        retries_itself="429, 5xx and connection errors, a few times with backoff",
+    # 429, 5xx and connection errors, a few times with backoff
+    "hermes": (
+        "Hermes",
+        "Configure Hermes's provider key on the workstation (`hermes setup` or "
+        "`hermes model`), or set it in `[agents.hermes] env`.",
     ),
-    "droid": AgentTable(
-        name="Droid",
-        login_hint=(
-            "Log Droid in on the workstation (run `droid` and sign in), or set "
-            "`FACTORY_API_KEY` in `[agents.droid] env`."
-        ),
-        rules=(Rule("auth_required", r"not authenticated|please log ?in|FACTORY_API_KEY"),),
+    "droid": (
+        "Droid",
+        "Log Droid in on the workstation (run `droid` and sign in), or set "
+        "`FACTORY_API_KEY` in `[agents.droid] env`.",
     ),
-    "cursor": AgentTable(
-        name="Cursor Agent",
-        login_hint=(
-            "Log Cursor Agent in on the workstation (`cursor-agent login`), or set "
-            "`CURSOR_API_KEY` in `[agents.cursor] env`."
-        ),
-        rules=(Rule("auth_required", r"Authentication required|cursor-agent login"),),
+    "cursor": (
+        "Cursor Agent",
+        "Log Cursor Agent in on the workstation (`cursor-agent login`), or set "
+        "`CURSOR_API_KEY` in `[agents.cursor] env`.",
     ),
-    "acp": AgentTable(
-        name="The agent",
-        login_hint="Log the agent in on the workstation (see its documentation), then send again.",
-        rules=(Rule("auth_required", r"auth_required|Authentication required"),),
+    "acp": (
+        "The agent",
+        "Log the agent in on the workstation (see its documentation), then send again.",
     ),
 }
 
-GENERIC: Final = AgentTable(
-    name="The agent",
-    login_hint="Log the agent in on the workstation (see its documentation), then send again.",
+#: Each agent's own phrases, as its CLI prints them when the provider fails: (agent, rule),
+#: matched in this order before :data:`COMMON_RULES`.
+_PHRASES: Final[tuple[tuple[str, Rule], ...]] = (
+    # Claude: the assistant line's `error` / `api_error` fields, the result's `api_error_type`
+    ("claude", Rule("network", r"^connection_failed$|Connection refused|Request timed out")),
+    ("claude", Rule("network", r"Unable to connect to API")),
+    ("claude", Rule("rate_limited", r"^rate_limit(?:_error)?$")),
+    ("claude", Rule("auth_required", r"^authentication_failed$|^authentication_error$")),
+    ("claude", Rule("auth_required", r"Invalid API key|Fix external API key|Not logged in")),
+    ("claude", Rule("auth_required", r"Please run /login")),
+    ("claude", Rule("quota_exhausted", r"^billing_error$|credit balance is too low")),
+    ("claude", Rule("request_rejected", r"^prompt_too_long$|Prompt is too long", TOO_LONG_HINT)),
+    ("claude", Rule("overloaded", r"^overloaded_error$|^server_error$|^api_error$")),
+    ("claude", Rule("max_turns", r"error_max_turns|Reached max turns")),
+    ("codex", Rule("rate_limited", r"responseTooManyFailedAttempts.*\b429\b|usageLimitExceeded")),
+    ("codex", Rule("quota_exhausted", r"usage_limit_reached|you've hit your usage limit")),
+    ("codex", Rule("network", r"responseStreamDisconnected|responseStreamConnectionFailed")),
+    ("codex", Rule("auth_required", r"unauthorized|\brefresh_token_reused\b")),
+    ("codex", Rule("request_rejected", r"contextWindowExceeded|badRequest")),
+    # Gemini: a dropped stream ("terminated") and a refused connection come as JSON-RPC 500
+    ("gemini", Rule("network", r"(?:^|: )terminated$|fetch failed|UND_ERR_SOCKET|ECONNREFUSED")),
+    ("gemini", Rule("auth_required", r"API key not valid|API_KEY_INVALID|Invalid auth method")),
+    ("gemini", Rule("auth_required", r"Please set an Auth method|Failed to login")),
+    ("gemini", Rule("auth_required", r"\bUNAUTHENTICATED\b")),
+    ("gemini", Rule("quota_exhausted", r"Quota exceeded for quota metric|daily.*quota")),
+    ("gemini", Rule("rate_limited", r"RESOURCE_EXHAUSTED|Too Many Requests|\b429\b")),
+    ("opencode", Rule("auth_required", r"ProviderAuthError|ProviderModelNotFoundError.*auth")),
+    ("opencode", Rule("request_rejected", r"ContextOverflowError|ProviderModelNotFoundError")),
+    ("opencode", Rule("interrupted", r"MessageAbortedError")),
+    ("kilo", Rule("auth_required", r"ProviderAuthError")),
+    ("kilo", Rule("request_rejected", r"ContextOverflowError|ProviderModelNotFoundError")),
+    ("kilo", Rule("interrupted", r"MessageAbortedError")),
+    ("pi", Rule("network", r"^Connection error\.?$|Request was aborted")),
+    ("hermes", Rule("network", r"APIConnectionError|Connection error")),
+    ("droid", Rule("auth_required", r"not authenticated|please log ?in|FACTORY_API_KEY")),
+    ("cursor", Rule("auth_required", r"Authentication required|cursor-agent login")),
+    ("acp", Rule("auth_required", r"auth_required|Authentication required")),
 )
+
+TABLES: Final[dict[str, AgentTable]] = {
+    agent: AgentTable(name, login_hint, tuple(rule for a, rule in _PHRASES if a == agent))
+    for agent, (name, login_hint) in _AGENTS.items()
+}
+
+#: Unknown agents: the generic words of ``acp``, none of its phrases.
+GENERIC: Final = AgentTable(*_AGENTS["acp"])
 
 _HINTS: Final[Mapping[str, str]] = {
     "rate_limited": "The model provider is limiting how fast requests may be sent{wait}.",
@@ -491,14 +447,13 @@ def failure_block(
 def with_code(block: ErrorBlock, code: str, hint: str | None = None) -> ErrorBlock:
     """``block`` with another code (and that code's retryability and default hint)."""
     retryable = RETRYABLE.get(code, False)
-    return ErrorBlock(
+    failure = Failure(
         code=code,
-        message=block.message,
-        detail=block.detail,
         retryable=retryable,
         retry_after_s=block.retry_after_s if retryable else None,
         hint=hint if hint is not None else _hint(code, GENERIC, None),
     )
+    return failure.block(block.message, block.detail)
 
 
 # ---- implementation -------------------------------------------------------------------------
@@ -521,7 +476,7 @@ def _classify(table: AgentTable, r: FailureReport) -> Failure:
         if code is not None:
             hint = None
             if code == "request_rejected" and any(re.search(_TOO_LONG, t, re.I) for t in texts):
-                hint = COMMON_RULES[1].hint
+                hint = TOO_LONG_HINT
             return _make(code, table, retry_after, hint)
     for rule in COMMON_RULES:
         if any(rule.compiled.search(t) for t in texts):
@@ -589,7 +544,7 @@ def _walk(value: Any, depth: int) -> Iterable[Any]:
 def _status(r: FailureReport, texts: list[str]) -> int | None:
     if isinstance(r.status, int) and not isinstance(r.status, bool) and 100 <= r.status <= 599:
         return r.status
-    found = _find_key(r.body, _KEYS_STATUS, 0)
+    found = [value for _key, value in _find_pairs(r.body, _KEYS_STATUS, 0)]
     for value in found:
         if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
             return value
@@ -607,23 +562,6 @@ def _status(r: FailureReport, texts: list[str]) -> int | None:
             if 400 <= value <= 599:
                 return value
     return None
-
-
-def _find_key(value: Any, keys: tuple[str, ...], depth: int) -> list[Any]:
-    out: list[Any] = []
-    if depth > 6:
-        return out
-    if isinstance(value, dict):
-        for k in keys:
-            if k in value:
-                out.append(value[k])
-        for v in list(value.values())[:200]:
-            if isinstance(v, dict | list):
-                out.extend(_find_key(v, keys, depth + 1))
-    elif isinstance(value, list):
-        for v in value[:200]:
-            out.extend(_find_key(v, keys, depth + 1))
-    return out
 
 
 def _by_status(status: int, texts: list[str]) -> str | None:
@@ -672,6 +610,7 @@ def _retry_after(r: FailureReport, texts: list[str]) -> float | None:
 
 
 def _find_pairs(value: Any, keys: tuple[str, ...], depth: int) -> list[tuple[str, Any]]:
+    """The (key, value) pairs of ``keys`` anywhere in a JSON value (a dict's own first)."""
     out: list[tuple[str, Any]] = []
     if depth > 6:
         return out

@@ -187,22 +187,17 @@ class Connection:
     def push(self, item: Outgoing) -> None:
         if self._closed:
             return
-        size = _size(item, self.msgpack, self._byte_cap)
-        if len(self._outbox) >= self._cap or self._bytes + size > self._byte_cap:
-            self.cut_off()
-            return
-        self._outbox.append(item)
-        self._bytes += size
-        if self.behind:
-            self._space.clear()
-        self._wake.set()
+        self._enqueue([item], _size(item, self.msgpack, self._byte_cap))
 
     def push_many(self, items: list[Outgoing]) -> None:
         """``push`` a committed run of frames at once (bridge/hub/fanout.py): one size sum
         shared by every connection, one ``extend``."""
         if self._closed:
             return
-        size = _run_size(items, self.msgpack, self._byte_cap)
+        self._enqueue(items, _run_size(items, self.msgpack, self._byte_cap))
+
+    def _enqueue(self, items: list[Outgoing], size: int) -> None:
+        """Queue frames of ``size`` bytes in all, or cut off a reader that fell too far behind."""
         if len(self._outbox) + len(items) > self._cap or self._bytes + size > self._byte_cap:
             self.cut_off()
             return

@@ -271,17 +271,11 @@ def _user() -> str:
 
 
 def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
+    from bridge.cli import command_adder
+
     parser = add("service", _usage(sub), "Install, remove or inspect the systemd user service")
     actions = parser.add_subparsers(dest="service_action", metavar="ACTION")
-
-    def action(name: str, handler: Callable[[argparse.Namespace], int], text: str) -> Any:
-        p = actions.add_parser(name, help=text, description=text)
-        # SUPPRESS: `service --config X install` must not be reset by the action's default.
-        p.add_argument(
-            "--config", default=argparse.SUPPRESS, help="config file the service should use"
-        )
-        p.set_defaults(handler=handler)
-        return p
+    action = command_adder(actions, "config file the service should use", under_command=True)
 
     p = action("install", cmd_install, f"Write ~/.config/systemd/user/{UNIT_NAME}")
     p.add_argument(

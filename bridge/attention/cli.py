@@ -85,8 +85,8 @@ def _local_test(config: Config, kind: str) -> list[dict[str, Any]]:
 
 
 def cmd_notify_test(args: argparse.Namespace) -> int:
-    from bridge.cli import _config
-    from bridge.client import BridgeClient, ClientError, DaemonNotRunning
+    from bridge.cli import _config, ask_daemon
+    from bridge.client import ClientError, DaemonNotRunning
     from bridge.logs import configure_logging
 
     config = _config(args)
@@ -95,11 +95,7 @@ def cmd_notify_test(args: argparse.Namespace) -> int:
     via = "daemon"
 
     async def ask() -> list[dict[str, Any]]:
-        client = await BridgeClient.connect()
-        try:
-            result = await client.request("notify.test", kind=args.kind)
-        finally:
-            await client.close()
+        result = await ask_daemon("notify.test", kind=args.kind)
         return list(result["results"])
 
     try:

@@ -21,7 +21,15 @@ from typing import Any
 
 import msgspec
 
-from bridge.blocks import Block, ToolCallBlock, ToolResultBlock, ToolStatus, UsageBlock
+from bridge.blocks import (
+    Block,
+    SystemBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolStatus,
+    UsageBlock,
+)
+from bridge.failures import FailureReport, classify
 from bridge.parsers.diff import (
     Hunk,
     added_file_diff,
@@ -59,6 +67,7 @@ __all__ = [
     "accumulate_usage",
     "added_file_diff",
     "apply_hunks",
+    "call_title",
     "clean",
     "clip",
     "decode_object",
@@ -74,6 +83,7 @@ __all__ = [
     "parse_unified",
     "plain",
     "render_unified",
+    "retry_notice",
     "running_call",
     "short",
     "tool_end",
@@ -148,6 +158,39 @@ def accumulate_usage(
         cost_usd=(total.cost_usd or 0.0) + cost_usd if cost_usd is not None else total.cost_usd,
         context_used=context_used,
     )
+
+
+def retry_notice(
+    agent: str | None,
+    report: FailureReport,
+    reason: str,
+    *,
+    attempt: int | None,
+    of: int | None = None,
+    wait: str = "",
+) -> SystemBlock:
+    """The notice that the agent retries a failed model call by itself (``api_retry``): which
+    attempt, why, and the failure's code and hint as :func:`bridge.failures.classify` sees it."""
+    counts = ""
+    if attempt:
+        counts = f" (attempt {attempt} of {of})" if of else f" (attempt {attempt})"
+    failure = classify(agent, report)
+    return SystemBlock(
+        level="warn",
+        code="api_retry",
+        text=f"retrying the model call{counts}{wait}: {reason}",
+        data={"attempt": attempt, "error_code": failure.code, "hint": failure.hint},
+    )
+
+
+def call_title(name: str, tool_input: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """A tool call's title: its command, else the tool's name and its first argument of
+    ``keys`` (a path, a pattern, a URL…), else the name alone."""
+    for key in keys:
+        value = get_str(tool_input, key)
+        if value:
+            return short(value if key == "command" else f"{name} {value}")
+    return name
 
 
 def handler_for(

@@ -145,6 +145,12 @@ def _permission_kind(kind: Any, option_id: str, label: str) -> PermissionKind:
     return "allow_always" if always else "allow_once"
 
 
+def _delta(thinking: bool, block_id: str, *, text: str = "", done: bool = False) -> Block:
+    """A piece of the agent's thinking or of its answer (``done``: that stream's end)."""
+    kind = ThinkingBlock if thinking else TextBlock
+    return kind(id=block_id, text=text, done=done)
+
+
 def _content_text(content: dict[str, Any]) -> str | None:
     """The text of one ACP content block (text, resource, link), else None."""
     kind = content.get("type")
@@ -200,8 +206,8 @@ class UpdateMapper:
         self._prefix = prefix
         self._agent_info = agent_info
         self._ids = itertools.count(1)
-        self._text: list[Any] | None = None  # [block id, agent messageId]
-        self._thinking: list[Any] | None = None
+        # the open text (False) and thinking (True) streams: [block id, agent messageId]
+        self._open: dict[bool, list[Any]] = {}
         self._tools: dict[str, _Tool] = {}
         self._finished: set[str] = set()
         self._used_tool_ids: set[str] = set()
@@ -217,8 +223,7 @@ class UpdateMapper:
 
     def begin_turn(self) -> None:
         """Forget what was open before this turn (history replayed by ``session/load``)."""
-        self._text = None
-        self._thinking = None
+        self._open.clear()
         self._tools.clear()
         self._finished.clear()
         self._meta_usage = None
@@ -442,22 +447,14 @@ class UpdateMapper:
     def _new_id(self, kind: str) -> str:
         return f"{self._prefix}-{kind}{next(self._ids)}"
 
-    def _close_text(self) -> list[Block]:
-        if self._text is None:
+    def _close(self, *, thinking: bool) -> list[Block]:
+        current = self._open.pop(thinking, None)
+        if current is None:
             return []
-        block_id = self._text[0]
-        self._text = None
-        return [TextBlock(id=block_id, done=True)]
-
-    def _close_thinking(self) -> list[Block]:
-        if self._thinking is None:
-            return []
-        block_id = self._thinking[0]
-        self._thinking = None
-        return [ThinkingBlock(id=block_id, done=True)]
+        return [_delta(thinking, current[0], done=True)]
 
     def _close_deltas(self) -> list[Block]:
-        return self._close_thinking() + self._close_text()
+        return self._close(thinking=True) + self._close(thinking=False)
 
     def _chunk(self, update: dict[str, Any], *, thinking: bool) -> list[Block]:
         content = _dict(update.get("content"))
@@ -467,25 +464,17 @@ class UpdateMapper:
         if text is None:
             return []
         message_id = _str(update.get("messageId"), 300)
-        out = self._close_text() if thinking else self._close_thinking()
-        current = self._thinking if thinking else self._text
+        out = self._close(thinking=not thinking)
+        current = self._open.get(thinking)
         if current is not None and message_id and current[1] and message_id != current[1]:
-            out += self._close_thinking() if thinking else self._close_text()
+            out += self._close(thinking=thinking)
             current = None
         if current is None:
             current = [self._new_id("t" if thinking else "m"), message_id]
-            if thinking:
-                self._thinking = current
-            else:
-                self._text = current
+            self._open[thinking] = current
         elif message_id and not current[1]:
             current[1] = message_id
-        block: Block = (
-            ThinkingBlock(id=current[0], text=text)
-            if thinking
-            else TextBlock(id=current[0], text=text)
-        )
-        out.append(block)
+        out.append(_delta(thinking, current[0], text=text))
         return out
 
     # ---- tool calls -----------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from bridge.blocks import (
     ToolResultBlock,
     UsageBlock,
 )
-from bridge.failures import FailureReport, classify, failure_block
+from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     added_file_diff,
     apply_hunks,
@@ -57,6 +57,7 @@ from bridge.parsers import (
     get_str,
     hunks_from_json,
     render_unified,
+    retry_notice,
     short,
     unfinished_tool,
 )
@@ -311,21 +312,17 @@ class ClaudeParser:
             return []
         if subtype == "api_retry":
             self.agent_retried = True
-            attempt, most = get_int(msg, "attempt"), get_int(msg, "max_retries")
             error = get_str(msg, "error") or get_str(msg, "error_status") or "API error"
-            counts = f" (attempt {attempt} of {most})" if attempt and most else ""
-            failure = classify(
-                "claude",
-                FailureReport(
-                    message=get_str(msg, "error") or "", status=get_int(msg, "error_status")
-                ),
+            report = FailureReport(
+                message=get_str(msg, "error") or "", status=get_int(msg, "error_status")
             )
             return [
-                SystemBlock(
-                    level="warn",
-                    code="api_retry",
-                    text=f"retrying the model call{counts}: {error}",
-                    data={"attempt": attempt, "error_code": failure.code, "hint": failure.hint},
+                retry_notice(
+                    "claude",
+                    report,
+                    error,
+                    attempt=get_int(msg, "attempt"),
+                    of=get_int(msg, "max_retries"),
                 )
             ]
         if subtype == "compact_boundary":

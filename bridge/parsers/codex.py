@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from bridge.blocks import (
     Block,
     DiffBlock,
@@ -114,22 +116,15 @@ def fill_diff(block: DiffBlock, current: str | None) -> DiffBlock:
     hunks = parse_unified(unified)
     if unified.startswith("--- /dev/null"):
         new_text = current if current is not None else block.new_text
-        return DiffBlock(
-            path=block.path,
-            old_text=None,
-            new_text=new_text,
-            unified=unified,
-            tool_call_id=block.tool_call_id,
-        )
+        return msgspec.structs.replace(block, old_text=None, new_text=new_text, unified=unified)
     new_text = current if current is not None else ""
     old_text = apply_hunks(new_text, hunks, reverse=True)
-    return DiffBlock(
-        path=block.path,
-        old_text=old_text,
-        new_text=new_text,
-        unified=unified,
-        tool_call_id=block.tool_call_id,
-    )
+    return msgspec.structs.replace(block, old_text=old_text, new_text=new_text, unified=unified)
+
+
+def _title(prefix: str, subject: str | None) -> str | None:
+    """A tool call's title: ``prefix`` and the (shortened) subject, or none without one."""
+    return f"{prefix}{short(subject)}" if subject else None
 
 
 @dataclass
@@ -498,12 +493,8 @@ class CodexParser:
             actions = get_list(item, "commandActions")
             command = get_str(actions[0], "command") if len(actions) == 1 else None
             command = command or display_command(get_str(item, "command") or "")
-            return _Tool(
-                "shell",
-                short(command) if command else None,
-                "execute",
-                {"command": command, "cwd": get_str(item, "cwd")},
-            )
+            cwd = get_str(item, "cwd")
+            return _Tool("shell", _title("", command), "execute", {"command": command, "cwd": cwd})
         if itype == "fileChange":
             changes = [
                 {"path": get_str(c, "path"), "kind": get_str(get_dict(c, "kind"), "type")}
@@ -511,12 +502,7 @@ class CodexParser:
                 if isinstance(c, dict)
             ]
             names = ", ".join(self._rel(str(c["path"])) for c in changes)
-            return _Tool(
-                "apply_patch",
-                f"Edit {short(names)}" if names else None,
-                "edit",
-                {"changes": changes},
-            )
+            return _Tool("apply_patch", _title("Edit ", names), "edit", {"changes": changes})
         if itype == "mcpToolCall":
             server, tool = get_str(item, "server") or "mcp", get_str(item, "tool") or "tool"
             args = item.get("arguments")
@@ -532,16 +518,11 @@ class CodexParser:
             return _Tool(name, name, "other", args if isinstance(args, dict) else {})
         if itype == "webSearch":
             query = get_str(item, "query") or ""
-            return _Tool(
-                "web_search",
-                f"Search: {short(query)}" if query else None,
-                "fetch",
-                {"query": query},
-            )
+            return _Tool("web_search", _title("Search: ", query), "fetch", {"query": query})
         if itype == "collabAgentToolCall":
             tool_name = get_str(item, "tool") or "agent"
             prompt = get_str(item, "prompt") or ""
-            return _Tool(f"agent.{tool_name}", short(prompt) or None, "think", {"prompt": prompt})
+            return _Tool(f"agent.{tool_name}", _title("", prompt), "think", {"prompt": prompt})
         return None
 
     def _result_of(self, item: dict[str, Any], tool: _Tool) -> tuple[str, bool]:

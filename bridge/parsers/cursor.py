@@ -29,6 +29,7 @@ from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     JsonLinesParser,
     accumulate_usage,
+    call_title,
     decode_object,
     get_dict,
     get_int,
@@ -36,7 +37,6 @@ from bridge.parsers import (
     get_str,
     new_file_diff_block,
     running_call,
-    short,
     tool_end,
 )
 
@@ -54,6 +54,9 @@ KINDS = {
     "updateTodos": "think",
     "todo": "think",
 }
+
+#: the arguments a call is titled by, the first one found
+TITLE_KEYS = ("command", "path", "pattern", "globPattern", "query", "url")
 
 
 def _tool_name(key: str) -> str:
@@ -253,15 +256,7 @@ class CursorParser(JsonLinesParser):
 
 
 def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
-    return running_call(call_id, name, args, title=_title(name, args), kinds=KINDS)
-
-
-def _title(name: str, args: dict[str, Any]) -> str:
-    for key in ("command", "path", "pattern", "globPattern", "query", "url"):
-        value = get_str(args, key)
-        if value:
-            return short(value if key == "command" else f"{name} {value}")
-    return name
+    return running_call(call_id, name, args, title=call_title(name, args, TITLE_KEYS), kinds=KINDS)
 
 
 def _result_text(name: str, value: Any) -> str:

@@ -23,22 +23,23 @@ from bridge.blocks import (
     PlanBlock,
     PlanEntry,
     PlanStatus,
-    SystemBlock,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
     UsageBlock,
 )
-from bridge.failures import FailureReport, classify, failure_block
+from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     accumulate_usage,
     added_file_diff,
+    call_title,
     decode_object,
     get_dict,
     get_float,
     get_int,
     get_list,
     get_str,
+    retry_notice,
     short,
     tool_end,
 )
@@ -60,6 +61,9 @@ KINDS = {
     "todoread": "think",
     "task": "other",
 }
+
+#: the arguments a call is titled by, the first one found
+TITLE_KEYS = ("command", "filePath", "path", "pattern", "url", "description")
 
 #: The answers ``POST /session/<id>/permissions/<permission id>`` accepts.
 PERMISSION_OPTIONS = (
@@ -215,19 +219,11 @@ class OpenCodeParser:
         if get_str(status, "type") == "retry":
             self.agent_retried = True
             self.retries += 1
-            attempt = get_int(status, "attempt")
             why = get_str(status, "message") or "the model call failed"
             self.last_retry_message = why
-            failure = classify(self.agent_id, FailureReport(message=why))
-            return [
-                SystemBlock(
-                    level="warn",
-                    code="api_retry",
-                    text=f"retrying the model call{f' (attempt {attempt})' if attempt else ''}: "
-                    + short(why, 300),
-                    data={"attempt": attempt, "error_code": failure.code, "hint": failure.hint},
-                )
-            ]
+            report = FailureReport(message=why)
+            attempt = get_int(status, "attempt")
+            return [retry_notice(self.agent_id, report, short(why, 300), attempt=attempt)]
         return []
 
     def _on_session_idle(self, props: dict[str, Any]) -> list[Block]:
@@ -338,7 +334,7 @@ class OpenCodeParser:
             return []
         tool_input = get_dict(state, "input") or tool.input
         tool.input = tool_input
-        title = get_str(state, "title") or _title(name, tool_input)
+        title = get_str(state, "title") or call_title(name, tool_input, TITLE_KEYS)
         out: list[Block] = []
         call = ToolCallBlock(
             id=call_id, name=name, title=title, kind=KINDS.get(name, "other"), input=tool_input
@@ -375,14 +371,6 @@ class OpenCodeParser:
             context_used=(inp + cached) or None,
         )
         return []
-
-
-def _title(name: str, tool_input: dict[str, Any]) -> str:
-    for key in ("command", "filePath", "path", "pattern", "url", "description"):
-        value = get_str(tool_input, key)
-        if value:
-            return short(value if key == "command" else f"{name} {value}")
-    return name
 
 
 def _diff_block(

@@ -19,11 +19,12 @@ from bridge.blocks import (
     ThinkingBlock,
     ToolCallBlock,
 )
-from bridge.failures import FailureReport, classify, failure_block
+from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     Hunk,
     JsonLinesParser,
     accumulate_usage,
+    call_title,
     get_dict,
     get_float,
     get_int,
@@ -31,6 +32,7 @@ from bridge.parsers import (
     get_str,
     new_file_diff_block,
     render_unified,
+    retry_notice,
     running_call,
     short,
     tool_end,
@@ -45,6 +47,9 @@ KINDS = {
     "find": "search",
     "ls": "search",
 }
+
+#: the arguments a call is titled by, the first one found
+TITLE_KEYS = ("command", "path", "pattern")
 
 _NUMBERED = re.compile(r"^([ +-])\s*(\d+) (.*)$")
 
@@ -156,18 +161,16 @@ class PiParser(JsonLinesParser):
         self.agent_retried = True
         self.failed = False
         self._pending_error = None
-        attempt, most = get_int(event, "attempt"), get_int(event, "maxAttempts")
         delay = get_int(event, "delayMs")
-        counts = f" (attempt {attempt} of {most})" if attempt and most else ""
-        when = f" in {delay / 1000:g} s" if delay else ""
         why = get_str(event, "errorMessage") or "the model call failed"
-        failure = classify("pi", FailureReport(message=why))
         return [
-            SystemBlock(
-                level="warn",
-                code="api_retry",
-                text=f"retrying the model call{counts}{when}: {short(why, 300)}",
-                data={"attempt": attempt, "error_code": failure.code, "hint": failure.hint},
+            retry_notice(
+                "pi",
+                FailureReport(message=why),
+                short(why, 300),
+                attempt=get_int(event, "attempt"),
+                of=get_int(event, "maxAttempts"),
+                wait=f" in {delay / 1000:g} s" if delay else "",
             )
         ]
 
@@ -279,15 +282,7 @@ class PiParser(JsonLinesParser):
 
 
 def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
-    return running_call(call_id, name, args, title=_title(name, args), kinds=KINDS)
-
-
-def _title(name: str, args: dict[str, Any]) -> str:
-    for key in ("command", "path", "pattern"):
-        value = get_str(args, key)
-        if value:
-            return short(f"{name} {value}" if key != "command" else value)
-    return name
+    return running_call(call_id, name, args, title=call_title(name, args, TITLE_KEYS), kinds=KINDS)
 
 
 def _diff_block(
