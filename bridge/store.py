@@ -268,9 +268,6 @@ class Store:
     def save_message(self, record: MessageRecord) -> None:
         raise NotImplementedError
 
-    def delete_session(self, session: str) -> None:
-        raise NotImplementedError
-
     def spill(self, record: MessageRecord) -> MessageRecord:
         """What to keep in memory of a message handed to ``save_message``: by default the
         record itself; the SQLite store keeps only a stand-in (its body is on disk)."""
@@ -543,9 +540,6 @@ class SqliteStore(Store):
             )
         )
 
-    def delete_session(self, session: str) -> None:
-        self._put(_Op("delete", session))
-
     def spill(self, record: MessageRecord) -> MessageRecord:
         if record.spilled:
             return record
@@ -746,10 +740,6 @@ class SqliteStore(Store):
                     " WHERE session = ? AND client_msg_id = ?",
                     op.args,
                 )
-            elif op.kind == "delete":
-                for table in ("sessions", "event_chunks", "messages"):
-                    column = "id" if table == "sessions" else "session"
-                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (op.args,))  # noqa: S608
             elif op.kind == "prune":
                 self._prune(conn, *op.args)
             elif op.kind == "flush":
