@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bridge import failures
 from bridge.adapters.base import classify_failure
 from bridge.blocks import ErrorBlock, SystemBlock, block_to_json
 from bridge.failures import (
@@ -259,25 +260,7 @@ def test_every_code_has_a_retryability_and_tables_use_known_codes() -> None:
 
 # keys the classifier looks for, so that generated bodies reach those paths
 _KEYS = st.sampled_from(
-    [
-        "status",
-        "statusCode",
-        "status_code",
-        "httpStatusCode",
-        "code",
-        "error_status",
-        "api_error_status",
-        "retry_after",
-        "retryAfter",
-        "retry-after",
-        "retry_after_s",
-        "retryDelay",
-        "retry_delay_ms",
-        "retry_after_ms",
-        "error",
-        "message",
-        "type",
-    ]
+    [*failures._KEYS_STATUS, *failures._KEYS_RETRY, "error", "message", "type"]
 ) | st.text(max_size=12)
 _json = st.recursive(
     st.none()
