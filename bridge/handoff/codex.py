@@ -34,13 +34,17 @@ from bridge.blocks import (
     UserBlock,
 )
 from bridge.handoff import procscan
-from bridge.handoff.files import StatCache, head_lines, loads
+from bridge.handoff.files import (
+    MAX_LISTED,
+    StatCache,
+    head_lines,
+    loads,
+    newest_first,
+    one_line_title,
+)
 from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
 from bridge.handoff.turns import MirrorTurns
-
-MAX_LISTED = 200
-TITLE_CHARS = 80
 
 _THREAD = re.compile(r"([0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12})$")
 _NOT_PROMPT = ("<environment_context>", "<user_instructions>", "<skills_instructions>", "# AGENTS")
@@ -61,16 +65,7 @@ def thread_of(path: Path) -> str | None:
 
 def rollouts(base: Path | None = None) -> list[tuple[float, Path, os.stat_result]]:
     """Every rollout file with its stat, newest first."""
-    root = (base or home()) / "sessions"
-    found: list[tuple[float, Path, os.stat_result]] = []
-    for path in root.glob("*/*/*/rollout-*.jsonl"):
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        found.append((st.st_mtime, path, st))
-    found.sort(key=lambda t: t[0], reverse=True)
-    return found
+    return newest_first(((base or home()) / "sessions").glob("*/*/*/rollout-*.jsonl"))
 
 
 def rollout_path(sid: str, base: Path | None = None) -> Path | None:
@@ -188,9 +183,7 @@ def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSess
         if not summary.cwd or not summary.sid:
             continue
         pid = owner_pid(summary.sid, codex_home)
-        title = " ".join(summary.title.split())
-        if len(title) > TITLE_CHARS:
-            title = title[: TITLE_CHARS - 1] + "…"
+        title = one_line_title(summary.title)
         out.append(
             ExternalSession(
                 agent_session_id=summary.sid,

@@ -29,13 +29,11 @@ from bridge.blocks import (
     UserBlock,
 )
 from bridge.handoff import procscan
-from bridge.handoff.files import loads
+from bridge.handoff.files import MAX_LISTED, loads, one_line_title
 from bridge.handoff.mirror import PollingMirror
 from bridge.handoff.sqlite_ro import open_ro, reading
 from bridge.handoff.turns import MirrorTurns
 
-MAX_LISTED = 200
-TITLE_CHARS = 80
 _SID = re.compile(r"^ses_[A-Za-z0-9]{8,64}$")
 _KINDS = {"bash": "execute", "read": "read", "edit": "edit", "write": "edit", "patch": "edit"}
 _DONE_TOOL = ("completed", "error")
@@ -74,12 +72,11 @@ def scan(app: str, db: Path | None = None, limit: int = MAX_LISTED) -> list[Exte
         where = os.path.realpath(directory)
         owned = where in busy
         busy.discard(where)
-        text = " ".join(str(title or "").split())
         out.append(
             ExternalSession(
                 agent_session_id=sid,
                 cwd=directory,
-                title=text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…",
+                title=one_line_title(str(title or "")),
                 updated_at=(updated or 0) / 1000.0,
                 owned=owned,
             )
