@@ -33,15 +33,8 @@ import msgspec
 from bridge.agent_types import ExternalSession, ResumeCommand
 from bridge.blocks import Block, SystemBlock, UserBlock
 from bridge.handoff import procscan
-from bridge.handoff.files import (
-    MAX_LISTED,
-    StatCache,
-    head_lines,
-    loads,
-    newest_first,
-    one_line_title,
-    tail_lines,
-)
+from bridge.handoff.files import StatCache, head_lines, loads, tail_lines
+from bridge.handoff.listing import MAX_LISTED, newest_first, one_line_title
 from bridge.handoff.mirror import TranscriptMirror
 from bridge.handoff.tail import Dedupe
 

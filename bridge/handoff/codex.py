@@ -34,14 +34,8 @@ from bridge.blocks import (
     UserBlock,
 )
 from bridge.handoff import procscan
-from bridge.handoff.files import (
-    MAX_LISTED,
-    StatCache,
-    head_lines,
-    loads,
-    newest_first,
-    one_line_title,
-)
+from bridge.handoff.files import StatCache, head_lines, loads
+from bridge.handoff.listing import MAX_LISTED, newest_first, one_line_title
 from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
 from bridge.handoff.turns import MirrorTurns

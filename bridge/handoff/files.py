@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -21,10 +21,6 @@ T = TypeVar("T")
 
 HEAD_BYTES = 256 * 1024
 TAIL_BYTES = 64 * 1024
-#: Sessions listed per scan (newest first); older ones are not read at all.
-MAX_LISTED = 200
-#: A listed session's title is cut to this many characters.
-TITLE_CHARS = 80
 
 _decoder = msgspec.json.Decoder()
 
@@ -73,25 +69,6 @@ def tail_lines(path: Path, limit: int = TAIL_BYTES) -> list[bytes]:
         nl = data.find(b"\n")
         data = data[nl + 1 :] if nl >= 0 else b""
     return [line for line in data.split(b"\n") if line.strip()]
-
-
-def newest_first(paths: Iterable[Path]) -> list[tuple[float, Path, os.stat_result]]:
-    """``(mtime, path, stat)`` of each file that can be stat'ed, the newest first."""
-    found: list[tuple[float, Path, os.stat_result]] = []
-    for path in paths:
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        found.append((st.st_mtime, path, st))
-    found.sort(key=lambda t: t[0], reverse=True)
-    return found
-
-
-def one_line_title(text: str) -> str:
-    """A session's title as a listing shows it: one line of at most ``TITLE_CHARS``."""
-    line = " ".join(text.split())
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
 
 
 @dataclass(slots=True)

@@ -29,7 +29,8 @@ from bridge.blocks import (
     UserBlock,
 )
 from bridge.handoff import procscan
-from bridge.handoff.files import MAX_LISTED, loads, one_line_title
+from bridge.handoff.files import loads
+from bridge.handoff.listing import MAX_LISTED, one_line_title
 from bridge.handoff.mirror import PollingMirror
 from bridge.handoff.sqlite_ro import open_ro, reading
 from bridge.handoff.turns import MirrorTurns
