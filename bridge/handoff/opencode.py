@@ -228,4 +228,4 @@ def mirror(app: str, sid: str, db: Path | None = None) -> PollingMirror | None:
     path = db or db_path(app)
     cursor = _Cursor(path, sid, PartParser(sid))
     cursor.start()
-    return PollingMirror(cursor.poll, cursor.finish, path)
+    return PollingMirror(cursor, path)
