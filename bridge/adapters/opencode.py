@@ -42,6 +42,7 @@ from bridge.adapters.base import (
     ModelInfo,
     ResumeCommand,
     failure_block,
+    session_reset,
 )
 from bridge.adapters.perturn import add_usage, cli_running_in, complete_diff, has_usage
 from bridge.blocks import (
@@ -340,16 +341,17 @@ class OpenCodeAdapter(CliAdapter):
             if resp.status_code == 200:
                 self._adopt(self.session_id)
                 return
-            old = self.session_id
-            sid = await self._new_session(server)
-            yield SystemBlock(
-                level="warn",
-                code="session_reset",
-                text=f"{self.display_name} no longer knew session {old}; started {sid}",
-                data={"old": old, "new": sid},
-            )
+            yield await self._replace_session(server)
         elif self.session_id is None:
             await self._new_session(server)
+
+    async def _replace_session(self, server: LocalServer) -> SystemBlock:
+        """The server forgot our session: start a new one, and say so."""
+        old = self.session_id
+        sid = await self._new_session(server)
+        return session_reset(
+            f"{self.display_name} no longer knew session {old}; started {sid}", old=old, new=sid
+        )
 
     def _prompt_body(self, text: str) -> dict[str, Any]:
         body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
@@ -385,15 +387,9 @@ class OpenCodeAdapter(CliAdapter):
             if resp.status_code == 404:
                 # The session vanished between turns (deleted in a terminal): start over once.
                 self._verified = False
-                old = self.session_id
-                sid = await self._new_session(server)
-                yield SystemBlock(
-                    level="warn",
-                    code="session_reset",
-                    text=f"{self.display_name} no longer knew session {old}; started {sid}",
-                    data={"old": old, "new": sid},
-                )
-                resp = await server.request("POST", f"/session/{sid}/prompt_async", body)
+                yield await self._replace_session(server)
+                path = f"/session/{self.session_id}/prompt_async"
+                resp = await server.request("POST", path, body)
             if resp.status_code >= 400:
                 yield failure_block(
                     self.agent_id,
