@@ -418,7 +418,7 @@ class AcpBase(CliAdapter, abstract=True):
         argv = self.command_line()
         remember_env_secrets(self.env)
         # An agent whose stdout ended but that lingers is ended by stop() (grace None).
-        pump: Pump[Message] = Pump(_JsonRpcLines(), log=log, event="acp_decode_failed", grace=None)
+        pump: Pump[Message] = Pump(_JsonRpcLines(), event="acp_decode_failed", grace=None)
         proc = await pump.spawn(argv, cwd=self.cwd, env=self._child_env())
         self._proc = proc
         self._pending.clear()

@@ -32,7 +32,7 @@ from bridge.failures import FailureReport as FailureReport
 from bridge.failures import classify_failure as classify_failure
 from bridge.failures import failure_block as failure_block
 from bridge.logs import get_logger
-from bridge.process import run_capture
+from bridge.process import CaptureResult, build_env, run_capture
 
 log = get_logger("bridge.adapters")
 
@@ -325,6 +325,36 @@ class CliAdapter(BaseAdapter, abstract=True):
 
     def setup(self) -> None:
         """The subclass's own state (a parser, a child process slot)."""
+
+    @classmethod
+    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
+        """The binary's checks, then, if it can run, the agent's own (``agent_checks``)."""
+        checks = super().check_environment(config)
+        if any(c.level == "error" for c in checks):
+            return checks
+        return checks + cls.agent_checks(config or AdapterConfig())
+
+    @classmethod
+    def agent_checks(cls, config: AdapterConfig) -> list[Check]:
+        """What this agent needs beyond a working binary (a login, models), as findings."""
+        return []
+
+    @classmethod
+    def run_probe(
+        cls, config: AdapterConfig, args: list[str], *, timeout: float, code: str
+    ) -> tuple[CaptureResult, Check | None]:
+        """Run the configured binary with ``args`` (``models``); with the ``warn`` finding
+        ``code`` when it failed or timed out."""
+        argv = [config.binary or cls.cli_binary or "", *args]
+        result = run_capture(argv, timeout=timeout, env=build_env(config.env))
+        if not result.timed_out and result.returncode == 0:
+            return result, None
+        return result, Check(
+            code=code,
+            level="warn",
+            message=f"`{' '.join(argv)}` failed",
+            detail=(result.stderr or result.stdout).strip()[-500:] or None,
+        )
 
     def remember_session_id(self, sid: str) -> None:
         """Keep the agent's session id ``sid`` (resumed next time) and tell the daemon once."""

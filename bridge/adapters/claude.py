@@ -117,7 +117,6 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         # One pump for the adapter's life: its child is replaced when Claude is started again.
         self._pump: Pump[Block] = Pump(
             self._parser,
-            log=log,
             event="claude_parse_failed",
             session_id=lambda: self._parser.session_id,
             on_session_id=self.remember_session_id,

@@ -179,7 +179,6 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
         self._parser = parser
         pump = self._pump = Pump(
             parser,
-            log=log,
             event="codex_parse_failed",
             session_id=lambda: parser.thread_id,
             on_session_id=self.remember_session_id,

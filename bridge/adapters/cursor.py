@@ -101,11 +101,9 @@ class CursorAdapter(PerTurnAdapter):
         return parse_models(result.stdout)
 
     @classmethod
-    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
-        checks = super().check_environment(config)
-        if any(c.level == "error" for c in checks):
-            return checks
-        env = config.env if config else {}
+    def agent_checks(cls, config: AdapterConfig) -> list[Check]:
+        checks: list[Check] = []
+        env = config.env
         if env.get("CURSOR_API_KEY") or os.environ.get("CURSOR_API_KEY"):
             checks.append(Check(code="cursor_api_key", message="CURSOR_API_KEY is set"))
         elif _logged_in(env.get("HOME") or os.environ.get("HOME")):

@@ -120,11 +120,9 @@ class DroidAdapter(PerTurnAdapter):
         return custom_models(self.env.get("HOME") or os.environ.get("HOME"))
 
     @classmethod
-    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
-        checks = super().check_environment(config)
-        if any(c.level == "error" for c in checks):
-            return checks
-        env = config.env if config else {}
+    def agent_checks(cls, config: AdapterConfig) -> list[Check]:
+        checks: list[Check] = []
+        env = config.env
         models = custom_models(env.get("HOME") or os.environ.get("HOME"))
         if env.get("FACTORY_API_KEY") or os.environ.get("FACTORY_API_KEY"):
             checks.append(Check(code="droid_api_key", message="FACTORY_API_KEY is set"))

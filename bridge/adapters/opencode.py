@@ -469,28 +469,14 @@ class OpenCodeAdapter(CliAdapter):
     # ---- environment and handoff ----------------------------------------------------------------
 
     @classmethod
-    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
-        checks = super().check_environment(config)
-        if any(c.level == "error" for c in checks):
-            return checks
-        binary = (config.binary if config else None) or cls.cli_binary or ""
-        env = build_env(config.env if config else None)
-        result = run_capture([binary, "models"], timeout=60.0, env=env)
+    def agent_checks(cls, config: AdapterConfig) -> list[Check]:
+        result, failed = cls.run_probe(
+            config, ["models"], timeout=60.0, code=f"{cls.agent_id}_models_probe_failed"
+        )
+        if failed is not None:
+            return [failed]
         models = parse_model_lines(result.stdout)
-        if result.timed_out or result.returncode != 0:
-            checks.append(
-                Check(
-                    code=f"{cls.agent_id}_models_probe_failed",
-                    level="warn",
-                    message=f"`{binary} models` failed",
-                    detail=(result.stderr or result.stdout).strip()[-500:] or None,
-                )
-            )
-        else:
-            checks.append(
-                Check(code=f"{cls.agent_id}_models", message=f"{len(models)} model(s) available")
-            )
-        return checks
+        return [Check(code=f"{cls.agent_id}_models", message=f"{len(models)} model(s) available")]
 
     @classmethod
     def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:

@@ -240,7 +240,6 @@ class PerTurnAdapter(CliAdapter, abstract=True):
         """The pump of one run that resumes ``wanted`` in ``mode`` (None: a fresh session)."""
         return Pump(
             parser,
-            log=log,
             event=f"{self.agent_id}_parse_failed",
             session_id=lambda: parser.session_id,
             on_session_id=lambda sid: self._session_started(sid, wanted, mode),

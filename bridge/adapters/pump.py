@@ -6,7 +6,7 @@ read its stdout line by line, feed each line to a parser, write back what the pa
 for the agent, note the agent's session id when the parser learns it, and reap the process
 once its stdout ends. :class:`Pump` is that loop; an adapter reads it one line at a time::
 
-    pump = Pump(parser, log=log, event="x_parse_failed")
+    pump = Pump(parser, event="x_parse_failed")
     await pump.spawn(argv, cwd=cwd, env=env)
     while (blocks := await pump.read()) is not None:
         ...  # yield them; decide to stop early
@@ -31,11 +31,15 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from bridge.blocks import DiffBlock, ErrorBlock
 from bridge.failures import FailureReport, failure_block
+from bridge.logs import get_logger
 from bridge.process import ChildProcess
+
+log = get_logger("bridge.adapters.pump")
 
 #: Seconds to wait for the exit status once stdout ended, and the grace of a termination.
 EXIT_WAIT_S = 5.0
@@ -51,35 +55,30 @@ class LineParser(Protocol[T_co]):
     def feed(self, line: bytes) -> Sequence[T_co]: ...
 
 
+@dataclass(eq=False)
 class Pump(Generic[T]):
     """One agent process at a time, read through ``parser`` (see the module's docstring)."""
 
-    def __init__(
-        self,
-        parser: LineParser[T],
-        *,
-        log: Any,
-        event: str,
-        session_id: Callable[[], str | None] | None = None,
-        on_session_id: Callable[[str], T | None] | None = None,
-        reported: str | None = None,
-        complete_diff: Callable[[DiffBlock], DiffBlock] | None = None,
-        exit_wait: float | None = EXIT_WAIT_S,
-        grace: float | None = STOP_GRACE_S,
-    ) -> None:
-        self.parser = parser
-        self.child: ChildProcess | None = None
-        #: The exit status ``read()`` reaped when the output ended (None: not known).
-        self.exit_code: int | None = None
-        self._log = log
-        self._event = event
-        self._session_id = session_id
-        self._on_session_id = on_session_id
-        #: The session id last passed to ``on_session_id`` (a resumed one counts as passed).
-        self._reported = reported
-        self._complete_diff = complete_diff
-        self._exit_wait = exit_wait
-        self._grace = grace
+    parser: LineParser[T]
+    _: KW_ONLY
+    #: logged, with the line's head, when the parser raises on a line
+    event: str
+    #: where the parser keeps the agent's session id, and what to do with a new one (what it
+    #: returns is shown after the line's blocks)
+    session_id: Callable[[], str | None] | None = None
+    on_session_id: Callable[[str], T | None] | None = None
+    #: the session id ``on_session_id`` last had (or that was resumed): not passed again
+    reported: str | None = None
+    #: completes a ``diff`` block from the file on disk (run in a worker thread)
+    complete_diff: Callable[[DiffBlock], DiffBlock] | None = None
+    #: seconds to wait for the exit status once stdout ended, and then the grace of ending
+    #: the process (None: a process that lingers is left to ``stop()``)
+    exit_wait: float | None = EXIT_WAIT_S
+    grace: float | None = STOP_GRACE_S
+    #: the agent while it runs (None before ``spawn()`` and once its output ended)
+    child: ChildProcess | None = field(default=None, init=False)
+    #: the exit status ``read()`` reaped when the output ended (None: not known)
+    exit_code: int | None = field(default=None, init=False)
 
     async def spawn(
         self, argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str]
@@ -109,32 +108,32 @@ class Pump(Generic[T]):
             return None
         items = list(self._feed(line))
         await self.flush()
-        if self._session_id is not None and (sid := self._session_id()) and sid != self._reported:
-            self._reported = sid
-            if self._on_session_id is not None and (notice := self._on_session_id(sid)):
+        if self.session_id is not None and (sid := self.session_id()) and sid != self.reported:
+            self.reported = sid
+            if self.on_session_id is not None and (notice := self.on_session_id(sid)):
                 items.append(notice)
-        if self._complete_diff is not None:
+        if self.complete_diff is not None:
             for i, item in enumerate(items):
                 if isinstance(item, DiffBlock):  # so T is a Block type, and so is the result
-                    items[i] = cast(T, await asyncio.to_thread(self._complete_diff, item))
+                    items[i] = cast(T, await asyncio.to_thread(self.complete_diff, item))
         return items
 
     def _feed(self, line: bytes) -> Sequence[T]:
         try:
             return self.parser.feed(line)
         except Exception as exc:  # a parser bug must not end the session
-            self._log.warning(self._event, error=repr(exc), line=line[:200])
+            log.warning(self.event, error=repr(exc), line=line[:200])
             return []
 
     async def reap(self, child: ChildProcess) -> int | None:
         """The exit status of a child whose stdout ended. One that lingers past ``exit_wait``
         is ended with ``grace`` (with ``grace`` None it is left to ``stop()``: None)."""
         try:
-            return await child.wait(self._exit_wait)
+            return await child.wait(self.exit_wait)
         except TimeoutError:
-            if self._grace is None:
+            if self.grace is None:
                 return None
-            return await child.terminate(self._grace)
+            return await child.terminate(self.grace)
 
     async def send(self, message: dict[str, Any]) -> None:
         """Write one JSON message to the agent; an agent that is gone needs none."""
