@@ -20,7 +20,6 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import ClassVar
 
 from bridge.adapters.base import AdapterConfig, Check, ModelInfo, ResumeCommand
 from bridge.adapters.perturn import PerTurnAdapter, TurnParser
@@ -68,9 +67,6 @@ class CursorAdapter(PerTurnAdapter):
         "none; with option `force = false` Cursor refuses them instead.\n\n"
         "Models are the ids `cursor-agent models` lists."
     )
-    cap_thinking = True
-    provides_models = True
-    resume_modes: ClassVar[tuple[str, ...]] = ("resume",)
 
     def argv(self, binary: str, resume_mode: str | None) -> list[str]:
         argv = [binary, "-p", "--output-format", "stream-json", "--stream-partial-output"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from bridge.adapters.base import (
     CONTINUE_PROMPT,
@@ -72,10 +72,8 @@ class DroidAdapter(PerTurnAdapter):
         "Without a login a session continues by forking it each turn (a new session id, the "
         "same conversation)."
     )
-    cap_thinking = True
-    provides_models = True
-    resume_modes: ClassVar[tuple[str, ...]] = ("session", "fork")
-    forking_modes: ClassVar[frozenset[str]] = frozenset({"fork"})
+    resume_modes = ("session", "fork")
+    forking_modes = frozenset({"fork"})
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -144,6 +144,9 @@ class PerTurnAdapter(CliAdapter, abstract=True):
 
     handoff = "per_turn"
     cap_interrupt = True
+    # Pi, Droid and Cursor all stream thinking and list their models.
+    cap_thinking = True
+    provides_models = True
     provides_usage = True
     detect_timeout = 20.0
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
-from typing import ClassVar
 
 from bridge.adapters.base import (
     CONTINUE_PROMPT,
@@ -64,9 +63,7 @@ class PiAdapter(PerTurnAdapter):
         "Models are `provider/model` ids as `pi --list-models` shows them; `effort` sets "
         "`--thinking` (off, minimal, low, medium, high, xhigh)."
     )
-    cap_thinking = True
-    provides_models = True
-    resume_modes: ClassVar[tuple[str, ...]] = ("session",)
+    resume_modes = ("session",)
 
     def argv(self, binary: str, resume_mode: str | None) -> list[str]:
         argv = [binary, "--mode", "json", "-p"]
