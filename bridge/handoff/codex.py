@@ -30,7 +30,6 @@ from bridge.blocks import (
     Block,
     TextBlock,
     ThinkingBlock,
-    ToolCallBlock,
     UserBlock,
 )
 from bridge.handoff import procscan
@@ -314,18 +313,13 @@ class RolloutParser(MirrorTurns):
             call_id = p.get("call_id")
             if not isinstance(call_id, str) or not self._seen.first(("out", call_id)):
                 return []
-            started = self._tools.pop(call_id, None)
-            out: list[Block] = []
-            if started is None:
-                started = ToolCallBlock(id=call_id, name="tool", status="running")
-                out.append(started)
             output = p.get("output")
             if isinstance(output, dict):
                 output = output.get("content") or output.get("output")
             text = output if isinstance(output, str) else ""
             code = _EXIT.search(text)
             failed = code is not None and code.group(1) != "0"
-            return out + self._end_tool(started, text, failed=failed)
+            return self._end_call(call_id, "tool", text, failed=failed)
         return []
 
     def _turn_closed(self) -> None:

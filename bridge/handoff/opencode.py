@@ -22,12 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.agent_types import ExternalSession
-from bridge.blocks import (
-    Block,
-    TextBlock,
-    ThinkingBlock,
-    UserBlock,
-)
+from bridge.blocks import Block, TextBlock, ThinkingBlock, UserBlock
 from bridge.handoff import procscan
 from bridge.handoff.files import loads
 from bridge.handoff.listing import MAX_LISTED, one_line_title

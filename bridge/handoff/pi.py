@@ -21,13 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.agent_types import ExternalSession
-from bridge.blocks import (
-    Block,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-    UserBlock,
-)
+from bridge.blocks import Block, TextBlock, ThinkingBlock, UserBlock
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads
 from bridge.handoff.listing import MAX_LISTED, newest_first, one_line_title
@@ -187,13 +181,9 @@ class SessionParser(MirrorTurns):
         call_id = message.get("toolCallId")
         if not isinstance(call_id, str):
             return []
-        out: list[Block] = []
-        call = self._tools.pop(call_id, None)
-        if call is None:
-            call = ToolCallBlock(id=call_id, name=str(message.get("toolName") or "tool"))
-            out.append(call)
+        name = str(message.get("toolName") or "tool")
         failed = message.get("isError") is True
-        return out + self._end_tool(call, _text(message.get("content")), failed=failed)
+        return self._end_call(call_id, name, _text(message.get("content")), failed=failed)
 
 
 def mirror(cwd: str, sid: str, base: Path | None = None) -> TranscriptMirror:
