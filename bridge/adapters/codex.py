@@ -30,6 +30,7 @@ from bridge.adapters.base import (
     ModeInfo,
     ModelInfo,
 )
+from bridge.adapters.diffs import text_now
 from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
 from bridge.adapters.pump import Pump, exit_failure
 from bridge.blocks import AgentInfoBlock, Block, DiffBlock, ErrorBlock, SessionEndBlock, UsageBlock
@@ -50,7 +51,6 @@ log = get_logger("bridge.adapters.codex")
 
 STOP_GRACE_S = 3.0
 MODEL_LIST_TIMEOUT_S = 20.0
-MAX_DIFF_FILE = 2 * 1024 * 1024
 #: Codex's "Auto" preset: commands run sandboxed in the project without asking; the model
 #: asks (a permission request) when it needs more. Override in ``[agents.codex] options``.
 DEFAULT_APPROVAL = "on-request"
@@ -296,12 +296,7 @@ async def _answer(child: ChildProcess, request_id: int) -> Any:
 
 def _complete_diff(block: DiffBlock) -> DiffBlock:
     """Fill a Codex diff with the file's whole text as it is now, after the change."""
-    path = Path(block.path)
-    current: str | None = None
-    with contextlib.suppress(OSError):
-        if path.is_file() and path.stat().st_size <= MAX_DIFF_FILE:
-            current = path.read_text(encoding="utf-8", errors="replace")
-    return fill_diff(block, current)
+    return fill_diff(block, text_now(Path(block.path), errors="replace"))
 
 
 def _auth_check(config: AdapterConfig) -> Check:

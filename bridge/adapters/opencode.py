@@ -44,7 +44,8 @@ from bridge.adapters.base import (
     failure_block,
     session_reset,
 )
-from bridge.adapters.perturn import add_usage, cli_running_in, complete_diff, has_usage
+from bridge.adapters.diffs import complete_diff
+from bridge.adapters.perturn import add_usage, cli_running_in, has_usage
 from bridge.blocks import (
     AgentInfoBlock,
     Block,

@@ -18,10 +18,7 @@ import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, ClassVar, Protocol
-
-import msgspec
 
 from bridge.adapters.base import (
     CliAdapter,
@@ -30,11 +27,11 @@ from bridge.adapters.base import (
     failure_block,
     session_reset,
 )
+from bridge.adapters.diffs import complete_diff
 from bridge.adapters.pump import Pump
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
-    DiffBlock,
     EndReason,
     ErrorBlock,
     SessionEndBlock,
@@ -42,13 +39,10 @@ from bridge.blocks import (
 )
 from bridge.handoff import procscan
 from bridge.logs import get_logger
-from bridge.parsers import apply_hunks, parse_unified
 from bridge.process import ChildProcess, SpawnError, build_env
 
 log = get_logger("bridge.adapters")
 
-#: Files larger than this are not read back to complete a ``diff`` block.
-MAX_DIFF_FILE = 2 * 1024 * 1024
 #: Seconds between SIGTERM and SIGKILL when a turn is interrupted.
 KILL_GRACE_S = 3.0
 
@@ -91,35 +85,6 @@ def has_usage(usage: UsageBlock) -> bool:
         v is not None
         for v in (usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.context_used)
     )
-
-
-def complete_diff(block: DiffBlock, cwd: str | None) -> DiffBlock:
-    """The diff with whole-file ``old_text``/``new_text`` read back from disk where possible.
-
-    Agents report an edit as the replaced fragment and (often) a unified diff with context;
-    clients want the file before and after. The file now on disk is the after; the before is
-    the after with the diff undone. When that does not fit (the file changed again, or is too
-    big or unreadable), the agent's own fragments are kept.
-    """
-    path = Path(block.path)
-    if not path.is_absolute() and cwd:
-        path = Path(cwd) / path
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_DIFF_FILE:
-            return block
-        now = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return block
-    before: str | None = None  # a new file (no ``old_text``) has no before
-    if block.old_text is not None:
-        hunks = parse_unified(block.unified) if block.unified else []
-        if hunks:
-            before = apply_hunks(now, hunks, reverse=True)
-        elif block.new_text and now.count(block.new_text) == 1:
-            before = now.replace(block.new_text, block.old_text, 1)
-        if before is None:
-            return block
-    return msgspec.structs.replace(block, old_text=before, new_text=now)
 
 
 def cli_running_in(cwd: str, names: tuple[str, ...]) -> bool:
