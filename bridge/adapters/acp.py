@@ -98,7 +98,6 @@ class AcpCallError(Exception):
 
     def __init__(self, method: str, error: RpcError) -> None:
         super().__init__(f"{method}: {error.describe()}")
-        self.method = method
         self.error = error
 
 
