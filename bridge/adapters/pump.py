@@ -7,10 +7,10 @@ for the agent, note the agent's session id when the parser learns it, and reap t
 once its stdout ends. :class:`Pump` is that loop; an adapter reads it one line at a time::
 
     pump = Pump(parser, event="x_parse_failed")
-    await pump.spawn(argv, cwd=cwd, env=env)
+    child = await pump.spawn(argv, cwd=cwd, env=env)
     while (blocks := await pump.read()) is not None:
         ...  # yield them; decide to stop early
-    ...  # the output ended: pump.exit_code, pump.child.stderr_tail()
+    ...  # the output ended: pump.exit_code, child.stderr_tail()
 
 Where the adapters differ they pass hooks: where the parser keeps the session id and what to
 do with a new one (``session_id``/``on_session_id``: remember it, report it, warn that the agent
@@ -152,7 +152,7 @@ class Pump(Generic[T]):
             await self.send(message)
 
     async def stop(self, grace: float = STOP_GRACE_S) -> None:
-        """End the process group (also what a finished child left behind in it)."""
+        """End the running agent's whole process group (``grace`` seconds after SIGTERM)."""
         child, self.child = self.child, None
         if child is not None:
             await child.terminate(grace)
