@@ -27,21 +27,22 @@ import base64
 import contextlib
 import itertools
 import os
-import shutil
 import signal
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 from bridge.adapters.base import (
-    BaseAdapter,
+    CliAdapter,
     DetectedAgent,
     FailureReport,
     ModeInfo,
     ModelInfo,
     failure_block,
+    session_reset,
 )
+from bridge.adapters.pump import Pump
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -97,12 +98,18 @@ class AcpCallError(Exception):
 
     def __init__(self, method: str, error: RpcError) -> None:
         super().__init__(f"{method}: {error.describe()}")
-        self.method = method
         self.error = error
 
 
 class AgentExited(Exception):
     """The agent process ended while the bridge was waiting for it."""
+
+
+class _JsonRpcLines:
+    """The agent's stdout as JSON-RPC messages, one a line: what the pump feeds."""
+
+    def feed(self, line: bytes) -> list[Message]:
+        return [decode(line)]
 
 
 class _FsRefused(Exception):
@@ -196,7 +203,7 @@ def write_text(path: Path, content: Any) -> None:
 # ---- the adapter ------------------------------------------------------------------------------
 
 
-class AcpBase(BaseAdapter, abstract=True):
+class AcpBase(CliAdapter, abstract=True):
     """An ACP agent over its stdio: one persistent process per bridge session."""
 
     #: arguments after the executable that start the agent in ACP mode
@@ -223,6 +230,9 @@ class AcpBase(BaseAdapter, abstract=True):
     handoff = "none"
     persistent_process = True
 
+    #: the session's working directory, absolute (``setup()``: the daemon's when not given)
+    cwd: str
+
     #: models each agent reported in ``session/new``, by agent id
     _models_seen: ClassVar[dict[str, list[ModelInfo]]] = {}
     #: modes an agent without declared ``modes`` reported in ``session/new``, by agent id
@@ -233,27 +243,14 @@ class AcpBase(BaseAdapter, abstract=True):
         """The declared modes, else those the agent reported (ACP ``availableModes``)."""
         return cls.modes or tuple(cls._modes_seen.get(cls.agent_id, ()))
 
-    def __init__(
-        self,
-        cwd: str | None = None,
-        model: str | None = None,
-        binary: str | None = None,
-        resume_session_id: str | None = None,
-        on_session_id: Callable[[str], None] | None = None,
-        env: dict[str, str] | None = None,
-        options: dict[str, Any] | None = None,
-        mode: str | None = None,
-    ) -> None:
-        self._cwd = os.path.abspath(cwd or os.getcwd())
-        self._model = model or self.default_model
-        self._binary = binary
-        self._resume = resume_session_id
-        self._on_session_id = on_session_id
-        self._env = {**self.default_env, **(env or {})}
-        self._options = dict(options or {})
-        wanted = mode or self._options.get("mode")
+    def setup(self) -> None:
+        # ``session_id`` is the session to resume at the next launch; ``_session_id`` the open one.
+        self.cwd = os.path.abspath(self.cwd or os.getcwd())
+        self.model = self.model or self.default_model
+        self.env = {**self.default_env, **self.env}
+        wanted = self.mode or self.options.get("mode")
         self._want_mode = wanted if isinstance(wanted, str) and wanted else None
-        fs = self._options.get("fs", self.serve_fs)
+        fs = self.options.get("fs", self.serve_fs)
         self._fs = fs if isinstance(fs, bool) else self.serve_fs
         self._proc: ChildProcess | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -288,7 +285,7 @@ class AcpBase(BaseAdapter, abstract=True):
 
     def command_line(self) -> list[str]:
         """The argv that starts the agent in ACP mode."""
-        binary = self._binary or self.cli_binary
+        binary = self.binary or self.cli_binary
         if not binary:
             raise RuntimeError(f"{self.display_name}: no command configured")
         return [binary, *self.acp_args]
@@ -325,7 +322,7 @@ class AcpBase(BaseAdapter, abstract=True):
             # the same session, and say so at the top of this turn.
             old = self._session_id
             await self._shutdown_process()
-            self._resume = old or self._resume
+            self.session_id = old or self.session_id
             self._events = asyncio.Queue()
             await self._launch()
             if self._started:
@@ -398,21 +395,10 @@ class AcpBase(BaseAdapter, abstract=True):
         return self._mapper.usage_block()
 
     @classmethod
-    def detect(cls, binary: str | None = None) -> DetectedAgent | None:
-        """``which`` plus a cached ``--version``; Node CLIs can take seconds to print it."""
-        wanted = binary or cls.cli_binary
-        if wanted is None:
-            return DetectedAgent(available=True)
-        path = shutil.which(wanted)
-        if path is None:
-            return None
+    def probe_version(cls, path: str) -> tuple[str | None, str | None]:
+        """A cached ``--version``; Node CLIs can take seconds to print it."""
         version = binary_version(path, timeout=DETECT_TIMEOUT)
-        return DetectedAgent(
-            available=True,
-            binary=path,
-            version=version,
-            error=None if version else f"`{wanted} --version` gave no answer",
-        )
+        return version, None if version else f"`{path} --version` gave no answer"
 
     # ---- process and JSON-RPC plumbing ----------------------------------------------------
 
@@ -429,11 +415,13 @@ class AcpBase(BaseAdapter, abstract=True):
 
     async def _launch(self) -> None:
         argv = self.command_line()
-        remember_env_secrets(self._env)
-        proc = await ChildProcess.spawn(argv, cwd=self._cwd, env=self._child_env())
+        remember_env_secrets(self.env)
+        # An agent whose stdout ended but that lingers is ended by stop() (grace None).
+        pump: Pump[Message] = Pump(_JsonRpcLines(), event="acp_decode_failed", grace=None)
+        proc = await pump.spawn(argv, cwd=self.cwd, env=self._child_env())
         self._proc = proc
         self._pending.clear()
-        self._reader = asyncio.create_task(self._read_loop(proc))
+        self._reader = asyncio.create_task(self._read_loop(pump, proc))
         watcher = asyncio.create_task(self._watch_exit(proc))
         self._tasks.add(watcher)
         watcher.add_done_callback(self._tasks.discard)
@@ -446,14 +434,14 @@ class AcpBase(BaseAdapter, abstract=True):
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(self._env)
+        env.update(self.env)
         return env
 
     async def _shutdown_process(self) -> None:
         proc, self._proc = self._proc, None
         reader, self._reader = self._reader, None
         if proc is not None:
-            grace = self._options.get("stop_grace", STOP_GRACE)
+            grace = self.options.get("stop_grace", STOP_GRACE)
             await proc.terminate(float(grace) if isinstance(grace, int | float) else STOP_GRACE)
         if reader is not None and not reader.done():
             try:
@@ -510,18 +498,20 @@ class AcpBase(BaseAdapter, abstract=True):
         tail = proc.stderr_tail(1500).strip() if proc else ""
         return f"{text}: {tail}" if tail else text
 
-    async def _read_loop(self, proc: ChildProcess) -> None:
+    async def _read_loop(self, pump: Pump[Message], proc: ChildProcess) -> None:
+        code: int | None = None
         try:
-            while (line := await proc.read_line()) is not None:
-                try:
-                    await self._dispatch(decode(line))
-                except Exception:
-                    log.exception("acp_dispatch_failed")
+            while (messages := await pump.read()) is not None:
+                for msg in messages:
+                    try:
+                        await self._dispatch(msg)
+                    except Exception:
+                        log.exception("acp_dispatch_failed")
+            code = pump.exit_code
         except Exception as exc:
             log.warning("acp_read_failed", error=repr(exc))
-        code: int | None = None
-        with contextlib.suppress(Exception):
-            code = await proc.wait(5.0)
+            with contextlib.suppress(Exception):
+                code = await pump.reap(proc)
         if self._proc is proc:
             self._on_exit(proc, code)
 
@@ -650,7 +640,7 @@ class AcpBase(BaseAdapter, abstract=True):
     async def _serve_fs(self, msg: Request) -> None:
         params = _dict(msg.params)
         try:
-            path = inside_root(self._cwd, params.get("path"))
+            path = inside_root(self.cwd, params.get("path"))
             if msg.method == "fs/read_text_file":
                 text = await asyncio.to_thread(
                     read_text, path, params.get("line"), params.get("limit")
@@ -693,7 +683,7 @@ class AcpBase(BaseAdapter, abstract=True):
         self._agent_version = clean(version, 200) if isinstance(version, str) else None
 
     async def _open_session(self) -> None:
-        old = self._resume
+        old = self.session_id
         result: dict[str, Any] | None = None
         why = ""
         if old:
@@ -702,19 +692,18 @@ class AcpBase(BaseAdapter, abstract=True):
             else:
                 why = "the agent cannot resume sessions"
         if result is None:
-            result = _dict(await self._call("session/new", {"cwd": self._cwd, "mcpServers": []}))
+            result = _dict(await self._call("session/new", {"cwd": self.cwd, "mcpServers": []}))
             sid = result.get("sessionId")
             if not isinstance(sid, str) or not sid:
                 raise RuntimeError(f"{self.display_name} answered session/new without a sessionId")
             self._set_session(sid, result)
             if old:
                 self._notices.append(
-                    SystemBlock(
-                        level="warn",
-                        code="session_reset",
-                        text=f"could not resume session {old} ({why}); "
+                    session_reset(
+                        f"could not resume session {old} ({why}); "
                         f"continuing in a new session {sid}",
-                        data={"previous_session": old, "session": sid},
+                        previous_session=old,
+                        session=sid,
                     )
                 )
         await self._apply_model(result)
@@ -725,7 +714,7 @@ class AcpBase(BaseAdapter, abstract=True):
         self._loading = True
         try:
             raw = await self._call(
-                "session/load", {"sessionId": sid, "cwd": self._cwd, "mcpServers": []}
+                "session/load", {"sessionId": sid, "cwd": self.cwd, "mcpServers": []}
             )
             await self._settle()
         except AcpCallError as exc:
@@ -752,12 +741,12 @@ class AcpBase(BaseAdapter, abstract=True):
 
     def _set_session(self, sid: str, result: dict[str, Any]) -> None:
         self._session_id = sid
-        self._resume = sid
+        self.session_id = sid
         self._mapper.session_id = sid
         self._mapper.set_mode(_dict(result.get("modes")).get("currentModeId"))
         models = _dict(result.get("models"))
         current = models.get("currentModelId")
-        self._current_model = clean(current, 200) if isinstance(current, str) else self._model
+        self._current_model = clean(current, 200) if isinstance(current, str) else self.model
         seen = [
             ModelInfo(id=clean(m["modelId"], 300), label=clean(str(m.get("name") or m["modelId"])))
             for m in models.get("availableModels") or []
@@ -781,7 +770,7 @@ class AcpBase(BaseAdapter, abstract=True):
 
     async def _apply_model(self, result: dict[str, Any]) -> None:
         """Select the wanted model with ``session/set_model`` or the ``model`` config option."""
-        want = self._model
+        want = self.model
         if not want or want == self._current_model or self._session_id is None:
             return
         models = _dict(result.get("models"))
@@ -857,7 +846,7 @@ class AcpBase(BaseAdapter, abstract=True):
             name=self._agent_name or self.display_name,
             version=self._agent_version,
             commands=commands,
-            model=self._current_model or self._model,
+            model=self._current_model or self.model,
         )
 
     def _prompt_blocks(self, text: str, attachments: list[Any] | None) -> list[dict[str, Any]]:
@@ -909,12 +898,12 @@ class AcpAdapter(AcpBase):
     )
 
     def command_line(self) -> list[str]:
-        args = self._options.get("args", [])
-        if not self._binary:
+        args = self.options.get("args", [])
+        if not self.binary:
             raise RuntimeError("set [agents.acp] binary (and options.args) to the agent's command")
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise RuntimeError("[agents.acp] options.args must be a list of strings")
-        return [self._binary, *args]
+        return [self.binary, *args]
 
     @classmethod
     def detect(cls, binary: str | None = None) -> DetectedAgent | None:

@@ -25,13 +25,16 @@ from bridge.agent_types import ModeInfo as ModeInfo
 from bridge.agent_types import ModelInfo as ModelInfo
 from bridge.agent_types import ResumeCommand as ResumeCommand
 from bridge.agent_types import overall_status as overall_status
-from bridge.blocks import AgentInfoBlock, Block, Command, ErrorBlock, UsageBlock
+from bridge.blocks import AgentInfoBlock, Block, Command, ErrorBlock, SystemBlock, UsageBlock
 
 # Re-exported for adapters (built-in and drop-in): classify what the agent reported.
 from bridge.failures import FailureReport as FailureReport
 from bridge.failures import classify_failure as classify_failure
 from bridge.failures import failure_block as failure_block
-from bridge.process import run_capture
+from bridge.logs import get_logger
+from bridge.process import CaptureResult, build_env, run_capture
+
+log = get_logger("bridge.adapters")
 
 #: Keywords the daemon may pass to ``__init__``; each is passed only if declared.
 INIT_KEYWORDS: tuple[str, ...] = (
@@ -64,6 +67,11 @@ CONTINUE_PROMPT = (
     "(The previous attempt at my last message failed with a temporary provider error. "
     "Please carry on with it.)"
 )
+
+
+def session_reset(text: str, **data: Any) -> SystemBlock:
+    """The warning that the agent's session could not be resumed: a new one continues it."""
+    return SystemBlock(level="warn", code="session_reset", text=text, data=data)
 
 
 _REQUIRED_ATTRS = ("agent_id", "display_name", "provides_models", "provides_usage")
@@ -220,22 +228,24 @@ class BaseAdapter:
 
     @classmethod
     def detect(cls, binary: str | None = None) -> DetectedAgent | None:
-        """Find the CLI (``shutil.which``) and ask its ``--version`` with a timeout."""
+        """Find the CLI (``shutil.which``) and ask its version (``probe_version``)."""
         wanted = binary or cls.cli_binary
         if wanted is None:
             return DetectedAgent(available=True)
         path = shutil.which(wanted)
         if path is None:
             return None
+        version, error = cls.probe_version(path)
+        return DetectedAgent(available=True, binary=path, version=version, error=error)
+
+    @classmethod
+    def probe_version(cls, path: str) -> tuple[str | None, str | None]:
+        """(version, error): the first line ``path --version`` prints, within ``detect_timeout``."""
         result = run_capture([path, "--version"], timeout=cls.detect_timeout)
         if result.timed_out:
-            return DetectedAgent(
-                available=True,
-                binary=path,
-                error=f"--version timed out after {cls.detect_timeout}s",
-            )
+            return None, f"--version timed out after {cls.detect_timeout}s"
         text = (result.stdout or result.stderr).strip().splitlines()
-        return DetectedAgent(available=True, binary=path, version=text[0][:200] if text else None)
+        return (text[0][:200] if text else None), None
 
     @classmethod
     def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
@@ -315,6 +325,47 @@ class CliAdapter(BaseAdapter, abstract=True):
 
     def setup(self) -> None:
         """The subclass's own state (a parser, a child process slot)."""
+
+    @classmethod
+    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
+        """The binary's checks, then, if it can run, the agent's own (``agent_checks``)."""
+        checks = super().check_environment(config)
+        if any(c.level == "error" for c in checks):
+            return checks
+        return checks + cls.agent_checks(config or AdapterConfig())
+
+    @classmethod
+    def agent_checks(cls, config: AdapterConfig) -> list[Check]:
+        """What this agent needs beyond a working binary (a login, models), as findings."""
+        return []
+
+    @classmethod
+    def run_probe(
+        cls, config: AdapterConfig, args: list[str], *, timeout: float, code: str
+    ) -> tuple[CaptureResult, Check | None]:
+        """Run the configured binary with ``args`` (``models``); with the ``warn`` finding
+        ``code`` when it failed or timed out."""
+        argv = [config.binary or cls.cli_binary or "", *args]
+        result = run_capture(argv, timeout=timeout, env=build_env(config.env))
+        if not result.timed_out and result.returncode == 0:
+            return result, None
+        return result, Check(
+            code=code,
+            level="warn",
+            message=f"`{' '.join(argv)}` failed",
+            detail=(result.stderr or result.stdout).strip()[-500:] or None,
+        )
+
+    def remember_session_id(self, sid: str) -> None:
+        """Keep the agent's session id ``sid`` (resumed next time) and tell the daemon once."""
+        if sid == self.session_id:
+            return
+        self.session_id = sid
+        if self._on_session_id is not None:
+            try:
+                self._on_session_id(sid)
+            except Exception as exc:  # the daemon's bookkeeping must not end the turn
+                log.warning("on_session_id_failed", error=repr(exc))
 
 
 def contract_problems(cls: type) -> list[str]:

@@ -13,8 +13,6 @@ survives it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,9 +25,10 @@ from bridge.adapters.base import (
     CliAdapter,
     ModeInfo,
     ModelInfo,
+    session_reset,
 )
 from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
-from bridge.adapters.pump import feed_contained, flush_outbox, reap
+from bridge.adapters.pump import Pump, exit_failure
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -38,18 +37,10 @@ from bridge.blocks import (
     SystemBlock,
     UsageBlock,
 )
-from bridge.failures import FailureReport, failure_block
 from bridge.handoff import claude as handoff_claude
 from bridge.logs import get_logger
 from bridge.parsers.claude import ClaudeParser, is_unknown_session, user_message
-from bridge.process import (
-    ChildProcess,
-    SpawnError,
-    binary_version,
-    build_env,
-    check_cwd,
-    resolve_binary,
-)
+from bridge.process import SpawnError, binary_version, build_env, check_cwd, resolve_binary
 
 log = get_logger("bridge.adapters.claude")
 
@@ -59,7 +50,6 @@ MODELS = (
     ModelInfo(id="haiku", label="Haiku (latest)"),
 )
 STOP_GRACE_S = 3.0
-EXIT_WAIT_S = 5.0
 #: Claude Code's permission modes (``--permission-mode``; ``set_permission_mode`` live)
 MODES = (
     ModeInfo(
@@ -122,12 +112,18 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
     persistent_process = True
 
     def setup(self) -> None:
-        self._child: ChildProcess | None = None
         self._parser = ClaudeParser(cwd=self.cwd)
         self._parser.refuse_edits = self._effective_mode() == "plan"
+        # One pump for the adapter's life: its child is replaced when Claude is started again.
+        self._pump: Pump[Block] = Pump(
+            self._parser,
+            event="claude_parse_failed",
+            session_id=lambda: self._parser.session_id,
+            on_session_id=self.remember_session_id,
+            reported=self.session_id,
+        )
         self._resumed: str | None = None
         self._pending: dict[str, Any] | None = None
-        self._reported: str | None = self.session_id
         self._spawn_error: SpawnError | None = None
 
     # ---- life cycle --------------------------------------------------------------------------
@@ -142,9 +138,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         return self.make_agent_info(version=version, model=self.model)
 
     async def stop(self) -> None:
-        child, self._child = self._child, None
-        if child is not None:
-            await child.terminate(STOP_GRACE_S)
+        await self._pump.stop(STOP_GRACE_S)
 
     def _argv(self, resume: str | None) -> list[str]:
         argv = [
@@ -171,20 +165,18 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         return argv
 
     async def _spawn(self, resume: str | None) -> None:
-        self._child = await ChildProcess.spawn(
-            self._argv(resume), cwd=self.cwd, env=build_env(self.env)
-        )
+        child = await self._pump.spawn(self._argv(resume), cwd=self.cwd, env=build_env(self.env))
         self._resumed = resume
         self._parser.new_process()
-        log.info("claude_started", pid=self._child.pid, resume=resume)
+        log.info("claude_started", pid=child.pid, resume=resume)
 
     def process_running(self) -> bool:
-        return self._child is not None and self._child.returncode is None
+        return self._pump.running()
 
     @property
     def pid(self) -> int | None:
         """The pid of the ``claude`` process this adapter runs (also in ``OWN_PIDS``)."""
-        return self._child.pid if self._child is not None else None
+        return self._pump.child.pid if self._pump.child is not None else None
 
     # ---- a turn ------------------------------------------------------------------------------
 
@@ -193,21 +185,20 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         self._pending = user_message(text, files)
         self._parser.agent_retried = False
         self._spawn_error = None
-        if self._child is None or self._child.returncode is not None:
-            self._child = None
+        if not self._pump.running():
             try:
                 await self._spawn(self.session_id)
             except SpawnError as exc:
                 self._spawn_error = exc
                 return
-        await self._write(self._pending)
+        await self._pump.send(self._pending)
 
     async def stream(self) -> AsyncIterator[Block]:
         reset_done = False
         respawned = False
         output_seen = False
         while True:
-            child = self._child
+            child = self._pump.child
             if child is None:
                 error = self._spawn_error
                 yield ErrorBlock(
@@ -217,9 +208,9 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
                 for block in self._parser.close_turn("error"):
                     yield block
                 return
-            line = await child.read_line()
-            if line is None:
-                code = await self._reap(child)
+            blocks = await self._pump.read()
+            if blocks is None:
+                code = self._pump.exit_code
                 stderr = child.stderr_tail()
                 missing = self._parser.session_missing or is_unknown_session(stderr)
                 if missing and self._resumed and not reset_done:
@@ -231,26 +222,13 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
                     respawned = True
                     await self._spawn(self.session_id)
                     if self._pending is not None:
-                        await self._write(self._pending)
+                        await self._pump.send(self._pending)
                     continue
-                yield failure_block(
-                    "claude",
-                    FailureReport(
-                        message=f"Claude Code exited with code {code}"
-                        if code is not None
-                        else "Claude Code stopped",
-                        stderr=stderr,
-                        exit_code=code,
-                    ),
-                    detail=stderr or None,
-                )
+                yield exit_failure("claude", "Claude Code", code, stderr)
                 for block in self._parser.close_turn("error", code):
                     yield block
                 return
             output_seen = True
-            blocks = self._parser_feed(line)
-            await self._flush()
-            self._report_session()
             if self._parser.session_missing and self._resumed and not reset_done:
                 reset_done = True
                 yield await self._reset()
@@ -261,48 +239,18 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
                 if isinstance(block, SessionEndBlock):
                     return
 
-    def _parser_feed(self, line: bytes) -> list[Block]:
-        return feed_contained(self._parser, line, log, "claude_parse_failed")
-
     async def _reset(self) -> SystemBlock:
         """The session to resume is gone: start a fresh one and resend the message."""
         old = self._resumed
-        if self._child is not None:
-            await self._child.terminate(STOP_GRACE_S)
+        await self._pump.stop(STOP_GRACE_S)
         self.session_id = None
         await self._spawn(None)
         if self._pending is not None:
-            await self._write(self._pending)
-        return SystemBlock(
-            level="warn",
-            code="session_reset",
-            text=f"Claude Code no longer knows session {old}; continuing in a new session",
-            data={"old_agent_session_id": old},
+            await self._pump.send(self._pending)
+        return session_reset(
+            f"Claude Code no longer knows session {old}; continuing in a new session",
+            old_agent_session_id=old,
         )
-
-    async def _reap(self, child: ChildProcess) -> int | None:
-        try:
-            return await reap(child, EXIT_WAIT_S, STOP_GRACE_S)
-        finally:
-            if self._child is child:
-                self._child = None
-
-    def _report_session(self) -> None:
-        sid = self._parser.session_id
-        if sid and sid != self._reported:
-            self._reported = sid
-            self.session_id = sid
-            if self._on_session_id is not None:
-                self._on_session_id(sid)
-
-    async def _write(self, message: dict[str, Any]) -> None:
-        if self._child is None:
-            return
-        with contextlib.suppress(BrokenPipeError):
-            await self._child.write_line(json.dumps(message, ensure_ascii=False))
-
-    async def _flush(self) -> None:
-        await flush_outbox(self._parser, self._child)
 
     # ---- control -----------------------------------------------------------------------------
 
@@ -316,16 +264,16 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         return self._parser.agent_retried
 
     async def interrupt(self) -> None:
-        if self._child is None:
+        if self._pump.child is None:
             return
         self._parser.interrupt()
-        await self._flush()
+        await self._pump.flush()
 
     async def respond_permission(self, request_id: str, option_id: str) -> None:
         self._parser.answer_permission(request_id, option_id)
         if self._parser.left_plan:
             self.mode = "default"  # a process started later must not go back to plan mode
-        await self._flush()
+        await self._pump.flush()
 
     def _effective_mode(self) -> str | None:
         mode = self.mode or self.options.get("permission_mode")
@@ -336,9 +284,9 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         applies to its next tool call; a process started later gets ``--permission-mode``."""
         self.mode = mode
         self._parser.refuse_edits = mode == "plan"
-        if self._child is not None and self._child.returncode is None:
+        if self._pump.running():
             self._parser.set_permission_mode(mode)
-            await self._flush()
+            await self._pump.flush()
         return True
 
     async def list_models(self) -> list[ModelInfo]:

@@ -27,13 +27,12 @@ from bridge.adapters.base import (
     AdapterConfig,
     Check,
     CliAdapter,
-    FailureReport,
     ModeInfo,
     ModelInfo,
-    failure_block,
 )
+from bridge.adapters.diffs import text_now
 from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
-from bridge.adapters.pump import feed_contained, flush_outbox, reap
+from bridge.adapters.pump import Pump, exit_failure
 from bridge.blocks import AgentInfoBlock, Block, DiffBlock, ErrorBlock, SessionEndBlock, UsageBlock
 from bridge.handoff import codex as handoff_codex
 from bridge.logs import get_logger
@@ -51,9 +50,7 @@ from bridge.process import (
 log = get_logger("bridge.adapters.codex")
 
 STOP_GRACE_S = 3.0
-EXIT_WAIT_S = 5.0
 MODEL_LIST_TIMEOUT_S = 20.0
-MAX_DIFF_FILE = 2 * 1024 * 1024
 #: Codex's "Auto" preset: commands run sandboxed in the project without asking; the model
 #: asks (a permission request) when it needs more. Override in ``[agents.codex] options``.
 DEFAULT_APPROVAL = "on-request"
@@ -113,7 +110,7 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
     modes = MODES
 
     def setup(self) -> None:
-        self._child: ChildProcess | None = None
+        self._pump: Pump[Block] | None = None
         self._parser: CodexParser | None = None
         self._agent_retried = False
         self._pending: tuple[str, list[str]] | None = None
@@ -128,14 +125,14 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
         return self.make_agent_info(version=version, model=self.model)
 
     async def stop(self) -> None:
-        child, self._child = self._child, None
-        if child is not None:
-            await child.terminate(STOP_GRACE_S)
+        if self._pump is not None:
+            await self._pump.stop(STOP_GRACE_S)
 
     @property
     def pid(self) -> int | None:
         """The pid of the running ``codex app-server`` (also in ``OWN_PIDS``), if a turn runs."""
-        return self._child.pid if self._child is not None else None
+        child = self._pump.child if self._pump is not None else None
+        return child.pid if child is not None else None
 
     def _policy(self) -> tuple[str | None, str | None]:
         """(approval policy, sandbox): the mode's preset, else the options, else "auto"."""
@@ -180,8 +177,16 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
             client_version=__version__,
         )
         self._parser = parser
+        pump = self._pump = Pump(
+            parser,
+            event="codex_parse_failed",
+            session_id=lambda: parser.thread_id,
+            on_session_id=self.remember_session_id,
+            reported=self.session_id,
+            complete_diff=_complete_diff,
+        )
         try:
-            self._child = await ChildProcess.spawn(
+            child = await pump.spawn(
                 [self.binary, "app-server"], cwd=self.cwd, env=build_env(self.env)
             )
         except SpawnError as exc:
@@ -189,36 +194,18 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
             for block in parser.close_turn("error"):
                 yield block
             return
-        child = self._child
         log.info("codex_started", pid=child.pid, resume=self.session_id)
         try:
             parser.start(text, resume=self.session_id, images=images)
-            await self._flush()
+            await pump.flush()
             while not parser.done:
-                line = await child.read_line()
-                if line is None:
-                    code = await self._reap(child)
-                    stderr = child.stderr_tail()
-                    yield failure_block(
-                        "codex",
-                        FailureReport(
-                            message=f"Codex exited with code {code}"
-                            if code is not None
-                            else "Codex stopped",
-                            stderr=stderr,
-                            exit_code=code,
-                        ),
-                        detail=stderr or None,
-                    )
-                    for block in parser.close_turn("error", code):
+                blocks = await pump.read()
+                if blocks is None:
+                    yield exit_failure("codex", "Codex", pump.exit_code, child.stderr_tail())
+                    for block in parser.close_turn("error", pump.exit_code):
                         yield block
                     return
-                blocks = self._feed(parser, line)
-                await self._flush()
-                self._report_session(parser)
                 for block in blocks:
-                    if isinstance(block, DiffBlock):
-                        block = await asyncio.to_thread(_complete_diff, block)
                     yield block
                     if isinstance(block, SessionEndBlock):
                         return
@@ -226,7 +213,8 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
             self._usage = parser.usage() or self._usage
             self._agent_retried = parser.agent_retried
             self._parser = None
-            self._child = None
+            self._pump = None
+            # also what the finished app-server left behind in its process group
             await child.terminate(STOP_GRACE_S)
 
     def retry_prompt(self, text: str) -> str:
@@ -237,23 +225,9 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
         # Codex announces its own retries (`request_max_retries`, `stream_max_retries`).
         return self._agent_retried
 
-    @staticmethod
-    def _feed(parser: CodexParser, line: bytes) -> list[Block]:
-        return feed_contained(parser, line, log, "codex_parse_failed")
-
-    def _report_session(self, parser: CodexParser) -> None:
-        sid = parser.thread_id
-        if sid and sid != self.session_id:
-            self.session_id = sid
-            if self._on_session_id is not None:
-                self._on_session_id(sid)
-
-    async def _reap(self, child: ChildProcess) -> int | None:
-        return await reap(child, EXIT_WAIT_S, STOP_GRACE_S)
-
     async def _flush(self) -> None:
-        if self._parser is not None and self._child is not None:
-            await flush_outbox(self._parser, self._child)
+        if self._pump is not None:
+            await self._pump.flush()
 
     # ---- control -----------------------------------------------------------------------------
 
@@ -322,12 +296,7 @@ async def _answer(child: ChildProcess, request_id: int) -> Any:
 
 def _complete_diff(block: DiffBlock) -> DiffBlock:
     """Fill a Codex diff with the file's whole text as it is now, after the change."""
-    path = Path(block.path)
-    current: str | None = None
-    with contextlib.suppress(OSError):
-        if path.is_file() and path.stat().st_size <= MAX_DIFF_FILE:
-            current = path.read_text(encoding="utf-8", errors="replace")
-    return fill_diff(block, current)
+    return fill_diff(block, text_now(Path(block.path), errors="replace"))
 
 
 def _auth_check(config: AdapterConfig) -> Check:

@@ -20,7 +20,6 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import ClassVar
 
 from bridge.adapters.base import AdapterConfig, Check, ModelInfo, ResumeCommand
 from bridge.adapters.perturn import PerTurnAdapter, TurnParser
@@ -68,9 +67,6 @@ class CursorAdapter(PerTurnAdapter):
         "none; with option `force = false` Cursor refuses them instead.\n\n"
         "Models are the ids `cursor-agent models` lists."
     )
-    cap_thinking = True
-    provides_models = True
-    resume_modes: ClassVar[tuple[str, ...]] = ("resume",)
 
     def argv(self, binary: str, resume_mode: str | None) -> list[str]:
         argv = [binary, "-p", "--output-format", "stream-json", "--stream-partial-output"]
@@ -101,11 +97,9 @@ class CursorAdapter(PerTurnAdapter):
         return parse_models(result.stdout)
 
     @classmethod
-    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
-        checks = super().check_environment(config)
-        if any(c.level == "error" for c in checks):
-            return checks
-        env = config.env if config else {}
+    def agent_checks(cls, config: AdapterConfig) -> list[Check]:
+        checks: list[Check] = []
+        env = config.env
         if env.get("CURSOR_API_KEY") or os.environ.get("CURSOR_API_KEY"):
             checks.append(Check(code="cursor_api_key", message="CURSOR_API_KEY is set"))
         elif _logged_in(env.get("HOME") or os.environ.get("HOME")):

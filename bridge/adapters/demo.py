@@ -30,6 +30,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bridge.adapters import demo_terminal as term
 from bridge.adapters.base import BaseAdapter, DetectedAgent, ModeInfo, ModelInfo, ResumeCommand
 from bridge.blocks import (
@@ -208,21 +210,16 @@ class DemoAdapter(BaseAdapter):
                     return
             yield ThinkingBlock(id=think_id, done=True)
             open_ids.clear()
-            yield PlanBlock(
-                entries=[
-                    PlanEntry(content="List the project files", status="in_progress"),
-                    PlanEntry(content="Write demo.txt", status="pending"),
-                    PlanEntry(content="Report back", status="pending"),
-                ]
-            )
+            yield _tour_plan(0)
             tool_id = f"tool-{uuid.uuid4().hex[:8]}"
-            yield ToolCallBlock(
+            listing_call = ToolCallBlock(
                 id=tool_id,
                 name="Bash",
                 title="List files",
                 kind="execute",
                 input={"command": "ls"},
             )
+            yield listing_call
             if await self._pause(delay):
                 yield ToolResultBlock(tool_call_id=tool_id, content="interrupted", is_error=True)
                 yield ToolCallBlock(id=tool_id, name="Bash", status="error")
@@ -230,14 +227,7 @@ class DemoAdapter(BaseAdapter):
                 return
             listing = await asyncio.to_thread(_listing, self._cwd)
             yield ToolResultBlock(tool_call_id=tool_id, content=listing)
-            yield ToolCallBlock(
-                id=tool_id,
-                name="Bash",
-                title="List files",
-                kind="execute",
-                input={"command": "ls"},
-                status="done",
-            )
+            yield msgspec.structs.replace(listing_call, status="done")
             write_id = f"tool-{uuid.uuid4().hex[:8]}"
             new_text = f"Hello from the demo agent.\nYou said: {text}\n"
             write_input = {"file_path": "demo.txt", "content": new_text}
@@ -254,13 +244,7 @@ class DemoAdapter(BaseAdapter):
                     yield block
                     return
                 yield block
-            yield PlanBlock(
-                entries=[
-                    PlanEntry(content="List the project files", status="completed"),
-                    PlanEntry(content="Write demo.txt", status="completed"),
-                    PlanEntry(content="Report back", status="in_progress"),
-                ]
-            )
+            yield _tour_plan(2)
         msg_id = f"msg-{uuid.uuid4().hex[:8]}"
         open_ids.append((msg_id, False))
         answer_text = f"You said: {text}" if not tour else f"Done. You said: {text}"
@@ -391,6 +375,23 @@ class DemoAdapter(BaseAdapter):
             sid,
         ]
         return ResumeCommand(argv=argv, cwd=cwd or os.getcwd())
+
+
+#: The steps of the tour's plan, in order.
+TOUR_STEPS = ("List the project files", "Write demo.txt", "Report back")
+
+
+def _tour_plan(current: int) -> PlanBlock:
+    """The tour's plan while step ``current`` runs: the steps before it are done."""
+    return PlanBlock(
+        entries=[
+            PlanEntry(
+                content=step,
+                status="completed" if i < current else "in_progress" if i == current else "pending",
+            )
+            for i, step in enumerate(TOUR_STEPS)
+        ]
+    )
 
 
 def _listing(cwd: str) -> str:

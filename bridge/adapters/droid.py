@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from bridge.adapters.base import (
     CONTINUE_PROMPT,
@@ -72,10 +72,8 @@ class DroidAdapter(PerTurnAdapter):
         "Without a login a session continues by forking it each turn (a new session id, the "
         "same conversation)."
     )
-    cap_thinking = True
-    provides_models = True
-    resume_modes: ClassVar[tuple[str, ...]] = ("session", "fork")
-    forking_modes: ClassVar[frozenset[str]] = frozenset({"fork"})
+    resume_modes = ("session", "fork")
+    forking_modes = frozenset({"fork"})
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -120,11 +118,9 @@ class DroidAdapter(PerTurnAdapter):
         return custom_models(self.env.get("HOME") or os.environ.get("HOME"))
 
     @classmethod
-    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
-        checks = super().check_environment(config)
-        if any(c.level == "error" for c in checks):
-            return checks
-        env = config.env if config else {}
+    def agent_checks(cls, config: AdapterConfig) -> list[Check]:
+        checks: list[Check] = []
+        env = config.env
         models = custom_models(env.get("HOME") or os.environ.get("HOME"))
         if env.get("FACTORY_API_KEY") or os.environ.get("FACTORY_API_KEY"):
             checks.append(Check(code="droid_api_key", message="FACTORY_API_KEY is set"))

@@ -93,15 +93,15 @@ class GeminiAdapter(AcpBase):
     )
 
     def command_line(self) -> list[str]:
-        argv = [self._binary or "gemini", "--acp"]
-        if self._options.get("debug", True) is not False:
+        argv = [self.binary or "gemini", "--acp"]
+        if self.options.get("debug", True) is not False:
             argv.append("--debug")
-        if self._model:
-            argv += ["-m", self._model]
+        if self.model:
+            argv += ["-m", self.model]
         return argv
 
     async def before_load(self, session_id: str) -> None:
-        env = {**os.environ, **self._env}
+        env = {**os.environ, **self.env}
         home = Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or Path.home())
         await asyncio.to_thread(sidestep_same_minute, home, session_id, datetime.now(UTC))
 
@@ -111,7 +111,7 @@ class GeminiAdapter(AcpBase):
         reaches the bridge has been retried already, unless the settings allow one attempt."""
         if block.code not in ("rate_limited", "overloaded", "network"):
             return False
-        env = {**os.environ, **self._env}
+        env = {**os.environ, **self.env}
         home = Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or Path.home())
         try:
             settings = json.loads((home / ".gemini" / "settings.json").read_text())
@@ -160,28 +160,25 @@ class GeminiAdapter(AcpBase):
         oauth = (home / ".gemini" / "oauth_creds.json").exists()
         if selected:
             checks.append(Check(code="gemini_auth", message=f"authentication: {selected}"))
-        elif has_key or oauth:
-            checks.append(
-                Check(
-                    code="gemini_auth",
-                    level="warn",
-                    message="credentials found but no authentication method selected",
-                    detail=str(settings),
-                    hint='set security.auth.selectedType (e.g. "gemini-api-key") in '
-                    "settings.json, or run `gemini` once and pick one",
-                )
+            return checks
+        if has_key or oauth:
+            message = "credentials found but no authentication method selected"
+            hint = (
+                'set security.auth.selectedType (e.g. "gemini-api-key") in settings.json, '
+                "or run `gemini` once and pick one"
             )
         else:
-            checks.append(
-                Check(
-                    code="gemini_auth",
-                    level="warn",
-                    message="Gemini CLI has no login or API key configured",
-                    detail=str(settings),
-                    hint="run `gemini` once to log in, or set GEMINI_API_KEY in "
-                    "[agents.gemini] env",
-                )
+            message = "Gemini CLI has no login or API key configured"
+            hint = "run `gemini` once to log in, or set GEMINI_API_KEY in [agents.gemini] env"
+        checks.append(
+            Check(
+                code="gemini_auth",
+                level="warn",
+                message=message,
+                detail=str(settings),
+                hint=hint,
             )
+        )
         return checks
 
 

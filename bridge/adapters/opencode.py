@@ -42,8 +42,10 @@ from bridge.adapters.base import (
     ModelInfo,
     ResumeCommand,
     failure_block,
+    session_reset,
 )
-from bridge.adapters.perturn import add_usage, cli_running_in, complete_diff, has_usage
+from bridge.adapters.diffs import complete_diff
+from bridge.adapters.perturn import add_usage, cli_running_in, has_usage
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -340,16 +342,17 @@ class OpenCodeAdapter(CliAdapter):
             if resp.status_code == 200:
                 self._adopt(self.session_id)
                 return
-            old = self.session_id
-            sid = await self._new_session(server)
-            yield SystemBlock(
-                level="warn",
-                code="session_reset",
-                text=f"{self.display_name} no longer knew session {old}; started {sid}",
-                data={"old": old, "new": sid},
-            )
+            yield await self._replace_session(server)
         elif self.session_id is None:
             await self._new_session(server)
+
+    async def _replace_session(self, server: LocalServer) -> SystemBlock:
+        """The server forgot our session: start a new one, and say so."""
+        old = self.session_id
+        sid = await self._new_session(server)
+        return session_reset(
+            f"{self.display_name} no longer knew session {old}; started {sid}", old=old, new=sid
+        )
 
     def _prompt_body(self, text: str) -> dict[str, Any]:
         body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
@@ -385,15 +388,9 @@ class OpenCodeAdapter(CliAdapter):
             if resp.status_code == 404:
                 # The session vanished between turns (deleted in a terminal): start over once.
                 self._verified = False
-                old = self.session_id
-                sid = await self._new_session(server)
-                yield SystemBlock(
-                    level="warn",
-                    code="session_reset",
-                    text=f"{self.display_name} no longer knew session {old}; started {sid}",
-                    data={"old": old, "new": sid},
-                )
-                resp = await server.request("POST", f"/session/{sid}/prompt_async", body)
+                yield await self._replace_session(server)
+                path = f"/session/{self.session_id}/prompt_async"
+                resp = await server.request("POST", path, body)
             if resp.status_code >= 400:
                 yield failure_block(
                     self.agent_id,
@@ -473,28 +470,14 @@ class OpenCodeAdapter(CliAdapter):
     # ---- environment and handoff ----------------------------------------------------------------
 
     @classmethod
-    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
-        checks = super().check_environment(config)
-        if any(c.level == "error" for c in checks):
-            return checks
-        binary = (config.binary if config else None) or cls.cli_binary or ""
-        env = build_env(config.env if config else None)
-        result = run_capture([binary, "models"], timeout=60.0, env=env)
+    def agent_checks(cls, config: AdapterConfig) -> list[Check]:
+        result, failed = cls.run_probe(
+            config, ["models"], timeout=60.0, code=f"{cls.agent_id}_models_probe_failed"
+        )
+        if failed is not None:
+            return [failed]
         models = parse_model_lines(result.stdout)
-        if result.timed_out or result.returncode != 0:
-            checks.append(
-                Check(
-                    code=f"{cls.agent_id}_models_probe_failed",
-                    level="warn",
-                    message=f"`{binary} models` failed",
-                    detail=(result.stderr or result.stdout).strip()[-500:] or None,
-                )
-            )
-        else:
-            checks.append(
-                Check(code=f"{cls.agent_id}_models", message=f"{len(models)} model(s) available")
-            )
-        return checks
+        return [Check(code=f"{cls.agent_id}_models", message=f"{len(models)} model(s) available")]
 
     @classmethod
     def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:

@@ -18,7 +18,6 @@ import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from bridge.adapters.base import (
@@ -26,26 +25,24 @@ from bridge.adapters.base import (
     DetectedAgent,
     FailureReport,
     failure_block,
+    session_reset,
 )
+from bridge.adapters.diffs import complete_diff
+from bridge.adapters.pump import Pump
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
-    DiffBlock,
     EndReason,
     ErrorBlock,
     SessionEndBlock,
-    SystemBlock,
     UsageBlock,
 )
 from bridge.handoff import procscan
 from bridge.logs import get_logger
-from bridge.parsers import apply_hunks, parse_unified
 from bridge.process import ChildProcess, SpawnError, build_env
 
 log = get_logger("bridge.adapters")
 
-#: Files larger than this are not read back to complete a ``diff`` block.
-MAX_DIFF_FILE = 2 * 1024 * 1024
 #: Seconds between SIGTERM and SIGKILL when a turn is interrupted.
 KILL_GRACE_S = 3.0
 
@@ -90,48 +87,6 @@ def has_usage(usage: UsageBlock) -> bool:
     )
 
 
-def complete_diff(block: DiffBlock, cwd: str | None) -> DiffBlock:
-    """The diff with whole-file ``old_text``/``new_text`` read back from disk where possible.
-
-    Agents report an edit as the replaced fragment and (often) a unified diff with context;
-    clients want the file before and after. The file now on disk is the after; the before is
-    the after with the diff undone. When that does not fit (the file changed again, or is too
-    big or unreadable), the agent's own fragments are kept.
-    """
-    path = Path(block.path)
-    if not path.is_absolute() and cwd:
-        path = Path(cwd) / path
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_DIFF_FILE:
-            return block
-        now = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return block
-    if block.old_text is None:
-        return DiffBlock(
-            path=block.path,
-            old_text=None,
-            new_text=now,
-            unified=block.unified,
-            tool_call_id=block.tool_call_id,
-        )
-    before: str | None = None
-    hunks = parse_unified(block.unified) if block.unified else []
-    if hunks:
-        before = apply_hunks(now, hunks, reverse=True)
-    elif block.new_text and now.count(block.new_text) == 1:
-        before = now.replace(block.new_text, block.old_text, 1)
-    if before is None:
-        return block
-    return DiffBlock(
-        path=block.path,
-        old_text=before,
-        new_text=now,
-        unified=block.unified,
-        tool_call_id=block.tool_call_id,
-    )
-
-
 def cli_running_in(cwd: str, names: tuple[str, ...]) -> bool:
     """Whether a process of this CLI that the daemon did not start runs in ``cwd``.
 
@@ -154,6 +109,9 @@ class PerTurnAdapter(CliAdapter, abstract=True):
 
     handoff = "per_turn"
     cap_interrupt = True
+    # Pi, Droid and Cursor all stream thinking and list their models.
+    cap_thinking = True
+    provides_models = True
     provides_usage = True
     detect_timeout = 20.0
 
@@ -164,7 +122,7 @@ class PerTurnAdapter(CliAdapter, abstract=True):
 
     def setup(self) -> None:
         self._prompt: str | None = None
-        self._child: ChildProcess | None = None
+        self._pump: Pump[Block] | None = None
         self._parser: TurnParser | None = None
         self._interrupted = False
         self._killer: asyncio.Task[None] | None = None
@@ -220,8 +178,8 @@ class PerTurnAdapter(CliAdapter, abstract=True):
 
     async def stop(self) -> None:
         self._interrupted = True
-        child = self._child
-        if child is not None and child.returncode is None:
+        child = self._running()
+        if child is not None:
             await child.terminate(KILL_GRACE_S)
 
     async def get_usage(self) -> UsageBlock | None:
@@ -229,8 +187,8 @@ class PerTurnAdapter(CliAdapter, abstract=True):
 
     def _kill_child(self) -> None:
         """SIGTERM the turn's process group now, SIGKILL it after a grace period."""
-        child = self._child
-        if child is None or child.returncode is not None:
+        child = self._running()
+        if child is None:
             return
         child.signal_group(signal.SIGTERM)
 
@@ -241,15 +199,35 @@ class PerTurnAdapter(CliAdapter, abstract=True):
 
         self._killer = asyncio.create_task(later())
 
-    def _remember(self, sid: str) -> None:
-        if sid == self.session_id:
-            return
-        self.session_id = sid
-        if self._on_session_id is not None:
-            try:
-                self._on_session_id(sid)
-            except Exception as exc:
-                log.warning("on_session_id_failed", error=repr(exc))
+    def _running(self) -> ChildProcess | None:
+        """The turn's process while it runs."""
+        child = self._pump.child if self._pump is not None else None
+        return child if child is not None and child.returncode is None else None
+
+    def _pump_for(self, parser: TurnParser, wanted: str | None, mode: str | None) -> Pump[Block]:
+        """The pump of one run that resumes ``wanted`` in ``mode`` (None: a fresh session)."""
+        return Pump(
+            parser,
+            event=f"{self.agent_id}_parse_failed",
+            session_id=lambda: parser.session_id,
+            on_session_id=lambda sid: self._session_started(sid, wanted, mode),
+            complete_diff=lambda block: complete_diff(block, self.cwd),
+            exit_wait=None,
+        )
+
+    def _session_started(self, sid: str, wanted: str | None, mode: str | None) -> Block | None:
+        """The run reported its session ``sid``: kept for the next turn, and a warning when
+        the agent started a new session instead of resuming ``wanted``."""
+        notice = None
+        if wanted and sid != wanted and mode not in self.forking_modes:
+            notice = session_reset(
+                f"{self.display_name} no longer knew session {wanted}; "
+                f"it started a new one ({sid})",
+                old=wanted,
+                new=sid,
+            )
+        self.remember_session_id(sid)
+        return notice
 
     # ---- one turn -------------------------------------------------------------------------------
 
@@ -261,47 +239,34 @@ class PerTurnAdapter(CliAdapter, abstract=True):
             mode = modes.pop(0)
             wanted = self.session_id if mode is not None else None
             parser = self._parser = self.new_parser()
+            pump = self._pump = self._pump_for(parser, wanted, mode)
             try:
-                child = await ChildProcess.spawn(
+                child = await pump.spawn(
                     self.argv(self.binary, mode), cwd=self.cwd, env=self.child_env()
                 )
             except SpawnError as exc:
+                self._pump = None
                 yield ErrorBlock(code=exc.code, message=str(exc))
                 yield SessionEndBlock(reason="error")
                 return
-            self._child = child
             if self._interrupted:  # interrupted while it was starting
                 self._kill_child()
             try:
                 with contextlib.suppress(BrokenPipeError):
                     await child.write(prompt)
                 child.close_stdin()
-                reported = False
-                async for line in child.lines():
-                    for block in parser.feed(line):
-                        if isinstance(block, DiffBlock):
-                            block = await asyncio.to_thread(complete_diff, block, self.cwd)
+                while (blocks := await pump.read()) is not None:
+                    for block in blocks:
                         yield block
-                    sid = parser.session_id
-                    if sid and not reported:
-                        reported = True
-                        if wanted and sid != wanted and mode not in self.forking_modes:
-                            yield SystemBlock(
-                                level="warn",
-                                code="session_reset",
-                                text=f"{self.display_name} no longer knew session {wanted}; "
-                                f"it started a new one ({sid})",
-                                data={"old": wanted, "new": sid},
-                            )
-                        self._remember(sid)
-                code = await child.wait()
+                code = pump.exit_code
+                assert code is not None  # reaped without a time limit
             finally:
                 if child.returncode is None:
                     await child.terminate(KILL_GRACE_S)
                 if self._killer is not None:
                     self._killer.cancel()
                     self._killer = None
-                self._child = None
+                self._pump = None
             if self._interrupted:
                 async for block in self._end(parser, "interrupted", code):
                     yield block
@@ -314,12 +279,10 @@ class PerTurnAdapter(CliAdapter, abstract=True):
             if resumed_badly:
                 log.info("resume_failed", agent=self.agent_id, mode=mode, exit_code=code)
                 if modes[0] is None:
-                    yield SystemBlock(
-                        level="warn",
-                        code="session_reset",
-                        text=f"{self.display_name} could not resume session {wanted}; "
+                    yield session_reset(
+                        f"{self.display_name} could not resume session {wanted}; "
                         "continuing in a new session",
-                        data={"old": wanted},
+                        old=wanted,
                     )
                 continue
             failed = code != 0 or parser.failed

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
-from typing import ClassVar
 
 from bridge.adapters.base import (
     CONTINUE_PROMPT,
@@ -64,9 +63,7 @@ class PiAdapter(PerTurnAdapter):
         "Models are `provider/model` ids as `pi --list-models` shows them; `effort` sets "
         "`--thinking` (off, minimal, low, medium, high, xhigh)."
     )
-    cap_thinking = True
-    provides_models = True
-    resume_modes: ClassVar[tuple[str, ...]] = ("session",)
+    resume_modes = ("session",)
 
     def argv(self, binary: str, resume_mode: str | None) -> list[str]:
         argv = [binary, "--mode", "json", "-p"]
@@ -101,35 +98,24 @@ class PiAdapter(PerTurnAdapter):
         return parse_model_table(result.stdout + "\n" + result.stderr)
 
     @classmethod
-    def check_environment(cls, config: AdapterConfig | None = None) -> list[Check]:
-        checks = super().check_environment(config)
-        if any(c.level == "error" for c in checks):
-            return checks
-        binary = (config.binary if config else None) or cls.cli_binary or "pi"
-        env = build_env(config.env if config else None)
-        result = run_capture([binary, "--list-models"], timeout=30.0, env=env)
+    def agent_checks(cls, config: AdapterConfig) -> list[Check]:
+        result, failed = cls.run_probe(
+            config, ["--list-models"], timeout=30.0, code="pi_models_probe_failed"
+        )
+        if failed is not None:
+            return [failed]
+        # Pi prints the table on stderr.
         models = parse_model_table(result.stdout + "\n" + result.stderr)
-        if result.timed_out or result.returncode != 0:
-            checks.append(
-                Check(
-                    code="pi_models_probe_failed",
-                    level="warn",
-                    message="`pi --list-models` failed",
-                    detail=(result.stderr or result.stdout).strip()[-500:] or None,
-                )
-            )
-        elif not models:
-            checks.append(
+        if not models:
+            return [
                 Check(
                     code="pi_no_models",
                     level="warn",
                     message="Pi lists no usable model",
                     hint="Set a provider API key or add a provider to ~/.pi/agent/models.json",
                 )
-            )
-        else:
-            checks.append(Check(code="pi_models", message=f"{len(models)} model(s) available"))
-        return checks
+            ]
+        return [Check(code="pi_models", message=f"{len(models)} model(s) available")]
 
     @classmethod
     def terminal_resume_command(cls, sid: str, cwd: str | None = None) -> ResumeCommand | None:

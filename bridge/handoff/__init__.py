@@ -13,6 +13,7 @@ classmethods delegate here. Shared pieces:
 - ``sqlite_ro``: read-only SQLite opening for the agents that keep sessions in a database.
 - ``files``: bounded head/tail reads and a stat-keyed cache, so listing stays fast on
   transcripts of many megabytes.
+- ``listing``: what every session list shares: its length, newest first, one-line titles.
 
 Per agent: ``claude``, ``codex``, ``pi``, ``opencode`` (also Kilo). See
 docs/session-handoff.md for the design and the per-adapter matrix.

@@ -23,6 +23,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,12 @@ from bridge.agent_types import ExternalSession, ResumeCommand
 from bridge.blocks import Block, SystemBlock, UserBlock
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads, tail_lines
+from bridge.handoff.listing import MAX_LISTED, newest_first, one_line_title
 from bridge.handoff.mirror import TranscriptMirror
 from bridge.handoff.tail import Dedupe
 
-#: Sessions listed per scan (newest first); older ones are not read at all.
-MAX_LISTED = 200
 #: ``startedAt`` (ms, written by Claude's JS) may trail the exec by this much.
 STARTED_AT_SLACK_S = 10.0
-TITLE_CHARS = 80
 
 _SID = re.compile(r"^[0-9a-fA-F-]{16,64}$")
 #: Lines the mirror and the lister never need; recognised by their first bytes, never decoded.
@@ -268,11 +267,6 @@ def prompt_text(entry: dict[str, Any]) -> str | None:
     return text
 
 
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
-
-
 def _summarize(path: Path, previous: _Summary | None) -> _Summary:
     if previous is not None and previous.cwd and previous.first_prompt:
         cwd, first = previous.cwd, previous.first_prompt
@@ -314,14 +308,8 @@ def _summarize(path: Path, previous: _Summary | None) -> _Summary:
 _CACHE: StatCache[_Summary] = StatCache()
 
 
-def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSession]:
-    """Transcripts on disk, newest first, with cwd, title, last activity and ownership."""
-    projects = (base or config_dir()) / "projects"
-    found: list[tuple[float, Path, os.stat_result]] = []
-    try:
-        dirs = list(os.scandir(projects))
-    except OSError:
-        return []
+def _transcripts(dirs: list[os.DirEntry[str]]) -> Iterator[Path]:
+    """The session transcripts (``<session id>.jsonl``) in the project directories ``dirs``."""
     for d in dirs:
         if not d.is_dir(follow_symlinks=False):
             continue
@@ -330,14 +318,18 @@ def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSess
         except OSError:
             continue
         for f in files:
-            if not f.name.endswith(".jsonl") or not _SID.match(f.name[:-6]):
-                continue
-            try:
-                st = f.stat()
-            except OSError:
-                continue
-            found.append((st.st_mtime, Path(f.path), st))
-    found.sort(key=lambda t: t[0], reverse=True)
+            if f.name.endswith(".jsonl") and _SID.match(f.name[:-6]):
+                yield Path(f.path)
+
+
+def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSession]:
+    """Transcripts on disk, newest first, with cwd, title, last activity and ownership."""
+    projects = (base or config_dir()) / "projects"
+    try:
+        dirs = list(os.scandir(projects))
+    except OSError:
+        return []
+    found = newest_first(_transcripts(dirs))
     live = {e.session_id: e for e in read_registry(base)}
     out: list[ExternalSession] = []
     for mtime, path, st in found[:limit]:
@@ -354,7 +346,7 @@ def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSess
             ExternalSession(
                 agent_session_id=sid,
                 cwd=summary.cwd,
-                title=_one_line(title),
+                title=one_line_title(title),
                 updated_at=mtime,
                 owned=owner_entry is not None,
                 owner_pid=owner_entry.pid if owner_entry else None,

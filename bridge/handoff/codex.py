@@ -30,17 +30,14 @@ from bridge.blocks import (
     Block,
     TextBlock,
     ThinkingBlock,
-    ToolCallBlock,
     UserBlock,
 )
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads
+from bridge.handoff.listing import MAX_LISTED, newest_first, one_line_title
 from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
 from bridge.handoff.turns import MirrorTurns
-
-MAX_LISTED = 200
-TITLE_CHARS = 80
 
 _THREAD = re.compile(r"([0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12})$")
 _NOT_PROMPT = ("<environment_context>", "<user_instructions>", "<skills_instructions>", "# AGENTS")
@@ -61,16 +58,7 @@ def thread_of(path: Path) -> str | None:
 
 def rollouts(base: Path | None = None) -> list[tuple[float, Path, os.stat_result]]:
     """Every rollout file with its stat, newest first."""
-    root = (base or home()) / "sessions"
-    found: list[tuple[float, Path, os.stat_result]] = []
-    for path in root.glob("*/*/*/rollout-*.jsonl"):
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        found.append((st.st_mtime, path, st))
-    found.sort(key=lambda t: t[0], reverse=True)
-    return found
+    return newest_first(((base or home()) / "sessions").glob("*/*/*/rollout-*.jsonl"))
 
 
 def rollout_path(sid: str, base: Path | None = None) -> Path | None:
@@ -188,9 +176,7 @@ def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSess
         if not summary.cwd or not summary.sid:
             continue
         pid = owner_pid(summary.sid, codex_home)
-        title = " ".join(summary.title.split())
-        if len(title) > TITLE_CHARS:
-            title = title[: TITLE_CHARS - 1] + "…"
+        title = one_line_title(summary.title)
         out.append(
             ExternalSession(
                 agent_session_id=summary.sid,
@@ -327,18 +313,13 @@ class RolloutParser(MirrorTurns):
             call_id = p.get("call_id")
             if not isinstance(call_id, str) or not self._seen.first(("out", call_id)):
                 return []
-            started = self._tools.pop(call_id, None)
-            out: list[Block] = []
-            if started is None:
-                started = ToolCallBlock(id=call_id, name="tool", status="running")
-                out.append(started)
             output = p.get("output")
             if isinstance(output, dict):
                 output = output.get("content") or output.get("output")
             text = output if isinstance(output, str) else ""
             code = _EXIT.search(text)
             failed = code is not None and code.group(1) != "0"
-            return out + self._end_tool(started, text, failed=failed)
+            return self._end_call(call_id, "tool", text, failed=failed)
         return []
 
     def _turn_closed(self) -> None:

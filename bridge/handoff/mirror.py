@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -52,14 +52,17 @@ def found_once(find: Callable[[], Path | None]) -> Callable[[], Path | None]:
 
 
 class _Mirror:
-    """What both mirrors share: the ``AsyncIterator[Block]`` protocol over the generator
-    ``_run`` of a subclass, ``aclose``, ``close_at_eof``, and waking on a file's changes."""
+    """What both mirrors share: the ``AsyncIterator[Block]`` protocol, ``aclose``,
+    ``close_at_eof``, and the loop that reads what changed at each wake-up (a change of the
+    watched file, or a tick) until it is told to close. A subclass says what a wake-up reads
+    (``_changes``), what closes the mirror (``_last``), and which file to watch (``_watch``)."""
 
     def __init__(self, tick: float) -> None:
         self._tick = tick
         self._stop = asyncio.Event()
         self._closing = False
         self._wake = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
         # Made now, run at the first ``__anext__`` (after the subclass's ``__init__``).
         self._gen = self._run()
 
@@ -78,11 +81,49 @@ class _Mirror:
         self._closing = True
         self._wake.set()
 
-    def _run(self) -> AsyncGenerator[Block, None]:
+    async def _run(self) -> AsyncGenerator[Block, None]:
+        try:
+            while True:
+                closing = self._closing
+                async for block in self._changes():
+                    yield block
+                if closing:
+                    for block in self._last():
+                        yield block
+                    return
+                await self._wake.wait()
+                self._wake.clear()
+        finally:
+            self._stop.set()
+            if self._watcher is not None:
+                self._watcher.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._watcher
+            self._end()
+
+    def _changes(self) -> AsyncIterator[Block]:
+        """The blocks for what changed since the last wake-up."""
         raise NotImplementedError
 
-    async def _watch_file(self, path: Path) -> None:
-        """Wake the loop at each change of ``path`` (and at least every tick)."""
+    def _last(self) -> list[Block]:
+        """The blocks that close what is still open, after the last read."""
+        raise NotImplementedError
+
+    def _end(self) -> None:
+        """Release what the mirror holds open (it has stopped)."""
+
+    def _watch(self, path: Path | None) -> None:
+        """Wake at each change of ``path`` from now on (without a file: at every tick)."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+        self._watcher = asyncio.create_task(self._watch_file(path))
+
+    async def _watch_file(self, path: Path | None) -> None:
+        if path is None:
+            while not self._stop.is_set():
+                await asyncio.sleep(self._tick)
+                self._wake.set()
+            return
         # Its own stop event: watchfiles sets the event of a watch that is cancelled, and a
         # shared one would silence the watch that replaces it.
         stop = asyncio.Event()
@@ -113,10 +154,9 @@ class TranscriptMirror(_Mirror):
         self._tail: FileTail | None = None
         self._pending_switch = False
         self._resolved_once = False
+        self._watched: Path | None = None
         # Resolve now, so "from the end" means the end when the mirror was made.
         self._current()
-
-    # -- the loop -------------------------------------------------------------------------------
 
     def _current(self) -> FileTail | None:
         path = self._resolve()
@@ -135,51 +175,38 @@ class TranscriptMirror(_Mirror):
             self._pending_switch = self._pending_switch or switching
         return tail
 
-    async def _run(self) -> AsyncGenerator[Block, None]:
-        watcher: asyncio.Task[None] | None = None
-        try:
-            tail = self._current()
-            watched = tail.path if tail is not None else None
-            watcher = asyncio.create_task(self._watch(watched))
-            while True:
-                closing = self._closing
-                tail = self._current()
-                if tail is not None and tail.path != watched:
-                    watched = tail.path
-                    watcher.cancel()
-                    watcher = asyncio.create_task(self._watch(watched))
-                if self._pending_switch and tail is not None:
-                    self._pending_switch = False
-                    for block in self._parser.switched(tail.path):
-                        yield block
-                if tail is not None:
-                    while True:
-                        lines = tail.read()
-                        for line in lines:
-                            for block in self._feed(line):
-                                yield block
-                        if not lines or tail.at_eof():
-                            break
-                        await asyncio.sleep(0)
-                if closing:
-                    if tail is not None:
-                        rest = tail.splitter.pending()
-                        if rest.strip():
-                            for block in self._feed(rest):
-                                yield block
-                    for block in self._parser.close():
-                        yield block
-                    return
-                await self._wake.wait()
-                self._wake.clear()
-        finally:
-            self._stop.set()
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(BaseException):
-                    await watcher
-            if self._tail is not None:
-                self._tail.close()
+    async def _changes(self) -> AsyncIterator[Block]:
+        tail = self._current()
+        path = tail.path if tail is not None else None
+        if self._watcher is None or path != self._watched:
+            self._watched = path
+            self._watch(path)
+        if self._pending_switch and tail is not None:
+            self._pending_switch = False
+            for block in self._parser.switched(tail.path):
+                yield block
+        if tail is None:
+            return
+        while True:
+            lines = tail.read()
+            for line in lines:
+                for block in self._feed(line):
+                    yield block
+            if not lines or tail.at_eof():
+                break
+            await asyncio.sleep(0)
+
+    def _last(self) -> list[Block]:
+        blocks: list[Block] = []
+        if self._tail is not None:
+            rest = self._tail.splitter.pending()
+            if rest.strip():
+                blocks += self._feed(rest)
+        return blocks + self._parser.close()
+
+    def _end(self) -> None:
+        if self._tail is not None:
+            self._tail.close()
 
     def _feed(self, line: bytes) -> list[Block]:
         # A line is untrusted data: one the parser chokes on costs that line, not the mirror.
@@ -189,57 +216,40 @@ class TranscriptMirror(_Mirror):
             log.warning("mirror_line_skipped", error=repr(exc), size=len(line))
             return []
 
-    async def _watch(self, path: Path | None) -> None:
-        if path is None:
-            while not self._stop.is_set():
-                await asyncio.sleep(self._tick)
-                self._wake.set()
-            return
-        await self._watch_file(path)
+
+class PollSource(Protocol):
+    """Where a ``PollingMirror`` reads from (an SQLite database and its read position)."""
+
+    def poll(self) -> list[Block]:
+        """Blocks for whatever changed since the last call (run in a worker thread)."""
+
+    def finish(self) -> list[Block]:
+        """Blocks that close whatever is still open when the mirror ends."""
 
 
 class PollingMirror(_Mirror):
     """``AsyncIterator[Block]`` over a store that is not a file to tail (an SQLite database).
 
-    ``poll()`` (run in a worker thread) returns the blocks for whatever changed since its last
-    call; it runs when a file under ``watch`` changes (an SQLite writer touches the ``-wal``
-    file next to the database) and at least every ``tick`` seconds. ``finish()`` closes what
-    is still open once ``close_at_eof()`` asked for a last poll.
+    ``source.poll()`` runs when a file under ``watch`` changes (an SQLite writer touches the
+    ``-wal`` file next to the database) and at least every ``tick`` seconds;
+    ``source.finish()`` closes what is still open once ``close_at_eof()`` asked for a last poll.
     """
 
-    def __init__(
-        self,
-        poll: Callable[[], list[Block]],
-        finish: Callable[[], list[Block]],
-        watch: Path,
-        *,
-        tick: float = 2.0,
-    ) -> None:
+    def __init__(self, source: PollSource, watch: Path, *, tick: float = 2.0) -> None:
         super().__init__(tick)
-        self._poll = poll
-        self._finish = finish
+        self._source = source
         self._watch_path = watch
 
-    async def _run(self) -> AsyncGenerator[Block, None]:
-        watcher = asyncio.create_task(self._watch_file(self._watch_path))
+    async def _changes(self) -> AsyncIterator[Block]:
+        if self._watcher is None:
+            self._watch(self._watch_path)
         try:
-            while True:
-                closing = self._closing
-                try:
-                    blocks = await asyncio.to_thread(self._poll)
-                except Exception as exc:
-                    log.warning("mirror_poll_failed", error=repr(exc))
-                    blocks = []
-                for block in blocks:
-                    yield block
-                if closing:
-                    for block in self._finish():
-                        yield block
-                    return
-                await self._wake.wait()
-                self._wake.clear()
-        finally:
-            self._stop.set()
-            watcher.cancel()
-            with contextlib.suppress(BaseException):
-                await watcher
+            blocks = await asyncio.to_thread(self._source.poll)
+        except Exception as exc:
+            log.warning("mirror_poll_failed", error=repr(exc))
+            blocks = []
+        for block in blocks:
+            yield block
+
+    def _last(self) -> list[Block]:
+        return self._source.finish()

@@ -22,20 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from bridge.agent_types import ExternalSession
-from bridge.blocks import (
-    Block,
-    TextBlock,
-    ThinkingBlock,
-    UserBlock,
-)
+from bridge.blocks import Block, TextBlock, ThinkingBlock, UserBlock
 from bridge.handoff import procscan
 from bridge.handoff.files import loads
+from bridge.handoff.listing import MAX_LISTED, one_line_title
 from bridge.handoff.mirror import PollingMirror
 from bridge.handoff.sqlite_ro import open_ro, reading
 from bridge.handoff.turns import MirrorTurns
 
-MAX_LISTED = 200
-TITLE_CHARS = 80
 _SID = re.compile(r"^ses_[A-Za-z0-9]{8,64}$")
 _KINDS = {"bash": "execute", "read": "read", "edit": "edit", "write": "edit", "patch": "edit"}
 _DONE_TOOL = ("completed", "error")
@@ -74,12 +68,11 @@ def scan(app: str, db: Path | None = None, limit: int = MAX_LISTED) -> list[Exte
         where = os.path.realpath(directory)
         owned = where in busy
         busy.discard(where)
-        text = " ".join(str(title or "").split())
         out.append(
             ExternalSession(
                 agent_session_id=sid,
                 cwd=directory,
-                title=text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…",
+                title=one_line_title(str(title or "")),
                 updated_at=(updated or 0) / 1000.0,
                 owned=owned,
             )
@@ -230,4 +223,4 @@ def mirror(app: str, sid: str, db: Path | None = None) -> PollingMirror | None:
     path = db or db_path(app)
     cursor = _Cursor(path, sid, PartParser(sid))
     cursor.start()
-    return PollingMirror(cursor.poll, cursor.finish, path)
+    return PollingMirror(cursor, path)

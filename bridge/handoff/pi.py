@@ -21,21 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from bridge.agent_types import ExternalSession
-from bridge.blocks import (
-    Block,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-    UserBlock,
-)
+from bridge.blocks import Block, TextBlock, ThinkingBlock, UserBlock
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads
+from bridge.handoff.listing import MAX_LISTED, newest_first, one_line_title
 from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
 from bridge.handoff.turns import MirrorTurns
 
-MAX_LISTED = 200
-TITLE_CHARS = 80
 _SID = re.compile(r"_([0-9a-fA-F-]{16,64})$")
 _KINDS = {"bash": "execute", "read": "read", "edit": "edit", "write": "edit"}
 _is_pi = procscan.argv_names("pi")
@@ -101,15 +94,7 @@ _CACHE: StatCache[_Summary] = StatCache()
 
 
 def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSession]:
-    root = (base or agent_dir()) / "sessions"
-    found: list[tuple[float, Path, os.stat_result]] = []
-    for path in root.glob("*/*.jsonl"):
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        found.append((st.st_mtime, path, st))
-    found.sort(key=lambda t: t[0], reverse=True)
+    found = newest_first(((base or agent_dir()) / "sessions").glob("*/*.jsonl"))
     # A pi process in a directory is taken to hold that directory's newest session.
     busy = {os.path.realpath(p.cwd) for p in procscan.scan(_is_pi) if p.cwd}
     out: list[ExternalSession] = []
@@ -121,7 +106,7 @@ def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSess
             continue
         if sid is None or not summary.cwd:
             continue
-        title = " ".join(summary.title.split())
+        title = one_line_title(summary.title)
         where = os.path.realpath(summary.cwd)
         owned = where in busy
         busy.discard(where)
@@ -129,7 +114,7 @@ def scan(base: Path | None = None, limit: int = MAX_LISTED) -> list[ExternalSess
             ExternalSession(
                 agent_session_id=sid,
                 cwd=summary.cwd,
-                title=title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 1] + "…",
+                title=title,
                 updated_at=mtime,
                 owned=owned,
             )
@@ -196,13 +181,9 @@ class SessionParser(MirrorTurns):
         call_id = message.get("toolCallId")
         if not isinstance(call_id, str):
             return []
-        out: list[Block] = []
-        call = self._tools.pop(call_id, None)
-        if call is None:
-            call = ToolCallBlock(id=call_id, name=str(message.get("toolName") or "tool"))
-            out.append(call)
+        name = str(message.get("toolName") or "tool")
         failed = message.get("isError") is True
-        return out + self._end_tool(call, _text(message.get("content")), failed=failed)
+        return self._end_call(call_id, name, _text(message.get("content")), failed=failed)
 
 
 def mirror(cwd: str, sid: str, base: Path | None = None) -> TranscriptMirror:

@@ -53,6 +53,16 @@ class MirrorTurns:
             ToolResultBlock(tool_call_id=call.id, content=result[:MAX_RESULT], is_error=failed),
         ]
 
+    def _end_call(self, call_id: str, name: str, result: str, *, failed: bool) -> list[Block]:
+        """The end of tool call ``call_id``; one that started before the mirror did is shown
+        starting first (as ``name``)."""
+        call = self._tools.pop(call_id, None)
+        started: list[Block] = []
+        if call is None:
+            call = ToolCallBlock(id=call_id, name=name, status="running")
+            started.append(call)
+        return started + self._end_tool(call, result, failed=failed)
+
     def _turn_closed(self) -> None:
         """Called when a turn ends, for a subclass's per-turn state."""
 
