@@ -9,20 +9,18 @@ notices the changed session id and reports ``session_reset``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import realcli_session
 from tests.harness import (
-    UNKNOWN,
     Harness,
     RecordedHarness,
     agent_toml,
     assert_tool_calls_paired,
     create,
     deltas,
-    finish_turn,
     of,
     run_turn,
     wait_for_block,
@@ -33,12 +31,7 @@ FAKE = Path(__file__).parent / "fakes_cli" / "cursor-agent"
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedHarness]:
-    root = tmp_path_factory.mktemp("cursor-recorded")
-    h = RecordedHarness(root, agent_toml("cursor", str(FAKE)))
-    yield h
-    h.stop()
+harness = realcli_session.recorded_fixture("cursor", FAKE)
 
 
 async def test_partial_stream_shows_the_text_once_and_the_next_turn_resumes(
@@ -70,16 +63,10 @@ async def test_unknown_resume_id_starts_a_new_chat_and_says_session_reset(
     harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
-        session, _ = await create(c, "cursor", project, resume=UNKNOWN)
-        frames = await run_turn(c, session, "hello")
-        reset = [b for b in of(frames, "system") if b["code"] == "session_reset"]
-        assert len(reset) == 1 and reset[0]["level"] == "warn" and UNKNOWN in reset[0]["text"]
-        end = of(frames, "session_end")[-1]
+        session, frames, end = await realcli_session.reset_turn(c, "cursor", project, "hello")
         assert end["reason"] == "completed" and end["exit_code"] == 0
-        assert end["agent_session_id"] not in (None, UNKNOWN)
         assert text_of(frames) == "Hello! I can help with this project."
-        sessions = (await c.request("sessions.list", include_external=False))["sessions"]
-        mine = next(s for s in sessions if s["session"] == session)
+        mine = await realcli_session.listed_session(c, session)
         assert mine["agent_session_id"] == end["agent_session_id"]  # the new id is kept
 
 
@@ -112,8 +99,7 @@ async def test_killed_mid_turn_then_interrupted_mid_turn(
 
         await c.request("session.send", session=session, text="slow please")
         await wait_for_block(c, session, lambda b: b["type"] == "thinking")
-        await c.request("session.interrupt", session=session)
-        frames = await finish_turn(c, session, timeout=30)
+        frames = await realcli_session.interrupt(c, session)
         assert of(frames, "session_end")[-1]["reason"] == "interrupted"
         assert all(b["done"] for b in of(frames, "thinking")[-1:])
 

@@ -11,28 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shlex
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
-
-import pytest
 
 from bridge.handoff import procscan
 from tests import handoffstory as story
-from tests import realcli
-from tests.daemon import DaemonProcess
 from tests.fakes import FakeResponses
 from tests.handoffapp import App
-from tests.tmuxterm import Tmux, available
+from tests.realcli_handoff import (
+    first_terminal_turn,
+    handoff_marks,
+    resume_in_terminal,
+    world_fixture,
+)
+from tests.tmuxterm import Tmux
 
-pytestmark = [
-    pytest.mark.realcli,
-    pytest.mark.slow,
-    pytest.mark.timeout(420),
-    pytest.mark.skipif(realcli.codex_bin() is None, reason=realcli.missing_reason("codex")),
-    pytest.mark.skipif(not available(), reason="tmux is not installed"),
-]
+pytestmark = handoff_marks("codex")
 
 
 def kill_strays(marker: str) -> None:
@@ -50,41 +44,23 @@ async def quit_tui(term: Tmux) -> None:
     term.wait_exit(30)
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
-    work = tmp_path / "work"
-    work.mkdir()
-    async with FakeResponses() as srv:
-        story.script_replies(srv)
-        env = realcli.codex_env(tmp_path / "user", srv.base_url)
-        codex = story.on_path(tmp_path, realcli.codex_bin(), "codex", env)
-        daemon = DaemonProcess(
-            tmp_path / "daemon",
-            config=f'[agents.codex]\nbinary = "{codex}"\n',
-            env={"CODEX_HOME": env["CODEX_HOME"], "FAKE_API_KEY": env["FAKE_API_KEY"]},
-        )
-        try:
-            async with story.handoff_world(srv, env, work, daemon, "codex") as world:
-                yield world
-        finally:
-            kill_strays(env["CODEX_HOME"])
+def strays(env: Mapping[str, str]) -> None:
+    kill_strays(env["CODEX_HOME"])
+
+
+world = world_fixture("codex", ("CODEX_HOME", "FAKE_API_KEY"), cleanup=strays)
 
 
 async def test_codex_terminal_and_app_take_turns_on_one_conversation(
     world: dict[str, Any],
 ) -> None:
     srv: FakeResponses = world["srv"]
-    env, work, term = world["env"], world["work"], world["term"]
+    work, term = world["work"], world["term"]
     app: App = world["app"]
 
     # 1. A thread started in the terminal is listed, owned while the TUI has it loaded.
-    term.start(["codex", "--no-daemon"], env=env, cwd=work)
-    term.wait_for("Ask Codex", 60)
-    term.type("first terminal prompt")
-    term.wait_for("Terminal answer one.", 90)
-    external = await app.listed("codex", str(work))
+    external = await first_terminal_turn(world, ["codex", "--no-daemon"], "Ask Codex")
     assert external["title"] == "first terminal prompt"
-    assert (external["state"], external["writer"]) == ("parked", "terminal")
     sid = external["agent_session_id"]
 
     # 2. Attach: parked, and the terminal's next turn reaches the app through the mirror.
@@ -100,13 +76,8 @@ async def test_codex_terminal_and_app_take_turns_on_one_conversation(
     assert end["reason"] == "completed"
 
     # 5. Continue in a terminal with the command the bridge gives; the app mirrors it.
-    command = await app.request("session.handoff", session=session)
-    assert command["argv"] == ["codex", "--no-daemon", "resume", sid]
-    assert command["cwd"] == str(work) and command["command"] == shlex.join(command["argv"])
-    await app.state(session, "parked", "none")
-    term.respawn(command["argv"], env=env, cwd=command["cwd"])
-    await app.state(session, "parked", "terminal")
-    term.wait_for("Bridge answer three.", 60)  # the resumed history is on screen
+    argv = ["codex", "--no-daemon", "resume", sid]
+    await resume_in_terminal(world, session, argv)
     term.wait_for("Ask Codex", 60)
     await asyncio.sleep(1)  # keys typed while the TUI still loads are lost
     term.type("after the handoff")

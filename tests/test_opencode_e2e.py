@@ -9,19 +9,16 @@ overriding the ``cli`` fixture.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests import realcli
+from tests import realcli, realcli_session
 from tests.fakes import CallTool, FakeChat, Reply
 from tests.harness import (
     Harness,
-    agent_toml,
     assert_tool_calls_paired,
     create,
-    daemon_env,
     deltas,
     finish_turn,
     kill_agent,
@@ -29,7 +26,6 @@ from tests.harness import (
     of,
     run_turn,
     user,
-    wait_for_block,
 )
 from tests.wsclient import Client, text_of
 
@@ -39,37 +35,12 @@ UNKNOWN = "ses_doesnotexist000000000000"
 PERMISSION = {"permission": {"bash": {"*": "allow", "touch *": "ask"}}}
 
 
-@pytest.fixture(scope="module")
-def cli() -> str:
-    return "opencode"
+cli, fake, harness = realcli_session.module_fixtures("opencode", config=PERMISSION)
 
 
 @pytest.fixture(scope="module")
 def binary(cli: str) -> str:
-    found = realcli.cli_bin(cli)
-    if found is None:
-        pytest.skip(realcli.missing_reason(cli))
-    return found
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeChat]:
-    with FakeChat() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def harness(
-    cli: str, binary: str, tmp_path_factory: pytest.TempPathFactory, fake: FakeChat
-) -> Iterator[Harness]:
-    root = tmp_path_factory.mktemp(f"{cli}-e2e")
-    make = realcli.opencode_env if cli == "opencode" else realcli.kilo_env
-    env = make(root / "cli", fake.base_url, config=PERMISSION)
-    xdg = {k: v for k, v in env.items() if k.startswith("XDG_")}  # where its config and db live
-    config = agent_toml(cli, binary, env=xdg, model="fake/fake-model")
-    h = Harness(root / "daemon", daemon_env(env), config)
-    yield h
-    h.stop()
+    return realcli_session.binary_or_skip(cli)
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +72,7 @@ async def attach(c: Client, session: str) -> None:
 async def test_streamed_answer_with_reasoning_and_usage(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         Reply(text="Streaming from the server.", thinking="Think.", chunks=4, when=user("OC-1"))
     )
     async with harness.client() as c:
@@ -120,8 +90,7 @@ async def test_streamed_answer_with_reasoning_and_usage(
 async def test_tool_call_runs_in_the_project(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         CallTool(
             "bash",
             {"command": "ls && echo oc-tool-ran", "description": "List"},
@@ -139,8 +108,7 @@ async def test_tool_call_runs_in_the_project(
 
 
 async def test_todos_become_a_plan(harness: Harness, fake: FakeChat, shared: Shared) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         CallTool(
             "todowrite",
             {
@@ -166,8 +134,7 @@ async def test_todos_become_a_plan(harness: Harness, fake: FakeChat, shared: Sha
 async def test_permission_requests_go_to_the_client(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         CallTool(
             "bash", {"command": "touch approved.txt", "description": "Make"}, when=user("OC-ALLOW")
         ),
@@ -199,8 +166,7 @@ async def test_edit_arrives_as_a_diff_matching_the_file(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
     notes = shared.project / "notes.txt"
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         CallTool(
             "edit",
             {"filePath": str(notes), "oldString": "world", "newString": "there"},
@@ -223,8 +189,7 @@ async def test_a_new_server_resumes_the_session_with_its_history(
 ) -> None:
     sid = shared.agent_session_id
     assert sid is not None, "runs after test_streamed_answer_with_reasoning_and_usage"
-    fake.clear_script()
-    fake.script(Reply(text="I remember.", when=user("OC-BACK")))
+    fake.rescript(Reply(text="I remember.", when=user("OC-BACK")))
     async with harness.client() as c:
         await c.request("session.close", session=shared.session)  # its server stops
         again, _ = await create(c, cli, shared.project, resume=sid)
@@ -239,38 +204,28 @@ async def test_a_new_server_resumes_the_session_with_its_history(
 async def test_unknown_session_resets_then_interrupt_then_the_server_dies_mid_turn(
     cli: str, binary: str, harness: Harness, fake: FakeChat, project: Path
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         Reply(text="Fresh session.", when=user("OC-RESET")),
         Reply(text="slow " * 20, chunks=20, stall_after=3, stall=60, when=user("OC-STOP")),
         Reply(text="dying " * 20, chunks=20, stall_after=3, stall=60, when=user("OC-DIE")),
         Reply(text="Back again.", when=user("OC-AFTER")),
     )
     async with harness.client() as c:
-        session, _ = await create(c, cli, project, resume=UNKNOWN)
-        fresh = await run_turn(c, session, "OC-RESET hello", timeout=180)
-        reset = [b for b in of(fresh, "system") if b["code"] == "session_reset"]
-        assert len(reset) == 1 and reset[0]["level"] == "warn" and UNKNOWN in reset[0]["text"]
+        session, fresh, end = await realcli_session.reset_turn(
+            c, cli, project, "OC-RESET hello", unknown=UNKNOWN, timeout=180
+        )
         assert text_of(fresh) == "Fresh session."
-        sid = of(fresh, "session_end")[-1]["agent_session_id"]
-        assert sid not in (None, UNKNOWN)
+        sid = end["agent_session_id"]
 
-        await c.request("session.send", session=session, text="OC-STOP talk")
-        await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
+        await realcli_session.send_until_streaming(c, session, "OC-STOP talk")
         await c.request("session.interrupt", session=session)
         fake.release()  # the server notices the abort when the stream moves again
         stopped = await finish_turn(c, session, timeout=60)
         assert of(stopped, "session_end")[-1]["reason"] == "interrupted"
 
-        await c.request("session.send", session=session, text="OC-DIE talk")
-        await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
+        await realcli_session.send_until_streaming(c, session, "OC-DIE talk")
         await kill_agent(harness, binary)
-        died = await finish_turn(c, session, timeout=60)
-        fake.release()
-        error = [e for e in of(died, "error") if e["code"] == "agent_crashed"]
-        assert error and "-9" in error[0]["message"]
-        assert of(died, "session_end")[-1]["reason"] == "error"
-        assert await c.request("ping") == {}
+        await realcli_session.killed_turn(c, fake, session)
 
         again = await run_turn(c, session, "OC-AFTER hello", timeout=180)  # a new server
         assert text_of(again) == "Back again."
