@@ -20,6 +20,7 @@ import pytest
 from tests import handoffstory as story
 from tests import realcli
 from tests.daemon import DaemonProcess
+from tests.fakes import FakeServer
 from tests.handoffapp import App
 from tests.realcli_session import daemon_config, fake_server
 from tests.tmuxterm import Tmux, available
@@ -85,6 +86,11 @@ def world_fixture(agent: str, daemon_keeps: tuple[str, ...], **options: Any) -> 
     return fixture
 
 
+def parts(world: dict[str, Any]) -> tuple[FakeServer, Path, Tmux, App]:
+    """The world's fake model server, project, terminal and app."""
+    return world["srv"], world["work"], world["term"], world["app"]
+
+
 async def first_terminal_turn(
     world: dict[str, Any], argv: list[str], ready: str, settle: float = 0.0
 ) -> dict[str, Any]:
@@ -102,6 +108,14 @@ async def first_terminal_turn(
     external = await app.listed(world["agent"], str(world["work"]))
     assert (external["state"], external["writer"]) == ("parked", "terminal")
     return external
+
+
+async def attach_mirrored(world: dict[str, Any], sid: str) -> str:
+    """Attach the terminal's session ``sid`` from the app (parked), and see the terminal's next
+    turn through the mirror; the bridge session."""
+    session, _ = await story.attach_parked(world["app"], world["agent"], sid, world["work"])
+    await story.terminal_turn_mirrored(world["app"], world["term"], session)
+    return session
 
 
 async def resume_in_terminal(world: dict[str, Any], session: str, argv: list[str]) -> None:

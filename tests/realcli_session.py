@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from tests.harness import (
     Frames,
     Harness,
     RecordedHarness,
+    after_tool,
     agent_toml,
     create,
     daemon_env,
@@ -49,6 +51,7 @@ FAKES: dict[str, type[FakeServer]] = {
     "codex": fakes.FakeResponses,
     "gemini": fakes.FakeGemini,
 }
+FAKES_CLI_DIR = Path(__file__).resolve().parent / "fakes_cli"
 #: Claude Code picks its plan tools (TaskCreate/TaskUpdate) by model: a real model name
 CLAUDE_MODEL = "claude-sonnet-4-5"
 #: the ``model`` each agent's daemon table names (none: the CLI's own config decides)
@@ -158,10 +161,23 @@ class RealCli:
         ``root`` when relative). ``keys`` follow the agent's table: its own keys, or more tables."""
         return CliHarness(self, self.root / home, self.config(binary, keys))
 
-    def strict_daemon(self) -> tuple[CliHarness, Path]:
+    @contextlib.contextmanager
+    def running(
+        self, home: str | Path = "daemon", *, binary: str | Path | None = None, keys: str = ""
+    ) -> Iterator[CliHarness]:
+        """:meth:`daemon`, stopped at the end."""
+        h = self.daemon(home, binary=binary, keys=keys)
+        try:
+            yield h
+        finally:
+            h.stop()
+
+    @contextlib.contextmanager
+    def strict_daemon(self) -> Iterator[tuple[CliHarness, Path]]:
         """A daemon with a 3 s idle timeout whose binary is a symlink a test can delete."""
         link = symlink_to(self.binary, self.root / "bin" / self.agent)
-        return self.daemon("strict", binary=link, keys="idle_timeout = 3\n"), link
+        with self.running("strict", binary=link, keys="idle_timeout = 3\n") as h:
+            yield h, link
 
 
 class CliHarness(Harness):
@@ -181,9 +197,8 @@ class CliHarness(Harness):
 def strict_fixture(harness: CliHarness) -> Iterator[tuple[CliHarness, Path]]:
     """Another daemon like ``harness``, with a 3 s idle timeout and a binary a test can delete
     (:meth:`RealCli.strict_daemon`); a suite assigns it as ``strict``."""
-    h, link = harness.cli.strict_daemon()
-    yield h, link
-    h.stop()
+    with harness.cli.strict_daemon() as strict:
+        yield strict
 
 
 def module_fixtures(*agents: str, extra: str = "", **env_options: Any) -> tuple[Any, Any, Any]:
@@ -206,11 +221,14 @@ def module_fixtures(*agents: str, extra: str = "", **env_options: Any) -> tuple[
         cli: str, fake: FakeServer, tmp_path_factory: pytest.TempPathFactory
     ) -> Iterator[CliHarness]:
         real = RealCli(cli, tmp_path_factory.mktemp(cli), fake, extra=extra, **env_options)
-        h = real.daemon()
-        yield h
-        h.stop()
+        yield from _serve(real)
 
     return cli_fixture, fake_fixture, harness_fixture
+
+
+def _serve(real: RealCli) -> Iterator[CliHarness]:
+    with real.running() as h:
+        yield h
 
 
 def daemon_fixture(agent: str, **options: Any) -> Any:
@@ -220,20 +238,22 @@ def daemon_fixture(agent: str, **options: Any) -> Any:
     @pytest.fixture(scope="module")
     def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliHarness]:
         with fake_server(agent) as fake:
-            h = RealCli(agent, tmp_path_factory.mktemp(agent), fake, **options).daemon()
-            yield h
-            h.stop()
+            yield from _serve(RealCli(agent, tmp_path_factory.mktemp(agent), fake, **options))
 
     return fixture
 
 
-def recorded_fixture(agent: str, fake_cli: Path, extra: str = "") -> Any:
-    """A module-scoped ``harness`` fixture: a :class:`RecordedHarness` whose ``agent`` is the
-    fake CLI ``fake_cli`` (tests/fakes_cli), with its daemon table and ``extra`` config."""
+#: the fake CLIs replaying recorded output (tests/fakes_cli), by agent
+FAKE_CLIS = {"cursor": FAKES_CLI_DIR / "cursor-agent", "droid": FAKES_CLI_DIR / "droid"}
+
+
+def recorded_fixture(agent: str, extra: str = "") -> Any:
+    """A module-scoped ``harness`` fixture: a :class:`RecordedHarness` whose ``agent`` is its
+    fake CLI (:data:`FAKE_CLIS`), with its daemon table and ``extra`` config."""
 
     @pytest.fixture(scope="module", name="harness")
     def harness_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedHarness]:
-        config = daemon_config(agent, str(fake_cli), {}, extra)
+        config = daemon_config(agent, str(FAKE_CLIS[agent]), {}, extra)
         h = RecordedHarness(tmp_path_factory.mktemp(f"{agent}-recorded"), config)
         yield h
         h.stop()
@@ -260,6 +280,13 @@ class Asked(list[dict[str, Any]]):
     @property
     def titles(self) -> list[str]:
         return [r["title"] for r in self]
+
+    async def unasked_turn(self, c: Client, session: str, text: str, **turn: Any) -> Frames:
+        """A turn on ``text`` answered by this, in which nothing is asked."""
+        self.clear()
+        frames = await run_turn(c, session, text, answer=self, **turn)
+        assert self == [] and not of(frames, "permission_request")
+        return frames
 
 
 def option_of_kind(request: dict[str, Any], kind: str) -> str:
@@ -296,8 +323,15 @@ async def one_turn(
     """One turn on ``prompt`` in a new session of the harness's agent in ``project``, the model
     scripted with ``steps`` (and nothing left of an earlier script); its events."""
     harness.fake.rescript(*steps)
+    return await first_turn(harness, harness.cli.agent, project, prompt, **turn)
+
+
+async def first_turn(
+    harness: Harness, agent: str, project: Path, prompt: str, **turn: Any
+) -> Frames:
+    """One turn on ``prompt`` in a new session of ``agent`` in ``project``; its events."""
     async with harness.client() as c:
-        session, _ = await create(c, harness.cli.agent, project)
+        session, _ = await create(c, agent, project)
         return await run_turn(c, session, prompt, **turn)
 
 
@@ -386,6 +420,48 @@ def crashed(frames: Frames) -> list[dict[str, Any]]:
     return [e for e in of(frames, "error") if e["code"] == "agent_crashed"]
 
 
+def write_steps(tool: str, key: str, *writes: tuple[str, Path, str, str]) -> list[Step]:
+    """For each ``(marker, path, content, reply)``: on the user's message carrying ``marker``
+    the model calls ``tool`` to write ``content`` to ``path`` (its argument ``key``), then
+    answers ``reply`` after the tool's result."""
+    steps: list[Step] = []
+    for marker, path, content, reply in writes:
+        steps.append(CallTool(tool, {key: str(path), "content": content}, when=user(marker)))
+        steps.append(Reply(text=reply, when=after_tool(marker)))
+    return steps
+
+
+def stop_steps(stall_after: int) -> tuple[Reply, ...]:
+    """The model's side of :func:`interrupt_then_go_on`."""
+    return (
+        Reply(
+            text="This is a long answer " * 20,
+            chunks=20,
+            stall_after=stall_after,
+            stall=60,
+            when=user("STOP-1"),
+        ),
+        Reply(text="Still here.", when=user("STOP-2")),
+    )
+
+
+async def interrupt_then_go_on(
+    c: Client, fake: FakeServer, session: str, streaming: Callable[[], None] = lambda: None
+) -> None:
+    """On a session scripted with :func:`stop_steps`: the turn is interrupted while it streams
+    (``streaming`` is called then) and ends as interrupted within 10 s; the next turn is
+    answered."""
+    await send_until_streaming(c, session, "STOP-1 write a lot")
+    streaming()
+    started = asyncio.get_running_loop().time()
+    frames = await interrupt(c, session)
+    assert asyncio.get_running_loop().time() - started < 10
+    fake.release()
+    assert_interrupted(frames)
+    after = await run_turn(c, session, "STOP-2 are you there")
+    assert text_of(after) == "Still here."
+
+
 def kill_steps(stall_after: int) -> tuple[Reply, ...]:
     """The model's side of :func:`kill_then_resume`."""
     return (
@@ -416,6 +492,22 @@ async def kill_then_resume(
     assert text_of(again) == "Back again."
     assert of(again, "session_end")[-1]["agent_session_id"] == sid
     assert fake.agent_requests[-1].contains("Remember KILL-42.")  # resumed with history
+
+
+async def killed_then_interrupted(
+    c: Client, agent: str, project: Path, started: Callable[[dict[str, Any]], bool]
+) -> tuple[Frames, Frames]:
+    """With a fake CLI replaying recorded output (:data:`FAKE_CLIS`): "die now" is killed
+    mid-turn (the turn ends with one ``agent_crashed`` error, the daemon goes on), then "slow
+    please" is interrupted once ``started`` sees its first block. Both turns."""
+    session, _ = await create(c, agent, project)
+    killed = await run_turn(c, session, "die now")
+    assert [e["code"] for e in of(killed, "error")] == ["agent_crashed"]
+    assert of(killed, "session_end")[-1]["reason"] == "error"
+    assert await c.request("ping") == {}
+    await c.request("session.send", session=session, text="slow please")
+    await wait_for_block(c, session, started)
+    return killed, await interrupt(c, session)
 
 
 async def reset_turn(

@@ -29,7 +29,6 @@ from tests.harness import (
     detected,
     finish_turn,
     kill_agent,
-    make_project,
     of,
     run_turn,
     user,
@@ -124,10 +123,9 @@ def agent(request: pytest.FixtureRequest) -> Agent:
 
 
 async def test_streamed_answer_tool_call_and_edit_as_diff(
-    agent: Agent, harness: Harness, fakes: dict[str, FakeServer], tmp_path: Path
+    agent: Agent, harness: Harness, fakes: dict[str, FakeServer], project: Path
 ) -> None:
     fake = fakes[agent.name]
-    project = make_project(tmp_path / "project")
     tool, args = agent.shell
     write_tool, write_args = agent.write(project)
     fake.script(

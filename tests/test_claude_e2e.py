@@ -5,7 +5,6 @@ second daemon with a 3 s idle timeout serves the stall and missing-binary cases.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from pathlib import Path
@@ -145,27 +144,13 @@ async def test_task_tools_become_a_plan(
 async def test_interrupt_mid_turn_then_the_same_process_goes_on(
     harness: CliHarness, fake: FakeAnthropic, project: Path
 ) -> None:
-    fake.rescript(
-        Reply(
-            text="This is a long answer " * 20,
-            chunks=20,
-            stall_after=4,
-            stall=60,
-            when=user("STOP-1"),
-        ),
-        Reply(text="Still here.", when=user("STOP-2")),
-    )
+    fake.rescript(*realcli_session.stop_steps(stall_after=4))
+    pids: list[int] = []
     async with harness.client() as c:
         session, _ = await create(c, "claude", project)
-        await realcli_session.send_until_streaming(c, session, "STOP-1 write a lot")
-        pids = harness.child_pids(harness.cli.binary)
-        started = asyncio.get_running_loop().time()
-        frames = await realcli_session.interrupt(c, session)
-        assert asyncio.get_running_loop().time() - started < 10
-        fake.release()
-        realcli_session.assert_interrupted(frames)
-        after = await run_turn(c, session, "STOP-2 are you there")
-        assert text_of(after) == "Still here."
+        await realcli_session.interrupt_then_go_on(
+            c, fake, session, lambda: pids.extend(harness.child_pids(harness.cli.binary))
+        )
         assert harness.child_pids(harness.cli.binary) == pids  # not restarted
 
 

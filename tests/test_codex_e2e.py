@@ -9,7 +9,6 @@ so that commands and patches ask the client first.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from collections.abc import Callable
@@ -131,26 +130,10 @@ async def test_update_plan_becomes_a_plan(
 
 
 async def test_interrupt_mid_turn(harness: CliHarness, fake: FakeResponses, project: Path) -> None:
-    fake.rescript(
-        Reply(
-            text="This is a long answer " * 20,
-            chunks=20,
-            stall_after=5,
-            stall=60,
-            when=user("STOP-1"),
-        ),
-        Reply(text="Still here.", when=user("STOP-2")),
-    )
+    fake.rescript(*realcli_session.stop_steps(stall_after=5))
     async with harness.client() as c:
         session, _ = await create(c, "codex", project)
-        await realcli_session.send_until_streaming(c, session, "STOP-1 write a lot")
-        started = asyncio.get_running_loop().time()
-        frames = await realcli_session.interrupt(c, session)
-        assert asyncio.get_running_loop().time() - started < 10
-        fake.release()
-        realcli_session.assert_interrupted(frames)
-        after_turn = await run_turn(c, session, "STOP-2 are you there")
-        assert text_of(after_turn) == "Still here."
+        await realcli_session.interrupt_then_go_on(c, fake, session)
 
 
 async def test_sigkill_mid_turn_ends_the_turn_and_the_next_turn_resumes(

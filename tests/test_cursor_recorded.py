@@ -23,15 +23,13 @@ from tests.harness import (
     deltas,
     of,
     run_turn,
-    wait_for_block,
 )
 from tests.wsclient import text_of
 
-FAKE = Path(__file__).parent / "fakes_cli" / "cursor-agent"
 pytestmark = pytest.mark.timeout(120)
 
 
-harness = realcli_session.recorded_fixture("cursor", FAKE)
+harness = realcli_session.recorded_fixture("cursor")
 
 
 async def test_partial_stream_shows_the_text_once_and_the_next_turn_resumes(
@@ -90,16 +88,10 @@ async def test_killed_mid_turn_then_interrupted_mid_turn(
     harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
-        session, _ = await create(c, "cursor", project)
-        frames = await run_turn(c, session, "die now")
-        assert [e["code"] for e in of(frames, "error")] == ["agent_crashed"]
-        end = of(frames, "session_end")[-1]
-        assert end["reason"] == "error" and end["exit_code"] == -9
-        assert await c.request("ping") == {}
-
-        await c.request("session.send", session=session, text="slow please")
-        await wait_for_block(c, session, lambda b: b["type"] == "thinking")
-        frames = await realcli_session.interrupt(c, session)
+        killed, frames = await realcli_session.killed_then_interrupted(
+            c, "cursor", project, lambda b: b["type"] == "thinking"
+        )
+        assert of(killed, "session_end")[-1]["exit_code"] == -9
         assert of(frames, "session_end")[-1]["reason"] == "interrupted"
         assert all(b["done"] for b in of(frames, "thinking")[-1:])
 
@@ -131,7 +123,7 @@ async def test_binary_gone_between_turns_ends_the_turn_with_an_error(
 ) -> None:
     link = tmp_path / "bin" / "cursor-agent"
     link.parent.mkdir()
-    link.symlink_to(FAKE)
+    link.symlink_to(realcli_session.FAKE_CLIS["cursor"])
     h = Harness(tmp_path / "daemon", {}, agent_toml("cursor", str(link)))
     try:
         async with h.client() as c:

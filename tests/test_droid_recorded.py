@@ -18,15 +18,13 @@ from tests.harness import (
     create,
     of,
     run_turn,
-    wait_for_block,
 )
 from tests.wsclient import text_of
 
-FAKE = Path(__file__).parent / "fakes_cli" / "droid"
 pytestmark = pytest.mark.timeout(120)
 
 
-harness = realcli_session.recorded_fixture("droid", FAKE, "idle_timeout = 20\n")
+harness = realcli_session.recorded_fixture("droid", "idle_timeout = 20\n")
 
 
 async def test_second_turn_resumes_with_dash_s_under_the_same_session_id(
@@ -79,24 +77,17 @@ async def test_tool_and_created_file(harness: RecordedHarness, project: Path) ->
 async def test_refused_command_ends_the_turn_with_an_error(
     harness: RecordedHarness, project: Path
 ) -> None:
-    async with harness.client() as c:
-        session, _ = await create(c, "droid", project)
-        frames = await run_turn(c, session, "denied please")
-        assert [e["code"] for e in of(frames, "error")] == ["agent_error"]
-        end = of(frames, "session_end")[-1]
-        assert end["reason"] == "error" and end["exit_code"] == 1
+    frames = await realcli_session.first_turn(harness, "droid", project, "denied please")
+    assert [e["code"] for e in of(frames, "error")] == ["agent_error"]
+    end = of(frames, "session_end")[-1]
+    assert end["reason"] == "error" and end["exit_code"] == 1
 
 
 async def test_killed_mid_turn_and_interrupted_mid_turn(
     harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
-        session, _ = await create(c, "droid", project)
-        frames = await run_turn(c, session, "die now")
-        assert [e["code"] for e in of(frames, "error")] == ["agent_crashed"]
-        assert of(frames, "session_end")[-1]["reason"] == "error"
-        assert await c.request("ping") == {}
-
-        await c.request("session.send", session=session, text="slow please")
-        await wait_for_block(c, session, lambda b: b["type"] in ("thinking", "text"))
-        realcli_session.assert_interrupted(await realcli_session.interrupt(c, session))
+        _, frames = await realcli_session.killed_then_interrupted(
+            c, "droid", project, lambda b: b["type"] in ("thinking", "text")
+        )
+        realcli_session.assert_interrupted(frames)

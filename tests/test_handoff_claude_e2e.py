@@ -12,33 +12,24 @@ import asyncio
 from typing import Any
 
 from tests import handoffstory as story
-from tests.fakes import FakeAnthropic
-from tests.handoffapp import App
-from tests.realcli_handoff import (
-    first_terminal_turn,
-    handoff_marks,
-    resume_in_terminal,
-    world_fixture,
-)
+from tests import realcli_handoff
 
-pytestmark = handoff_marks("claude")
+pytestmark = realcli_handoff.handoff_marks("claude")
 
 #: What the daemon needs from the user's Claude environment (the fake endpoint, the config dir).
 AGENT_ENV = ("ANTHROPIC_", "CLAUDE_", "DISABLE_")
 
 
-world = world_fixture("claude", AGENT_ENV, model=False)
+world = realcli_handoff.world_fixture("claude", AGENT_ENV, model=False)
 
 
 async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     world: dict[str, Any],
 ) -> None:
-    srv: FakeAnthropic = world["srv"]
-    work, term = world["work"], world["term"]
-    app: App = world["app"]
+    srv, work, term, app = realcli_handoff.parts(world)
 
     # 1. A session started in the terminal shows up in sessions.list, owned by the terminal.
-    external = await first_terminal_turn(world, ["claude"], "auto mode")
+    external = await realcli_handoff.first_terminal_turn(world, ["claude"], "auto mode")
     assert external["title"] == "first terminal prompt"
     sid = external["agent_session_id"]
 
@@ -72,7 +63,7 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
 
     # 5. session.handoff gives the command; run in a terminal it continues the conversation,
     #    which the app sees through the mirror, and the bridge takes it back at exit.
-    await resume_in_terminal(world, session, ["claude", "--resume", sid])
+    await realcli_handoff.resume_in_terminal(world, session, ["claude", "--resume", sid])
     term.type("after the handoff")
     await story.terminal_turn_after_handoff(app, srv, session)
 

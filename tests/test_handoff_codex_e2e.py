@@ -16,17 +16,10 @@ from typing import Any
 
 from bridge.handoff import procscan
 from tests import handoffstory as story
-from tests.fakes import FakeResponses
-from tests.handoffapp import App
-from tests.realcli_handoff import (
-    first_terminal_turn,
-    handoff_marks,
-    resume_in_terminal,
-    world_fixture,
-)
+from tests import realcli_handoff
 from tests.tmuxterm import Tmux
 
-pytestmark = handoff_marks("codex")
+pytestmark = realcli_handoff.handoff_marks("codex")
 
 
 def kill_strays(marker: str) -> None:
@@ -48,24 +41,23 @@ def strays(env: Mapping[str, str]) -> None:
     kill_strays(env["CODEX_HOME"])
 
 
-world = world_fixture("codex", ("CODEX_HOME", "FAKE_API_KEY"), cleanup=strays)
+world = realcli_handoff.world_fixture("codex", ("CODEX_HOME", "FAKE_API_KEY"), cleanup=strays)
 
 
 async def test_codex_terminal_and_app_take_turns_on_one_conversation(
     world: dict[str, Any],
 ) -> None:
-    srv: FakeResponses = world["srv"]
-    work, term = world["work"], world["term"]
-    app: App = world["app"]
+    srv, _, term, app = realcli_handoff.parts(world)
 
     # 1. A thread started in the terminal is listed, owned while the TUI has it loaded.
-    external = await first_terminal_turn(world, ["codex", "--no-daemon"], "Ask Codex")
+    external = await realcli_handoff.first_terminal_turn(
+        world, ["codex", "--no-daemon"], "Ask Codex"
+    )
     assert external["title"] == "first terminal prompt"
     sid = external["agent_session_id"]
 
     # 2. Attach: parked, and the terminal's next turn reaches the app through the mirror.
-    session, _ = await story.attach_parked(app, "codex", sid, work)
-    await story.terminal_turn_mirrored(app, term, session)
+    session = await realcli_handoff.attach_mirrored(world, sid)
 
     # 3. The app's message waits while the TUI holds the thread.
     await story.app_message_waits(app, srv, session, client_msg_id="app-1")
@@ -77,7 +69,7 @@ async def test_codex_terminal_and_app_take_turns_on_one_conversation(
 
     # 5. Continue in a terminal with the command the bridge gives; the app mirrors it.
     argv = ["codex", "--no-daemon", "resume", sid]
-    await resume_in_terminal(world, session, argv)
+    await realcli_handoff.resume_in_terminal(world, session, argv)
     term.wait_for("Ask Codex", 60)
     await asyncio.sleep(1)  # keys typed while the TUI still loads are lost
     term.type("after the handoff")

@@ -11,21 +11,14 @@ import asyncio
 from typing import Any
 
 from tests import handoffstory as story
-from tests.fakes import FakeChat
-from tests.handoffapp import App
-from tests.realcli_handoff import (
-    first_terminal_turn,
-    handoff_marks,
-    resume_in_terminal,
-    world_fixture,
-)
+from tests import realcli_handoff
 from tests.tmuxterm import Tmux
 
-pytestmark = handoff_marks("opencode")
+pytestmark = realcli_handoff.handoff_marks("opencode")
 
 
 # The handoff hooks read the database where the user's OpenCode keeps it.
-world = world_fixture("opencode", ("XDG_DATA_HOME", "OPENCODE_"))
+world = realcli_handoff.world_fixture("opencode", ("XDG_DATA_HOME", "OPENCODE_"))
 
 
 async def quit_tui(term: Tmux) -> None:
@@ -39,15 +32,12 @@ async def quit_tui(term: Tmux) -> None:
 async def test_opencode_terminal_and_app_take_turns_on_one_conversation(
     world: dict[str, Any],
 ) -> None:
-    srv: FakeChat = world["srv"]
-    work, term = world["work"], world["term"]
-    app: App = world["app"]
+    srv, _, term, app = realcli_handoff.parts(world)
 
-    external = await first_terminal_turn(world, ["opencode"], "ctrl+p", settle=1)
+    external = await realcli_handoff.first_terminal_turn(world, ["opencode"], "ctrl+p", settle=1)
     sid = external["agent_session_id"]
 
-    session, _ = await story.attach_parked(app, "opencode", sid, work)
-    await story.terminal_turn_mirrored(app, term, session)
+    session = await realcli_handoff.attach_mirrored(world, sid)
 
     await story.app_message_waits(app, srv, session)
 
@@ -55,7 +45,7 @@ async def test_opencode_terminal_and_app_take_turns_on_one_conversation(
     end = await story.bridge_answers_queued(app, srv, session)
     assert end["agent_session_id"] == sid
 
-    await resume_in_terminal(world, session, ["opencode", "-s", sid])
+    await realcli_handoff.resume_in_terminal(world, session, ["opencode", "-s", sid])
     await asyncio.sleep(1)
     term.type("after the handoff")
     await story.terminal_turn_after_handoff(app, srv, session)

@@ -12,17 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from tests import handoffstory as story
-from tests import realcli
-from tests.fakes import FakeChat
-from tests.handoffapp import App
-from tests.realcli_handoff import (
-    first_terminal_turn,
-    handoff_marks,
-    resume_in_terminal,
-    world_fixture,
-)
+from tests import realcli, realcli_handoff
 
-pytestmark = handoff_marks("pi")
+pytestmark = realcli_handoff.handoff_marks("pi")
 
 
 def default_to_the_fake_model(env: dict[str, str]) -> None:
@@ -32,22 +24,21 @@ def default_to_the_fake_model(env: dict[str, str]) -> None:
     )
 
 
-world = world_fixture("pi", ("PI_CODING_AGENT_DIR", "PATH"), prepare=default_to_the_fake_model)
+world = realcli_handoff.world_fixture(
+    "pi", ("PI_CODING_AGENT_DIR", "PATH"), prepare=default_to_the_fake_model
+)
 
 
 async def test_pi_terminal_and_app_take_turns_on_one_conversation(
     world: dict[str, Any],
 ) -> None:
-    srv: FakeChat = world["srv"]
-    work, term = world["work"], world["term"]
-    app: App = world["app"]
+    srv, _, term, app = realcli_handoff.parts(world)
 
-    external = await first_terminal_turn(world, ["pi"], realcli.MODEL, settle=1)
+    external = await realcli_handoff.first_terminal_turn(world, ["pi"], realcli.MODEL, settle=1)
     assert external["title"] == "first terminal prompt"
     sid = external["agent_session_id"]
 
-    session, _ = await story.attach_parked(app, "pi", sid, work)
-    await story.terminal_turn_mirrored(app, term, session)
+    session = await realcli_handoff.attach_mirrored(world, sid)
 
     await story.app_message_waits(app, srv, session)
 
@@ -58,7 +49,7 @@ async def test_pi_terminal_and_app_take_turns_on_one_conversation(
     end = await story.bridge_answers_queued(app, srv, session)
     assert end["agent_session_id"] == sid
 
-    await resume_in_terminal(world, session, ["pi", "--session", sid])
+    await realcli_handoff.resume_in_terminal(world, session, ["pi", "--session", sid])
     await asyncio.sleep(1)
     term.type("after the handoff")
     await story.terminal_turn_after_handoff(app, srv, session)

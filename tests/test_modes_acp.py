@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests import realcli_session
-from tests.fakes import CallTool, Reply
-from tests.harness import after_tool, detected, make_project, of, run_turn, user
+from tests.harness import detected, of, run_turn
 from tests.realcli_session import CliHarness
 
 pytestmark = realcli_session.suite_marks("gemini", timeout=240)
@@ -18,24 +17,14 @@ gemini = realcli_session.daemon_fixture("gemini")
 
 
 async def test_gemini_plan_mode_does_not_write_then_auto_edit_writes_without_asking(
-    gemini: CliHarness, tmp_path: Path
+    gemini: CliHarness, project: Path
 ) -> None:
-    project = make_project(tmp_path / "project")
     planned, accepted = project / "planned.txt", project / "accepted.txt"
-    gemini.fake.script(
-        CallTool(
-            "write_file",
-            {"file_path": str(planned), "content": "planned\n"},
-            when=user("MODE-PLAN"),
-        ),
-        Reply(text="Not in plan mode.", when=after_tool("MODE-PLAN")),
-        CallTool(
-            "write_file",
-            {"file_path": str(accepted), "content": "accepted\n"},
-            when=user("MODE-EDIT"),
-        ),
-        Reply(text="Written.", when=after_tool("MODE-EDIT")),
-    )
+    writes = [
+        ("MODE-PLAN", planned, "planned\n", "Not in plan mode."),
+        ("MODE-EDIT", accepted, "accepted\n", "Written."),
+    ]
+    gemini.fake.script(*realcli_session.write_steps("write_file", "file_path", *writes))
     asked = realcli_session.Asked(kind="allow_once")
 
     async with gemini.client() as c:
@@ -43,17 +32,15 @@ async def test_gemini_plan_mode_does_not_write_then_auto_edit_writes_without_ask
         assert [m["id"] for m in entry["modes"]] == ["default", "autoEdit", "yolo", "plan"]
         session, obj = await realcli_session.create_in_mode(c, "gemini", project, "plan")
         assert obj["mode"] == "plan"
-        frames = await run_turn(c, session, "MODE-PLAN write planned.txt", answer=asked)
+        frames = await asked.unasked_turn(c, session, "MODE-PLAN write planned.txt")
         assert not planned.exists()
-        assert asked == [] and not of(frames, "permission_request")
         assert of(frames, "session_end")[-1]["reason"] == "completed"
 
         switched = await c.request("session.mode", session=session, mode="autoEdit")
         assert switched == {"mode": "autoEdit", "live": True}
-        frames = await run_turn(c, session, "MODE-EDIT write accepted.txt", answer=asked)
+        frames = await asked.unasked_turn(c, session, "MODE-EDIT write accepted.txt")
         assert not of(frames, "agent_info")  # the same process, switched live
         assert accepted.read_text() == "accepted\n"
-        assert asked == [] and not of(frames, "permission_request")
         listed = await c.request("sessions.list", include_external=False)
         assert next(s for s in listed["sessions"] if s["session"] == session)["mode"] == (
             "autoEdit"
@@ -64,16 +51,11 @@ qwen = realcli_session.daemon_fixture("qwen")
 
 
 async def test_an_acp_agent_without_declared_modes_lists_and_switches_the_ones_it_reports(
-    qwen: CliHarness, tmp_path: Path
+    qwen: CliHarness, project: Path
 ) -> None:
-    project = make_project(tmp_path / "project")
     planned, done = project / "planned.txt", project / "yolo.txt"
-    qwen.fake.script(
-        CallTool("write_file", {"file_path": str(planned), "content": "p\n"}, when=user("QW-PLAN")),
-        Reply(text="Planned only.", when=after_tool("QW-PLAN")),
-        CallTool("write_file", {"file_path": str(done), "content": "y\n"}, when=user("QW-YOLO")),
-        Reply(text="Written.", when=after_tool("QW-YOLO")),
-    )
+    writes = [("QW-PLAN", planned, "p\n", "Planned only."), ("QW-YOLO", done, "y\n", "Written.")]
+    qwen.fake.script(*realcli_session.write_steps("write_file", "file_path", *writes))
     asked = realcli_session.Asked(kind="reject_once")
 
     async with qwen.client() as c:
@@ -93,26 +75,19 @@ async def test_an_acp_agent_without_declared_modes_lists_and_switches_the_ones_i
             "mode": "yolo",
             "live": True,
         }
-        asked.clear()
-        frames = await run_turn(c, session, "QW-YOLO write yolo.txt", answer=asked, timeout=120)
+        await asked.unasked_turn(c, session, "QW-YOLO write yolo.txt", timeout=120)
         assert done.read_text() == "y\n"
-        assert asked == [] and not of(frames, "permission_request")
 
 
 hermes = realcli_session.daemon_fixture("hermes")
 
 
 async def test_hermes_default_asks_then_accept_edits_writes_without_asking(
-    hermes: CliHarness, tmp_path: Path
+    hermes: CliHarness, project: Path
 ) -> None:
-    project = make_project(tmp_path / "project")
     refused, accepted = project / "refused.txt", project / "accepted.txt"
-    hermes.fake.script(
-        CallTool("write_file", {"path": str(refused), "content": "r\n"}, when=user("HM-ASK")),
-        Reply(text="Not written.", when=after_tool("HM-ASK")),
-        CallTool("write_file", {"path": str(accepted), "content": "a\n"}, when=user("HM-ACC")),
-        Reply(text="Written.", when=after_tool("HM-ACC")),
-    )
+    writes = [("HM-ASK", refused, "r\n", "Not written."), ("HM-ACC", accepted, "a\n", "Written.")]
+    hermes.fake.script(*realcli_session.write_steps("write_file", "path", *writes))
     asked = realcli_session.Asked(kind="reject_once")
 
     async with hermes.client() as c:
@@ -123,7 +98,5 @@ async def test_hermes_default_asks_then_accept_edits_writes_without_asking(
         assert asked and not refused.exists()
         switched = await c.request("session.mode", session=session, mode="accept_edits")
         assert switched == {"mode": "accept_edits", "live": True}
-        asked.clear()
-        frames = await run_turn(c, session, "HM-ACC write accepted.txt", answer=asked, timeout=120)
+        await asked.unasked_turn(c, session, "HM-ACC write accepted.txt", timeout=120)
         assert accepted.read_text() == "a\n"
-        assert asked == [] and not of(frames, "permission_request")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests import realcli_session
-from tests.fakes import CallTool, FakeChat, Reply
-from tests.harness import Harness, after_tool, make_project, of, run_turn, user
+from tests.fakes import FakeChat
+from tests.harness import Harness, of, run_turn
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
 
@@ -20,17 +20,12 @@ cli, fake, harness = realcli_session.module_fixtures("opencode", "kilo")
 
 
 async def test_plan_does_not_write_then_build_writes_without_asking(
-    cli: str, harness: Harness, fake: FakeChat, tmp_path: Path
+    cli: str, harness: Harness, fake: FakeChat, project: Path
 ) -> None:
-    project = make_project(tmp_path / "project")
     planned, built = project / "planned.txt", project / "built.txt"
 
-    fake.script(
-        CallTool("write", {"filePath": str(planned), "content": "p\n"}, when=user("OC-PLAN")),
-        Reply(text="Plan only.", when=after_tool("OC-PLAN")),
-        CallTool("write", {"filePath": str(built), "content": "built\n"}, when=user("OC-BUILD")),
-        Reply(text="Built.", when=after_tool("OC-BUILD")),
-    )
+    writes = [("OC-PLAN", planned, "p\n", "Plan only."), ("OC-BUILD", built, "built\n", "Built.")]
+    fake.script(*realcli_session.write_steps("write", "filePath", *writes))
     asked = realcli_session.Asked(kind="reject_once")
 
     async with harness.client() as c:
@@ -42,7 +37,5 @@ async def test_plan_does_not_write_then_build_writes_without_asking(
         assert any("OC-PLAN" in r.view.last_user_text for r in fake.agent_requests)
         switched = await c.request("session.mode", session=session, mode="build")
         assert switched == {"mode": "build", "live": False}
-        asked.clear()
-        frames = await run_turn(c, session, "OC-BUILD write it", answer=asked, timeout=180)
+        await asked.unasked_turn(c, session, "OC-BUILD write it", timeout=180)
         assert built.read_text() == "built\n"
-        assert asked == [] and not of(frames, "permission_request")

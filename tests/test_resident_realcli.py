@@ -78,13 +78,10 @@ def claude(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCli]:
 
 
 async def test_claude_idle_stop_then_the_next_turn_resumes_the_conversation(
-    claude: RealCli, tmp_path: Path
+    claude: RealCli, tmp_path: Path, project: Path
 ) -> None:
-    fake = claude.fake
-    h = claude.daemon(tmp_path / "daemon", keys=residency(idle_stop_s=2))
-    try:
-        project = make_project(tmp_path / "project")
-        fake.rescript(
+    with claude.running(tmp_path / "daemon", keys=residency(idle_stop_s=2)) as h:
+        h.fake.rescript(
             Reply(text="First answer 5821.", when=user("IDLE-ONE")),
             Reply(text="Second answer.", when=user("IDLE-TWO")),
         )
@@ -104,17 +101,13 @@ async def test_claude_idle_stop_then_the_next_turn_resumes_the_conversation(
             assert text_of(second) == "Second answer."
             assert of(second, "session_end")[-1]["agent_session_id"] == sid
             assert not [b for b in of(second, "system") if b["code"] == "session_reset"]
-            assert fake.agent_requests[-1].contains("First answer 5821.")  # same conversation
+            assert h.fake.agent_requests[-1].contains("First answer 5821.")  # same conversation
             assert (await listed(c))[session]["resident"] is True
-    finally:
-        h.stop()
 
 
 async def test_claude_cap_stops_the_longest_idle_first(claude: RealCli, tmp_path: Path) -> None:
-    fake = claude.fake
-    h = claude.daemon(tmp_path / "daemon", keys=residency(idle_stop_s=600, max_processes=2))
-    try:
-        fake.rescript(
+    with claude.running(tmp_path / "daemon", keys=residency(idle_stop_s=600, max_processes=2)) as h:
+        h.fake.rescript(
             *(Reply(text=f"Answer {n} for LRU.", when=user(f"LRU-{n} ")) for n in "ABC"),
             Reply(text="A is back.", when=user("LRU-A-AGAIN")),
         )
@@ -139,15 +132,13 @@ async def test_claude_cap_stops_the_longest_idle_first(claude: RealCli, tmp_path
 
             again = await run_turn(c, sessions["A"], "LRU-A-AGAIN remember?")
             assert text_of(again) == "A is back."
-            assert fake.agent_requests[-1].contains("Answer A for LRU.")
+            assert h.fake.agent_requests[-1].contains("Answer A for LRU.")
 
             async def b_stopped() -> bool:
                 state = await listed(c)
                 return [state[sessions[n]]["resident"] for n in "ABC"] == [True, False, True]
 
             await poll(b_stopped, what="B (now the longest idle) to be stopped")
-    finally:
-        h.stop()
 
 
 async def _count(h: Harness, n: int) -> bool:
@@ -155,13 +146,10 @@ async def _count(h: Harness, n: int) -> bool:
 
 
 async def test_claude_pending_permission_and_queued_message_are_never_stopped(
-    claude: RealCli, tmp_path: Path
+    claude: RealCli, tmp_path: Path, project: Path
 ) -> None:
-    fake = claude.fake
-    h = claude.daemon(tmp_path / "daemon", keys=residency(idle_stop_s=1))
-    try:
-        project = make_project(tmp_path / "project")
-        fake.rescript(
+    with claude.running(tmp_path / "daemon", keys=residency(idle_stop_s=1)) as h:
+        h.fake.rescript(
             CallTool(
                 "Bash",
                 {"command": "touch busy.txt", "description": "Create a file"},
@@ -198,8 +186,6 @@ async def test_claude_pending_permission_and_queued_message_are_never_stopped(
             # both turns ran on the process that was running when the permission was asked
             assert not [b for b in of(second, "agent_info")]
             await stopped(c, h, session)
-    finally:
-        h.stop()
 
 
 # ---- Hermes and Gemini over ACP, and OpenCode ------------------------------------------------
@@ -230,10 +216,9 @@ async def _idle_stop_and_resume(h: Harness, chat: FakeServer, agent: str, projec
 
 
 @pytest.mark.parametrize("agent", ["hermes", "opencode", "gemini"])
-async def test_idle_stop_then_resume(agent: str, tmp_path: Path) -> None:
-    with realcli_session.fake_server(agent) as fake:
-        h = RealCli(agent, tmp_path, fake).daemon(keys=residency(3))
-        try:
-            await _idle_stop_and_resume(h, fake, agent, make_project(tmp_path / "project"))
-        finally:
-            h.stop()
+async def test_idle_stop_then_resume(agent: str, tmp_path: Path, project: Path) -> None:
+    with (
+        realcli_session.fake_server(agent) as fake,
+        RealCli(agent, tmp_path, fake).running(keys=residency(3)) as h,
+    ):
+        await _idle_stop_and_resume(h, fake, agent, project)
