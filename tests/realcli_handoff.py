@@ -129,3 +129,32 @@ async def resume_in_terminal(world: dict[str, Any], session: str, argv: list[str
     world["term"].respawn(command["argv"], env=world["env"], cwd=command["cwd"])
     await app.state(session, "parked", "terminal")
     world["term"].wait_for("Bridge answer three.", 60)  # the resumed history is on screen
+
+
+async def quit_tui(term: Tmux, pause: float = 0.5) -> None:
+    """Quit the TUI with Ctrl-C (twice, ``pause`` seconds apart, unless it is gone already)."""
+    term.keys("C-c")
+    await asyncio.sleep(pause)
+    if not term.dead():
+        term.keys("C-c")
+    term.wait_exit(30)
+
+
+async def queued_then_handed_off(
+    world: dict[str, Any], session: str, sid: str, argv: list[str], pause: float = 0.5
+) -> None:
+    """The rest of the story for a TUI that keeps no lock: the app's message waits while the
+    terminal has the session; once the TUI quits the bridge answers it in the same agent session;
+    the handoff's command ``argv`` continues it in the terminal, seen through the mirror; once
+    that quits, the bridge has the session back."""
+    srv, _, term, app = parts(world)
+    await story.app_message_waits(app, srv, session)
+    await quit_tui(term, pause)
+    end = await story.bridge_answers_queued(app, srv, session)
+    assert end["agent_session_id"] == sid
+    await resume_in_terminal(world, session, argv)
+    await asyncio.sleep(1)  # keys typed while the TUI still loads are lost
+    term.type("after the handoff")
+    await story.terminal_turn_after_handoff(app, srv, session)
+    await quit_tui(term, pause)
+    await app.state(session, "idle", "bridge")

@@ -32,6 +32,7 @@ from tests.harness import (
     RecordedHarness,
     after_tool,
     agent_toml,
+    assert_tool_calls_paired,
     create,
     daemon_env,
     deltas,
@@ -340,9 +341,33 @@ async def tool_turn(
 ) -> Frames:
     """:func:`one_turn` in which the model makes ``call``, then answers ``reply`` once the
     tool's result is back."""
-    return await one_turn(
-        harness, project, prompt, [call, Reply(text=reply, when="tool_result")], **turn
+    return await one_turn(harness, project, prompt, then_reply(call, reply), **turn)
+
+
+async def denied_touch(harness: CliHarness, project: Path, tool: str, args: Any) -> dict[str, Any]:
+    """A turn in which the model calls ``tool`` with ``args`` to ``touch denied.txt`` and the
+    app denies it: the call ends in an error with an error result, no file is made, and the
+    model's answer comes through. The permission request (there is one)."""
+    frames = await tool_turn(
+        harness,
+        project,
+        "DENY-1 create denied.txt",
+        CallTool(tool, args, when=user("DENY-1")),
+        "OK, I did not create it.",
+        answer="deny",
     )
+    assert_tool_calls_paired(frames)
+    (request,) = of(frames, "permission_request")
+    final = [b for b in of(frames, "tool_call") if b["status"] != "running"]
+    assert final[0]["status"] == "error" and of(frames, "tool_result")[0]["is_error"]
+    assert not (project / "denied.txt").exists()
+    assert text_of(frames) == "OK, I did not create it."
+    return request
+
+
+def then_reply(call: CallTool, reply: str) -> list[Step]:
+    """The model makes ``call``, then answers ``reply`` once the tool's result is back."""
+    return [call, Reply(text=reply, when="tool_result")]
 
 
 #: the answers of :func:`plain_turns`
@@ -431,16 +456,16 @@ def write_steps(tool: str, key: str, *writes: tuple[str, Path, str, str]) -> lis
     return steps
 
 
+def stalling(text: str, marker: str, chunks: int, stall_after: int) -> Reply:
+    """A reply to the user's message carrying ``marker`` that streams ``text`` in ``chunks``
+    and stalls for a minute after ``stall_after`` of them (until the fake is released)."""
+    return Reply(text=text, chunks=chunks, stall_after=stall_after, stall=60, when=user(marker))
+
+
 def stop_steps(stall_after: int) -> tuple[Reply, ...]:
     """The model's side of :func:`interrupt_then_go_on`."""
     return (
-        Reply(
-            text="This is a long answer " * 20,
-            chunks=20,
-            stall_after=stall_after,
-            stall=60,
-            when=user("STOP-1"),
-        ),
+        stalling("This is a long answer " * 20, "STOP-1", 20, stall_after),
         Reply(text="Still here.", when=user("STOP-2")),
     )
 
@@ -466,23 +491,25 @@ def kill_steps(stall_after: int) -> tuple[Reply, ...]:
     """The model's side of :func:`kill_then_resume`."""
     return (
         Reply(text="Remember KILL-42.", when=user("KILL-0")),
-        Reply(
-            text="I will be killed " * 20,
-            chunks=20,
-            stall_after=stall_after,
-            stall=60,
-            when=user("KILL-1"),
-        ),
+        stalling("I will be killed " * 20, "KILL-1", 20, stall_after),
         Reply(text="Back again.", when=user("KILL-2")),
     )
 
 
 async def kill_then_resume(
-    c: Client, fake: FakeServer, session: str, sid: str, kill: Callable[[], None]
+    c: Client,
+    fake: FakeServer,
+    session: str,
+    kill: Callable[[], None],
+    between: Callable[[], None] = lambda: None,
 ) -> None:
-    """On a session scripted with :func:`kill_steps` whose first turn gave agent session
-    ``sid``: ``kill`` kills the agent (SIGKILL) while it streams the next turn, which ends with
-    one crash error and exit code -9; the turn after it resumes ``sid`` with its history."""
+    """On a session scripted with :func:`kill_steps`: a first turn (``between`` is called after
+    it), then ``kill`` kills the agent (SIGKILL) while it streams the next turn, which ends with
+    one crash error and exit code -9; the turn after it resumes the first turn's agent session
+    with its history."""
+    first = await run_turn(c, session, "KILL-0 remember")
+    sid = of(first, "session_end")[-1]["agent_session_id"]
+    between()
     await send_until_streaming(c, session, "KILL-1 talk")
     kill()
     frames = await killed_turn(c, fake, session, timeout=30)
@@ -579,6 +606,24 @@ async def stall_past_idle_timeout(strict: CliHarness, project: Path) -> None:
             break
         await asyncio.sleep(0.1)
     assert not strict.child_pids(binary)
+
+
+async def missing_binary_turn(
+    strict: tuple[CliHarness, Path], project: Path, *before: str
+) -> Frames:
+    """On a daemon from :meth:`RealCli.strict_daemon`: a session, then its binary deleted (the
+    CLI uninstalled, moved), ``before`` sent, and a turn that ends in an error; the agent can
+    no longer start a session and its check fails (:func:`assert_unavailable`). The turn."""
+    h, link = strict
+    async with h.client() as c:
+        session, _ = await create(c, h.cli.agent, project)
+        link.unlink()
+        for text in before:
+            await c.request("session.send", session=session, text=text)
+        frames = await run_turn(c, session, "MISSING-1 hello", timeout=30)
+        assert of(frames, "session_end")[-1]["reason"] == "error"
+        await assert_unavailable(c, h.cli.agent, project, link)
+    return frames
 
 
 async def assert_unavailable(c: Client, agent: str, project: Path, link: Path) -> None:

@@ -10,7 +10,7 @@ reset, and the agent killed mid-turn (then the next turn brings it back).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests import realcli, realcli_session
-from tests.fakes import CallTool, FakeChat, FakeGemini, FakeServer, Reply
+from tests.fakes import CallTool, FakeServer, Reply
 from tests.harness import (
     Harness,
     after_tool,
@@ -46,34 +46,30 @@ WRITTEN = "made by the agent\n"
 @dataclass
 class Agent:
     name: str
-    binary: str | None
-    fake: type[FakeServer]
-    shell: tuple[str, dict[str, Any]]
-    write: Callable[[Path], tuple[str, dict[str, Any]]]
+    #: its shell tool
+    shell_tool: str
+    #: the argument of its ``write_file`` tool that names the file
+    path_key: str
+
+    @property
+    def binary(self) -> str | None:
+        return realcli.cli_bin(self.name)
+
+    @property
+    def shell(self) -> tuple[str, dict[str, Any]]:
+        return self.shell_tool, {"command": "echo hello-from-tool"}
+
+    def write(self, project: Path) -> tuple[str, dict[str, Any]]:
+        return "write_file", {self.path_key: str(project / "made.txt"), "content": WRITTEN}
 
 
 AGENTS = {
-    "gemini": Agent(
-        "gemini",
-        realcli.gemini_bin(),
-        FakeGemini,
-        ("run_shell_command", {"command": "echo hello-from-tool"}),
-        lambda p: ("write_file", {"file_path": str(p / "made.txt"), "content": WRITTEN}),
-    ),
-    "hermes": Agent(
-        "hermes",
-        realcli.hermes_bin(),
-        FakeChat,
-        ("terminal", {"command": "echo hello-from-tool"}),
-        lambda p: ("write_file", {"path": str(p / "made.txt"), "content": WRITTEN}),
-    ),
-    "qwen": Agent(
-        "qwen",
-        realcli.qwen_bin(),
-        FakeChat,
-        ("run_shell_command", {"command": "echo hello-from-tool"}),
-        lambda p: ("write_file", {"file_path": str(p / "made.txt"), "content": WRITTEN}),
-    ),
+    agent.name: agent
+    for agent in (
+        Agent("gemini", "run_shell_command", "file_path"),
+        Agent("hermes", "terminal", "path"),
+        Agent("qwen", "run_shell_command", "file_path"),
+    )
 }
 #: agent → (agent session id, project) of the first session, for the resume test
 FIRST_SESSION: dict[str, tuple[str, Path]] = {}
@@ -89,7 +85,7 @@ def reject_once(request: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def fakes() -> Iterator[dict[str, FakeServer]]:
-    servers = {name: agent.fake().start() for name, agent in AGENTS.items()}
+    servers = {name: realcli_session.fake_server(name).start() for name in AGENTS}
     yield servers
     for srv in servers.values():
         srv.stop()
@@ -213,15 +209,7 @@ async def test_resume_then_unknown_session_then_killed_mid_turn(
         fresh = end["agent_session_id"]
 
         # interrupted from the app while the model streams: the agent stops the turn and lives on
-        fake.script(
-            Reply(
-                text="A reply that goes on and on.",
-                chunks=6,
-                stall_after=2,
-                stall=60,
-                when=user("Go on and on"),
-            )
-        )
+        fake.script(realcli_session.stalling("A reply that goes on and on.", "Go on and on", 6, 2))
         try:
             frames = await realcli_session.send_until_streaming(
                 c, session, "Go on and on.", timeout=120
@@ -232,15 +220,8 @@ async def test_resume_then_unknown_session_then_killed_mid_turn(
         realcli_session.assert_interrupted(frames)
 
         # the agent is killed while it streams: the turn ends with an error, nothing hangs
-        fake.script(
-            Reply(
-                text="This answer never finishes, sadly.",
-                chunks=6,
-                stall_after=2,
-                stall=60,
-                when=user("Tell a long story"),
-            )
-        )
+        story = "This answer never finishes, sadly."
+        fake.script(realcli_session.stalling(story, "Tell a long story", 6, 2))
         try:
             frames = await realcli_session.send_until_streaming(
                 c, session, "Tell a long story.", timeout=120

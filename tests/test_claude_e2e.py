@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests import realcli, realcli_session
 from tests.fakes import CallTool, FakeAnthropic, Reply
-from tests.harness import assert_tool_calls_paired, create, deltas, of, run_turn, user
+from tests.harness import assert_tool_calls_paired, create, deltas, of, user
 from tests.realcli_session import CliHarness
 from tests.wsclient import text_of
 
@@ -98,22 +98,9 @@ async def test_permission_denied_from_the_client_stops_the_tool(
     harness: CliHarness, fake: FakeAnthropic, project: Path
 ) -> None:
     touch = {"command": "touch denied.txt", "description": "Create a file"}
-    frames = await realcli_session.tool_turn(
-        harness,
-        project,
-        "DENY-1 create denied.txt",
-        CallTool("Bash", touch, when=user("DENY-1")),
-        "OK, I did not create it.",
-        answer="deny",
-    )
-    assert_tool_calls_paired(frames)
-    (request,) = of(frames, "permission_request")
+    request = await realcli_session.denied_touch(harness, project, "Bash", touch)
     assert request["title"] == "Allow Bash: touch denied.txt?"
     assert {o["kind"] for o in request["options"]} >= {"allow_once", "reject_once"}
-    final = [b for b in of(frames, "tool_call") if b["status"] != "running"]
-    assert final[0]["status"] == "error" and of(frames, "tool_result")[0]["is_error"]
-    assert not (project / "denied.txt").exists()
-    assert text_of(frames) == "OK, I did not create it."
 
 
 async def test_task_tools_become_a_plan(
@@ -161,27 +148,18 @@ async def test_sigkill_mid_turn_ends_the_turn_and_the_next_turn_resumes(
     async with harness.client() as c:
         others = set(harness.child_pids(harness.cli.binary))  # earlier sessions' processes
         session, _ = await create(c, "claude", project)
-        first = await run_turn(c, session, "KILL-0 remember")
 
         def kill() -> None:
             (pid,) = set(harness.child_pids(harness.cli.binary)) - others  # this session's claude
             os.kill(pid, signal.SIGKILL)
 
-        sid = of(first, "session_end")[-1]["agent_session_id"]
-        await realcli_session.kill_then_resume(c, fake, session, sid, kill)
+        await realcli_session.kill_then_resume(c, fake, session, kill)
 
 
 async def test_a_missing_binary_is_a_clear_error(
     strict: tuple[CliHarness, Path], project: Path
 ) -> None:
-    h, link = strict
-    async with h.client() as c:
-        session, _ = await create(c, "claude", project)
-        link.unlink()  # the CLI disappears (uninstalled, moved)
-        await c.request("session.send", session=session, text="/model haiku")
-        frames = await run_turn(c, session, "MISSING-1 hello", timeout=30)
-        error = next(e for e in of(frames, "error"))
-        assert error["code"] == "agent_unavailable" and str(link) in error["message"]
-        assert "does not exist" in error["message"]
-        assert of(frames, "session_end")[-1]["reason"] == "error"
-        await realcli_session.assert_unavailable(c, "claude", project, link)
+    frames = await realcli_session.missing_binary_turn(strict, project, "/model haiku")
+    error = next(e for e in of(frames, "error"))
+    assert error["code"] == "agent_unavailable" and str(strict[1]) in error["message"]
+    assert "does not exist" in error["message"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests import realcli, realcli_session
 from tests.fakes import CallTool, FakeResponses, RecordedRequest, Reply
-from tests.harness import assert_tool_calls_paired, create, of, run_turn, user
+from tests.harness import assert_tool_calls_paired, create, of, user
 from tests.realcli_session import CliHarness
 from tests.wsclient import text_of
 
@@ -95,21 +95,9 @@ async def test_a_patch_arrives_as_diffs_matching_the_files_after_approval(
 async def test_permission_denied_from_the_client_stops_the_command(
     harness: CliHarness, fake: FakeResponses, project: Path
 ) -> None:
-    frames = await realcli_session.tool_turn(
-        harness,
-        project,
-        "DENY-1 create denied.txt",
-        CallTool("exec_command", {"cmd": "touch denied.txt"}, when=user("DENY-1")),
-        "OK, I did not create it.",
-        answer="deny",
-    )
-    assert_tool_calls_paired(frames)
-    (request,) = of(frames, "permission_request")
+    touch = {"cmd": "touch denied.txt"}
+    request = await realcli_session.denied_touch(harness, project, "exec_command", touch)
     assert request["title"] == "Run `touch denied.txt`?"
-    final = [b for b in of(frames, "tool_call") if b["status"] != "running"]
-    assert final[0]["status"] == "error" and of(frames, "tool_result")[0]["is_error"]
-    assert not (project / "denied.txt").exists()
-    assert text_of(frames) == "OK, I did not create it."
 
 
 async def test_update_plan_becomes_a_plan(
@@ -142,26 +130,20 @@ async def test_sigkill_mid_turn_ends_the_turn_and_the_next_turn_resumes(
     fake.rescript(*realcli_session.kill_steps(stall_after=5))
     async with harness.client() as c:
         session, _ = await create(c, "codex", project)
-        first = await run_turn(c, session, "KILL-0 remember")
-        assert not harness.wait_no_children(harness.cli.binary)  # per turn: nothing between turns
+
+        def between() -> None:
+            assert not harness.wait_no_children(harness.cli.binary)  # per turn: none between turns
 
         def kill() -> None:
             (pid,) = harness.child_pids(harness.cli.binary)
             os.kill(pid, signal.SIGKILL)
 
-        sid = of(first, "session_end")[-1]["agent_session_id"]
-        await realcli_session.kill_then_resume(c, fake, session, sid, kill)
+        await realcli_session.kill_then_resume(c, fake, session, kill, between)
 
 
 async def test_a_missing_binary_is_a_clear_error(
     strict: tuple[CliHarness, Path], project: Path
 ) -> None:
-    h, link = strict
-    async with h.client() as c:
-        session, _ = await create(c, "codex", project)
-        link.unlink()  # the CLI disappears (uninstalled, moved)
-        frames = await run_turn(c, session, "MISSING-1 hello", timeout=30)
-        (error,) = of(frames, "error")
-        assert error["code"] == "binary_missing" and str(link) in error["message"]
-        assert of(frames, "session_end")[-1]["reason"] == "error"
-        await realcli_session.assert_unavailable(c, "codex", project, link)
+    frames = await realcli_session.missing_binary_turn(strict, project)
+    (error,) = of(frames, "error")
+    assert error["code"] == "binary_missing" and str(strict[1]) in error["message"]

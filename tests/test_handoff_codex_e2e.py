@@ -17,7 +17,6 @@ from typing import Any
 from bridge.handoff import procscan
 from tests import handoffstory as story
 from tests import realcli_handoff
-from tests.tmuxterm import Tmux
 
 pytestmark = realcli_handoff.handoff_marks("codex")
 
@@ -28,13 +27,6 @@ def kill_strays(marker: str) -> None:
         if any(marker in arg for arg in procscan.argv_of(pid)):
             with contextlib.suppress(OSError):
                 os.kill(pid, 9)
-
-
-async def quit_tui(term: Tmux) -> None:
-    term.keys("C-c")
-    await asyncio.sleep(0.5)
-    term.keys("C-c")
-    term.wait_exit(30)
 
 
 def strays(env: Mapping[str, str]) -> None:
@@ -63,7 +55,7 @@ async def test_codex_terminal_and_app_take_turns_on_one_conversation(
     await story.app_message_waits(app, srv, session, client_msg_id="app-1")
 
     # 4. The TUI exits: the bridge resumes the thread and answers, with the history.
-    await quit_tui(term)
+    await realcli_handoff.quit_tui(term)
     end = await story.bridge_answers_queued(app, srv, session)
     assert end["reason"] == "completed"
 
@@ -75,5 +67,5 @@ async def test_codex_terminal_and_app_take_turns_on_one_conversation(
     term.type("after the handoff")
     term.wait_for("Terminal answer four.", 60)
     await story.terminal_turn_after_handoff(app, srv, session)
-    await quit_tui(term)
+    await realcli_handoff.quit_tui(term)
     await app.state(session, "idle", "bridge")

@@ -6,12 +6,10 @@ owns it; Pi's per-turn ``pi --mode json --session <id>`` continues the same sess
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from tests import handoffstory as story
 from tests import realcli, realcli_handoff
 
 pytestmark = realcli_handoff.handoff_marks("pi")
@@ -32,29 +30,11 @@ world = realcli_handoff.world_fixture(
 async def test_pi_terminal_and_app_take_turns_on_one_conversation(
     world: dict[str, Any],
 ) -> None:
-    srv, _, term, app = realcli_handoff.parts(world)
-
     external = await realcli_handoff.first_terminal_turn(world, ["pi"], realcli.MODEL, settle=1)
     assert external["title"] == "first terminal prompt"
     sid = external["agent_session_id"]
 
     session = await realcli_handoff.attach_mirrored(world, sid)
 
-    await story.app_message_waits(app, srv, session)
-
-    term.keys("C-c")
-    await asyncio.sleep(0.3)
-    term.keys("C-c")
-    term.wait_exit(30)
-    end = await story.bridge_answers_queued(app, srv, session)
-    assert end["agent_session_id"] == sid
-
-    await realcli_handoff.resume_in_terminal(world, session, ["pi", "--session", sid])
-    await asyncio.sleep(1)
-    term.type("after the handoff")
-    await story.terminal_turn_after_handoff(app, srv, session)
-    term.keys("C-c")
-    await asyncio.sleep(0.3)
-    term.keys("C-c")
-    term.wait_exit(30)
-    await app.state(session, "idle", "bridge")
+    argv = ["pi", "--session", sid]
+    await realcli_handoff.queued_then_handed_off(world, session, sid, argv, pause=0.3)

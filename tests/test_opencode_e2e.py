@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests import realcli, realcli_session
-from tests.fakes import CallTool, FakeChat, Reply
+from tests.fakes import CallTool, FakeChat, Reply, Step
 from tests.harness import (
+    Frames,
     Harness,
     assert_tool_calls_paired,
     create,
@@ -27,6 +28,7 @@ from tests.harness import (
     run_turn,
     user,
 )
+from tests.realcli_session import CliHarness
 from tests.wsclient import Client, text_of
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
@@ -44,7 +46,7 @@ def binary(cli: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def shared(cli: str, harness: Harness, tmp_path_factory: pytest.TempPathFactory) -> Shared:
+def shared(cli: str, harness: CliHarness, tmp_path_factory: pytest.TempPathFactory) -> Shared:
     """One bridge session (one server) that the next tests take turns in, to save start-ups."""
     project = make_project(tmp_path_factory.mktemp(f"{cli}-shared") / "project")
 
@@ -55,14 +57,22 @@ def shared(cli: str, harness: Harness, tmp_path_factory: pytest.TempPathFactory)
             assert info["capabilities"]["permissions"] and info["model"] == "fake/fake-model"
             return session
 
-    return Shared(asyncio.run(make()), project)
+    return Shared(harness, asyncio.run(make()), project)
 
 
 class Shared:
-    def __init__(self, session: str, project: Path) -> None:
+    def __init__(self, harness: CliHarness, session: str, project: Path) -> None:
+        self.harness = harness
         self.session = session
         self.project = project
         self.agent_session_id: str | None = None
+
+    async def turn(self, prompt: str, *steps: Step) -> Frames:
+        """A turn on ``prompt`` in the shared session, the model scripted with ``steps``."""
+        self.harness.fake.rescript(*steps)
+        async with self.harness.client() as c:
+            await attach(c, self.session)
+            return await run_turn(c, self.session, prompt, timeout=180)
 
 
 async def attach(c: Client, session: str) -> None:
@@ -72,63 +82,43 @@ async def attach(c: Client, session: str) -> None:
 async def test_streamed_answer_with_reasoning_and_usage(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
-    fake.rescript(
-        Reply(text="Streaming from the server.", thinking="Think.", chunks=4, when=user("OC-1"))
+    first = await shared.turn(
+        "OC-1 hello",
+        Reply(text="Streaming from the server.", thinking="Think.", chunks=4, when=user("OC-1")),
     )
-    async with harness.client() as c:
-        await attach(c, shared.session)
-        first = await run_turn(c, shared.session, "OC-1 hello", timeout=180)
-        assert len(deltas(first)) >= 2 and text_of(first) == "Streaming from the server."
-        assert text_of(first, "thinking") == "Think."
-        assert of(first, "usage")[-1]["input_tokens"] > 0
-        assert of(first, "usage")[-1]["cost_usd"] is not None
-        end = of(first, "session_end")[-1]
-        assert end["agent_session_id"].startswith("ses_") and end["reason"] == "completed"
-        shared.agent_session_id = end["agent_session_id"]
+    assert len(deltas(first)) >= 2 and text_of(first) == "Streaming from the server."
+    assert text_of(first, "thinking") == "Think."
+    assert of(first, "usage")[-1]["input_tokens"] > 0
+    assert of(first, "usage")[-1]["cost_usd"] is not None
+    end = of(first, "session_end")[-1]
+    assert end["agent_session_id"].startswith("ses_") and end["reason"] == "completed"
+    shared.agent_session_id = end["agent_session_id"]
 
 
 async def test_tool_call_runs_in_the_project(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
-    fake.rescript(
-        CallTool(
-            "bash",
-            {"command": "ls && echo oc-tool-ran", "description": "List"},
-            when=user("OC-TOOL"),
-        ),
-        Reply(text="Listed.", when="tool_result"),
-    )
-    async with harness.client() as c:
-        await attach(c, shared.session)
-        tool = await run_turn(c, shared.session, "OC-TOOL list", timeout=180)
-        assert_tool_calls_paired(tool)
-        result = of(tool, "tool_result")[0]
-        assert "README.md" in result["content"] and "oc-tool-ran" in result["content"]
-        assert text_of(tool) == "Listed."
+    listing = {"command": "ls && echo oc-tool-ran", "description": "List"}
+    call = CallTool("bash", listing, when=user("OC-TOOL"))
+    tool = await shared.turn("OC-TOOL list", *realcli_session.then_reply(call, "Listed."))
+    assert_tool_calls_paired(tool)
+    result = of(tool, "tool_result")[0]
+    assert "README.md" in result["content"] and "oc-tool-ran" in result["content"]
+    assert text_of(tool) == "Listed."
 
 
 async def test_todos_become_a_plan(harness: Harness, fake: FakeChat, shared: Shared) -> None:
-    fake.rescript(
-        CallTool(
-            "todowrite",
-            {
-                "todos": [
-                    {"content": "Read the notes", "status": "completed", "priority": "high"},
-                    {"content": "Change them", "status": "in_progress", "priority": "high"},
-                ]
-            },
-            when=user("OC-PLAN"),
-        ),
-        Reply(text="Planned.", when="tool_result"),
-    )
-    async with harness.client() as c:
-        await attach(c, shared.session)
-        plan = await run_turn(c, shared.session, "OC-PLAN plan it", timeout=180)
-        entries = of(plan, "plan")[-1]["entries"]
-        assert [(e["content"], e["status"]) for e in entries] == [
-            ("Read the notes", "completed"),
-            ("Change them", "in_progress"),
-        ]
+    todos = [
+        {"content": "Read the notes", "status": "completed", "priority": "high"},
+        {"content": "Change them", "status": "in_progress", "priority": "high"},
+    ]
+    call = CallTool("todowrite", {"todos": todos}, when=user("OC-PLAN"))
+    plan = await shared.turn("OC-PLAN plan it", *realcli_session.then_reply(call, "Planned."))
+    entries = of(plan, "plan")[-1]["entries"]
+    assert [(e["content"], e["status"]) for e in entries] == [
+        ("Read the notes", "completed"),
+        ("Change them", "in_progress"),
+    ]
 
 
 async def test_permission_requests_go_to_the_client(
@@ -166,22 +156,14 @@ async def test_edit_arrives_as_a_diff_matching_the_file(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
     notes = shared.project / "notes.txt"
-    fake.rescript(
-        CallTool(
-            "edit",
-            {"filePath": str(notes), "oldString": "world", "newString": "there"},
-            when=user("OC-EDIT"),
-        ),
-        Reply(text="Edited.", when="tool_result"),
-    )
-    async with harness.client() as c:
-        await attach(c, shared.session)
-        edit = await run_turn(c, shared.session, "OC-EDIT change notes", timeout=180)
-        assert_tool_calls_paired(edit)
-        diff = of(edit, "diff")[0]
-        assert notes.read_text() == "hello\nthere\n"
-        assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
-        assert diff["old_text"] == "hello\nworld\n" and "+there" in diff["unified"]
+    change = {"filePath": str(notes), "oldString": "world", "newString": "there"}
+    call = CallTool("edit", change, when=user("OC-EDIT"))
+    edit = await shared.turn("OC-EDIT change notes", *realcli_session.then_reply(call, "Edited."))
+    assert_tool_calls_paired(edit)
+    diff = of(edit, "diff")[0]
+    assert notes.read_text() == "hello\nthere\n"
+    assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
+    assert diff["old_text"] == "hello\nworld\n" and "+there" in diff["unified"]
 
 
 async def test_a_new_server_resumes_the_session_with_its_history(
