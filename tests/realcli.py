@@ -490,6 +490,21 @@ ENVS: dict[str, Callable[..., dict[str, str]]] = {
 }
 
 
+#: ``claude -p`` as the adapter runs it: stream-json both ways, permission prompts on stdio
+CLAUDE_PRINT_OPTIONS = {
+    "--input-format": "stream-json",
+    "--output-format": "stream-json",
+    "--permission-prompt-tool": "stdio",
+    "--model": "claude-sonnet-4-5",
+}
+
+
+def claude_print_argv(binary: str) -> list[str]:
+    """``binary -p`` with :data:`CLAUDE_PRINT_OPTIONS`, verbose, with partial messages."""
+    options = [part for pair in CLAUDE_PRINT_OPTIONS.items() for part in pair]
+    return [binary, "-p", "--verbose", "--include-partial-messages", *options]
+
+
 # -- running ----------------------------------------------------------------------------------
 
 

@@ -10,17 +10,16 @@ reset, and the agent killed mid-turn (then the next turn brings it back).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests import realcli
-from tests.fakes import CallTool, FakeChat, FakeGemini, FakeServer, Reply
+from tests import realcli, realcli_session
+from tests.fakes import CallTool, FakeServer, Reply
 from tests.harness import (
-    UNKNOWN_SESSION,
     Harness,
     after_tool,
     assert_tool_calls_paired,
@@ -30,16 +29,15 @@ from tests.harness import (
     detected,
     finish_turn,
     kill_agent,
-    make_project,
     of,
     run_turn,
-    toml_string,
     user,
-    wait_for_block,
 )
 from tests.wsclient import text_of
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(240)]
+#: Qwen asks before tools (its default approval mode), as the others do
+QWEN_ARGS = ("--acp", "--approval-mode", "default")
 
 ANSWER = "The fake model says hello 4217."
 WRITTEN = "made by the agent\n"
@@ -48,50 +46,46 @@ WRITTEN = "made by the agent\n"
 @dataclass
 class Agent:
     name: str
-    binary: str | None
-    fake: type[FakeServer]
-    shell: tuple[str, dict[str, Any]]
-    write: Callable[[Path], tuple[str, dict[str, Any]]]
+    #: its shell tool
+    shell_tool: str
+    #: the argument of its ``write_file`` tool that names the file
+    path_key: str
+
+    @property
+    def binary(self) -> str | None:
+        return realcli.cli_bin(self.name)
+
+    @property
+    def shell(self) -> tuple[str, dict[str, Any]]:
+        return self.shell_tool, {"command": "echo hello-from-tool"}
+
+    def write(self, project: Path) -> tuple[str, dict[str, Any]]:
+        return "write_file", {self.path_key: str(project / "made.txt"), "content": WRITTEN}
 
 
 AGENTS = {
-    "gemini": Agent(
-        "gemini",
-        realcli.gemini_bin(),
-        FakeGemini,
-        ("run_shell_command", {"command": "echo hello-from-tool"}),
-        lambda p: ("write_file", {"file_path": str(p / "made.txt"), "content": WRITTEN}),
-    ),
-    "hermes": Agent(
-        "hermes",
-        realcli.hermes_bin(),
-        FakeChat,
-        ("terminal", {"command": "echo hello-from-tool"}),
-        lambda p: ("write_file", {"path": str(p / "made.txt"), "content": WRITTEN}),
-    ),
-    "qwen": Agent(
-        "qwen",
-        realcli.qwen_bin(),
-        FakeChat,
-        ("run_shell_command", {"command": "echo hello-from-tool"}),
-        lambda p: ("write_file", {"file_path": str(p / "made.txt"), "content": WRITTEN}),
-    ),
+    agent.name: agent
+    for agent in (
+        Agent("gemini", "run_shell_command", "file_path"),
+        Agent("hermes", "terminal", "path"),
+        Agent("qwen", "run_shell_command", "file_path"),
+    )
 }
 #: agent → (agent session id, project) of the first session, for the resume test
 FIRST_SESSION: dict[str, tuple[str, Path]] = {}
 
 
 def allow_once(request: dict[str, Any]) -> str:
-    return next(o["id"] for o in request["options"] if o["kind"] == "allow_once")
+    return realcli_session.option_of_kind(request, "allow_once")
 
 
 def reject_once(request: dict[str, Any]) -> str:
-    return next(o["id"] for o in request["options"] if o["kind"] == "reject_once")
+    return realcli_session.option_of_kind(request, "reject_once")
 
 
 @pytest.fixture(scope="module")
 def fakes() -> Iterator[dict[str, FakeServer]]:
-    servers = {name: agent.fake().start() for name, agent in AGENTS.items()}
+    servers = {name: realcli_session.fake_server(name).start() for name in AGENTS}
     yield servers
     for srv in servers.values():
         srv.stop()
@@ -102,27 +96,15 @@ def harness(
     tmp_path_factory: pytest.TempPathFactory, fakes: dict[str, FakeServer]
 ) -> Iterator[Harness]:
     root = tmp_path_factory.mktemp("acp-e2e")
-    cli = root / "cli"
     env: dict[str, str] = {}
-    for name, build in (
-        ("gemini", realcli.gemini_env),
-        ("hermes", realcli.hermes_env),
-        ("qwen", realcli.qwen_env),
-    ):
-        env.update(build(cli, fakes[name].base_url))  # one HOME, each CLI's own files
     config = ""
-    if AGENTS["gemini"].binary:
-        config += (
-            f"[agents.gemini]\nbinary = {toml_string(AGENTS['gemini'].binary)}\n"
-            f'model = "{realcli.GEMINI_MODEL}"\n'
-        )
-    if AGENTS["hermes"].binary:
-        config += f"[agents.hermes]\nbinary = {toml_string(AGENTS['hermes'].binary)}\n"
-    if AGENTS["qwen"].binary:
-        command = ", ".join(
-            toml_string(a) for a in (AGENTS["qwen"].binary, "--acp", "--approval-mode", "default")
-        )
-        config += f'[acp.qwen]\ncommand = [{command}]\ndisplay_name = "Qwen Code"\n'
+    for name, agent in AGENTS.items():
+        cli_env = realcli.ENVS[name](root / "cli", fakes[name].base_url)
+        env.update(cli_env)  # one HOME, each CLI's own files
+        if agent.binary:
+            config += realcli_session.daemon_config(
+                name, agent.binary, cli_env, qwen_args=QWEN_ARGS
+            )
     h = Harness(root / "daemon", daemon_env(env), config)
     yield h
     h.stop()
@@ -137,10 +119,9 @@ def agent(request: pytest.FixtureRequest) -> Agent:
 
 
 async def test_streamed_answer_tool_call_and_edit_as_diff(
-    agent: Agent, harness: Harness, fakes: dict[str, FakeServer], tmp_path: Path
+    agent: Agent, harness: Harness, fakes: dict[str, FakeServer], project: Path
 ) -> None:
     fake = fakes[agent.name]
-    project = make_project(tmp_path / "project")
     tool, args = agent.shell
     write_tool, write_args = agent.write(project)
     fake.script(
@@ -221,50 +202,29 @@ async def test_resume_then_unknown_session_then_killed_mid_turn(
 
         # an id the agent does not know: a fresh session, and the app is told once
         fake.script(Reply(text="Fresh start.", when=user("Hello after reset")))
-        session, _ = await create(c, agent.name, project, resume=UNKNOWN_SESSION)
-        frames = await run_turn(c, session, "Hello after reset.", timeout=120)
-        (reset,) = [b for b in of(frames, "system") if b["code"] == "session_reset"]
-        assert reset["level"] == "warn" and UNKNOWN_SESSION in reset["text"]
+        session, frames, end = await realcli_session.reset_turn(
+            c, agent.name, project, "Hello after reset.", timeout=120
+        )
         assert text_of(frames) == "Fresh start."
-        fresh = of(frames, "session_end")[-1]["agent_session_id"]
-        assert fresh and fresh != UNKNOWN_SESSION
+        fresh = end["agent_session_id"]
 
         # interrupted from the app while the model streams: the agent stops the turn and lives on
-        fake.script(
-            Reply(
-                text="A reply that goes on and on.",
-                chunks=6,
-                stall_after=2,
-                stall=60,
-                when=user("Go on and on"),
-            )
-        )
-        await c.request("session.send", session=session, text="Go on and on.")
+        fake.script(realcli_session.stalling("A reply that goes on and on.", "Go on and on", 6, 2))
         try:
-            frames = await wait_for_block(
-                c, session, lambda b: b["type"] == "text" and bool(b["text"]), timeout=120
+            frames = await realcli_session.send_until_streaming(
+                c, session, "Go on and on.", timeout=120
             )
-            await c.request("session.interrupt", session=session)
-            frames += await finish_turn(c, session, timeout=60)
+            frames += await realcli_session.interrupt(c, session, timeout=60)
         finally:
             fake.release()
-        assert of(frames, "session_end")[-1]["reason"] == "interrupted"
-        assert not [e for e in of(frames, "error") if e["code"] == "interrupt_forced"]
+        realcli_session.assert_interrupted(frames)
 
         # the agent is killed while it streams: the turn ends with an error, nothing hangs
-        fake.script(
-            Reply(
-                text="This answer never finishes, sadly.",
-                chunks=6,
-                stall_after=2,
-                stall=60,
-                when=user("Tell a long story"),
-            )
-        )
-        await c.request("session.send", session=session, text="Tell a long story.")
+        story = "This answer never finishes, sadly."
+        fake.script(realcli_session.stalling(story, "Tell a long story", 6, 2))
         try:
-            frames = await wait_for_block(
-                c, session, lambda b: b["type"] == "text" and bool(b["text"]), timeout=120
+            frames = await realcli_session.send_until_streaming(
+                c, session, "Tell a long story.", timeout=120
             )
             assert agent.binary is not None
             await kill_agent(harness, agent.binary)
@@ -273,7 +233,7 @@ async def test_resume_then_unknown_session_then_killed_mid_turn(
             fake.release()
         end = of(frames, "session_end")[-1]
         assert end["reason"] == "error"
-        errors = [e for e in of(frames, "error") if e["code"] == "agent_crashed"]
+        errors = realcli_session.crashed(frames)
         assert errors and "SIGKILL" in errors[0]["message"]
         assert_tool_calls_paired(frames)
 

@@ -9,36 +9,27 @@ notices the changed session id and reports ``session_reset``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import realcli_session
 from tests.harness import (
-    UNKNOWN,
     Harness,
     RecordedHarness,
     agent_toml,
     assert_tool_calls_paired,
     create,
     deltas,
-    finish_turn,
     of,
     run_turn,
-    wait_for_block,
 )
 from tests.wsclient import text_of
 
-FAKE = Path(__file__).parent / "fakes_cli" / "cursor-agent"
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedHarness]:
-    root = tmp_path_factory.mktemp("cursor-recorded")
-    h = RecordedHarness(root, agent_toml("cursor", str(FAKE)))
-    yield h
-    h.stop()
+harness = realcli_session.recorded_fixture("cursor")
 
 
 async def test_partial_stream_shows_the_text_once_and_the_next_turn_resumes(
@@ -70,16 +61,10 @@ async def test_unknown_resume_id_starts_a_new_chat_and_says_session_reset(
     harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
-        session, _ = await create(c, "cursor", project, resume=UNKNOWN)
-        frames = await run_turn(c, session, "hello")
-        reset = [b for b in of(frames, "system") if b["code"] == "session_reset"]
-        assert len(reset) == 1 and reset[0]["level"] == "warn" and UNKNOWN in reset[0]["text"]
-        end = of(frames, "session_end")[-1]
+        session, frames, end = await realcli_session.reset_turn(c, "cursor", project, "hello")
         assert end["reason"] == "completed" and end["exit_code"] == 0
-        assert end["agent_session_id"] not in (None, UNKNOWN)
         assert text_of(frames) == "Hello! I can help with this project."
-        sessions = (await c.request("sessions.list", include_external=False))["sessions"]
-        mine = next(s for s in sessions if s["session"] == session)
+        mine = await realcli_session.listed_session(c, session)
         assert mine["agent_session_id"] == end["agent_session_id"]  # the new id is kept
 
 
@@ -103,17 +88,10 @@ async def test_killed_mid_turn_then_interrupted_mid_turn(
     harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
-        session, _ = await create(c, "cursor", project)
-        frames = await run_turn(c, session, "die now")
-        assert [e["code"] for e in of(frames, "error")] == ["agent_crashed"]
-        end = of(frames, "session_end")[-1]
-        assert end["reason"] == "error" and end["exit_code"] == -9
-        assert await c.request("ping") == {}
-
-        await c.request("session.send", session=session, text="slow please")
-        await wait_for_block(c, session, lambda b: b["type"] == "thinking")
-        await c.request("session.interrupt", session=session)
-        frames = await finish_turn(c, session, timeout=30)
+        killed, frames = await realcli_session.killed_then_interrupted(
+            c, "cursor", project, lambda b: b["type"] == "thinking"
+        )
+        assert of(killed, "session_end")[-1]["exit_code"] == -9
         assert of(frames, "session_end")[-1]["reason"] == "interrupted"
         assert all(b["done"] for b in of(frames, "thinking")[-1:])
 
@@ -145,7 +123,7 @@ async def test_binary_gone_between_turns_ends_the_turn_with_an_error(
 ) -> None:
     link = tmp_path / "bin" / "cursor-agent"
     link.parent.mkdir()
-    link.symlink_to(FAKE)
+    link.symlink_to(realcli_session.FAKE_CLIS["cursor"])
     h = Harness(tmp_path / "daemon", {}, agent_toml("cursor", str(link)))
     try:
         async with h.client() as c:

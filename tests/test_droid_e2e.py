@@ -9,58 +9,24 @@ call and the edit share one turn.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests import realcli
+from tests import realcli, realcli_session
 from tests.fakes import CallTool, FakeChat, Reply, ToolCall
-from tests.harness import (
-    UNKNOWN,
-    Harness,
-    agent_toml,
-    assert_tool_calls_paired,
-    create,
-    daemon_env,
-    finish_turn,
-    kill_agent,
-    of,
-    run_turn,
-    user,
-)
+from tests.harness import assert_tool_calls_paired, create, kill_agent, of, run_turn, user
+from tests.realcli_session import CliHarness
 from tests.wsclient import text_of
 
-BINARY = realcli.droid_bin()
-pytestmark = [
-    pytest.mark.realcli,
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(BINARY is None, reason=realcli.missing_reason("droid")),
-]
+pytestmark = realcli_session.suite_marks("droid", timeout=240)
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeChat]:
-    with FakeChat() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeChat) -> Iterator[Harness]:
-    assert BINARY is not None
-    root = tmp_path_factory.mktemp("droid-e2e")
-    env = realcli.droid_env(root / "cli", fake.base_url)
-    config = agent_toml("droid", BINARY, model="custom:fake-model")
-    h = Harness(root / "daemon", daemon_env(env), config)
-    yield h
-    h.stop()
+cli, fake, harness = realcli_session.module_fixtures("droid")
 
 
 async def test_answer_then_a_second_turn_continues_the_conversation(
-    harness: Harness, fake: FakeChat, project: Path
+    harness: CliHarness, fake: FakeChat, project: Path
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         Reply(text="Droid says hello.", thinking="Greet.", when=user("DROID-1")),
         Reply(text="Second droid answer.", when=user("DROID-2")),
     )
@@ -84,7 +50,7 @@ async def test_answer_then_a_second_turn_continues_the_conversation(
 
 
 async def test_tool_call_and_edit_in_one_turn(
-    harness: Harness, fake: FakeChat, project: Path
+    harness: CliHarness, fake: FakeChat, project: Path
 ) -> None:
     notes = project / "notes.txt"
     execute = {
@@ -94,60 +60,36 @@ async def test_tool_call_and_edit_in_one_turn(
         "riskLevel": "low",
     }
     edit = {"file_path": str(notes), "old_str": "world", "new_str": "there"}
-    fake.clear_script()
-    fake.script(
+    steps = [
         Reply(tool_calls=[ToolCall("Execute", execute)], when=user("DROID-WORK")),
         CallTool("Edit", edit, when="tool_result"),
         Reply(text="Listed and edited.", when="tool_result"),
-    )
-    async with harness.client() as c:
-        session, _ = await create(c, "droid", project)
-        frames = await run_turn(c, session, "DROID-WORK list then edit")
-        assert_tool_calls_paired(frames)
-        calls = [b for b in of(frames, "tool_call") if b["status"] == "running"]
-        assert [b["name"] for b in calls] == ["Execute", "Edit"]
-        results = {b["tool_call_id"]: b for b in of(frames, "tool_result")}
-        listing = results[calls[0]["id"]]
-        assert "README.md" in listing["content"] and "droid-tool-ran" in listing["content"]
-        diff = of(frames, "diff")[0]
-        assert notes.read_text() == "hello\nthere\n"
-        assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
-        assert diff["old_text"] == "hello\nworld\n" and "+there" in diff["unified"]
-        assert diff["tool_call_id"] == calls[1]["id"]
-        assert text_of(frames) == "Listed and edited."
-
-
-async def test_unknown_stored_session_resets_once_then_answers(
-    harness: Harness, fake: FakeChat, project: Path
-) -> None:
-    fake.clear_script()
-    fake.script(Reply(text="Fresh droid.", when=user("DROID-RESET")))
-    async with harness.client() as c:
-        session, _ = await create(c, "droid", project, resume=UNKNOWN)
-        frames = await run_turn(c, session, "DROID-RESET hello", timeout=120)
-        reset = [b for b in of(frames, "system") if b["code"] == "session_reset"]
-        assert len(reset) == 1 and reset[0]["level"] == "warn" and UNKNOWN in reset[0]["text"]
-        assert text_of(frames) == "Fresh droid."
-        assert of(frames, "session_end")[-1]["agent_session_id"] not in (None, UNKNOWN)
+    ]
+    frames = await realcli_session.one_turn(harness, project, "DROID-WORK list then edit", steps)
+    assert_tool_calls_paired(frames)
+    calls = [b for b in of(frames, "tool_call") if b["status"] == "running"]
+    assert [b["name"] for b in calls] == ["Execute", "Edit"]
+    results = {b["tool_call_id"]: b for b in of(frames, "tool_result")}
+    listing = results[calls[0]["id"]]
+    assert "README.md" in listing["content"] and "droid-tool-ran" in listing["content"]
+    diff = of(frames, "diff")[0]
+    assert notes.read_text() == "hello\nthere\n"
+    assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
+    assert diff["old_text"] == "hello\nworld\n" and "+there" in diff["unified"]
+    assert diff["tool_call_id"] == calls[1]["id"]
+    assert text_of(frames) == "Listed and edited."
 
 
 async def test_droid_killed_mid_turn_ends_the_turn_and_the_daemon_goes_on(
-    harness: Harness, fake: FakeChat, project: Path
+    harness: CliHarness, fake: FakeChat, project: Path
 ) -> None:
-    fake.clear_script()
-    fake.script(Reply(text="never finished", stall_after=1, stall=60, when=user("DROID-DIE")))
+    fake.rescript(Reply(text="never finished", stall_after=1, stall=60, when=user("DROID-DIE")))
     async with harness.client() as c:
         session, _ = await create(c, "droid", project)
         seen = len(fake.agent_requests)
         await c.request("session.send", session=session, text="DROID-DIE talk")
         await fake.wait_for_async(seen + 1, timeout=60)  # droid is waiting for the model
-        assert BINARY is not None
-        await kill_agent(harness, BINARY)
-        frames = await finish_turn(c, session, timeout=60)
-        fake.release()
-        error = [e for e in of(frames, "error") if e["code"] == "agent_crashed"]
-        assert error and "-9" in error[0]["message"]
-        assert of(frames, "session_end")[-1]["reason"] == "error"
-        assert await c.request("ping") == {}
+        await kill_agent(harness, harness.cli.binary)
+        await realcli_session.killed_turn(c, fake, session)
         agents = (await c.request("agents.list"))["agents"]
         assert any(a["agent"] == "droid" and a["available"] for a in agents)

@@ -6,35 +6,25 @@ like the real CLI offline, exits 1 with no output for an id it does not know.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import realcli_session
 from tests.harness import (
     UNKNOWN,
     RecordedHarness,
-    agent_toml,
     assert_tool_calls_paired,
     create,
-    finish_turn,
     of,
     run_turn,
-    wait_for_block,
 )
 from tests.wsclient import text_of
 
-FAKE = Path(__file__).parent / "fakes_cli" / "droid"
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedHarness]:
-    root = tmp_path_factory.mktemp("droid-recorded")
-    config = agent_toml("droid", str(FAKE), model="custom:fake-model") + "idle_timeout = 20\n"
-    h = RecordedHarness(root, config)
-    yield h
-    h.stop()
+harness = realcli_session.recorded_fixture("droid", "idle_timeout = 20\n")
 
 
 async def test_second_turn_resumes_with_dash_s_under_the_same_session_id(
@@ -64,12 +54,8 @@ async def test_unknown_session_tries_resume_then_fork_then_starts_fresh(
 ) -> None:
     before = len(harness.runs())
     async with harness.client() as c:
-        session, _ = await create(c, "droid", project, resume=UNKNOWN)
-        frames = await run_turn(c, session, "hello")
-        reset = [b for b in of(frames, "system") if b["code"] == "session_reset"]
-        assert len(reset) == 1 and UNKNOWN in reset[0]["text"]
+        _, frames, _ = await realcli_session.reset_turn(c, "droid", project, "hello")
         assert text_of(frames) == "Hello! I am the fake model."
-        assert of(frames, "session_end")[-1]["agent_session_id"] not in (None, UNKNOWN)
     tried = [r["argv"] for r in harness.runs()[before:]]
     assert tried[0][-2:] == ["-s", UNKNOWN] and tried[1][-2:] == ["--fork", UNKNOWN]
     assert "-s" not in tried[2] and "--fork" not in tried[2]
@@ -91,27 +77,17 @@ async def test_tool_and_created_file(harness: RecordedHarness, project: Path) ->
 async def test_refused_command_ends_the_turn_with_an_error(
     harness: RecordedHarness, project: Path
 ) -> None:
-    async with harness.client() as c:
-        session, _ = await create(c, "droid", project)
-        frames = await run_turn(c, session, "denied please")
-        assert [e["code"] for e in of(frames, "error")] == ["agent_error"]
-        end = of(frames, "session_end")[-1]
-        assert end["reason"] == "error" and end["exit_code"] == 1
+    frames = await realcli_session.first_turn(harness, "droid", project, "denied please")
+    assert [e["code"] for e in of(frames, "error")] == ["agent_error"]
+    end = of(frames, "session_end")[-1]
+    assert end["reason"] == "error" and end["exit_code"] == 1
 
 
 async def test_killed_mid_turn_and_interrupted_mid_turn(
     harness: RecordedHarness, project: Path
 ) -> None:
     async with harness.client() as c:
-        session, _ = await create(c, "droid", project)
-        frames = await run_turn(c, session, "die now")
-        assert [e["code"] for e in of(frames, "error")] == ["agent_crashed"]
-        assert of(frames, "session_end")[-1]["reason"] == "error"
-        assert await c.request("ping") == {}
-
-        await c.request("session.send", session=session, text="slow please")
-        await wait_for_block(c, session, lambda b: b["type"] in ("thinking", "text"))
-        await c.request("session.interrupt", session=session)
-        frames = await finish_turn(c, session, timeout=30)
-        assert of(frames, "session_end")[-1]["reason"] == "interrupted"
-        assert not [e for e in of(frames, "error") if e["code"] == "interrupt_forced"]
+        _, frames = await realcli_session.killed_then_interrupted(
+            c, "droid", project, lambda b: b["type"] in ("thinking", "text")
+        )
+        realcli_session.assert_interrupted(frames)

@@ -9,64 +9,28 @@ Claude actually sent to the model.
 from __future__ import annotations
 
 import asyncio
-import shlex
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests import handoffstory as story
-from tests import realcli
-from tests.daemon import DaemonProcess
-from tests.fakes import FakeAnthropic
-from tests.handoffapp import App
-from tests.tmuxterm import available
+from tests import realcli_handoff
 
-pytestmark = [
-    pytest.mark.realcli,
-    pytest.mark.slow,
-    pytest.mark.timeout(420),
-    pytest.mark.skipif(realcli.claude_bin() is None, reason=realcli.missing_reason("claude")),
-    pytest.mark.skipif(not available(), reason="tmux is not installed"),
-]
+pytestmark = realcli_handoff.handoff_marks("claude")
 
 #: What the daemon needs from the user's Claude environment (the fake endpoint, the config dir).
 AGENT_ENV = ("ANTHROPIC_", "CLAUDE_", "DISABLE_")
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
-    work = tmp_path / "work"
-    work.mkdir()
-    async with FakeAnthropic() as srv:
-        story.script_replies(srv)
-        env = realcli.claude_env(tmp_path / "user", srv.base_url, cwd=work)
-        claude = story.on_path(tmp_path, realcli.claude_bin(), "claude", env)
-        daemon = DaemonProcess(
-            tmp_path / "daemon",
-            config=f'[agents.claude]\nbinary = "{claude}"\n',
-            env={k: v for k, v in env.items() if k.startswith(AGENT_ENV)},
-        )
-        async with story.handoff_world(srv, env, work, daemon, "claude") as world:
-            yield world
+world = realcli_handoff.world_fixture("claude", AGENT_ENV, model=False)
 
 
 async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     world: dict[str, Any],
 ) -> None:
-    srv: FakeAnthropic = world["srv"]
-    env, work, term = world["env"], world["work"], world["term"]
-    app: App = world["app"]
+    srv, work, term, app = realcli_handoff.parts(world)
 
     # 1. A session started in the terminal shows up in sessions.list, owned by the terminal.
-    term.start(["claude"], env=env, cwd=work)
-    term.wait_for("auto mode", 60)
-    term.type("first terminal prompt")
-    term.wait_for("Terminal answer one.", 90)
-    external = await app.listed("claude", str(work))
+    external = await realcli_handoff.first_terminal_turn(world, ["claude"], "auto mode")
     assert external["title"] == "first terminal prompt"
-    assert (external["state"], external["writer"]) == ("parked", "terminal")
     sid = external["agent_session_id"]
 
     # 2. Attaching parks it; the app sees the terminal's next turn live through the mirror.
@@ -99,13 +63,7 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
 
     # 5. session.handoff gives the command; run in a terminal it continues the conversation,
     #    which the app sees through the mirror, and the bridge takes it back at exit.
-    command = await app.request("session.handoff", session=session)
-    assert command["argv"] == ["claude", "--resume", sid] and command["cwd"] == str(work)
-    assert command["command"] == shlex.join(command["argv"])
-    await app.state(session, "parked", "none")  # handed off; no terminal has it yet
-    term.respawn(command["argv"], env=env, cwd=command["cwd"])
-    await app.state(session, "parked", "terminal")
-    term.wait_for("Bridge answer three.", 60)  # the resumed history is on screen
+    await realcli_handoff.resume_in_terminal(world, session, ["claude", "--resume", sid])
     term.type("after the handoff")
     await story.terminal_turn_after_handoff(app, srv, session)
 

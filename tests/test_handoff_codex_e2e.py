@@ -11,28 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shlex
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
-
-import pytest
 
 from bridge.handoff import procscan
 from tests import handoffstory as story
-from tests import realcli
-from tests.daemon import DaemonProcess
-from tests.fakes import FakeResponses
-from tests.handoffapp import App
-from tests.tmuxterm import Tmux, available
+from tests import realcli_handoff
 
-pytestmark = [
-    pytest.mark.realcli,
-    pytest.mark.slow,
-    pytest.mark.timeout(420),
-    pytest.mark.skipif(realcli.codex_bin() is None, reason=realcli.missing_reason("codex")),
-    pytest.mark.skipif(not available(), reason="tmux is not installed"),
-]
+pytestmark = realcli_handoff.handoff_marks("codex")
 
 
 def kill_strays(marker: str) -> None:
@@ -43,74 +29,43 @@ def kill_strays(marker: str) -> None:
                 os.kill(pid, 9)
 
 
-async def quit_tui(term: Tmux) -> None:
-    term.keys("C-c")
-    await asyncio.sleep(0.5)
-    term.keys("C-c")
-    term.wait_exit(30)
+def strays(env: Mapping[str, str]) -> None:
+    kill_strays(env["CODEX_HOME"])
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
-    work = tmp_path / "work"
-    work.mkdir()
-    async with FakeResponses() as srv:
-        story.script_replies(srv)
-        env = realcli.codex_env(tmp_path / "user", srv.base_url)
-        codex = story.on_path(tmp_path, realcli.codex_bin(), "codex", env)
-        daemon = DaemonProcess(
-            tmp_path / "daemon",
-            config=f'[agents.codex]\nbinary = "{codex}"\n',
-            env={"CODEX_HOME": env["CODEX_HOME"], "FAKE_API_KEY": env["FAKE_API_KEY"]},
-        )
-        try:
-            async with story.handoff_world(srv, env, work, daemon, "codex") as world:
-                yield world
-        finally:
-            kill_strays(env["CODEX_HOME"])
+world = realcli_handoff.world_fixture("codex", ("CODEX_HOME", "FAKE_API_KEY"), cleanup=strays)
 
 
 async def test_codex_terminal_and_app_take_turns_on_one_conversation(
     world: dict[str, Any],
 ) -> None:
-    srv: FakeResponses = world["srv"]
-    env, work, term = world["env"], world["work"], world["term"]
-    app: App = world["app"]
+    srv, _, term, app = realcli_handoff.parts(world)
 
     # 1. A thread started in the terminal is listed, owned while the TUI has it loaded.
-    term.start(["codex", "--no-daemon"], env=env, cwd=work)
-    term.wait_for("Ask Codex", 60)
-    term.type("first terminal prompt")
-    term.wait_for("Terminal answer one.", 90)
-    external = await app.listed("codex", str(work))
+    external = await realcli_handoff.first_terminal_turn(
+        world, ["codex", "--no-daemon"], "Ask Codex"
+    )
     assert external["title"] == "first terminal prompt"
-    assert (external["state"], external["writer"]) == ("parked", "terminal")
     sid = external["agent_session_id"]
 
     # 2. Attach: parked, and the terminal's next turn reaches the app through the mirror.
-    session, _ = await story.attach_parked(app, "codex", sid, work)
-    await story.terminal_turn_mirrored(app, term, session)
+    session = await realcli_handoff.attach_mirrored(world, sid)
 
     # 3. The app's message waits while the TUI holds the thread.
     await story.app_message_waits(app, srv, session, client_msg_id="app-1")
 
     # 4. The TUI exits: the bridge resumes the thread and answers, with the history.
-    await quit_tui(term)
+    await realcli_handoff.quit_tui(term)
     end = await story.bridge_answers_queued(app, srv, session)
     assert end["reason"] == "completed"
 
     # 5. Continue in a terminal with the command the bridge gives; the app mirrors it.
-    command = await app.request("session.handoff", session=session)
-    assert command["argv"] == ["codex", "--no-daemon", "resume", sid]
-    assert command["cwd"] == str(work) and command["command"] == shlex.join(command["argv"])
-    await app.state(session, "parked", "none")
-    term.respawn(command["argv"], env=env, cwd=command["cwd"])
-    await app.state(session, "parked", "terminal")
-    term.wait_for("Bridge answer three.", 60)  # the resumed history is on screen
+    argv = ["codex", "--no-daemon", "resume", sid]
+    await realcli_handoff.resume_in_terminal(world, session, argv)
     term.wait_for("Ask Codex", 60)
     await asyncio.sleep(1)  # keys typed while the TUI still loads are lost
     term.type("after the handoff")
     term.wait_for("Terminal answer four.", 60)
     await story.terminal_turn_after_handoff(app, srv, session)
-    await quit_tui(term)
+    await realcli_handoff.quit_tui(term)
     await app.state(session, "idle", "bridge")

@@ -5,41 +5,20 @@ what the agent does. Plan mode does not write; accept-edits writes without a per
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests import realcli
+from tests import realcli_session
 from tests.fakes import CallTool, FakeAnthropic, Reply
-from tests.harness import Harness, agent_config, daemon_env, of, run_turn, user
-from tests.wsclient import Client, RequestFailed
+from tests.harness import of, run_turn, user
+from tests.realcli_session import CliHarness
+from tests.wsclient import RequestFailed
 
-BINARY = realcli.claude_bin()
-MODEL = "claude-sonnet-4-5"
-pytestmark = [
-    pytest.mark.realcli,
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(BINARY is None, reason=realcli.missing_reason("claude")),
-]
+pytestmark = realcli_session.suite_marks("claude", timeout=240)
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeAnthropic) -> Iterator[Harness]:
-    assert BINARY is not None
-    root = tmp_path_factory.mktemp("claude-modes")
-    env = realcli.claude_env(root / "cli", fake.base_url, cwd=root / "cli" / "work")
-    config = agent_config("claude", BINARY, f'model = "{MODEL}"\n')
-    h = Harness(root / "daemon", daemon_env(env), config)
-    yield h
-    h.stop()
+cli, fake, harness = realcli_session.module_fixtures("claude")
 
 
 @pytest.fixture
@@ -50,21 +29,11 @@ def project(tmp_path: Path) -> Path:
     return path.resolve()
 
 
-async def create(c: Client, project: Path, mode: str | None) -> tuple[str, dict[str, Any]]:
-    fields: dict[str, Any] = {"agent": "claude", "cwd": str(project)}
-    if mode is not None:
-        fields["mode"] = mode
-    result = await c.request("session.create", **fields)
-    session = result["session"]["session"]
-    await c.request("session.subscribe", session=session, after_seq=result["session"]["last_seq"])
-    return session, result["session"]
-
-
 def write_step(path: Path, marker: str) -> CallTool:
     return CallTool("Write", {"file_path": str(path), "content": f"{marker}\n"}, when=user(marker))
 
 
-async def test_agents_list_has_claude_permission_modes(harness: Harness) -> None:
+async def test_agents_list_has_claude_permission_modes(harness: CliHarness) -> None:
     async with harness.client() as c:
         agents = (await c.request("agents.list"))["agents"]
         claude = next(a for a in agents if a["agent"] == "claude")
@@ -77,26 +46,20 @@ async def test_agents_list_has_claude_permission_modes(harness: Harness) -> None
 
 
 async def test_plan_mode_does_not_write_then_accept_edits_writes_without_asking(
-    harness: Harness, fake: FakeAnthropic, project: Path
+    harness: CliHarness, fake: FakeAnthropic, project: Path
 ) -> None:
     planned, accepted = project / "planned.txt", project / "accepted.txt"
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         write_step(planned, "MODE-PLAN"),
         Reply(text="I am in plan mode.", when="tool_result"),
     )
-    asked: list[dict[str, Any]] = []
-
-    def answer(request: dict[str, Any]) -> str:
-        asked.append(request)
-        return "allow"
+    asked = realcli_session.Asked("allow")
 
     async with harness.client() as c:
-        session, obj = await create(c, project, "plan")
+        session, obj = await realcli_session.create_in_mode(c, "claude", project, "plan")
         assert obj["mode"] == "plan"
-        frames = await run_turn(c, session, "MODE-PLAN write planned.txt", answer=answer)
+        frames = await asked.unasked_turn(c, session, "MODE-PLAN write planned.txt")
         assert not planned.exists()
-        assert asked == [] and not of(frames, "permission_request")
         assert of(frames, "tool_result")[0]["is_error"] is True
         assert "Plan mode is on" in fake.agent_requests[-1].view.tool_results[-1]
         # Live switch: the process that ran the plan-mode turn is still the one running.
@@ -106,27 +69,24 @@ async def test_plan_mode_does_not_write_then_accept_edits_writes_without_asking(
         assert next(s for s in listed["sessions"] if s["session"] == session)["mode"] == (
             "acceptEdits"
         )
-        fake.clear_script()
-        fake.script(
+        fake.rescript(
             write_step(accepted, "MODE-ACCEPT"),
             Reply(text="Written.", when="tool_result"),
         )
-        frames = await run_turn(c, session, "MODE-ACCEPT write accepted.txt", answer=answer)
+        frames = await asked.unasked_turn(c, session, "MODE-ACCEPT write accepted.txt")
         assert not of(frames, "agent_info")  # the same process, switched live
         assert accepted.read_text() == "MODE-ACCEPT\n"
-        assert asked == [] and not of(frames, "permission_request")
         notes = [b for b in of(frames, "system") if b.get("code") == "mode"]
         assert notes == [] or notes[0]["data"]["live"] is True
 
 
 async def test_default_mode_asks_before_the_same_write(
-    harness: Harness, fake: FakeAnthropic, project: Path
+    harness: CliHarness, fake: FakeAnthropic, project: Path
 ) -> None:
     target = project / "asked.txt"
-    fake.clear_script()
-    fake.script(write_step(target, "MODE-DEFAULT"), Reply(text="Done.", when="tool_result"))
+    fake.rescript(write_step(target, "MODE-DEFAULT"), Reply(text="Done.", when="tool_result"))
     async with harness.client() as c:
-        session, obj = await create(c, project, None)
+        session, obj = await realcli_session.create_in_mode(c, "claude", project, None)
         assert obj["mode"] is None
         frames = await run_turn(c, session, "MODE-DEFAULT write asked.txt", answer="deny")
         assert len(of(frames, "permission_request")) == 1
@@ -134,11 +94,10 @@ async def test_default_mode_asks_before_the_same_write(
 
 
 async def test_an_approved_plan_leaves_plan_mode_and_the_session_follows(
-    harness: Harness, fake: FakeAnthropic, project: Path
+    harness: CliHarness, fake: FakeAnthropic, project: Path
 ) -> None:
     target = project / "after-plan.txt"
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         CallTool("ExitPlanMode", {"plan": "1. write after-plan.txt"}, when=user("MODE-EXIT")),
         CallTool(
             "Write",
@@ -150,17 +109,13 @@ async def test_an_approved_plan_leaves_plan_mode_and_the_session_follows(
         ),
         Reply(text="Done.", when="tool_result"),
     )
-    asked: list[str] = []
-
-    def answer(request: dict[str, Any]) -> str:
-        asked.append(request["title"])
-        return "allow"
+    asked = realcli_session.Asked("allow")
 
     async with harness.client() as c:
-        session, _ = await create(c, project, "plan")
-        frames = await run_turn(c, session, "MODE-EXIT plan, then write", answer=answer)
+        session, _ = await realcli_session.create_in_mode(c, "claude", project, "plan")
+        frames = await run_turn(c, session, "MODE-EXIT plan, then write", answer=asked)
         # Claude's default mode asks before the write; the daemon no longer refuses it
-        assert asked == ["Allow ExitPlanMode?", "Allow Write: after-plan.txt?"]
+        assert asked.titles == ["Allow ExitPlanMode?", "Allow Write: after-plan.txt?"]
         assert target.read_text() == "planned then done\n"
         notes = [b for b in of(frames, "system") if b.get("code") == "mode"]
         assert notes and notes[0]["data"] == {"mode": "default", "by_agent": True}

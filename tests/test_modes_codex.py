@@ -5,38 +5,17 @@ to ``full-access`` (from the next turn) the same patch is applied without a ques
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from tests import realcli
+from tests import realcli_session
 from tests.fakes import CallTool, FakeResponses, Reply
-from tests.harness import Harness, agent_config, daemon_env, of, run_turn, user
+from tests.harness import run_turn, user
+from tests.realcli_session import CliHarness
 
-BINARY = realcli.codex_bin()
-pytestmark = [
-    pytest.mark.realcli,
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(BINARY is None, reason=realcli.missing_reason("codex")),
-]
+pytestmark = realcli_session.suite_marks("codex", timeout=240)
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeResponses]:
-    with FakeResponses() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeResponses) -> Iterator[Harness]:
-    assert BINARY is not None
-    root = tmp_path_factory.mktemp("codex-modes")
-    env = realcli.codex_env(root / "cli", fake.base_url, model=realcli.CODEX_MODEL)
-    h = Harness(root / "daemon", daemon_env(env), agent_config("codex", BINARY))
-    yield h
-    h.stop()
+cli, fake, harness = realcli_session.module_fixtures("codex")
 
 
 def patch(name: str) -> str:
@@ -44,37 +23,28 @@ def patch(name: str) -> str:
 
 
 async def test_read_only_asks_then_full_access_applies_without_asking(
-    harness: Harness, fake: FakeResponses, tmp_path: Path
+    harness: CliHarness, fake: FakeResponses, tmp_path: Path
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
     (project / "README.md").write_text("# modes\n")
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         CallTool("apply_patch", {"input": patch("ro.txt")}, when=user("CX-RO")),
         Reply(text="Not allowed.", when="tool_result"),
         CallTool("apply_patch", {"input": patch("full.txt")}, when=user("CX-FULL")),
         Reply(text="Applied.", when="tool_result"),
     )
-    asked: list[dict[str, Any]] = []
-
-    def refuse(request: dict[str, Any]) -> str:
-        asked.append(request)
-        return "deny"
+    asked = realcli_session.Asked("deny")
 
     async with harness.client() as c:
         agents = {a["agent"]: a for a in (await c.request("agents.list"))["agents"]}
         assert [m["id"] for m in agents["codex"]["modes"]] == ["auto", "read-only", "full-access"]
-        created = await c.request(
-            "session.create", agent="codex", cwd=str(project.resolve()), mode="read-only"
+        session, _ = await realcli_session.create_in_mode(
+            c, "codex", project.resolve(), "read-only"
         )
-        session = created["session"]["session"]
-        await c.request("session.subscribe", session=session, after_seq=0)
-        await run_turn(c, session, "CX-RO add ro.txt", answer=refuse)
+        await run_turn(c, session, "CX-RO add ro.txt", answer=asked)
         assert len(asked) == 1 and not (project / "ro.txt").exists()
         switched = await c.request("session.mode", session=session, mode="full-access")
         assert switched == {"mode": "full-access", "live": False}
-        asked.clear()
-        frames = await run_turn(c, session, "CX-FULL add full.txt", answer=refuse)
-        assert asked == [] and not of(frames, "permission_request")
+        await asked.unasked_turn(c, session, "CX-FULL add full.txt")
         assert (project / "full.txt").read_text() == "full.txt\n"

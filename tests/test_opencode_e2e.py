@@ -9,19 +9,17 @@ overriding the ``cli`` fixture.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests import realcli
-from tests.fakes import CallTool, FakeChat, Reply
+from tests import realcli, realcli_session
+from tests.fakes import CallTool, FakeChat, Reply, Step
 from tests.harness import (
+    Frames,
     Harness,
-    agent_toml,
     assert_tool_calls_paired,
     create,
-    daemon_env,
     deltas,
     finish_turn,
     kill_agent,
@@ -29,8 +27,8 @@ from tests.harness import (
     of,
     run_turn,
     user,
-    wait_for_block,
 )
+from tests.realcli_session import CliHarness
 from tests.wsclient import Client, text_of
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
@@ -39,41 +37,16 @@ UNKNOWN = "ses_doesnotexist000000000000"
 PERMISSION = {"permission": {"bash": {"*": "allow", "touch *": "ask"}}}
 
 
-@pytest.fixture(scope="module")
-def cli() -> str:
-    return "opencode"
+cli, fake, harness = realcli_session.module_fixtures("opencode", config=PERMISSION)
 
 
 @pytest.fixture(scope="module")
 def binary(cli: str) -> str:
-    found = realcli.cli_bin(cli)
-    if found is None:
-        pytest.skip(realcli.missing_reason(cli))
-    return found
+    return realcli_session.binary_or_skip(cli)
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeChat]:
-    with FakeChat() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def harness(
-    cli: str, binary: str, tmp_path_factory: pytest.TempPathFactory, fake: FakeChat
-) -> Iterator[Harness]:
-    root = tmp_path_factory.mktemp(f"{cli}-e2e")
-    make = realcli.opencode_env if cli == "opencode" else realcli.kilo_env
-    env = make(root / "cli", fake.base_url, config=PERMISSION)
-    xdg = {k: v for k, v in env.items() if k.startswith("XDG_")}  # where its config and db live
-    config = agent_toml(cli, binary, env=xdg, model="fake/fake-model")
-    h = Harness(root / "daemon", daemon_env(env), config)
-    yield h
-    h.stop()
-
-
-@pytest.fixture(scope="module")
-def shared(cli: str, harness: Harness, tmp_path_factory: pytest.TempPathFactory) -> Shared:
+def shared(cli: str, harness: CliHarness, tmp_path_factory: pytest.TempPathFactory) -> Shared:
     """One bridge session (one server) that the next tests take turns in, to save start-ups."""
     project = make_project(tmp_path_factory.mktemp(f"{cli}-shared") / "project")
 
@@ -84,14 +57,22 @@ def shared(cli: str, harness: Harness, tmp_path_factory: pytest.TempPathFactory)
             assert info["capabilities"]["permissions"] and info["model"] == "fake/fake-model"
             return session
 
-    return Shared(asyncio.run(make()), project)
+    return Shared(harness, asyncio.run(make()), project)
 
 
 class Shared:
-    def __init__(self, session: str, project: Path) -> None:
+    def __init__(self, harness: CliHarness, session: str, project: Path) -> None:
+        self.harness = harness
         self.session = session
         self.project = project
         self.agent_session_id: str | None = None
+
+    async def turn(self, prompt: str, *steps: Step) -> Frames:
+        """A turn on ``prompt`` in the shared session, the model scripted with ``steps``."""
+        self.harness.fake.rescript(*steps)
+        async with self.harness.client() as c:
+            await attach(c, self.session)
+            return await run_turn(c, self.session, prompt, timeout=180)
 
 
 async def attach(c: Client, session: str) -> None:
@@ -101,73 +82,49 @@ async def attach(c: Client, session: str) -> None:
 async def test_streamed_answer_with_reasoning_and_usage(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
-    fake.clear_script()
-    fake.script(
-        Reply(text="Streaming from the server.", thinking="Think.", chunks=4, when=user("OC-1"))
+    first = await shared.turn(
+        "OC-1 hello",
+        Reply(text="Streaming from the server.", thinking="Think.", chunks=4, when=user("OC-1")),
     )
-    async with harness.client() as c:
-        await attach(c, shared.session)
-        first = await run_turn(c, shared.session, "OC-1 hello", timeout=180)
-        assert len(deltas(first)) >= 2 and text_of(first) == "Streaming from the server."
-        assert text_of(first, "thinking") == "Think."
-        assert of(first, "usage")[-1]["input_tokens"] > 0
-        assert of(first, "usage")[-1]["cost_usd"] is not None
-        end = of(first, "session_end")[-1]
-        assert end["agent_session_id"].startswith("ses_") and end["reason"] == "completed"
-        shared.agent_session_id = end["agent_session_id"]
+    assert len(deltas(first)) >= 2 and text_of(first) == "Streaming from the server."
+    assert text_of(first, "thinking") == "Think."
+    assert of(first, "usage")[-1]["input_tokens"] > 0
+    assert of(first, "usage")[-1]["cost_usd"] is not None
+    end = of(first, "session_end")[-1]
+    assert end["agent_session_id"].startswith("ses_") and end["reason"] == "completed"
+    shared.agent_session_id = end["agent_session_id"]
 
 
 async def test_tool_call_runs_in_the_project(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
-    fake.clear_script()
-    fake.script(
-        CallTool(
-            "bash",
-            {"command": "ls && echo oc-tool-ran", "description": "List"},
-            when=user("OC-TOOL"),
-        ),
-        Reply(text="Listed.", when="tool_result"),
-    )
-    async with harness.client() as c:
-        await attach(c, shared.session)
-        tool = await run_turn(c, shared.session, "OC-TOOL list", timeout=180)
-        assert_tool_calls_paired(tool)
-        result = of(tool, "tool_result")[0]
-        assert "README.md" in result["content"] and "oc-tool-ran" in result["content"]
-        assert text_of(tool) == "Listed."
+    listing = {"command": "ls && echo oc-tool-ran", "description": "List"}
+    call = CallTool("bash", listing, when=user("OC-TOOL"))
+    tool = await shared.turn("OC-TOOL list", *realcli_session.then_reply(call, "Listed."))
+    assert_tool_calls_paired(tool)
+    result = of(tool, "tool_result")[0]
+    assert "README.md" in result["content"] and "oc-tool-ran" in result["content"]
+    assert text_of(tool) == "Listed."
 
 
 async def test_todos_become_a_plan(harness: Harness, fake: FakeChat, shared: Shared) -> None:
-    fake.clear_script()
-    fake.script(
-        CallTool(
-            "todowrite",
-            {
-                "todos": [
-                    {"content": "Read the notes", "status": "completed", "priority": "high"},
-                    {"content": "Change them", "status": "in_progress", "priority": "high"},
-                ]
-            },
-            when=user("OC-PLAN"),
-        ),
-        Reply(text="Planned.", when="tool_result"),
-    )
-    async with harness.client() as c:
-        await attach(c, shared.session)
-        plan = await run_turn(c, shared.session, "OC-PLAN plan it", timeout=180)
-        entries = of(plan, "plan")[-1]["entries"]
-        assert [(e["content"], e["status"]) for e in entries] == [
-            ("Read the notes", "completed"),
-            ("Change them", "in_progress"),
-        ]
+    todos = [
+        {"content": "Read the notes", "status": "completed", "priority": "high"},
+        {"content": "Change them", "status": "in_progress", "priority": "high"},
+    ]
+    call = CallTool("todowrite", {"todos": todos}, when=user("OC-PLAN"))
+    plan = await shared.turn("OC-PLAN plan it", *realcli_session.then_reply(call, "Planned."))
+    entries = of(plan, "plan")[-1]["entries"]
+    assert [(e["content"], e["status"]) for e in entries] == [
+        ("Read the notes", "completed"),
+        ("Change them", "in_progress"),
+    ]
 
 
 async def test_permission_requests_go_to_the_client(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         CallTool(
             "bash", {"command": "touch approved.txt", "description": "Make"}, when=user("OC-ALLOW")
         ),
@@ -199,23 +156,14 @@ async def test_edit_arrives_as_a_diff_matching_the_file(
     harness: Harness, fake: FakeChat, shared: Shared
 ) -> None:
     notes = shared.project / "notes.txt"
-    fake.clear_script()
-    fake.script(
-        CallTool(
-            "edit",
-            {"filePath": str(notes), "oldString": "world", "newString": "there"},
-            when=user("OC-EDIT"),
-        ),
-        Reply(text="Edited.", when="tool_result"),
-    )
-    async with harness.client() as c:
-        await attach(c, shared.session)
-        edit = await run_turn(c, shared.session, "OC-EDIT change notes", timeout=180)
-        assert_tool_calls_paired(edit)
-        diff = of(edit, "diff")[0]
-        assert notes.read_text() == "hello\nthere\n"
-        assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
-        assert diff["old_text"] == "hello\nworld\n" and "+there" in diff["unified"]
+    change = {"filePath": str(notes), "oldString": "world", "newString": "there"}
+    call = CallTool("edit", change, when=user("OC-EDIT"))
+    edit = await shared.turn("OC-EDIT change notes", *realcli_session.then_reply(call, "Edited."))
+    assert_tool_calls_paired(edit)
+    diff = of(edit, "diff")[0]
+    assert notes.read_text() == "hello\nthere\n"
+    assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
+    assert diff["old_text"] == "hello\nworld\n" and "+there" in diff["unified"]
 
 
 async def test_a_new_server_resumes_the_session_with_its_history(
@@ -223,8 +171,7 @@ async def test_a_new_server_resumes_the_session_with_its_history(
 ) -> None:
     sid = shared.agent_session_id
     assert sid is not None, "runs after test_streamed_answer_with_reasoning_and_usage"
-    fake.clear_script()
-    fake.script(Reply(text="I remember.", when=user("OC-BACK")))
+    fake.rescript(Reply(text="I remember.", when=user("OC-BACK")))
     async with harness.client() as c:
         await c.request("session.close", session=shared.session)  # its server stops
         again, _ = await create(c, cli, shared.project, resume=sid)
@@ -239,38 +186,28 @@ async def test_a_new_server_resumes_the_session_with_its_history(
 async def test_unknown_session_resets_then_interrupt_then_the_server_dies_mid_turn(
     cli: str, binary: str, harness: Harness, fake: FakeChat, project: Path
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         Reply(text="Fresh session.", when=user("OC-RESET")),
         Reply(text="slow " * 20, chunks=20, stall_after=3, stall=60, when=user("OC-STOP")),
         Reply(text="dying " * 20, chunks=20, stall_after=3, stall=60, when=user("OC-DIE")),
         Reply(text="Back again.", when=user("OC-AFTER")),
     )
     async with harness.client() as c:
-        session, _ = await create(c, cli, project, resume=UNKNOWN)
-        fresh = await run_turn(c, session, "OC-RESET hello", timeout=180)
-        reset = [b for b in of(fresh, "system") if b["code"] == "session_reset"]
-        assert len(reset) == 1 and reset[0]["level"] == "warn" and UNKNOWN in reset[0]["text"]
+        session, fresh, end = await realcli_session.reset_turn(
+            c, cli, project, "OC-RESET hello", unknown=UNKNOWN, timeout=180
+        )
         assert text_of(fresh) == "Fresh session."
-        sid = of(fresh, "session_end")[-1]["agent_session_id"]
-        assert sid not in (None, UNKNOWN)
+        sid = end["agent_session_id"]
 
-        await c.request("session.send", session=session, text="OC-STOP talk")
-        await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
+        await realcli_session.send_until_streaming(c, session, "OC-STOP talk")
         await c.request("session.interrupt", session=session)
         fake.release()  # the server notices the abort when the stream moves again
         stopped = await finish_turn(c, session, timeout=60)
         assert of(stopped, "session_end")[-1]["reason"] == "interrupted"
 
-        await c.request("session.send", session=session, text="OC-DIE talk")
-        await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
+        await realcli_session.send_until_streaming(c, session, "OC-DIE talk")
         await kill_agent(harness, binary)
-        died = await finish_turn(c, session, timeout=60)
-        fake.release()
-        error = [e for e in of(died, "error") if e["code"] == "agent_crashed"]
-        assert error and "-9" in error[0]["message"]
-        assert of(died, "session_end")[-1]["reason"] == "error"
-        assert await c.request("ping") == {}
+        await realcli_session.killed_turn(c, fake, session)
 
         again = await run_turn(c, session, "OC-AFTER hello", timeout=180)  # a new server
         assert text_of(again) == "Back again."

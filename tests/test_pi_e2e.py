@@ -5,65 +5,30 @@ module.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests import realcli
+from tests import realcli, realcli_session
 from tests.fakes import CallTool, FakeChat, Reply
-from tests.harness import (
-    UNKNOWN,
-    Harness,
-    agent_toml,
-    assert_tool_calls_paired,
-    create,
-    daemon_env,
-    deltas,
-    finish_turn,
-    kill_agent,
-    of,
-    run_turn,
-    user,
-    wait_for_block,
-)
+from tests.harness import assert_tool_calls_paired, create, deltas, kill_agent, of, run_turn, user
+from tests.realcli_session import CliHarness
 from tests.wsclient import text_of
 
-BINARY = realcli.pi_bin()
-pytestmark = [
-    pytest.mark.realcli,
-    pytest.mark.timeout(180),
-    pytest.mark.skipif(BINARY is None, reason=realcli.missing_reason("pi")),
-]
+pytestmark = realcli_session.suite_marks("pi", timeout=180)
 
 
 # ---- fixtures ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeChat]:
-    with FakeChat() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory, fake: FakeChat) -> Iterator[Harness]:
-    assert BINARY is not None
-    root = tmp_path_factory.mktemp("pi-e2e")
-    env = realcli.pi_env(root / "cli", fake.base_url)
-    h = Harness(root / "daemon", daemon_env(env), agent_toml("pi", BINARY, model="fake/fake-model"))
-    yield h
-    h.stop()
+cli, fake, harness = realcli_session.module_fixtures("pi")
 
 
 # ---- tests --------------------------------------------------------------------------------------
 
 
 async def test_streamed_answer_then_a_second_turn_resumes_the_session(
-    harness: Harness, fake: FakeChat, project: Path
+    harness: CliHarness, fake: FakeChat, project: Path
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         Reply(
             text="Hello from pi, in pieces.", thinking="A greeting.", chunks=4, when=user("PI-1")
         ),
@@ -94,69 +59,45 @@ async def test_streamed_answer_then_a_second_turn_resumes_the_session(
 
 
 async def test_tool_call_runs_in_the_project_and_returns_its_output(
-    harness: Harness, fake: FakeChat, project: Path
+    harness: CliHarness, fake: FakeChat, project: Path
 ) -> None:
-    fake.clear_script()
-    fake.script(
-        CallTool("bash", {"command": "ls && echo tool-ran-here"}, when=user("PI-TOOL")),
-        Reply(text="Listed.", when="tool_result"),
+    call = CallTool("bash", {"command": "ls && echo tool-ran-here"}, when=user("PI-TOOL"))
+    frames = await realcli_session.tool_turn(
+        harness, project, "PI-TOOL list the files", call, "Listed."
     )
-    async with harness.client() as c:
-        session, _ = await create(c, "pi", project)
-        frames = await run_turn(c, session, "PI-TOOL list the files")
-        assert_tool_calls_paired(frames)
-        call = of(frames, "tool_call")[0]
-        assert call["name"] == "bash" and call["kind"] == "execute"
-        result = of(frames, "tool_result")[0]
-        assert "README.md" in result["content"] and "tool-ran-here" in result["content"]
-        assert not result["is_error"] and text_of(frames) == "Listed."
+    assert_tool_calls_paired(frames)
+    call = of(frames, "tool_call")[0]
+    assert call["name"] == "bash" and call["kind"] == "execute"
+    result = of(frames, "tool_result")[0]
+    assert "README.md" in result["content"] and "tool-ran-here" in result["content"]
+    assert not result["is_error"] and text_of(frames) == "Listed."
 
 
 async def test_edit_arrives_as_a_diff_matching_the_file(
-    harness: Harness, fake: FakeChat, project: Path
+    harness: CliHarness, fake: FakeChat, project: Path
 ) -> None:
     notes = project / "notes.txt"
-    fake.clear_script()
-    fake.script(
-        CallTool(
-            "edit",
-            {"path": str(notes), "edits": [{"oldText": "world", "newText": "there"}]},
-            when=user("PI-EDIT"),
-        ),
-        Reply(text="Edited.", when="tool_result"),
+    call = CallTool(
+        "edit",
+        {"path": str(notes), "edits": [{"oldText": "world", "newText": "there"}]},
+        when=user("PI-EDIT"),
     )
-    async with harness.client() as c:
-        session, _ = await create(c, "pi", project)
-        frames = await run_turn(c, session, "PI-EDIT change notes")
-        assert_tool_calls_paired(frames)
-        diff = of(frames, "diff")[0]
-        assert notes.read_text() == "hello\nthere\n"
-        assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
-        assert diff["old_text"] == "hello\nworld\n"
-        assert "-world" in diff["unified"] and "+there" in diff["unified"]
-        assert diff["tool_call_id"] == of(frames, "tool_call")[0]["id"]
-
-
-async def test_unknown_stored_session_resets_once_then_answers(
-    harness: Harness, fake: FakeChat, project: Path
-) -> None:
-    fake.clear_script()
-    fake.script(Reply(text="Fresh start.", when=user("PI-RESET")))
-    async with harness.client() as c:
-        session, _ = await create(c, "pi", project, resume=UNKNOWN)
-        frames = await run_turn(c, session, "PI-RESET hello")
-        reset = [b for b in of(frames, "system") if b["code"] == "session_reset"]
-        assert len(reset) == 1 and reset[0]["level"] == "warn" and UNKNOWN in reset[0]["text"]
-        assert text_of(frames) == "Fresh start."
-        end = of(frames, "session_end")[-1]
-        assert end["reason"] == "completed" and end["agent_session_id"] not in (None, UNKNOWN)
+    frames = await realcli_session.tool_turn(
+        harness, project, "PI-EDIT change notes", call, "Edited."
+    )
+    assert_tool_calls_paired(frames)
+    diff = of(frames, "diff")[0]
+    assert notes.read_text() == "hello\nthere\n"
+    assert diff["path"] == str(notes) and diff["new_text"] == notes.read_text()
+    assert diff["old_text"] == "hello\nworld\n"
+    assert "-world" in diff["unified"] and "+there" in diff["unified"]
+    assert diff["tool_call_id"] == of(frames, "tool_call")[0]["id"]
 
 
 async def test_pi_killed_mid_turn_ends_the_turn_and_the_daemon_goes_on(
-    harness: Harness, fake: FakeChat, project: Path
+    harness: CliHarness, fake: FakeChat, project: Path
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         Reply(
             text="I will be killed " * 10, chunks=10, stall_after=3, stall=60, when=user("PI-DIE")
         ),
@@ -164,26 +105,18 @@ async def test_pi_killed_mid_turn_ends_the_turn_and_the_daemon_goes_on(
     )
     async with harness.client() as c:
         session, _ = await create(c, "pi", project)
-        await c.request("session.send", session=session, text="PI-DIE talk")
-        await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
-        assert BINARY is not None
-        await kill_agent(harness, BINARY, title="pi")  # pi renames its process "pi"
-        frames = await finish_turn(c, session, timeout=60)
-        fake.release()
-        error = [e for e in of(frames, "error") if e["code"] == "agent_crashed"]
-        assert error and "-9" in error[0]["message"]
-        end = of(frames, "session_end")[-1]
-        assert end["reason"] == "error" and end["exit_code"] == -9
-        assert await c.request("ping") == {}
+        await realcli_session.send_until_streaming(c, session, "PI-DIE talk")
+        await kill_agent(harness, harness.cli.binary, title="pi")  # pi renames its process "pi"
+        frames = await realcli_session.killed_turn(c, fake, session)
+        assert of(frames, "session_end")[-1]["exit_code"] == -9
         again = await run_turn(c, session, "PI-AFTER hello")
         assert text_of(again) == "Still here."
 
 
 async def test_interrupt_mid_turn_then_a_daemon_restart_resumes_the_session(
-    harness: Harness, fake: FakeChat, project: Path
+    harness: CliHarness, fake: FakeChat, project: Path
 ) -> None:
-    fake.clear_script()
-    fake.script(
+    fake.rescript(
         Reply(text="Remember PI-77.", when=user("PI-NOTE")),
         Reply(text="slow " * 20, chunks=20, stall_after=3, stall=60, when=user("PI-STOP")),
         Reply(text="After the restart.", when=user("PI-RESTART")),
@@ -192,13 +125,10 @@ async def test_interrupt_mid_turn_then_a_daemon_restart_resumes_the_session(
         session, _ = await create(c, "pi", project)
         first = await run_turn(c, session, "PI-NOTE remember")
         sid = of(first, "session_end")[-1]["agent_session_id"]
-        await c.request("session.send", session=session, text="PI-STOP talk")
-        await wait_for_block(c, session, lambda b: b["type"] == "text" and bool(b["text"]))
-        await c.request("session.interrupt", session=session)
-        stopped = await finish_turn(c, session, timeout=60)
+        await realcli_session.send_until_streaming(c, session, "PI-STOP talk")
+        stopped = await realcli_session.interrupt(c, session, timeout=60)
         fake.release()
-        assert of(stopped, "session_end")[-1]["reason"] == "interrupted"
-        assert not [e for e in of(stopped, "error") if e["code"] == "interrupt_forced"]
+        realcli_session.assert_interrupted(stopped)
     harness.restart()
     async with harness.client() as c:
         await c.request("session.subscribe", session=session, after_seq=10**9)  # live only

@@ -25,20 +25,7 @@ CASES: dict[str, tuple[type[FakeServer], Argv, str | None]] = {
     # name: (fake server, argv builder given the binary, stdin)
     "claude": (
         FakeAnthropic,
-        lambda b: [
-            b,
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--include-partial-messages",
-            "--permission-prompt-tool",
-            "stdio",
-            "--model",
-            "claude-sonnet-4-5",
-        ],
+        realcli.claude_print_argv,
         json.dumps(
             {
                 "type": "user",

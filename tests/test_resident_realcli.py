@@ -15,14 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests import realcli
-from tests.fakes import CallTool, FakeAnthropic, FakeChat, FakeGemini, FakeServer, Reply
+from tests import realcli_session
+from tests.fakes import CallTool, FakeServer, Reply
 from tests.harness import (
     Harness,
-    agent_config,
-    agent_toml,
     create,
-    daemon_env,
     descendants,
     finish_turn,
     make_project,
@@ -31,12 +28,10 @@ from tests.harness import (
     user,
     wait_for_block,
 )
+from tests.realcli_session import RealCli
 from tests.wsclient import Client, text_of
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(300)]
-
-CLAUDE = realcli.claude_bin()
-MODEL = "claude-sonnet-4-5"
 
 
 def residency(idle_stop_s: float, max_processes: int = 8) -> str:
@@ -76,33 +71,17 @@ async def stopped(c: Client, h: Harness, session: str, timeout: float = 60.0) ->
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def claude_env(tmp_path_factory: pytest.TempPathFactory, fake: FakeAnthropic) -> dict[str, str]:
-    if CLAUDE is None:
-        pytest.skip(realcli.missing_reason("claude"))
-    root = tmp_path_factory.mktemp("resident-claude")
-    return daemon_env(realcli.claude_env(root / "cli", fake.base_url, cwd=root / "cli" / "work"))
-
-
-def claude_daemon(home: Path, env: dict[str, str], idle_stop_s: float, cap: int = 8) -> Harness:
-    assert CLAUDE is not None
-    config = agent_config("claude", CLAUDE, f'model = "{MODEL}"\n') + residency(idle_stop_s, cap)
-    return Harness(home, env, config)
+def claude(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCli]:
+    """Claude Code's environment against its fake model server, for each test's daemon."""
+    with realcli_session.fake_server("claude") as fake:
+        yield RealCli("claude", tmp_path_factory.mktemp("resident-claude"), fake)
 
 
 async def test_claude_idle_stop_then_the_next_turn_resumes_the_conversation(
-    fake: FakeAnthropic, claude_env: dict[str, str], tmp_path: Path
+    claude: RealCli, tmp_path: Path, project: Path
 ) -> None:
-    h = claude_daemon(tmp_path / "daemon", claude_env, idle_stop_s=2)
-    try:
-        project = make_project(tmp_path / "project")
-        fake.clear_script()
-        fake.script(
+    with claude.running(tmp_path / "daemon", keys=residency(idle_stop_s=2)) as h:
+        h.fake.rescript(
             Reply(text="First answer 5821.", when=user("IDLE-ONE")),
             Reply(text="Second answer.", when=user("IDLE-TWO")),
         )
@@ -122,19 +101,13 @@ async def test_claude_idle_stop_then_the_next_turn_resumes_the_conversation(
             assert text_of(second) == "Second answer."
             assert of(second, "session_end")[-1]["agent_session_id"] == sid
             assert not [b for b in of(second, "system") if b["code"] == "session_reset"]
-            assert fake.agent_requests[-1].contains("First answer 5821.")  # same conversation
+            assert h.fake.agent_requests[-1].contains("First answer 5821.")  # same conversation
             assert (await listed(c))[session]["resident"] is True
-    finally:
-        h.stop()
 
 
-async def test_claude_cap_stops_the_longest_idle_first(
-    fake: FakeAnthropic, claude_env: dict[str, str], tmp_path: Path
-) -> None:
-    h = claude_daemon(tmp_path / "daemon", claude_env, idle_stop_s=600, cap=2)
-    try:
-        fake.clear_script()
-        fake.script(
+async def test_claude_cap_stops_the_longest_idle_first(claude: RealCli, tmp_path: Path) -> None:
+    with claude.running(tmp_path / "daemon", keys=residency(idle_stop_s=600, max_processes=2)) as h:
+        h.fake.rescript(
             *(Reply(text=f"Answer {n} for LRU.", when=user(f"LRU-{n} ")) for n in "ABC"),
             Reply(text="A is back.", when=user("LRU-A-AGAIN")),
         )
@@ -159,15 +132,13 @@ async def test_claude_cap_stops_the_longest_idle_first(
 
             again = await run_turn(c, sessions["A"], "LRU-A-AGAIN remember?")
             assert text_of(again) == "A is back."
-            assert fake.agent_requests[-1].contains("Answer A for LRU.")
+            assert h.fake.agent_requests[-1].contains("Answer A for LRU.")
 
             async def b_stopped() -> bool:
                 state = await listed(c)
                 return [state[sessions[n]]["resident"] for n in "ABC"] == [True, False, True]
 
             await poll(b_stopped, what="B (now the longest idle) to be stopped")
-    finally:
-        h.stop()
 
 
 async def _count(h: Harness, n: int) -> bool:
@@ -175,13 +146,10 @@ async def _count(h: Harness, n: int) -> bool:
 
 
 async def test_claude_pending_permission_and_queued_message_are_never_stopped(
-    fake: FakeAnthropic, claude_env: dict[str, str], tmp_path: Path
+    claude: RealCli, tmp_path: Path, project: Path
 ) -> None:
-    h = claude_daemon(tmp_path / "daemon", claude_env, idle_stop_s=1)
-    try:
-        project = make_project(tmp_path / "project")
-        fake.clear_script()
-        fake.script(
+    with claude.running(tmp_path / "daemon", keys=residency(idle_stop_s=1)) as h:
+        h.fake.rescript(
             CallTool(
                 "Bash",
                 {"command": "touch busy.txt", "description": "Create a file"},
@@ -218,23 +186,14 @@ async def test_claude_pending_permission_and_queued_message_are_never_stopped(
             # both turns ran on the process that was running when the permission was asked
             assert not [b for b in of(second, "agent_info")]
             await stopped(c, h, session)
-    finally:
-        h.stop()
 
 
-# ---- Hermes over ACP, and OpenCode --------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def chat() -> Iterator[FakeChat]:
-    with FakeChat() as srv:
-        yield srv
+# ---- Hermes and Gemini over ACP, and OpenCode ------------------------------------------------
 
 
 async def _idle_stop_and_resume(h: Harness, chat: FakeServer, agent: str, project: Path) -> None:
     marker = agent.upper()
-    chat.clear_script()
-    chat.script(
+    chat.rescript(
         Reply(text=f"{agent} first answer 7310.", when=user(f"{marker}-ONE")),
         Reply(text=f"{agent} second answer.", when=user(f"{marker}-TWO")),
     )
@@ -256,45 +215,10 @@ async def _idle_stop_and_resume(h: Harness, chat: FakeServer, agent: str, projec
         assert (await listed(c))[session]["resident"] is True
 
 
-async def test_hermes_idle_stop_then_resume(chat: FakeChat, tmp_path: Path) -> None:
-    binary = realcli.hermes_bin()
-    if binary is None:
-        pytest.skip(realcli.missing_reason("hermes"))
-    env = realcli.hermes_env(tmp_path / "cli", chat.base_url)
-    config = f'[agents.hermes]\nbinary = "{binary}"\n' + residency(3)
-    h = Harness(tmp_path / "daemon", daemon_env(env), config)
-    try:
-        await _idle_stop_and_resume(h, chat, "hermes", make_project(tmp_path / "project"))
-    finally:
-        h.stop()
-
-
-async def test_opencode_idle_stop_then_resume(chat: FakeChat, tmp_path: Path) -> None:
-    binary = realcli.cli_bin("opencode")
-    if binary is None:
-        pytest.skip(realcli.missing_reason("opencode"))
-    env = realcli.opencode_env(tmp_path / "cli", chat.base_url)
-    xdg = {k: v for k, v in env.items() if k.startswith("XDG_")}
-    config = agent_toml("opencode", binary, env=xdg, model="fake/fake-model") + residency(3)
-    h = Harness(tmp_path / "daemon", daemon_env(env), config)
-    try:
-        await _idle_stop_and_resume(h, chat, "opencode", make_project(tmp_path / "project"))
-    finally:
-        h.stop()
-
-
-async def test_gemini_idle_stop_then_resume(tmp_path: Path) -> None:
-    binary = realcli.gemini_bin()
-    if binary is None:
-        pytest.skip(realcli.missing_reason("gemini"))
-    with FakeGemini() as fake:
-        env = realcli.gemini_env(tmp_path / "cli", fake.base_url)
-        config = (
-            f'[agents.gemini]\nbinary = "{binary}"\nmodel = "{realcli.GEMINI_MODEL}"\n'
-            + residency(3)
-        )
-        h = Harness(tmp_path / "daemon", daemon_env(env), config)
-        try:
-            await _idle_stop_and_resume(h, fake, "gemini", make_project(tmp_path / "project"))
-        finally:
-            h.stop()
+@pytest.mark.parametrize("agent", ["hermes", "opencode", "gemini"])
+async def test_idle_stop_then_resume(agent: str, tmp_path: Path, project: Path) -> None:
+    with (
+        realcli_session.fake_server(agent) as fake,
+        RealCli(agent, tmp_path, fake).running(keys=residency(3)) as h,
+    ):
+        await _idle_stop_and_resume(h, fake, agent, project)

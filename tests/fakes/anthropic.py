@@ -65,11 +65,7 @@ class FakeAnthropic(FakeServer):
 
     def inspect(self, rec: RecordedRequest) -> ModelView:
         body: dict[str, Any] = rec.body or {}
-        view = ModelView(
-            model=body.get("model"),
-            stream=bool(body.get("stream", False)),
-            tools=[t.get("name", "") for t in body.get("tools") or []],
-        )
+        view = ModelView.of(body, [t.get("name", "") for t in body.get("tools") or []])
         messages = [m for m in body.get("messages") or [] if m.get("role") in ("user", "assistant")]
         for m in messages:
             for block in _blocks(m):

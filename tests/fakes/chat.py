@@ -12,19 +12,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .core import (
-    FakeServer,
-    ModelCall,
-    ModelView,
-    RecordedRequest,
-    Route,
-    StaticJson,
-    openai_error,
-    openai_model_list,
-    sse,
-    text_of,
-)
-from .script import HttpError, Reply, next_id, split_text
+from .core import ModelCall, ModelView, OpenAIServer, RecordedRequest, Route, sse, text_of
+from .script import Reply, next_id, split_text
 
 FINISH_REASONS = {
     "end": "stop",
@@ -34,27 +23,19 @@ FINISH_REASONS = {
 }
 
 
-class FakeChat(FakeServer):
+class FakeChat(OpenAIServer):
     """Chat Completions SSE: content deltas, ``reasoning_content``, ``delta.tool_calls``, usage."""
-
-    base_path = "/v1"
 
     def route(self, rec: RecordedRequest) -> Route:
         if rec.method == "POST" and rec.path in ("/v1/chat/completions", "/chat/completions"):
             return ModelCall()
-        if rec.method == "GET" and rec.path in ("/v1/models", "/models"):
-            return StaticJson(openai_model_list(self.model_name))
-        if rec.method == "GET" and rec.path.startswith("/v1/models/"):
-            model_id = rec.path.removeprefix("/v1/models/")
-            return StaticJson({"id": model_id, "object": "model", "created": 0, "owned_by": "fake"})
-        return None
+        return self.models_route(rec)
 
     def inspect(self, rec: RecordedRequest) -> ModelView:
         body: dict[str, Any] = rec.body or {}
-        view = ModelView(
-            model=body.get("model"),
-            stream=bool(body.get("stream", False)),
-            tools=[
+        view = ModelView.of(
+            body,
+            [
                 (t.get("function") or {}).get("name") or t.get("name", "")
                 for t in body.get("tools") or []
             ],
@@ -163,6 +144,3 @@ class FakeChat(FakeServer):
             ],
             "usage": self._usage(reply),
         }
-
-    def render_error(self, err: HttpError, rec: RecordedRequest) -> Any:
-        return openai_error(err)

@@ -45,6 +45,11 @@ class ModelView:
     #: the text of the last user message that is not a tool result ("" if none)
     last_user_text: str = ""
 
+    @classmethod
+    def of(cls, body: dict[str, Any], tools: list[str]) -> ModelView:
+        """A view of a request ``body`` that names its ``model`` and ``stream`` flag."""
+        return cls(model=body.get("model"), stream=bool(body.get("stream", False)), tools=tools)
+
 
 @dataclass
 class RecordedRequest:
@@ -336,6 +341,11 @@ class FakeServer:
             self._script.extend(steps)
         return self
 
+    def rescript(self, *steps: Step) -> Self:
+        """Drop what is left of the script (an earlier test's), then script ``steps``."""
+        self.clear_script()
+        return self.script(*steps)
+
     def clear_script(self) -> None:
         with self._lock:
             self._script.clear()
@@ -527,6 +537,26 @@ class FakeServer:
 
     def _events(self, step: Reply, rec: RecordedRequest) -> Iterator[bytes]:
         yield from self.render_stream(step, rec)
+
+
+class OpenAIServer(FakeServer):
+    """What OpenAI's wire formats share: the ``/v1`` base, the models endpoints, the error body."""
+
+    base_path = "/v1"
+
+    def models_route(self, rec: RecordedRequest) -> Route:
+        """``GET /v1/models`` (also ``/models``) and ``GET /v1/models/<id>``."""
+        if rec.method != "GET":
+            return None
+        if rec.path in ("/v1/models", "/models"):
+            return StaticJson(openai_model_list(self.model_name))
+        if rec.path.startswith("/v1/models/"):
+            model_id = rec.path.removeprefix("/v1/models/")
+            return StaticJson({"id": model_id, "object": "model", "created": 0, "owned_by": "fake"})
+        return None
+
+    def render_error(self, err: HttpError, rec: RecordedRequest) -> Any:
+        return openai_error(err)
 
 
 def _matches(when: When, rec: RecordedRequest) -> bool:

@@ -12,41 +12,24 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .core import (
-    FakeServer,
-    ModelCall,
-    ModelView,
-    RecordedRequest,
-    Route,
-    StaticJson,
-    openai_error,
-    openai_model_list,
-    sse,
-    text_of,
-)
-from .script import HttpError, Reply, ToolCall, next_id, split_text
+from .core import ModelCall, ModelView, OpenAIServer, RecordedRequest, Route, sse, text_of
+from .script import Reply, ToolCall, next_id, split_text
 
 TOOL_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 
 
-class FakeResponses(FakeServer):
+class FakeResponses(OpenAIServer):
     """OpenAI Responses SSE: reasoning, message text deltas, ``function_call`` items, usage."""
-
-    base_path = "/v1"
 
     def route(self, rec: RecordedRequest) -> Route:
         if rec.method == "POST" and rec.path == "/v1/responses":
             return ModelCall()
-        if rec.method == "GET" and rec.path == "/v1/models":
-            return StaticJson(openai_model_list(self.model_name))
-        return None
+        return self.models_route(rec)
 
     def inspect(self, rec: RecordedRequest) -> ModelView:
         body: dict[str, Any] = rec.body or {}
-        view = ModelView(
-            model=body.get("model"),
-            stream=bool(body.get("stream", False)),
-            tools=[t.get("name") or t.get("type", "") for t in body.get("tools") or []],
+        view = ModelView.of(
+            body, [t.get("name") or t.get("type", "") for t in body.get("tools") or []]
         )
         items = body.get("input")
         if isinstance(items, str):
@@ -218,9 +201,6 @@ class FakeResponses(FakeServer):
     def render_json(self, reply: Reply, rec: RecordedRequest) -> Any:
         status = "incomplete" if reply.stop_reason == "max_tokens" else "completed"
         return self._response(rec, reply, next_id("resp"), status, self._items(reply, rec))
-
-    def render_error(self, err: HttpError, rec: RecordedRequest) -> Any:
-        return openai_error(err)
 
 
 def _call_item(call: ToolCall, custom: set[str]) -> dict[str, Any]:
