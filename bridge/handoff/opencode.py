@@ -29,9 +29,9 @@ from bridge.handoff.listing import MAX_LISTED, one_line_title
 from bridge.handoff.mirror import PollingMirror
 from bridge.handoff.sqlite_ro import open_ro, reading
 from bridge.handoff.turns import MirrorTurns
+from bridge.parsers.opencode import KINDS
 
 _SID = re.compile(r"^ses_[A-Za-z0-9]{8,64}$")
-_KINDS = {"bash": "execute", "read": "read", "edit": "edit", "write": "edit", "patch": "edit"}
 _DONE_TOOL = ("completed", "error")
 
 #: One part row as the mirror reads it: (part id, message id, part updated ms, part data,
@@ -148,7 +148,7 @@ class PartParser(MirrorTurns):
             args = state.get("input")
             args = args if isinstance(args, dict) else {}
             title = state.get("title") or args.get("description") or args.get("command")
-            out.append(self._start_tool(call_id, name, title, _KINDS.get(name), args))
+            out.append(self._start_tool(call_id, name, title, KINDS.get(name), args))
         if status in _DONE_TOOL and call_id in self._tools and self._once(call_id, "done"):
             call = self._tools.pop(call_id)
             failed = status == "error"

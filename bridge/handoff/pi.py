@@ -28,9 +28,9 @@ from bridge.handoff.listing import MAX_LISTED, newest_first, one_line_title
 from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
 from bridge.handoff.turns import MirrorTurns
+from bridge.parsers.pi import KINDS
 
 _SID = re.compile(r"_([0-9a-fA-F-]{16,64})$")
-_KINDS = {"bash": "execute", "read": "read", "edit": "edit", "write": "edit"}
 _is_pi = procscan.argv_names("pi")
 _END = {"stop": "completed", "length": "completed", "error": "error", "aborted": "interrupted"}
 
@@ -171,7 +171,7 @@ class SessionParser(MirrorTurns):
                 args = part.get("arguments")
                 args = args if isinstance(args, dict) else {}
                 title = args.get("command") or args.get("path") or args.get("file_path")
-                out.append(self._start_tool(part["id"], name, title, _KINDS.get(name), args))
+                out.append(self._start_tool(part["id"], name, title, KINDS.get(name), args))
         reason = _END.get(str(message.get("stopReason") or ""))
         if reason is not None:
             out += self._close(reason)  # type: ignore[arg-type]

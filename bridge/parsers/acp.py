@@ -23,28 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge import blocks
 from bridge.agent_types import COMMON_COMMANDS
-from bridge.blocks import (
-    AgentInfoBlock,
-    Block,
-    Command,
-    DiffBlock,
-    EndReason,
-    ErrorBlock,
-    PermissionKind,
-    PermissionOption,
-    PermissionRequestBlock,
-    PlanBlock,
-    PlanEntry,
-    PlanStatus,
-    SessionEndBlock,
-    SystemBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-    UsageBlock,
-)
 from bridge.parsers.diff import unified_diff
 from bridge.parsers.untrusted import MAX_ITEMS, MAX_VALUE_TEXT, clean, dumps_plain, plain
 
@@ -82,12 +62,12 @@ def _number(value: Any) -> float | None:
 # ---- session/update → blocks --------------------------------------------------------------------
 
 _TOOL_STATUS = {"completed": "done", "failed": "error"}
-_PLAN_STATUS: dict[str, PlanStatus] = {
+_PLAN_STATUS: dict[str, blocks.PlanStatus] = {
     "pending": "pending",
     "in_progress": "in_progress",
     "completed": "completed",
 }
-_PERMISSION_KINDS: tuple[PermissionKind, ...] = (
+_PERMISSION_KINDS: tuple[blocks.PermissionKind, ...] = (
     "allow_once",
     "allow_always",
     "reject_once",
@@ -120,8 +100,8 @@ class _Tool:
     declined: bool = False
     paths: set[str] = field(default_factory=set)
 
-    def block(self, status: Any = "running") -> ToolCallBlock:
-        return ToolCallBlock(
+    def block(self, status: Any = "running") -> blocks.ToolCallBlock:
+        return blocks.ToolCallBlock(
             id=self.block_id,
             name=self.name,
             title=self.title,
@@ -134,7 +114,7 @@ class _Tool:
         return dumps_plain([self.name, self.title, self.kind, self.input])
 
 
-def _permission_kind(kind: Any, option_id: str, label: str) -> PermissionKind:
+def _permission_kind(kind: Any, option_id: str, label: str) -> blocks.PermissionKind:
     if kind in _PERMISSION_KINDS:
         return kind  # type: ignore[no-any-return]
     words = f"{option_id} {label}".lower()
@@ -145,9 +125,9 @@ def _permission_kind(kind: Any, option_id: str, label: str) -> PermissionKind:
     return "allow_always" if always else "allow_once"
 
 
-def _delta(thinking: bool, block_id: str, *, text: str = "", done: bool = False) -> Block:
+def _delta(thinking: bool, block_id: str, *, text: str = "", done: bool = False) -> blocks.Block:
     """A piece of the agent's thinking or of its answer (``done``: that stream's end)."""
-    kind = ThinkingBlock if thinking else TextBlock
+    kind = blocks.ThinkingBlock if thinking else blocks.TextBlock
     return kind(id=block_id, text=text, done=done)
 
 
@@ -189,12 +169,12 @@ class UpdateMapper:
         *,
         prefix: str = "acp",
         session_id: str | None = None,
-        agent_info: Callable[[list[Command]], AgentInfoBlock] | None = None,
+        agent_info: Callable[[list[blocks.Command]], blocks.AgentInfoBlock] | None = None,
         cumulative_usage: bool = False,
         approval_only: Callable[[str], bool] | None = None,
     ) -> None:
         self.session_id = session_id
-        self.commands: list[Command] = []
+        self.commands: list[blocks.Command] = []
         self.mode: str | None = None
         self.input_tokens = 0
         self.output_tokens = 0
@@ -229,7 +209,7 @@ class UpdateMapper:
         self._meta_usage = None
         self._asked.clear()
 
-    def end_turn(self, result: Any, *, cancelled: bool = False) -> list[Block]:
+    def end_turn(self, result: Any, *, cancelled: bool = False) -> list[blocks.Block]:
         """Blocks for the ``session/prompt`` result: closes, usage, notes, ``session_end``."""
         result = _dict(result)
         stop = result.get("stopReason")
@@ -243,7 +223,7 @@ class UpdateMapper:
         if not interrupted and isinstance(stop, str) and stop != "end_turn":
             note = STOP_NOTES.get(stop, f"the agent stopped: {clean(stop, 200)}")
             out.append(
-                SystemBlock(
+                blocks.SystemBlock(
                     level="warn",
                     code="stop_reason",
                     text=note,
@@ -251,7 +231,7 @@ class UpdateMapper:
                 )
             )
         out.append(
-            SessionEndBlock(
+            blocks.SessionEndBlock(
                 reason="interrupted" if interrupted else "completed",
                 agent_session_id=self.session_id,
             )
@@ -265,25 +245,27 @@ class UpdateMapper:
         message: str,
         detail: str | None = None,
         *,
-        reason: EndReason = "error",
+        reason: blocks.EndReason = "error",
         exit_code: int | None = None,
-        error: ErrorBlock | None = None,
-    ) -> list[Block]:
+        error: blocks.ErrorBlock | None = None,
+    ) -> list[blocks.Block]:
         """Blocks that end a turn the agent could not finish (``error``: already classified)."""
         out = self._close_deltas()
         out += self._close_tools(error=True, why="the agent stopped before the tool finished")
         if error is None:
-            error = ErrorBlock(code=code, message=clean(message, 2000), detail=detail)
+            error = blocks.ErrorBlock(code=code, message=clean(message, 2000), detail=detail)
         out.append(error)
         out.append(
-            SessionEndBlock(reason=reason, exit_code=exit_code, agent_session_id=self.session_id)
+            blocks.SessionEndBlock(
+                reason=reason, exit_code=exit_code, agent_session_id=self.session_id
+            )
         )
         self.begin_turn()
         return out
 
     # ---- notifications --------------------------------------------------------------------------
 
-    def update(self, params: Any) -> list[Block]:
+    def update(self, params: Any) -> list[blocks.Block]:
         """Blocks for one ``session/update`` notification's params."""
         params = _dict(params)
         sid = params.get("sessionId")
@@ -308,12 +290,12 @@ class UpdateMapper:
             self._usage_update(update)
         return []
 
-    def permission(self, request_id: str, params: Any) -> list[Block]:
+    def permission(self, request_id: str, params: Any) -> list[blocks.Block]:
         """Blocks for ``session/request_permission``, ending with the request when it can be
         answered (no usable option: no request block, and the caller declines it)."""
         params = _dict(params)
         call = _dict(params.get("toolCall"))
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         tool_block_id: str | None = None
         agent_tool = _str(call.get("toolCallId"), 300)
         if agent_tool is not None:
@@ -323,7 +305,7 @@ class UpdateMapper:
             state = self._tools.get(agent_tool)
             tool_block_id = state.block_id if state is not None else None
             self._asked[request_id] = agent_tool
-        options: list[PermissionOption] = []
+        options: list[blocks.PermissionOption] = []
         seen: set[str] = set()
         raw_options = params.get("options")
         for raw in raw_options[:MAX_OPTIONS] if isinstance(raw_options, list) else []:
@@ -336,17 +318,17 @@ class UpdateMapper:
             seen.add(option_id)
             label = _str(option.get("name"), 300) or option_id
             kind = _permission_kind(option.get("kind"), option_id, label)
-            options.append(PermissionOption(id=option_id, label=label, kind=kind))
+            options.append(blocks.PermissionOption(id=option_id, label=label, kind=kind))
         if options:
             title = _str(call.get("title"), 2000) or "Allow the agent to continue?"
             out.append(
-                PermissionRequestBlock(
+                blocks.PermissionRequestBlock(
                     id=request_id, tool_call_id=tool_block_id, title=title, options=options
                 )
             )
         return out
 
-    def answered(self, request_id: str, kind: PermissionKind | None) -> list[Block]:
+    def answered(self, request_id: str, kind: blocks.PermissionKind | None) -> list[blocks.Block]:
         """Record the client's answer (None: cancelled). A declined call that the agent never
         reports finished then ends as an error instead of as done (Gemini sends nothing)."""
         agent_tool = self._asked.pop(request_id, None)
@@ -359,7 +341,7 @@ class UpdateMapper:
             return []
         # The question stood for another call on the same files (Hermes: "write: <path>"),
         # which never reports its end: declined, that call failed too.
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         if declined:
             for other_id, other in list(self._tools.items()):
                 if other_id != agent_tool and other.paths & state.paths:
@@ -372,11 +354,11 @@ class UpdateMapper:
 
     # ---- usage ----------------------------------------------------------------------------------
 
-    def usage_block(self) -> UsageBlock | None:
+    def usage_block(self) -> blocks.UsageBlock | None:
         """The session's usage so far (tokens summed over turns), or None if none was seen."""
         if not self._has_tokens and self.context_used is None and self.cost_usd is None:
             return None
-        return UsageBlock(
+        return blocks.UsageBlock(
             input_tokens=self.input_tokens if self._has_tokens else None,
             output_tokens=self.output_tokens if self._has_tokens else None,
             cached_input_tokens=self.cached_input_tokens,
@@ -447,16 +429,16 @@ class UpdateMapper:
     def _new_id(self, kind: str) -> str:
         return f"{self._prefix}-{kind}{next(self._ids)}"
 
-    def _close(self, *, thinking: bool) -> list[Block]:
+    def _close(self, *, thinking: bool) -> list[blocks.Block]:
         current = self._open.pop(thinking, None)
         if current is None:
             return []
         return [_delta(thinking, current[0], done=True)]
 
-    def _close_deltas(self) -> list[Block]:
+    def _close_deltas(self) -> list[blocks.Block]:
         return self._close(thinking=True) + self._close(thinking=False)
 
-    def _chunk(self, update: dict[str, Any], *, thinking: bool) -> list[Block]:
+    def _chunk(self, update: dict[str, Any], *, thinking: bool) -> list[blocks.Block]:
         content = _dict(update.get("content"))
         if content.get("type", "text") != "text":
             return []
@@ -514,12 +496,12 @@ class UpdateMapper:
         elif not state.named:
             state.name = state.kind or "tool"
 
-    def _tool(self, update: dict[str, Any], *, new: bool) -> list[Block]:
+    def _tool(self, update: dict[str, Any], *, new: bool) -> list[blocks.Block]:
         agent_id = _str(update.get("toolCallId"), 300)
         if agent_id is None:
             return []
         state = self._tools.get(agent_id)
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         if state is None and not new and agent_id in self._finished:
             return []  # late news about a call that already ended
         if state is None:
@@ -539,10 +521,10 @@ class UpdateMapper:
             out += self._finish_tool(agent_id, state, failed=final == "error")
         return out
 
-    def _content(self, state: _Tool, content: Any) -> list[Block]:
+    def _content(self, state: _Tool, content: Any) -> list[blocks.Block]:
         if not isinstance(content, list):
             return []
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         texts: list[str] = []
         for raw in content[:MAX_ITEMS]:
             item = _dict(raw)
@@ -561,7 +543,7 @@ class UpdateMapper:
         state.result = clean("\n".join(texts), MAX_VALUE_TEXT)
         return out
 
-    def _diff(self, state: _Tool, item: dict[str, Any]) -> list[Block]:
+    def _diff(self, state: _Tool, item: dict[str, Any]) -> list[blocks.Block]:
         path = _str(item.get("path"), 4096)
         new_text = item.get("newText")
         old_text = item.get("oldText")
@@ -575,7 +557,7 @@ class UpdateMapper:
         state.diffs.add(key)
         state.paths.add(path)
         return [
-            DiffBlock(
+            blocks.DiffBlock(
                 path=path,
                 old_text=old,
                 new_text=new,
@@ -584,7 +566,7 @@ class UpdateMapper:
             )
         ]
 
-    def _finish_tool(self, agent_id: str, state: _Tool, *, failed: bool) -> list[Block]:
+    def _finish_tool(self, agent_id: str, state: _Tool, *, failed: bool) -> list[blocks.Block]:
         self._tools.pop(agent_id, None)
         self._finished.add(agent_id)
         content = state.result or _raw_output_text(state.raw_output)
@@ -593,12 +575,12 @@ class UpdateMapper:
         # The protocol's order: the final status, then the result that pairs with it.
         return [
             state.block("error" if failed else "done"),
-            ToolResultBlock(tool_call_id=state.block_id, content=content, is_error=failed),
+            blocks.ToolResultBlock(tool_call_id=state.block_id, content=content, is_error=failed),
         ]
 
-    def _close_tools(self, *, error: bool, why: str = "interrupted") -> list[Block]:
+    def _close_tools(self, *, error: bool, why: str = "interrupted") -> list[blocks.Block]:
         """Finish tool calls the agent never reported finished (some agents never do)."""
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         for agent_id, state in list(self._tools.items()):
             failed = error or state.declined
             if state.declined and not error:
@@ -610,11 +592,11 @@ class UpdateMapper:
 
     # ---- plan, commands, mode -------------------------------------------------------------------
 
-    def _plan(self, update: dict[str, Any]) -> list[Block]:
+    def _plan(self, update: dict[str, Any]) -> list[blocks.Block]:
         entries = update.get("entries")
         if not isinstance(entries, list):
             return []
-        out: list[PlanEntry] = []
+        out: list[blocks.PlanEntry] = []
         for raw in entries[:MAX_PLAN]:
             entry = _dict(raw)
             content = _str(entry.get("content"), 4000)
@@ -622,7 +604,7 @@ class UpdateMapper:
                 continue
             status = entry.get("status")
             out.append(
-                PlanEntry(
+                blocks.PlanEntry(
                     content=content,
                     status=_PLAN_STATUS.get(status, "pending")
                     if isinstance(status, str)
@@ -630,13 +612,13 @@ class UpdateMapper:
                     priority=_str(entry.get("priority"), 50),
                 )
             )
-        return [PlanBlock(entries=out)]
+        return [blocks.PlanBlock(entries=out)]
 
-    def _commands(self, update: dict[str, Any]) -> list[Block]:
+    def _commands(self, update: dict[str, Any]) -> list[blocks.Block]:
         items = update.get("availableCommands")
         if not isinstance(items, list):
             return []
-        commands: list[Command] = []
+        commands: list[blocks.Command] = []
         seen: set[str] = set()
         for raw in items[:MAX_COMMANDS]:
             item = _dict(raw)
@@ -650,18 +632,18 @@ class UpdateMapper:
                 continue
             seen.add(slash)
             description = _str(item.get("description"), 500) or ""
-            commands.append(Command(name=slash, description=description))
+            commands.append(blocks.Command(name=slash, description=description))
         if commands == self.commands:
             return []
         self.commands = commands
         return [self._agent_info(commands)] if self._agent_info is not None else []
 
-    def _mode(self, mode_id: Any) -> list[Block]:
+    def _mode(self, mode_id: Any) -> list[blocks.Block]:
         mode = _str(mode_id, 200)
         if mode is None or mode == self.mode:
             return []
         self.mode = mode
-        return [SystemBlock(code="mode", text=f"mode: {mode}", data={"mode": mode})]
+        return [blocks.SystemBlock(code="mode", text=f"mode: {mode}", data={"mode": mode})]
 
     def set_mode(self, mode_id: Any) -> None:
         """Record the mode the session started in (no block)."""

@@ -27,22 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.blocks import (
-    Block,
-    DiffBlock,
-    EndReason,
-    PermissionOption,
-    PermissionRequestBlock,
-    PlanBlock,
-    PlanEntry,
-    SessionEndBlock,
-    SystemBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-    UsageBlock,
-)
+from bridge import blocks
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     added_file_diff,
@@ -172,7 +157,7 @@ class ClaudeParser:
     _tools: dict[str, _Tool] = field(default_factory=dict)
     _finished_tools: set[str] = field(default_factory=set)
     _permissions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    _tasks: dict[str, PlanEntry] = field(default_factory=dict)
+    _tasks: dict[str, blocks.PlanEntry] = field(default_factory=dict)
     _usage: _Usage = field(default_factory=_Usage)
     _last_total_cost: float = 0.0
     _interrupting: bool = False
@@ -184,19 +169,19 @@ class ClaudeParser:
 
     # ---- what the adapter calls ------------------------------------------------------------
 
-    def feed(self, line: bytes | str) -> list[Block]:
-        blocks = self._feed(line)
+    def feed(self, line: bytes | str) -> list[blocks.Block]:
+        out = self._feed(line)
         if self.left_plan:
             self.left_plan = False
-            notice = SystemBlock(
+            notice = blocks.SystemBlock(
                 code="mode",
                 text="Claude Code left plan mode (plan approved): mode default",
                 data={"mode": "default", "by_agent": True},
             )
-            blocks.insert(0, notice)
-        return blocks
+            out.insert(0, notice)
+        return out
 
-    def _feed(self, line: bytes | str) -> list[Block]:
+    def _feed(self, line: bytes | str) -> list[blocks.Block]:
         msg = decode_object(line)
         if msg is None:
             return []
@@ -275,11 +260,15 @@ class ClaudeParser:
             }
         )
 
-    def close_turn(self, reason: EndReason, exit_code: int | None = None) -> list[Block]:
+    def close_turn(
+        self, reason: blocks.EndReason, exit_code: int | None = None
+    ) -> list[blocks.Block]:
         """Blocks that end the turn when Claude could not (it exited, or the adapter gave up)."""
         out = self._close_open()
         out.append(
-            SessionEndBlock(reason=reason, exit_code=exit_code, agent_session_id=self.session_id)
+            blocks.SessionEndBlock(
+                reason=reason, exit_code=exit_code, agent_session_id=self.session_id
+            )
         )
         self._interrupting = False
         return out
@@ -288,11 +277,11 @@ class ClaudeParser:
         self._counter += 1
         return self._counter
 
-    def usage(self) -> UsageBlock | None:
+    def usage(self) -> blocks.UsageBlock | None:
         u = self._usage
         if not u.seen:
             return None
-        return UsageBlock(
+        return blocks.UsageBlock(
             input_tokens=u.input_tokens,
             output_tokens=u.output_tokens,
             cached_input_tokens=u.cached_input_tokens,
@@ -303,7 +292,7 @@ class ClaudeParser:
 
     # ---- line kinds ------------------------------------------------------------------------------
 
-    def _system(self, msg: dict[str, Any]) -> list[Block]:
+    def _system(self, msg: dict[str, Any]) -> list[blocks.Block]:
         subtype = get_str(msg, "subtype")
         if subtype == "init":
             self.session_id = get_str(msg, "session_id") or self.session_id
@@ -326,10 +315,10 @@ class ClaudeParser:
                 )
             ]
         if subtype == "compact_boundary":
-            return [SystemBlock(code="compacted", text="Claude compacted the conversation")]
+            return [blocks.SystemBlock(code="compacted", text="Claude compacted the conversation")]
         return []
 
-    def _stream_event(self, msg: dict[str, Any]) -> list[Block]:
+    def _stream_event(self, msg: dict[str, Any]) -> list[blocks.Block]:
         if get_str(msg, "parent_tool_use_id"):
             return []  # a sub-agent's prose stays inside the sub-agent
         event = get_dict(msg, "event")
@@ -358,25 +347,27 @@ class ClaudeParser:
             dtype = get_str(delta, "type")
             if dtype == "text_delta":
                 text = get_str(delta, "text")
-                return [TextBlock(id=block_id, text=text)] if text else []
+                return [blocks.TextBlock(id=block_id, text=text)] if text else []
             if dtype == "thinking_delta":
                 text = get_str(delta, "thinking")
-                return [ThinkingBlock(id=block_id, text=text)] if text else []
+                return [blocks.ThinkingBlock(id=block_id, text=text)] if text else []
             return []
         if etype == "content_block_stop":
             self._index_ids.pop(index, None)
             return self._close_delta(block_id)
         return []
 
-    def _close_delta(self, block_id: str) -> list[Block]:
+    def _close_delta(self, block_id: str) -> list[blocks.Block]:
         if block_id not in self._open:
             return []
         thinking = self._open.pop(block_id)
         return [
-            ThinkingBlock(id=block_id, done=True) if thinking else TextBlock(id=block_id, done=True)
+            blocks.ThinkingBlock(id=block_id, done=True)
+            if thinking
+            else blocks.TextBlock(id=block_id, done=True)
         ]
 
-    def _assistant(self, msg: dict[str, Any]) -> list[Block]:
+    def _assistant(self, msg: dict[str, Any]) -> list[blocks.Block]:
         message = get_dict(msg, "message")
         if get_bool(msg, "is_api_error_message"):
             # A synthetic message carrying the API error: it becomes the turn's error block.
@@ -388,7 +379,7 @@ class ClaudeParser:
             return []
         parent = get_str(msg, "parent_tool_use_id")
         message_id = get_str(message, "id") or f"m{self._next()}"
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         self._note_context(get_dict(message, "usage"))
         for n, item in enumerate(get_list(message, "content")):
             itype = get_str(item, "type")
@@ -399,11 +390,11 @@ class ClaudeParser:
                 text = get_str(item, "text" if itype == "text" else "thinking") or ""
                 if text:
                     block_id = f"{message_id}:{n}:{self._next()}"
-                    cls = TextBlock if itype == "text" else ThinkingBlock
+                    cls = blocks.TextBlock if itype == "text" else blocks.ThinkingBlock
                     out.append(cls(id=block_id, text=text, done=True))
         return out
 
-    def _tool_use(self, item: dict[str, Any], parent: str | None) -> list[Block]:
+    def _tool_use(self, item: dict[str, Any], parent: str | None) -> list[blocks.Block]:
         tool_id = get_str(item, "id")
         name = get_str(item, "name") or "tool"
         if not tool_id or tool_id in self._tools or tool_id in self._finished_tools:
@@ -412,7 +403,7 @@ class ClaudeParser:
         tool = _Tool(name, tool_input, parent, self._title(name, tool_input), TOOL_KINDS.get(name))
         self._tools[tool_id] = tool
         return [
-            ToolCallBlock(
+            blocks.ToolCallBlock(
                 id=tool_id,
                 name=name,
                 title=tool.title,
@@ -423,10 +414,10 @@ class ClaudeParser:
             )
         ]
 
-    def _user(self, msg: dict[str, Any]) -> list[Block]:
+    def _user(self, msg: dict[str, Any]) -> list[blocks.Block]:
         content = get_list(get_dict(msg, "message"), "content")
         extra = msg.get("tool_use_result")
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         for item in content:
             if get_str(item, "type") != "tool_result":
                 continue
@@ -438,7 +429,7 @@ class ClaudeParser:
 
     def _tool_result(
         self, tool_id: str, item: dict[str, Any], extra: Any, parent: str | None
-    ) -> list[Block]:
+    ) -> list[blocks.Block]:
         tool = self._tools.pop(tool_id, None)
         if tool is None:
             if tool_id in self._finished_tools:
@@ -448,13 +439,13 @@ class ClaudeParser:
         is_error = get_bool(item, "is_error")
         text = clip(_content_text(item.get("content")))
         details = extra if isinstance(extra, dict) else {}
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         if not is_error and tool.name in EDIT_TOOLS:
             diff = _diff_block(tool, details, tool_id, self._rel)
             if diff is not None:
                 out.append(diff)
         out.append(
-            ToolCallBlock(
+            blocks.ToolCallBlock(
                 id=tool_id,
                 name=tool.name,
                 title=tool.title,
@@ -465,12 +456,12 @@ class ClaudeParser:
             )
         )
         out.append(
-            ToolResultBlock(
+            blocks.ToolResultBlock(
                 tool_call_id=tool_id, content=text, is_error=is_error, parent_id=tool.parent_id
             )
         )
         if not is_error and self._update_plan(tool, details, text):
-            out.append(PlanBlock(entries=list(self._tasks.values())))
+            out.append(blocks.PlanBlock(entries=list(self._tasks.values())))
         return out
 
     def _update_plan(self, tool: _Tool, details: dict[str, Any], text: str) -> bool:
@@ -478,7 +469,7 @@ class ClaudeParser:
         if tool.name == "TodoWrite":
             todos = get_list(details, "newTodos") or get_list(tool.input, "todos")
             self._tasks = {
-                str(n): PlanEntry(
+                str(n): blocks.PlanEntry(
                     content=get_str(t, "content") or "",
                     status=PLAN_STATUSES.get(get_str(t, "status") or "", "pending"),  # type: ignore[arg-type]
                 )
@@ -493,7 +484,7 @@ class ClaudeParser:
                 found = re.search(r"#(\w+)", text)
                 task_id = found.group(1) if found else f"t{len(self._tasks) + 1}"
             subject = get_str(task, "subject") or get_str(tool.input, "subject") or ""
-            self._tasks[task_id] = PlanEntry(content=subject, status="pending")
+            self._tasks[task_id] = blocks.PlanEntry(content=subject, status="pending")
             return True
         if tool.name == "TaskUpdate":
             task_id = get_str(tool.input, "taskId") or get_str(details, "taskId")
@@ -504,14 +495,14 @@ class ClaudeParser:
                 del self._tasks[task_id]
                 return True
             entry = self._tasks[task_id]
-            self._tasks[task_id] = PlanEntry(
+            self._tasks[task_id] = blocks.PlanEntry(
                 content=get_str(tool.input, "subject") or entry.content,
                 status=PLAN_STATUSES.get(status or "", entry.status),  # type: ignore[arg-type]
             )
             return True
         return False
 
-    def _control_request(self, msg: dict[str, Any]) -> list[Block]:
+    def _control_request(self, msg: dict[str, Any]) -> list[blocks.Block]:
         request_id = get_str(msg, "request_id")
         request = get_dict(msg, "request")
         if not request_id:
@@ -541,7 +532,9 @@ class ClaudeParser:
                     },
                 }
             )
-            return [SystemBlock(code="mode", text=f"plan mode: {name} refused, no file changed")]
+            return [
+                blocks.SystemBlock(code="mode", text=f"plan mode: {name} refused, no file changed")
+            ]
         self._permissions[request_id] = request
         tool_input = get_dict(request, "input")
         what = (
@@ -549,12 +542,14 @@ class ClaudeParser:
             or get_str(tool_input, "file_path")
             or get_str(request, "description")
         )
-        options = [PermissionOption(id=ALLOW, label="Allow once", kind="allow_once")]
+        options = [blocks.PermissionOption(id=ALLOW, label="Allow once", kind="allow_once")]
         if get_list(request, "permission_suggestions"):
-            options.append(PermissionOption(id=ALWAYS, label="Always allow", kind="allow_always"))
-        options.append(PermissionOption(id=DENY, label="Deny", kind="reject_once"))
+            options.append(
+                blocks.PermissionOption(id=ALWAYS, label="Always allow", kind="allow_always")
+            )
+        options.append(blocks.PermissionOption(id=DENY, label="Deny", kind="reject_once"))
         return [
-            PermissionRequestBlock(
+            blocks.PermissionRequestBlock(
                 id=request_id,
                 tool_call_id=get_str(request, "tool_use_id"),
                 title=f"Allow {name}" + (f": {short(self._rel(what), 200)}?" if what else "?"),
@@ -562,7 +557,7 @@ class ClaudeParser:
             )
         ]
 
-    def _result(self, msg: dict[str, Any]) -> list[Block]:
+    def _result(self, msg: dict[str, Any]) -> list[blocks.Block]:
         errors = [str(e) for e in get_list(msg, "errors") if isinstance(e, str | int | float)]
         result_text = get_str(msg, "result") or ""
         is_error = get_bool(msg, "is_error")
@@ -574,7 +569,7 @@ class ClaudeParser:
         out = self._close_open()
         subtype = get_str(msg, "subtype") or ""
         terminal = get_str(msg, "terminal_reason") or ""
-        reason: EndReason = "completed"
+        reason: blocks.EndReason = "completed"
         if self._interrupting or terminal.startswith("aborted"):
             reason = "interrupted"
         elif is_error or subtype != "success":
@@ -592,18 +587,20 @@ class ClaudeParser:
         usage = self.usage()
         if usage is not None:
             out.append(usage)
-        out.append(SessionEndBlock(reason=reason, exit_code=None, agent_session_id=self.session_id))
+        out.append(
+            blocks.SessionEndBlock(reason=reason, exit_code=None, agent_session_id=self.session_id)
+        )
         return out
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _close_open(self) -> list[Block]:
-        out: list[Block] = []
+    def _close_open(self) -> list[blocks.Block]:
+        out: list[blocks.Block] = []
         for block_id in list(self._open):
             out.extend(self._close_delta(block_id))
         self._index_ids.clear()
         for tool_id, tool in list(self._tools.items()):
-            call = ToolCallBlock(id=tool_id, name=tool.name, parent_id=tool.parent_id)
+            call = blocks.ToolCallBlock(id=tool_id, name=tool.name, parent_id=tool.parent_id)
             out += unfinished_tool(call)
             self._finished_tools.add(tool_id)
         self._tools.clear()
@@ -670,7 +667,7 @@ def _content_text(content: Any) -> str:
 
 def _diff_block(
     tool: _Tool, details: dict[str, Any], tool_id: str, rel: Callable[[str], str]
-) -> DiffBlock | None:
+) -> blocks.DiffBlock | None:
     """The whole-file change an edit tool made, from the result Claude attached."""
     path = get_str(details, "filePath") or get_str(tool.input, "file_path")
     if not path:
@@ -687,13 +684,13 @@ def _diff_block(
             unified = added_file_diff(shown, content)
         else:
             unified = render_unified(shown, hunks) if hunks else None
-        return DiffBlock(
+        return blocks.DiffBlock(
             path=path, old_text=original, new_text=content, unified=unified, tool_call_id=tool_id
         )
     if original is not None and hunks:
         new_text = apply_hunks(original, hunks)
         if new_text is not None:
-            return DiffBlock(
+            return blocks.DiffBlock(
                 path=path,
                 old_text=original,
                 new_text=new_text,
@@ -705,4 +702,6 @@ def _diff_block(
     new = get_str(tool.input, "new_string")
     if old is None or new is None:
         return None
-    return DiffBlock(path=path, old_text=old, new_text=new, unified=None, tool_call_id=tool_id)
+    return blocks.DiffBlock(
+        path=path, old_text=old, new_text=new, unified=None, tool_call_id=tool_id
+    )

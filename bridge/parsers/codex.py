@@ -33,21 +33,7 @@ from typing import Any
 
 import msgspec
 
-from bridge.blocks import (
-    Block,
-    DiffBlock,
-    EndReason,
-    PermissionOption,
-    PermissionRequestBlock,
-    PlanBlock,
-    PlanEntry,
-    SessionEndBlock,
-    SystemBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-    UsageBlock,
-)
+from bridge import blocks
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     added_file_diff,
@@ -110,7 +96,7 @@ def display_command(command: str) -> str:
     return parts[0] if len(parts) == 1 else command
 
 
-def fill_diff(block: DiffBlock, current: str | None) -> DiffBlock:
+def fill_diff(block: blocks.DiffBlock, current: str | None) -> blocks.DiffBlock:
     """``block`` with whole-file texts, given the file's text after the change (None: gone)."""
     unified = block.unified or ""
     hunks = parse_unified(unified)
@@ -136,9 +122,9 @@ class _Tool:
     output: list[str] = field(default_factory=list)
     output_size: int = 0
 
-    def block(self, item_id: str) -> ToolCallBlock:
+    def block(self, item_id: str) -> blocks.ToolCallBlock:
         """The call, running."""
-        return ToolCallBlock(
+        return blocks.ToolCallBlock(
             id=item_id, name=self.name, title=self.title, kind=self.kind, input=self.input
         )
 
@@ -179,7 +165,7 @@ class CodexParser:
     _tools: dict[str, _Tool] = field(default_factory=dict)
     _finished: set[str] = field(default_factory=set)
     _permissions: dict[str, _Pending] = field(default_factory=dict)
-    _usage: UsageBlock | None = None
+    _usage: blocks.UsageBlock | None = None
     _last_error: str | None = None
     _last_error_body: dict[str, Any] = field(default_factory=dict)
     #: Codex retried a failed model call itself in this turn (``error`` with ``willRetry``)
@@ -212,7 +198,9 @@ class CodexParser:
             jsonrpc.result(pending.rpc_id, {"decision": pending.decisions[option_id]})
         )
 
-    def close_turn(self, reason: EndReason, exit_code: int | None = None) -> list[Block]:
+    def close_turn(
+        self, reason: blocks.EndReason, exit_code: int | None = None
+    ) -> list[blocks.Block]:
         """Blocks that end the turn when Codex could not (it exited, or the adapter gave up)."""
         if self.done:
             return []
@@ -220,15 +208,17 @@ class CodexParser:
         if self._usage is not None:
             out.append(self._usage)
         out.append(
-            SessionEndBlock(reason=reason, exit_code=exit_code, agent_session_id=self.thread_id)
+            blocks.SessionEndBlock(
+                reason=reason, exit_code=exit_code, agent_session_id=self.thread_id
+            )
         )
         self.done = True
         return out
 
-    def usage(self) -> UsageBlock | None:
+    def usage(self) -> blocks.UsageBlock | None:
         return self._usage
 
-    def feed(self, line: bytes | str) -> list[Block]:
+    def feed(self, line: bytes | str) -> list[blocks.Block]:
         msg = decode_object(line)
         if msg is None or self.done:
             return []
@@ -268,7 +258,7 @@ class CodexParser:
         else:
             self._request("thread/start", self._thread_params())
 
-    def _response(self, msg: dict[str, Any]) -> list[Block]:
+    def _response(self, msg: dict[str, Any]) -> list[blocks.Block]:
         rid = msg.get("id")
         if isinstance(rid, bool) or not isinstance(rid, int | str):
             return []
@@ -293,12 +283,12 @@ class CodexParser:
             self._turn_started(get_str(get_dict(result, "turn"), "id"))
         return []
 
-    def _failed(self, method: str, text: str) -> list[Block]:
+    def _failed(self, method: str, text: str) -> list[blocks.Block]:
         if method == "thread/resume" and not self._reset_done and is_unknown_thread(text):
             old, self._resume, self._reset_done = self._resume, None, True
             self._open_thread()
             return [
-                SystemBlock(
+                blocks.SystemBlock(
                     level="warn",
                     code="session_reset",
                     text=f"Codex no longer knows session {old}; continuing in a new session",
@@ -321,7 +311,9 @@ class CodexParser:
 
     # ---- server requests (approvals) -------------------------------------------------------------
 
-    def _server_request(self, rpc_id: Any, method: str, params: dict[str, Any]) -> list[Block]:
+    def _server_request(
+        self, rpc_id: Any, method: str, params: dict[str, Any]
+    ) -> list[blocks.Block]:
         if isinstance(rpc_id, bool) or not isinstance(rpc_id, int | str):
             return []
         item_id = get_str(params, "itemId") or ""
@@ -348,33 +340,33 @@ class CodexParser:
         labels = {ALLOW: ("Allow once", "allow_once"), ALWAYS: ("Always allow", "allow_always")}
         labels[DENY] = ("Deny", "reject_once")
         options = [
-            PermissionOption(id=key, label=labels[key][0], kind=labels[key][1])  # type: ignore[arg-type]
+            blocks.PermissionOption(id=key, label=labels[key][0], kind=labels[key][1])  # type: ignore[arg-type]
             for key in (ALLOW, ALWAYS, DENY)
             if key in decisions
         ]
         return [
-            PermissionRequestBlock(
+            blocks.PermissionRequestBlock(
                 id=request_id, tool_call_id=item_id or None, title=title, options=options
             )
         ]
 
     # ---- notifications ---------------------------------------------------------------------------
 
-    def _notification(self, method: str, params: dict[str, Any]) -> list[Block]:
+    def _notification(self, method: str, params: dict[str, Any]) -> list[blocks.Block]:
         handler = _HANDLERS.get(method)
         return handler(self, params) if handler is not None else []
 
-    def _on_turn_started(self, params: dict[str, Any]) -> list[Block]:
+    def _on_turn_started(self, params: dict[str, Any]) -> list[blocks.Block]:
         self._turn_started(get_str(get_dict(params, "turn"), "id"))
         return []
 
-    def _on_text_delta(self, params: dict[str, Any]) -> list[Block]:
+    def _on_text_delta(self, params: dict[str, Any]) -> list[blocks.Block]:
         return self._delta(params, thinking=False)
 
-    def _on_reasoning_delta(self, params: dict[str, Any]) -> list[Block]:
+    def _on_reasoning_delta(self, params: dict[str, Any]) -> list[blocks.Block]:
         return self._delta(params, thinking=True)
 
-    def _delta(self, params: dict[str, Any], *, thinking: bool) -> list[Block]:
+    def _delta(self, params: dict[str, Any], *, thinking: bool) -> list[blocks.Block]:
         item_id = get_str(params, "itemId")
         delta = get_str(params, "delta")
         if not item_id or not delta or item_id in self._finished:
@@ -386,10 +378,10 @@ class CodexParser:
                 self._summary_index[item_id] = index
                 delta = "\n\n" + delta
         self._open[item_id] = thinking
-        cls = ThinkingBlock if thinking else TextBlock
+        cls = blocks.ThinkingBlock if thinking else blocks.TextBlock
         return [cls(id=item_id, text=delta)]
 
-    def _on_output_delta(self, params: dict[str, Any]) -> list[Block]:
+    def _on_output_delta(self, params: dict[str, Any]) -> list[blocks.Block]:
         tool = self._tools.get(get_str(params, "itemId") or "")
         delta = get_str(params, "delta")
         if tool is not None and delta and tool.output_size < MAX_OUTPUT:
@@ -397,21 +389,21 @@ class CodexParser:
             tool.output_size += len(delta)
         return []
 
-    def _on_plan(self, params: dict[str, Any]) -> list[Block]:
+    def _on_plan(self, params: dict[str, Any]) -> list[blocks.Block]:
         entries = [
-            PlanEntry(
+            blocks.PlanEntry(
                 content=get_str(step, "step") or "",
                 status=PLAN_STATUS.get(get_str(step, "status") or "", "pending"),  # type: ignore[arg-type]
             )
             for step in get_list(params, "plan")
             if isinstance(step, dict)
         ]
-        return [PlanBlock(entries=entries)]
+        return [blocks.PlanBlock(entries=entries)]
 
-    def _on_usage(self, params: dict[str, Any]) -> list[Block]:
+    def _on_usage(self, params: dict[str, Any]) -> list[blocks.Block]:
         usage = get_dict(params, "tokenUsage")
         total, last = get_dict(usage, "total"), get_dict(usage, "last")
-        self._usage = UsageBlock(
+        self._usage = blocks.UsageBlock(
             input_tokens=get_int(total, "inputTokens"),
             output_tokens=get_int(total, "outputTokens"),
             cached_input_tokens=get_int(total, "cachedInputTokens"),
@@ -421,16 +413,16 @@ class CodexParser:
         )
         return []
 
-    def _on_error(self, params: dict[str, Any]) -> list[Block]:
+    def _on_error(self, params: dict[str, Any]) -> list[blocks.Block]:
         message = get_str(get_dict(params, "error"), "message") or "Codex reported an error"
         if params.get("willRetry") is True:
             self.agent_retried = True
-            return [SystemBlock(level="warn", code="api_retry", text=short(message, 500))]
+            return [blocks.SystemBlock(level="warn", code="api_retry", text=short(message, 500))]
         self._last_error = message
         self._last_error_body = get_dict(params, "error")
         return []
 
-    def _on_item_started(self, params: dict[str, Any]) -> list[Block]:
+    def _on_item_started(self, params: dict[str, Any]) -> list[blocks.Block]:
         item = get_dict(params, "item")
         item_id = get_str(item, "id")
         if not item_id or item_id in self._tools or item_id in self._finished:
@@ -441,7 +433,7 @@ class CodexParser:
         self._tools[item_id] = announced
         return [announced.block(item_id)]
 
-    def _on_item_completed(self, params: dict[str, Any]) -> list[Block]:
+    def _on_item_completed(self, params: dict[str, Any]) -> list[blocks.Block]:
         item = get_dict(params, "item")
         item_id = get_str(item, "id")
         itype = get_str(item, "type")
@@ -450,7 +442,7 @@ class CodexParser:
         if itype in ("agentMessage", "reasoning"):
             return self._finish_message(item_id, item, thinking=itype == "reasoning")
         tool = self._tools.pop(item_id, None)
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         if tool is None:
             tool = self._tool_for(item)
             if tool is None:
@@ -462,11 +454,11 @@ class CodexParser:
             out.extend(self._diffs(item, item_id))
         return out + tool_end(tool.block(item_id), content, is_error=not ok)
 
-    def _on_turn_completed(self, params: dict[str, Any]) -> list[Block]:
+    def _on_turn_completed(self, params: dict[str, Any]) -> list[blocks.Block]:
         turn = get_dict(params, "turn")
         status = get_str(turn, "status")
-        out: list[Block] = []
-        reason: EndReason = "completed"
+        out: list[blocks.Block] = []
+        reason: blocks.EndReason = "completed"
         if status == "interrupted":
             reason = "interrupted"
         elif status == "failed":
@@ -560,8 +552,8 @@ class CodexParser:
             return get_str(item, "query") or "", True
         return "", status in ("completed", "succeeded")
 
-    def _diffs(self, item: dict[str, Any], item_id: str) -> list[Block]:
-        out: list[Block] = []
+    def _diffs(self, item: dict[str, Any], item_id: str) -> list[blocks.Block]:
+        out: list[blocks.Block] = []
         for change in get_list(item, "changes"):
             path = get_str(change, "path")
             diff = get_str(change, "diff") or ""
@@ -577,7 +569,7 @@ class CodexParser:
                 text = apply_hunks("", hunks) if hunks else diff
                 new_text = text if text is not None else diff
                 out.append(
-                    DiffBlock(
+                    blocks.DiffBlock(
                         path=path,
                         old_text=None,
                         new_text=new_text,
@@ -590,13 +582,17 @@ class CodexParser:
             if ctype == "delete":
                 body = body.replace(f"+++ b/{shown}", "+++ /dev/null", 1)
             out.append(
-                DiffBlock(path=path, old_text=None, new_text="", unified=body, tool_call_id=item_id)
+                blocks.DiffBlock(
+                    path=path, old_text=None, new_text="", unified=body, tool_call_id=item_id
+                )
             )
         return out
 
-    def _finish_message(self, item_id: str, item: dict[str, Any], *, thinking: bool) -> list[Block]:
+    def _finish_message(
+        self, item_id: str, item: dict[str, Any], *, thinking: bool
+    ) -> list[blocks.Block]:
         self._finished.add(item_id)
-        cls = ThinkingBlock if thinking else TextBlock
+        cls = blocks.ThinkingBlock if thinking else blocks.TextBlock
         if item_id in self._open:
             del self._open[item_id]
             return [cls(id=item_id, done=True)]
@@ -611,18 +607,18 @@ class CodexParser:
             text = get_str(item, "text") or ""
         return [cls(id=item_id, text=text, done=True)] if text else []
 
-    def _close_open(self) -> list[Block]:
-        out: list[Block] = []
+    def _close_open(self) -> list[blocks.Block]:
+        out: list[blocks.Block] = []
         for item_id, thinking in self._open.items():
             out.append(
-                ThinkingBlock(id=item_id, done=True)
+                blocks.ThinkingBlock(id=item_id, done=True)
                 if thinking
-                else TextBlock(id=item_id, done=True)
+                else blocks.TextBlock(id=item_id, done=True)
             )
             self._finished.add(item_id)
         self._open.clear()
         for item_id, tool in self._tools.items():
-            out += unfinished_tool(ToolCallBlock(id=item_id, name=tool.name))
+            out += unfinished_tool(blocks.ToolCallBlock(id=item_id, name=tool.name))
             self._finished.add(item_id)
         self._tools.clear()
         self._permissions.clear()
@@ -658,7 +654,7 @@ def _command_decisions(available: list[Any]) -> dict[str, Any]:
     return decisions
 
 
-_HANDLERS: dict[str, Callable[[CodexParser, dict[str, Any]], list[Block]]] = {
+_HANDLERS: dict[str, Callable[[CodexParser, dict[str, Any]], list[blocks.Block]]] = {
     "turn/started": CodexParser._on_turn_started,
     "item/agentMessage/delta": CodexParser._on_text_delta,
     "item/reasoning/summaryTextDelta": CodexParser._on_reasoning_delta,

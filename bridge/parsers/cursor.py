@@ -15,16 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bridge.blocks import (
-    Block,
-    DiffBlock,
-    PlanBlock,
-    PlanEntry,
-    PlanStatus,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-)
+from bridge import blocks
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     JsonLinesParser,
@@ -63,7 +54,7 @@ def _tool_name(key: str) -> str:
     return key[: -len("ToolCall")] if key.endswith("ToolCall") else key
 
 
-def _plan_status(value: str | None) -> PlanStatus:
+def _plan_status(value: str | None) -> blocks.PlanStatus:
     text = (value or "").lower()
     if "progress" in text:
         return "in_progress"
@@ -105,31 +96,31 @@ class CursorParser(JsonLinesParser):
         self._n += 1
         return f"cursor-{self.prefix}-{kind}{self._n}"
 
-    def close_open(self) -> list[Block]:
-        out: list[Block] = []
+    def close_open(self) -> list[blocks.Block]:
+        out: list[blocks.Block] = []
         if self._thinking_id is not None:
-            out.append(ThinkingBlock(id=self._thinking_id, done=True))
+            out.append(blocks.ThinkingBlock(id=self._thinking_id, done=True))
             self._thinking_id = None
         if self._text_id is not None:
-            out.append(TextBlock(id=self._text_id, done=True))
+            out.append(blocks.TextBlock(id=self._text_id, done=True))
             self._text_id = None
         return out
 
-    def _break_segment(self) -> list[Block]:
+    def _break_segment(self) -> list[blocks.Block]:
         out = self.close_open()
         self._segment = ""
         return out
 
-    def _on_system(self, event: dict[str, Any]) -> list[Block]:
+    def _on_system(self, event: dict[str, Any]) -> list[blocks.Block]:
         self.model = get_str(event, "model") or self.model
         return []
 
-    def _on_thinking(self, event: dict[str, Any]) -> list[Block]:
+    def _on_thinking(self, event: dict[str, Any]) -> list[blocks.Block]:
         subtype = get_str(event, "subtype")
         if subtype == "completed":
             if self._thinking_id is None:
                 return []
-            out: list[Block] = [ThinkingBlock(id=self._thinking_id, done=True)]
+            out: list[blocks.Block] = [blocks.ThinkingBlock(id=self._thinking_id, done=True)]
             self._thinking_id = None
             return out
         text = get_str(event, "text")
@@ -140,16 +131,16 @@ class CursorParser(JsonLinesParser):
             out.extend(self._break_segment())
         if self._thinking_id is None:
             self._thinking_id = self._new_id("th")
-        out.append(ThinkingBlock(id=self._thinking_id, text=text))
+        out.append(blocks.ThinkingBlock(id=self._thinking_id, text=text))
         return out
 
-    def _on_assistant(self, event: dict[str, Any]) -> list[Block]:
+    def _on_assistant(self, event: dict[str, Any]) -> list[blocks.Block]:
         text = _message_text(event)
         if not text:
             return []
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         if self._thinking_id is not None:
-            out.append(ThinkingBlock(id=self._thinking_id, done=True))
+            out.append(blocks.ThinkingBlock(id=self._thinking_id, done=True))
             self._thinking_id = None
         partial = "timestamp_ms" in event
         if self._segment and (
@@ -161,21 +152,21 @@ class CursorParser(JsonLinesParser):
             self._segment += tail
             self._all_text += tail
             if tail and self._text_id is not None:
-                out.append(TextBlock(id=self._text_id, text=tail))
+                out.append(blocks.TextBlock(id=self._text_id, text=tail))
             out.extend(self.close_open())
             return out
         if self._text_id is None:
             self._text_id = self._new_id("tx")
         self._segment += text
         self._all_text += text
-        out.append(TextBlock(id=self._text_id, text=text))
+        out.append(blocks.TextBlock(id=self._text_id, text=text))
         if not partial:
             # A whole message (no partial output): nothing more will be appended to it.
             out.extend(self.close_open())
             self._segment = text
         return out
 
-    def _on_tool_call(self, event: dict[str, Any]) -> list[Block]:
+    def _on_tool_call(self, event: dict[str, Any]) -> list[blocks.Block]:
         call_id = get_str(event, "call_id") or get_str(event, "id")
         if not call_id:
             return []
@@ -219,13 +210,13 @@ class CursorParser(JsonLinesParser):
         content = _result_text(name, success if not is_error else failure or result)
         return out + tool_end(_call(call_id, name, args), content, is_error=is_error)
 
-    def _on_result(self, event: dict[str, Any]) -> list[Block]:
+    def _on_result(self, event: dict[str, Any]) -> list[blocks.Block]:
         self.finished = True
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         text = get_str(event, "result")
         if text and not self._all_text and not event.get("is_error"):
             bid = self._new_id("tx")
-            out += [TextBlock(id=bid, text=text), TextBlock(id=bid, done=True)]
+            out += [blocks.TextBlock(id=bid, text=text), blocks.TextBlock(id=bid, done=True)]
         out.extend(self.close_open())
         usage = get_dict(event, "usage")
         if usage:
@@ -248,14 +239,14 @@ class CursorParser(JsonLinesParser):
             out.append(failure_block("cursor", report))
         return out
 
-    def _on_error(self, event: dict[str, Any]) -> list[Block]:
+    def _on_error(self, event: dict[str, Any]) -> list[blocks.Block]:
         self.failed = True
         self.error_message = get_str(event, "message") or "cursor reported an error"
         report = FailureReport(message=self.error_message, body=event)
         return [*self.close_open(), failure_block("cursor", report)]
 
 
-def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
+def _call(call_id: str, name: str, args: dict[str, Any]) -> blocks.ToolCallBlock:
     return running_call(call_id, name, args, title=call_title(name, args, TITLE_KEYS), kinds=KINDS)
 
 
@@ -279,18 +270,18 @@ def _result_text(name: str, value: Any) -> str:
     return ""
 
 
-def _plan(args: dict[str, Any]) -> PlanBlock | None:
+def _plan(args: dict[str, Any]) -> blocks.PlanBlock | None:
     entries = [
-        PlanEntry(content=content, status=_plan_status(get_str(item, "status")))
+        blocks.PlanEntry(content=content, status=_plan_status(get_str(item, "status")))
         for item in get_list(args, "todos")
         if (content := get_str(item, "content"))
     ]
-    return PlanBlock(entries=entries) if entries else None
+    return blocks.PlanBlock(entries=entries) if entries else None
 
 
 def _diff_block(
     name: str, args: dict[str, Any], success: dict[str, Any], call_id: str
-) -> DiffBlock | None:
+) -> blocks.DiffBlock | None:
     path = get_str(args, "path") or get_str(success, "path")
     if not path:
         return None
@@ -306,4 +297,6 @@ def _diff_block(
     unified = get_str(success, "diffString") or get_str(success, "diff")
     if not (old or new or unified):
         return None
-    return DiffBlock(path=path, old_text=old, new_text=new, unified=unified, tool_call_id=call_id)
+    return blocks.DiffBlock(
+        path=path, old_text=old, new_text=new, unified=unified, tool_call_id=call_id
+    )

@@ -10,16 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.blocks import (
-    Block,
-    DiffBlock,
-    PlanBlock,
-    PlanEntry,
-    PlanStatus,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-)
+from bridge import blocks
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     Hunk,
@@ -86,7 +77,7 @@ def difflines_to_unified(path: str, items: list[Any]) -> str | None:
     return render_unified(path, [hunk])
 
 
-def _plan_status(value: str | None) -> PlanStatus:
+def _plan_status(value: str | None) -> blocks.PlanStatus:
     text = (value or "").lower()
     if "progress" in text:
         return "in_progress"
@@ -105,7 +96,7 @@ class DroidParser(JsonLinesParser):
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}
         self._texts = 0
 
-    def close_open(self) -> list[Block]:
+    def close_open(self) -> list[blocks.Block]:
         """Nothing streams in Droid's output: every block is already whole."""
         return []
 
@@ -113,53 +104,53 @@ class DroidParser(JsonLinesParser):
         self._texts += 1
         return f"droid-{self.prefix}-{kind}-{own or self._texts}"
 
-    def _on_system(self, event: dict[str, Any]) -> list[Block]:
+    def _on_system(self, event: dict[str, Any]) -> list[blocks.Block]:
         self.model = get_str(event, "model") or self.model
         return []
 
-    def _on_message(self, event: dict[str, Any]) -> list[Block]:
+    def _on_message(self, event: dict[str, Any]) -> list[blocks.Block]:
         if get_str(event, "role") != "assistant":
             return []
         text = get_str(event, "text")
         if not text:
             return []
         bid = self._next_id("msg", get_str(event, "id"))
-        return [TextBlock(id=bid, text=text), TextBlock(id=bid, done=True)]
+        return [blocks.TextBlock(id=bid, text=text), blocks.TextBlock(id=bid, done=True)]
 
-    def _on_reasoning(self, event: dict[str, Any]) -> list[Block]:
+    def _on_reasoning(self, event: dict[str, Any]) -> list[blocks.Block]:
         text = get_str(event, "text")
         own = get_str(event, "id") or ""
         if not text or (own, text) in self._seen_reasoning:
             return []
         self._seen_reasoning.add((own, text))
         bid = self._next_id("think", f"{own}-{len(self._seen_reasoning)}")
-        return [ThinkingBlock(id=bid, text=text), ThinkingBlock(id=bid, done=True)]
+        return [blocks.ThinkingBlock(id=bid, text=text), blocks.ThinkingBlock(id=bid, done=True)]
 
-    def _on_tool_call(self, event: dict[str, Any]) -> list[Block]:
+    def _on_tool_call(self, event: dict[str, Any]) -> list[blocks.Block]:
         call_id = get_str(event, "id")
         if not call_id:
             return []
         name = get_str(event, "toolName") or get_str(event, "toolId") or "tool"
         params = get_dict(event, "parameters")
         self._calls[call_id] = (name, params)
-        out: list[Block] = [_call(call_id, name, params)]
+        out: list[blocks.Block] = [_call(call_id, name, params)]
         if name == "TodoWrite":
             plan = _plan(params)
             if plan is not None:
                 out.append(plan)
         return out
 
-    def _on_tool_result(self, event: dict[str, Any]) -> list[Block]:
+    def _on_tool_result(self, event: dict[str, Any]) -> list[blocks.Block]:
         call_id = get_str(event, "id")
         if not call_id:
             return []
         known = self._calls.pop(call_id, None)
         name, params = known or (get_str(event, "toolId") or "tool", {})
         is_error = event.get("isError") is True
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         if known is None:
             out.append(
-                ToolCallBlock(
+                blocks.ToolCallBlock(
                     id=call_id, name=name, kind=KINDS.get(name, "other"), status="running"
                 )
             )
@@ -173,14 +164,14 @@ class DroidParser(JsonLinesParser):
                 out.append(diff)
         return out + tool_end(_call(call_id, name, params), content, is_error=is_error)
 
-    def _on_error(self, event: dict[str, Any]) -> list[Block]:
+    def _on_error(self, event: dict[str, Any]) -> list[blocks.Block]:
         if self.failed and get_str(event, "source") == "cli":
             return []  # "Exec failed": the CLI's summary of the error already reported
         self.failed = True
         self.error_message = get_str(event, "message") or "droid reported an error"
         return [failure_block("droid", FailureReport(message=self.error_message, body=event))]
 
-    def _on_completion(self, event: dict[str, Any]) -> list[Block]:
+    def _on_completion(self, event: dict[str, Any]) -> list[blocks.Block]:
         self.finished = True
         usage = get_dict(event, "usage")
         if usage:
@@ -201,7 +192,7 @@ def _as_text(value: Any) -> str:
     return short(repr(value), 4000)
 
 
-def _call(call_id: str, name: str, params: dict[str, Any]) -> ToolCallBlock:
+def _call(call_id: str, name: str, params: dict[str, Any]) -> blocks.ToolCallBlock:
     return running_call(call_id, name, params, title=_title(name, params), kinds=KINDS)
 
 
@@ -213,15 +204,15 @@ def _title(name: str, params: dict[str, Any]) -> str:
     return name
 
 
-def _plan(params: dict[str, Any]) -> PlanBlock | None:
+def _plan(params: dict[str, Any]) -> blocks.PlanBlock | None:
     todos = params.get("todos")
-    entries: list[PlanEntry] = []
+    entries: list[blocks.PlanEntry] = []
     if isinstance(todos, list):
         for item in todos:
             content = get_str(item, "content") or get_str(item, "title")
             if content:
                 entries.append(
-                    PlanEntry(
+                    blocks.PlanEntry(
                         content=content,
                         status=_plan_status(get_str(item, "status")),
                         priority=get_str(item, "priority"),
@@ -233,15 +224,17 @@ def _plan(params: dict[str, Any]) -> PlanBlock | None:
             line = raw.strip().lstrip("-*0123456789. ")
             if not line:
                 continue
-            status: PlanStatus = "pending"
+            status: blocks.PlanStatus = "pending"
             if line.startswith("[") and "]" in line:
                 status = _plan_status(line[1 : line.index("]")])
                 line = line[line.index("]") + 1 :].strip()
-            entries.append(PlanEntry(content=line, status=status))
-    return PlanBlock(entries=entries) if entries else None
+            entries.append(blocks.PlanEntry(content=line, status=status))
+    return blocks.PlanBlock(entries=entries) if entries else None
 
 
-def _diff_block(name: str, params: dict[str, Any], value: Any, call_id: str) -> DiffBlock | None:
+def _diff_block(
+    name: str, params: dict[str, Any], value: Any, call_id: str
+) -> blocks.DiffBlock | None:
     path = get_str(params, "file_path") or get_str(params, "path")
     if not path:
         return None
@@ -251,7 +244,7 @@ def _diff_block(name: str, params: dict[str, Any], value: Any, call_id: str) -> 
         return None
     details = decode_object(value) if isinstance(value, str) else None
     unified = difflines_to_unified(path, get_list(details, "diffLines")) if details else None
-    return DiffBlock(
+    return blocks.DiffBlock(
         path=path,
         old_text=get_str(params, "old_str") or "",
         new_text=get_str(params, "new_str") or "",

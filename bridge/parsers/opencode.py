@@ -15,19 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.blocks import (
-    Block,
-    DiffBlock,
-    PermissionOption,
-    PermissionRequestBlock,
-    PlanBlock,
-    PlanEntry,
-    PlanStatus,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-    UsageBlock,
-)
+from bridge import blocks
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     accumulate_usage,
@@ -67,13 +55,13 @@ TITLE_KEYS = ("command", "filePath", "path", "pattern", "url", "description")
 
 #: The answers ``POST /session/<id>/permissions/<permission id>`` accepts.
 PERMISSION_OPTIONS = (
-    PermissionOption(id="once", label="Allow once", kind="allow_once"),
-    PermissionOption(id="always", label="Always allow", kind="allow_always"),
-    PermissionOption(id="reject", label="Reject", kind="reject_once"),
+    blocks.PermissionOption(id="once", label="Allow once", kind="allow_once"),
+    blocks.PermissionOption(id="always", label="Always allow", kind="allow_always"),
+    blocks.PermissionOption(id="reject", label="Reject", kind="reject_once"),
 )
 
 
-def _plan_status(value: str | None) -> PlanStatus:
+def _plan_status(value: str | None) -> blocks.PlanStatus:
     if value == "in_progress":
         return "in_progress"
     if value in ("completed", "cancelled"):
@@ -122,7 +110,7 @@ class OpenCodeParser:
         self.agent_id = agent_id
         self.prefix = id_prefix or uuid.uuid4().hex[:8]
         self.roles: dict[str, str] = {}
-        self.session_usage: UsageBlock | None = None
+        self.session_usage: blocks.UsageBlock | None = None
         self.title: str | None = None
         self.begin_turn()
 
@@ -136,21 +124,21 @@ class OpenCodeParser:
         self.retries = 0
         self.last_retry_message: str | None = None
         self.error_message: str | None = None
-        self.turn_usage = UsageBlock()
+        self.turn_usage = blocks.UsageBlock()
         self._steps: set[str] = set()
         self._parts: dict[str, _Part] = {}
         self._tools: dict[str, _Tool] = {}
 
     # ---- input ----------------------------------------------------------------------------------
 
-    def feed(self, line: bytes | str) -> list[Block]:
+    def feed(self, line: bytes | str) -> list[blocks.Block]:
         """One line: an SSE ``data:`` line or a bare JSON event object."""
         event = sse_data(line)
         if event is None:
             event = decode_object(line)
         return self.feed_event(event) if event is not None else []
 
-    def feed_event(self, event: dict[str, Any]) -> list[Block]:
+    def feed_event(self, event: dict[str, Any]) -> list[blocks.Block]:
         kind = get_str(event, "type")
         props = get_dict(event, "properties")
         if not kind:
@@ -163,12 +151,12 @@ class OpenCodeParser:
         handler = getattr(self, "_on_" + kind.replace(".", "_"), None)
         if handler is None:
             return []
-        result: list[Block] = handler(props)
+        result: list[blocks.Block] = handler(props)
         return result
 
-    def close_open(self) -> list[Block]:
+    def close_open(self) -> list[blocks.Block]:
         """Finish whatever is still streaming (used when the turn ends abnormally)."""
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         for pid, part in self._parts.items():
             if part.sent and not part.done:
                 part.done = True
@@ -177,11 +165,11 @@ class OpenCodeParser:
 
     # ---- helpers --------------------------------------------------------------------------------
 
-    def _block(self, kind: str, pid: str, text: str, done: bool = False) -> Block:
+    def _block(self, kind: str, pid: str, text: str, done: bool = False) -> blocks.Block:
         bid = f"oc-{self.prefix}-{pid}"
         if kind == "reasoning":
-            return ThinkingBlock(id=bid, text=text, done=done)
-        return TextBlock(id=bid, text=text, done=done)
+            return blocks.ThinkingBlock(id=bid, text=text, done=done)
+        return blocks.TextBlock(id=bid, text=text, done=done)
 
     def _is_user(self, message_id: str | None, part: dict[str, Any]) -> bool:
         role = self.roles.get(message_id or "")
@@ -192,19 +180,19 @@ class OpenCodeParser:
 
     # ---- events ---------------------------------------------------------------------------------
 
-    def _on_message_updated(self, props: dict[str, Any]) -> list[Block]:
+    def _on_message_updated(self, props: dict[str, Any]) -> list[blocks.Block]:
         info = get_dict(props, "info")
         mid, role = get_str(info, "id"), get_str(info, "role")
         if mid and role:
             self.roles[mid] = role
         return []
 
-    def _on_session_updated(self, props: dict[str, Any]) -> list[Block]:
+    def _on_session_updated(self, props: dict[str, Any]) -> list[blocks.Block]:
         info = get_dict(props, "info")
         self.title = get_str(info, "title") or self.title
         tokens = get_dict(info, "tokens")
         if tokens:
-            self.session_usage = UsageBlock(
+            self.session_usage = blocks.UsageBlock(
                 input_tokens=get_int(tokens, "input"),
                 output_tokens=get_int(tokens, "output"),
                 cached_input_tokens=get_int(get_dict(tokens, "cache"), "read"),
@@ -212,7 +200,7 @@ class OpenCodeParser:
             )
         return []
 
-    def _on_session_status(self, props: dict[str, Any]) -> list[Block]:
+    def _on_session_status(self, props: dict[str, Any]) -> list[blocks.Block]:
         status = get_dict(props, "status")
         if get_str(status, "type") in ("busy", "retry"):
             self.busy = True
@@ -226,13 +214,13 @@ class OpenCodeParser:
             return [retry_notice(self.agent_id, report, short(why, 300), attempt=attempt)]
         return []
 
-    def _on_session_idle(self, props: dict[str, Any]) -> list[Block]:
+    def _on_session_idle(self, props: dict[str, Any]) -> list[blocks.Block]:
         if not self.busy:
             return []  # an idle left over from the previous turn
         self.turn_done = True
         return self.close_open()
 
-    def _on_session_error(self, props: dict[str, Any]) -> list[Block]:
+    def _on_session_error(self, props: dict[str, Any]) -> list[blocks.Block]:
         error = get_dict(props, "error")
         name = get_str(error, "name") or "Error"
         if name == "MessageAbortedError":
@@ -247,9 +235,9 @@ class OpenCodeParser:
         )
         return [failure_block(self.agent_id, report, detail=name)]
 
-    def _on_todo_updated(self, props: dict[str, Any]) -> list[Block]:
+    def _on_todo_updated(self, props: dict[str, Any]) -> list[blocks.Block]:
         entries = [
-            PlanEntry(
+            blocks.PlanEntry(
                 content=content,
                 status=_plan_status(get_str(item, "status")),
                 priority=get_str(item, "priority"),
@@ -257,9 +245,9 @@ class OpenCodeParser:
             for item in get_list(props, "todos")
             if (content := get_str(item, "content"))
         ]
-        return [PlanBlock(entries=entries)]
+        return [blocks.PlanBlock(entries=entries)]
 
-    def _on_permission_asked(self, props: dict[str, Any]) -> list[Block]:
+    def _on_permission_asked(self, props: dict[str, Any]) -> list[blocks.Block]:
         pid = get_str(props, "id")
         if not pid:
             return []
@@ -267,7 +255,7 @@ class OpenCodeParser:
         patterns = [p for p in get_list(props, "patterns") if isinstance(p, str)]
         detail = ", ".join(patterns) or get_str(props, "title") or ""
         return [
-            PermissionRequestBlock(
+            blocks.PermissionRequestBlock(
                 id=pid,
                 tool_call_id=get_str(get_dict(props, "tool"), "callID"),
                 title=short(f"{what}: {detail}" if detail else what, 300),
@@ -278,7 +266,7 @@ class OpenCodeParser:
     # Older servers (≤ 1.1) name it ``permission.updated``.
     _on_permission_updated = _on_permission_asked
 
-    def _on_message_part_delta(self, props: dict[str, Any]) -> list[Block]:
+    def _on_message_part_delta(self, props: dict[str, Any]) -> list[blocks.Block]:
         pid = get_str(props, "partID")
         delta = get_str(props, "delta")
         part = self._parts.get(pid or "")
@@ -288,7 +276,7 @@ class OpenCodeParser:
         assert pid is not None
         return [self._block(part.kind, pid, delta)]
 
-    def _on_message_part_updated(self, props: dict[str, Any]) -> list[Block]:
+    def _on_message_part_updated(self, props: dict[str, Any]) -> list[blocks.Block]:
         part = get_dict(props, "part")
         pid = get_str(part, "id")
         kind = get_str(part, "type")
@@ -304,13 +292,13 @@ class OpenCodeParser:
 
     def _text_part(
         self, pid: str, kind: str, part: dict[str, Any], delta: str | None
-    ) -> list[Block]:
+    ) -> list[blocks.Block]:
         if part.get("synthetic") is True or part.get("ignored") is True:
             return []
         state = self._parts.setdefault(pid, _Part(kind))
         if state.done:
             return []
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         text = get_str(part, "text") or ""
         if delta and not text.startswith(state.sent + delta):
             text = state.sent + delta  # older servers: the delta rides on the update
@@ -322,7 +310,7 @@ class OpenCodeParser:
             out.append(self._block(kind, pid, "", done=True))
         return out
 
-    def _tool_part(self, part: dict[str, Any]) -> list[Block]:
+    def _tool_part(self, part: dict[str, Any]) -> list[blocks.Block]:
         call_id = get_str(part, "callID") or get_str(part, "id")
         if not call_id:
             return []
@@ -335,8 +323,8 @@ class OpenCodeParser:
         tool_input = get_dict(state, "input") or tool.input
         tool.input = tool_input
         title = get_str(state, "title") or call_title(name, tool_input, TITLE_KEYS)
-        out: list[Block] = []
-        call = ToolCallBlock(
+        out: list[blocks.Block] = []
+        call = blocks.ToolCallBlock(
             id=call_id, name=name, title=title, kind=KINDS.get(name, "other"), input=tool_input
         )
         if status in ("running", "completed", "error") and not tool.started:
@@ -355,7 +343,7 @@ class OpenCodeParser:
                 out.append(diff)
         return out + tool_end(call, content, is_error=is_error)
 
-    def _step_finish(self, pid: str, part: dict[str, Any]) -> list[Block]:
+    def _step_finish(self, pid: str, part: dict[str, Any]) -> list[blocks.Block]:
         if pid in self._steps:
             return []
         self._steps.add(pid)
@@ -375,7 +363,7 @@ class OpenCodeParser:
 
 def _diff_block(
     name: str, tool_input: dict[str, Any], metadata: dict[str, Any], call_id: str
-) -> DiffBlock | None:
+) -> blocks.DiffBlock | None:
     path = get_str(tool_input, "filePath") or get_str(get_dict(metadata, "filediff"), "file")
     if not path:
         return None
@@ -385,7 +373,7 @@ def _diff_block(
         if content is None:
             return None
         existed = metadata.get("exists") is True
-        return DiffBlock(
+        return blocks.DiffBlock(
             path=path,
             old_text=None,
             new_text=content,
@@ -394,7 +382,7 @@ def _diff_block(
         )
     if name not in ("edit", "multiedit", "patch") or not (unified or "oldString" in tool_input):
         return None
-    return DiffBlock(
+    return blocks.DiffBlock(
         path=path,
         old_text=get_str(tool_input, "oldString"),
         new_text=get_str(tool_input, "newString") or "",

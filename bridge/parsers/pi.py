@@ -11,14 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from bridge.blocks import (
-    Block,
-    DiffBlock,
-    SystemBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-)
+from bridge import blocks
 from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     Hunk,
@@ -114,9 +107,9 @@ class PiParser(JsonLinesParser):
         super().__init__(id_prefix)
         self.aborted = False
         self.agent_retried = False
-        self._pending_error: Block | None = None
+        self._pending_error: blocks.Block | None = None
         self._messages = 0
-        self._open: dict[str, type[TextBlock] | type[ThinkingBlock]] = {}
+        self._open: dict[str, type[blocks.TextBlock] | type[blocks.ThinkingBlock]] = {}
         self._sent: dict[str, str] = {}
         self._tool_args: dict[str, dict[str, Any]] = {}
 
@@ -126,23 +119,25 @@ class PiParser(JsonLinesParser):
         idx = index if isinstance(index, int) and not isinstance(index, bool) else 0
         return f"pi-{self.prefix}-{self._messages}-{'th' if thinking else 'tx'}{idx}"
 
-    def _delta(self, kind: type[TextBlock] | type[ThinkingBlock], bid: str, text: str) -> Block:
+    def _delta(
+        self, kind: type[blocks.TextBlock] | type[blocks.ThinkingBlock], bid: str, text: str
+    ) -> blocks.Block:
         self._open[bid] = kind
         self._sent[bid] = self._sent.get(bid, "") + text
         return kind(id=bid, text=text)
 
-    def _close(self, bid: str, full: str | None = None) -> list[Block]:
+    def _close(self, bid: str, full: str | None = None) -> list[blocks.Block]:
         kind = self._open.pop(bid, None)
         if kind is None:
             return []
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         sent = self._sent.pop(bid, "")
         if full and full.startswith(sent) and len(full) > len(sent):
             out.append(kind(id=bid, text=full[len(sent) :]))
         out.append(kind(id=bid, done=True))
         return out
 
-    def close_open(self) -> list[Block]:
+    def close_open(self) -> list[blocks.Block]:
         """Close open deltas; at the end of the run, also the error of the last failed call."""
         out = self._close_deltas()
         if self._pending_error is not None:
@@ -150,13 +145,13 @@ class PiParser(JsonLinesParser):
             self._pending_error = None
         return out
 
-    def _close_deltas(self) -> list[Block]:
-        out: list[Block] = []
+    def _close_deltas(self) -> list[blocks.Block]:
+        out: list[blocks.Block] = []
         for bid in list(self._open):
             out.extend(self._close(bid))
         return out
 
-    def _on_auto_retry_start(self, event: dict[str, Any]) -> list[Block]:
+    def _on_auto_retry_start(self, event: dict[str, Any]) -> list[blocks.Block]:
         """Pi retries a failed model call itself (429, 5xx: ``retry`` settings, 3 attempts)."""
         self.agent_retried = True
         self.failed = False
@@ -174,7 +169,7 @@ class PiParser(JsonLinesParser):
             )
         ]
 
-    def _on_auto_retry_end(self, event: dict[str, Any]) -> list[Block]:
+    def _on_auto_retry_end(self, event: dict[str, Any]) -> list[blocks.Block]:
         if event.get("success") is False and self._pending_error is None:
             why = get_str(event, "finalError") or "the model call failed"
             self.failed = True
@@ -184,18 +179,18 @@ class PiParser(JsonLinesParser):
 
     # ---- events ---------------------------------------------------------------------------------
 
-    def _on_session(self, event: dict[str, Any]) -> list[Block]:
+    def _on_session(self, event: dict[str, Any]) -> list[blocks.Block]:
         sid = get_str(event, "id")
         if sid:
             self.session_id = sid
         return []
 
-    def _on_message_start(self, event: dict[str, Any]) -> list[Block]:
+    def _on_message_start(self, event: dict[str, Any]) -> list[blocks.Block]:
         if get_str(get_dict(event, "message"), "role") == "assistant":
             self._messages += 1
         return []
 
-    def _on_message_update(self, event: dict[str, Any]) -> list[Block]:
+    def _on_message_update(self, event: dict[str, Any]) -> list[blocks.Block]:
         update = get_dict(event, "assistantMessageEvent")
         kind = get_str(update, "type") or ""
         index = update.get("contentIndex")
@@ -204,14 +199,14 @@ class PiParser(JsonLinesParser):
             if not delta:
                 return []
             thinking = kind == "thinking_delta"
-            block = TextBlock if not thinking else ThinkingBlock
+            block = blocks.TextBlock if not thinking else blocks.ThinkingBlock
             return [self._delta(block, self._block_id(index, thinking), delta)]
         if kind in ("text_end", "thinking_end"):
             thinking = kind == "thinking_end"
             return self._close(self._block_id(index, thinking), get_str(update, "content"))
         return []
 
-    def _on_message_end(self, event: dict[str, Any]) -> list[Block]:
+    def _on_message_end(self, event: dict[str, Any]) -> list[blocks.Block]:
         message = get_dict(event, "message")
         if get_str(message, "role") != "assistant":
             return []
@@ -241,7 +236,7 @@ class PiParser(JsonLinesParser):
             context_used=(get_int(usage, "totalTokens") or None),
         )
 
-    def _on_tool_execution_start(self, event: dict[str, Any]) -> list[Block]:
+    def _on_tool_execution_start(self, event: dict[str, Any]) -> list[blocks.Block]:
         call_id = get_str(event, "toolCallId")
         if not call_id:
             return []
@@ -250,7 +245,7 @@ class PiParser(JsonLinesParser):
         self._tool_args[call_id] = args
         return [*self.close_open(), _call(call_id, name, args)]
 
-    def _on_tool_execution_end(self, event: dict[str, Any]) -> list[Block]:
+    def _on_tool_execution_end(self, event: dict[str, Any]) -> list[blocks.Block]:
         call_id = get_str(event, "toolCallId")
         if not call_id:
             return []
@@ -260,10 +255,10 @@ class PiParser(JsonLinesParser):
         args = args or {}
         result = get_dict(event, "result")
         is_error = event.get("isError") is True
-        out: list[Block] = []
+        out: list[blocks.Block] = []
         if not known:
             out.append(
-                ToolCallBlock(
+                blocks.ToolCallBlock(
                     id=call_id, name=name, kind=KINDS.get(name, "other"), status="running"
                 )
             )
@@ -273,21 +268,21 @@ class PiParser(JsonLinesParser):
                 out.append(diff)
         return out + tool_end(_call(call_id, name, args), _text_of(result), is_error=is_error)
 
-    def _on_agent_end(self, event: dict[str, Any]) -> list[Block]:
+    def _on_agent_end(self, event: dict[str, Any]) -> list[blocks.Block]:
         self.finished = True
         return self._close_deltas()
 
-    def _on_auto_compaction_start(self, event: dict[str, Any]) -> list[Block]:
-        return [SystemBlock(code="compaction", text="pi compacts the conversation")]
+    def _on_auto_compaction_start(self, event: dict[str, Any]) -> list[blocks.Block]:
+        return [blocks.SystemBlock(code="compaction", text="pi compacts the conversation")]
 
 
-def _call(call_id: str, name: str, args: dict[str, Any]) -> ToolCallBlock:
+def _call(call_id: str, name: str, args: dict[str, Any]) -> blocks.ToolCallBlock:
     return running_call(call_id, name, args, title=call_title(name, args, TITLE_KEYS), kinds=KINDS)
 
 
 def _diff_block(
     name: str, args: dict[str, Any], result: dict[str, Any], call_id: str
-) -> DiffBlock | None:
+) -> blocks.DiffBlock | None:
     path = get_str(args, "path") or get_str(args, "file_path")
     if not path:
         return None
@@ -304,7 +299,7 @@ def _diff_block(
     unified = pi_diff_to_unified(path, numbered) if numbered else None
     if not edits and unified is None:
         return None
-    return DiffBlock(
+    return blocks.DiffBlock(
         path=path,
         old_text="\n".join(olds),
         new_text="\n".join(news),
