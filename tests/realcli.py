@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bridge.adapters.claude import PRINT_FLAGS
+
 HERE = Path(__file__).resolve().parent
 CLIS_DIR = Path(os.environ.get("AGENT_BRIDGE_TEST_CLIS") or HERE / "clis").resolve()
 NODE_MODULES = CLIS_DIR / "node_modules"
@@ -490,19 +492,9 @@ ENVS: dict[str, Callable[..., dict[str, str]]] = {
 }
 
 
-#: ``claude -p`` as the adapter runs it: stream-json both ways, permission prompts on stdio
-CLAUDE_PRINT_OPTIONS = {
-    "--input-format": "stream-json",
-    "--output-format": "stream-json",
-    "--permission-prompt-tool": "stdio",
-    "--model": "claude-sonnet-4-5",
-}
-
-
 def claude_print_argv(binary: str) -> list[str]:
-    """``binary -p`` with :data:`CLAUDE_PRINT_OPTIONS`, verbose, with partial messages."""
-    options = [part for pair in CLAUDE_PRINT_OPTIONS.items() for part in pair]
-    return [binary, "-p", "--verbose", "--include-partial-messages", *options]
+    """``binary -p`` as the Claude adapter runs it, on the model the fake server answers as."""
+    return [binary, *PRINT_FLAGS, "--model", "claude-sonnet-4-5"]
 
 
 # -- running ----------------------------------------------------------------------------------

@@ -50,6 +50,19 @@ MODELS = (
     ModelInfo(id="haiku", label="Haiku (latest)"),
 )
 STOP_GRACE_S = 3.0
+#: One persistent ``claude -p`` process per session, speaking stream-json both ways, token
+#: deltas included, permission prompts asked on stdio (the test suites run Claude with these too)
+PRINT_FLAGS = (
+    "-p",
+    "--input-format",
+    "stream-json",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--include-partial-messages",
+    "--permission-prompt-tool",
+    "stdio",
+)
 #: Claude Code's permission modes (``--permission-mode``; ``set_permission_mode`` live)
 MODES = (
     ModeInfo(
@@ -141,18 +154,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         await self._pump.stop(STOP_GRACE_S)
 
     def _argv(self, resume: str | None) -> list[str]:
-        argv = [
-            self.binary,
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--include-partial-messages",
-            "--permission-prompt-tool",
-            "stdio",
-        ]
+        argv = [self.binary, *PRINT_FLAGS]
         if resume:
             argv += ["--resume", resume]
         if self.model:
