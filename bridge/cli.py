@@ -10,17 +10,16 @@ import os
 import shlex
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from bridge import __version__, paths
-from bridge.config import Config, ConfigError, load_config
+from bridge.cli_common import CONFIG_HELP, ask_daemon, config_of, connect, run_client
+from bridge.config import ConfigError
 from bridge.exits import fail
 from bridge.netaddr import is_loopback
 
 Handler = Callable[[argparse.Namespace], int]
-CONFIG_HELP = "config file (default: the XDG config dir)"
 
 FIRST_STEPS = """\
 first steps (with `agent-bridge serve` running in another terminal):
@@ -37,22 +36,6 @@ first steps (with `agent-bridge serve` running in another terminal):
 """
 
 
-def _config(args: argparse.Namespace) -> Config:
-    path = Path(args.config).expanduser() if getattr(args, "config", None) else None
-    return load_config(path, required=path is not None)
-
-
-def _run(coro: Coroutine[Any, Any, int]) -> int:
-    from bridge.client import ClientError
-
-    try:
-        return asyncio.run(coro)
-    except ClientError as exc:
-        return fail(exc.message)
-    except KeyboardInterrupt:
-        return 130
-
-
 # ---- serve ---------------------------------------------------------------------------------------
 
 
@@ -60,7 +43,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bridge.daemon import ServeOptions, serve
     from bridge.logs import configure_logging
 
-    config = _config(args)
+    config = config_of(args)
     configure_logging(config.log.level, config.log.format)
     options = ServeOptions(host=args.host, port=args.port, unix=args.unix, insecure=args.insecure)
     return serve(config, options)
@@ -81,7 +64,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
     from bridge.client import read_runtime_info
     from bridge.pairing import pairing_host, pairing_url, qr_text, web_url
 
-    config = _config(args)
+    config = config_of(args)
     token = (
         rotate_token(paths.token_file())
         if args.rotate
@@ -134,21 +117,6 @@ Each way, step by step: docs/remote-access.md"""
 # ---- client commands -------------------------------------------------------------------------
 
 
-async def _client() -> Any:
-    from bridge.client import BridgeClient
-
-    return await BridgeClient.connect()
-
-
-async def ask_daemon(method: str, **params: Any) -> Any:
-    """One request to the running daemon, on a connection of its own; its result."""
-    client = await _client()
-    try:
-        return await client.request(method, **params)
-    finally:
-        await client.close()
-
-
 def cmd_agents(args: argparse.Namespace) -> int:
     async def go() -> int:
         result = await ask_daemon("agents.list")
@@ -159,7 +127,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
         print_agents_table(agents)
         return 0
 
-    return _run(go())
+    return run_client(go())
 
 
 def agent_state(agent: dict[str, Any]) -> str:
@@ -217,7 +185,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             )
         return 0
 
-    return _run(go())
+    return run_client(go())
 
 
 def cmd_projects(args: argparse.Namespace) -> int:
@@ -241,7 +209,7 @@ def cmd_projects(args: argparse.Namespace) -> int:
             print(f"{used:<17} {p['sessions']:>4}  {branch:<24} {state:<11} {p['path']}")
         return 0
 
-    return _run(go())
+    return run_client(go())
 
 
 def cmd_send(args: argparse.Namespace) -> int:
@@ -255,7 +223,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         print("queued" if result["queued"] else "sent")
         return 0
 
-    return _run(go())
+    return run_client(go())
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -265,7 +233,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     renderer = Renderer(color=not args.no_color and sys.stdout.isatty())
 
     async def go() -> int:
-        client = await _client()
+        client = await connect()
         try:
             result = await client.request(
                 "session.subscribe", session=args.session, after_seq=args.after_seq
@@ -282,7 +250,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         finally:
             await client.close()
 
-    return _run(go())
+    return run_client(go())
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

@@ -18,18 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.config import Config, load_config
+from bridge.cli_common import config_of
+from bridge.config import Config
 from bridge.exits import fail
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "ext_adapters_example"
 TEMPLATE = "toy.py"
 HELPER = "_toy_agent.py"
 CONTRACT_MARK = "breaks the adapter contract: "
-
-
-def _config(args: argparse.Namespace) -> Config:
-    path = Path(args.config).expanduser() if getattr(args, "config", None) else None
-    return load_config(path, required=path is not None)
 
 
 # ---- check ---------------------------------------------------------------------------------------
@@ -134,7 +130,7 @@ def _collisions(path: Path, adapters_dir: Path, ids: list[str]) -> list[str]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    report = check_file(Path(args.file), _config(args))
+    report = check_file(Path(args.file), config_of(args))
     if args.json:
         print(json.dumps(report, indent=2))
         return 0 if report["ok"] else 1
@@ -200,7 +196,7 @@ def cmd_new(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    target_dir = Path(args.dir).expanduser() if args.dir else _config(args).adapters_dir
+    target_dir = Path(args.dir).expanduser() if args.dir else config_of(args).adapters_dir
     target = target_dir / f"{agent_id.replace('-', '_')}.py"
     if target.exists() and not args.force:
         return fail(f"{target} already exists (use --force to replace it)")

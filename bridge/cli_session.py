@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bridge.cli_common import ask_daemon, run_client
 from bridge.render import Renderer
 
 
@@ -192,8 +193,6 @@ def stdin_is_terminal() -> bool:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    from bridge.cli import _run
-
     cwd = str(Path(args.cwd or os.getcwd()).expanduser().resolve())
     interactive = sys.stdout.isatty()
     follow_turn = bool(args.text) and interactive and not args.no_follow
@@ -236,15 +235,13 @@ def cmd_new(args: argparse.Namespace) -> int:
         finally:
             await client.close()
 
-    return _run(go())
+    return run_client(go())
 
 
 # ---- permission ----------------------------------------------------------------------------------
 
 
 def cmd_permission(args: argparse.Namespace) -> int:
-    from bridge.cli import _run, ask_daemon
-
     async def go() -> int:
         await ask_daemon(
             "session.permission",
@@ -255,7 +252,7 @@ def cmd_permission(args: argparse.Namespace) -> int:
         print("answered")
         return 0
 
-    return _run(go())
+    return run_client(go())
 
 
 def add_commands(add: Any) -> None:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bridge.adapters.base import Check
+from bridge.cli_common import CONFIG_HELP, ask_daemon, config_of
 from bridge.config import NOTIFY_KINDS, Config
 
 REACH_TIMEOUT_S = 5.0
@@ -85,11 +86,10 @@ def _local_test(config: Config, kind: str) -> list[dict[str, Any]]:
 
 
 def cmd_notify_test(args: argparse.Namespace) -> int:
-    from bridge.cli import _config, ask_daemon
     from bridge.client import ClientError, DaemonNotRunning
     from bridge.logs import configure_logging
 
-    config = _config(args)
+    config = config_of(args)
     # What a channel said is in its answer line; the log stays out of stdout.
     configure_logging("error", config.log.format, sys.stderr)
     via = "daemon"
@@ -131,7 +131,7 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
         description="Send a test notification through every channel (the daemon's, with its "
         "Web Push devices, when it runs; else the config's) and say what each answered.",
     )
-    t.add_argument("--config", help="config file (default: the XDG config dir)")
+    t.add_argument("--config", help=CONFIG_HELP)
     t.add_argument("--kind", choices=NOTIFY_KINDS, default="turn_end")
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.set_defaults(handler=cmd_notify_test)

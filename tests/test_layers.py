@@ -1,0 +1,139 @@
+"""The layering of ``bridge/`` (docs/architecture.md): no import cycle, counting the imports made
+inside functions too, and nothing below imports from above.
+
+Read from the source with ``ast``, so a lazy import that closes a cycle is caught as surely as a
+top-level one.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "bridge"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def imported(name: str, path: Path) -> set[str]:
+    """The bridge modules ``name`` imports, anywhere in its source."""
+    known = modules()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if m in known and m != name}
+
+
+@cache
+def graph() -> dict[str, frozenset[str]]:
+    return {name: frozenset(imported(name, path)) for name, path in modules().items()}
+
+
+def cycles(edges: dict[str, frozenset[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_reads_every_kind_of_import() -> None:
+    # relative (hub), package-level ``from bridge import x``, and lazy imports inside functions
+    assert "bridge.hub.state" in graph()["bridge.hub.fanout"]
+    assert "bridge.loader" in graph()["bridge.daemon"]
+    assert "bridge.cli_session" in graph()["bridge.cli"]
+
+
+def test_no_import_cycle_even_through_lazy_imports() -> None:
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    edges = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset()}
+    assert cycles(edges) == [["a", "b", "c"]]
+
+
+#: the hub's stages, bottom first: each may import only those before it
+HUB_STAGES = ("state", "fanout", "turns", "parking", "hub")
+
+
+@pytest.mark.parametrize("stage", HUB_STAGES)
+def test_a_hub_stage_imports_only_the_stages_below_it(stage: str) -> None:
+    below = {f"bridge.hub.{s}" for s in HUB_STAGES[: HUB_STAGES.index(stage)]}
+    hub_imports = {m for m in graph()[f"bridge.hub.{stage}"] if m.startswith("bridge.hub")}
+    assert hub_imports <= below
+
+
+#: what the layers below must not reach up to
+ABOVE = ("bridge.server", "bridge.daemon", "bridge.cli", "bridge.hub", "bridge.adapters")
+#: the layers below the adapters and the hub (agent_types holds what they share)
+BELOW = (
+    "bridge.blocks",
+    "bridge.protocol",
+    "bridge.results",
+    "bridge.agent_types",
+    "bridge.config",
+    "bridge.commands",
+    "bridge.parsers",
+    "bridge.handoff",
+    "bridge.failures",
+    "bridge.invariants",
+    "bridge.store",
+)
+
+
+def test_nothing_below_imports_from_above() -> None:
+    upward = {
+        (name, target)
+        for name, targets in graph().items()
+        if name.startswith(BELOW)
+        for target in targets
+        if target.startswith(ABOVE)
+    }
+    assert upward == set()
+
+
+def test_server_and_doctor_do_not_import_each_other() -> None:
+    assert "bridge.doctor" not in graph()["bridge.server"]
+    assert "bridge.server" not in graph()["bridge.doctor"]
