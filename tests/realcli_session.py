@@ -203,8 +203,8 @@ def strict_fixture(harness: CliHarness) -> Iterator[tuple[CliHarness, Path]]:
 
 
 def module_fixtures(*agents: str, extra: str = "", **env_options: Any) -> tuple[Any, Any, Any]:
-    """The module-scoped fixtures ``cli`` (the agent's name, or each of ``agents`` in turn; a
-    suite may override it, as test_kilo_e2e.py does), ``fake`` (its fake model server) and
+    """The module-scoped fixtures ``cli`` (the agent's name, or each of ``agents`` in turn, as
+    test_opencode_e2e.py runs OpenCode and Kilo), ``fake`` (its fake model server) and
     ``harness`` (a daemon running the agent through :class:`RealCli`, with ``extra`` config),
     for the suite to assign."""
 

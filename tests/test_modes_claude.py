@@ -21,14 +21,6 @@ pytestmark = realcli_session.suite_marks("claude", timeout=240)
 cli, fake, harness = realcli_session.module_fixtures("claude")
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    path = tmp_path / "project"
-    path.mkdir()
-    (path / "README.md").write_text("# modes\n")
-    return path.resolve()
-
-
 def write_step(path: Path, marker: str) -> CallTool:
     return CallTool("Write", {"file_path": str(path), "content": f"{marker}\n"}, when=user(marker))
 

@@ -1,9 +1,10 @@
 """OpenCode end to end: the real ``opencode serve`` behind the adapter, driven through a real
 daemon over WebSocket against the fake Chat Completions server. One fake server and one daemon
-serve the module; each bridge session starts one server process.
+serve each agent; each bridge session starts one server process.
 
-test_kilo_e2e.py runs these same tests against Kilo (an OpenCode fork with the same server) by
-overriding the ``cli`` fixture.
+Every test runs twice: against ``opencode serve`` and against Kilo's ``kilo serve`` (an OpenCode
+fork with the same server), with Kilo's own names for the binary, the server password and the
+config directories. The shared-session tests build on each other, in file order, per agent.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ UNKNOWN = "ses_doesnotexist000000000000"
 PERMISSION = {"permission": {"bash": {"*": "allow", "touch *": "ask"}}}
 
 
-cli, fake, harness = realcli_session.module_fixtures("opencode", config=PERMISSION)
+cli, fake, harness = realcli_session.module_fixtures("opencode", "kilo", config=PERMISSION)
 
 
 @pytest.fixture(scope="module")
