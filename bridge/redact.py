@@ -1,11 +1,19 @@
 """Secrets never reach a log line: one place decides what a secret looks like.
 
 Values of environment variables whose names look secret (key, token, secret, password,
-authorization, cookie) are collected once and replaced wherever they appear; values of
-mapping keys with such names are masked; bearer tokens are masked by shape. Every value the
-daemon passes in an agent's ``env`` is masked whatever its name (``remember_agent_env``), and
-for the daemon's token any run of ``FRAGMENT_LEN`` characters of it too, so a line that cut
-the token still masks what is left. Redact before truncating: a cut secret no longer matches.
+authorization, cookie, credential, or ending in ``PAT`` as ``GITHUB_PAT``) are collected once
+and replaced wherever they appear; values of mapping keys with such names are masked; bearer
+tokens are masked by shape. Every value the daemon passes in an agent's ``env`` is masked
+whatever its name (``remember_agent_env``). For the daemon's token and every secret-named
+variable, any run of ``FRAGMENT_LEN`` characters of the value is masked too, so a line that cut
+the value (a message shortened before it was logged) still masks what is left of it.
+
+Fragments are taken only from secret-named values (and the token), never from every agent
+``env`` value: ``NODE_OPTIONS`` or a path in an agent's ``env`` would otherwise mask pieces of
+ordinary log text. A value shorter than ``_MIN_SECRET_LEN`` is not masked at all (``true``,
+``1``, ``off``), and fragments are ``FRAGMENT_LEN`` (12) characters long, far longer than a
+common word, so masking them does not eat ordinary text. Redaction runs in the log pipeline
+(``bridge.logs``), on every field of every event; code that cuts text for a log redacts first.
 """
 
 from __future__ import annotations
@@ -15,12 +23,14 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-SECRET_NAME = re.compile(r"key|token|secret|password|passwd|authorization|cookie|credential", re.I)
+SECRET_NAME = re.compile(
+    r"key|token|secret|password|passwd|authorization|cookie|credential|pat$", re.I
+)
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 MASK = "***"
 _MIN_SECRET_LEN = 6
 
-#: A piece of the token this long is masked wherever it appears.
+#: A piece of a secret this long is masked wherever it appears.
 FRAGMENT_LEN = 12
 
 _known: set[str] = set()
@@ -38,15 +48,18 @@ def remember_secret(value: str | None, *, fragments: bool = False) -> None:
 
 
 def remember_agent_env(env: Mapping[str, str] | None) -> None:
-    """Every value the daemon passes to an agent is masked, whatever its name."""
-    for value in (env or {}).values():
-        remember_secret(str(value))
+    """Every value the daemon passes to an agent is masked, whatever its name; values of
+    secret-named variables by any piece of them too."""
+    for name, value in (env or {}).items():
+        remember_secret(str(value), fragments=bool(SECRET_NAME.search(str(name))))
 
 
 def remember_env_secrets(env: Mapping[str, str] | None = None) -> None:
+    """Values (and any piece of them) of the variables in ``env`` (the daemon's own
+    environment, which its children inherit, by default) whose names look secret."""
     for name, value in (os.environ if env is None else env).items():
         if SECRET_NAME.search(name):
-            remember_secret(value)
+            remember_secret(value, fragments=True)
 
 
 def _secrets() -> Iterable[str]:

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import io
 import json
+import secrets
+import string
 import sys
 from pathlib import Path
+
+import pytest
 
 from bridge.auth import load_or_create_token
 from bridge.logs import configure_logging, get_logger
 from bridge.parsers import jsonrpc
 from bridge.process import ChildProcess, build_env
-from bridge.redact import FRAGMENT_LEN
+from bridge.redact import FRAGMENT_LEN, redact, remember_env_secrets
+from tests.daemon import DaemonProcess
+from tests.daemonkit import install_dropin
+from tests.loaderkit import new_session, say
+from tests.wsclient import Client, RequestFailed, text_of
+
+FAKE_ACP = Path(__file__).parent / "fixtures" / "acp" / "fake_agent.py"
 
 PRINT_PAT = "import os, sys; sys.stderr.write('pat=' + os.environ['GITHUB_PAT'] + '\\n')"
 
@@ -59,3 +69,83 @@ async def test_every_value_passed_in_an_agent_env_is_masked_whatever_its_name() 
     assert value not in child.stderr_tail(4000)
     logged = _logged(detail=f"the agent said {value}")
     assert value not in logged and json.loads(logged)["detail"] == "the agent said ***"
+
+
+def test_a_piece_cut_at_a_truncation_boundary_is_masked() -> None:
+    value = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(40))
+    remember_env_secrets({"SOME_SERVICE_PAT": value})
+    for cut in range(FRAGMENT_LEN, len(value) + 1):
+        # What a call site that shortens a message before logging it leaves of the value.
+        assert value[:cut] not in redact(f"error: {value[:cut]}"), cut
+        assert value[-cut:] not in redact(f"{value[-cut:]}…"), cut
+    assert redact(f"x{value[:30]}") == "x***"
+    # A name that does not look secret is not collected; shorter values are never pieces.
+    remember_env_secrets({"COMPATIBLE_MODE": "ordinary-text-here", "API_KEY": "short1"})
+    assert redact("ordinary-text-here") == "ordinary-text-here"
+    assert redact("a short1 word") == "a *** word"
+    assert redact("short") == "short"
+
+
+DROPIN_RAISES = """
+import os
+raise RuntimeError("cannot reach the API with " + os.environ["GITHUB_PAT"])
+"""
+
+DROPIN_START_RAISES = """
+import os
+from bridge.adapters.base import BaseAdapter
+
+
+class Refuses(BaseAdapter):
+    agent_id = "refuses"
+    display_name = "Refuses"
+    provides_models = False
+    provides_usage = False
+
+    def __init__(self, model=None):
+        pass
+
+    async def start(self, session_id):
+        # Cut, as a message shortened before it is raised would be.
+        raise RuntimeError("bad credentials " + os.environ["GITHUB_PAT"][:30])
+
+    async def send(self, text, attachments=None):
+        pass
+
+    async def stream(self):
+        yield None
+
+    async def stop(self):
+        pass
+"""
+
+
+async def test_a_secret_in_the_daemons_environment_never_reaches_its_log(tmp_path: Path) -> None:
+    value = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(40))
+    config = (
+        '[log]\nlevel = "debug"\nformat = "json"\n\n'
+        f"[acp.fake]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(FAKE_ACP))}]\n"
+        'display_name = "Fake"\n'
+    )
+    install_dropin(tmp_path, "leaky.py", DROPIN_RAISES)
+    install_dropin(tmp_path, "refuses.py", DROPIN_START_RAISES)
+    d = DaemonProcess(tmp_path, config=config, env={"GITHUB_PAT": value})
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    d.start()
+    try:
+        c = await Client.open(d.url, d.token)
+        try:
+            session = await new_session(c, "fake", cwd)
+            assert "garbled" in text_of(await say(c, session, "garble GITHUB_PAT"))
+            with pytest.raises(RequestFailed):
+                await c.request("session.create", agent="refuses", cwd=str(cwd))
+        finally:
+            await c.close()
+    finally:
+        d.stop()
+    log = d.log_text()
+    events = {json.loads(line).get("event") for line in log.splitlines() if line.startswith("{")}
+    assert {"adapter_file_failed", "adapter_start_failed", "acp_invalid_line"} <= events, log
+    leaked = [p for p in _pieces(value) if p in log]
+    assert not leaked, log
