@@ -14,7 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from bridge import __version__, paths
-from bridge.cli_common import CONFIG_HELP, ask_daemon, config_of, connect, run_client
+from bridge.cli_common import (
+    CONFIG_HELP,
+    IntermixedParser,
+    ask_daemon,
+    config_of,
+    connect,
+    run_client,
+)
 from bridge.config import ConfigError
 from bridge.exits import fail
 from bridge.netaddr import is_loopback
@@ -305,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"agent-bridge {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=IntermixedParser)
     add = command_adder(sub)
 
     p = add("serve", cmd_serve, "Run the daemon in the foreground")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,30 @@ from bridge.config import Config, load_config
 from bridge.exits import fail
 
 CONFIG_HELP = "config file (default: the XDG config dir)"
+
+
+class IntermixedParser(argparse.ArgumentParser):
+    """A subcommand's parser whose options may come before, between or after its positionals.
+
+    Plain argparse matches positionals in runs: in ``new claude --cwd ~/p "fix the bug"`` the
+    run ``claude`` fills both ``agent`` and the optional ``text`` (with nothing), and the
+    message after ``--cwd`` is left over as an unrecognized argument. Intermixed parsing takes
+    the options first and the positionals after, in any order. A command with subcommands of
+    its own (``service install``) is parsed plainly: argparse cannot intermix those.
+    """
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
 
 def config_of(args: argparse.Namespace) -> Config:

@@ -105,3 +105,51 @@ def test_serve_reports_a_bad_config_key(tmp_path: Path) -> None:
 def test_insecure_public_bind_warns(daemon_factory: object) -> None:
     d = daemon_factory(args=["--host", "0.0.0.0", "--insecure"]).start()  # type: ignore[operator]
     assert "insecure_bind" in d.log_text()
+
+
+def _parsed(argv: list[str]) -> dict[str, object]:
+    from bridge.cli import _load_extensions, build_parser
+
+    _load_extensions()
+    args = vars(build_parser().parse_args(argv))
+    args.pop("handler")
+    return args
+
+
+def _orders(command: str, positionals: list[str], options: list[list[str]]) -> list[list[str]]:
+    """Every arrangement of ``positionals`` (kept in their order) and ``options`` (each kept
+    whole: a flag with its value) after ``command``."""
+    import itertools
+
+    items: list[list[str]] = [[p] for p in positionals] + options
+    seen: list[list[str]] = []
+    for order in itertools.permutations(range(len(items))):
+        at = [order.index(i) for i in range(len(positionals))]
+        if at != sorted(at):
+            continue
+        argv = [command, *(word for i in order for word in items[i])]
+        if argv not in seen:
+            seen.append(argv)
+    return seen
+
+
+def test_options_and_positionals_parse_in_any_order() -> None:
+    cases = [
+        ("new", ["claude", "fix the bug"], [["--cwd", "/p"], ["--model", "m"], ["--no-follow"]]),
+        ("send", ["s_1", "fix the bug"], [["--client-msg-id", "k"], ["--config", "c.toml"]]),
+        ("permission", ["s_1", "perm-1", "allow"], [["--config", "c.toml"]]),
+        ("watch", ["s_1"], [["--after-seq", "3"], ["--no-color"]]),
+    ]
+    for command, positionals, options in cases:
+        orders = _orders(command, positionals, options)
+        assert len(orders) > 1
+        expected = _parsed(orders[0])
+        for argv in orders:
+            assert _parsed(argv) == expected, argv
+    new = _parsed(["new", "claude", "--cwd", "~/proj", "fix the bug"])
+    assert (new["agent"], new["text"], new["cwd"]) == ("claude", "fix the bug", "~/proj")
+    # TEXT stays optional in every place.
+    assert _parsed(["new", "--cwd", "/p", "claude"])["text"] is None
+    assert _parsed(["new", "claude", "--cwd", "/p"])["text"] is None
+    # A command with actions of its own keeps its own order.
+    assert _parsed(["service", "--config", "c", "install"])["config"] == "c"

@@ -161,6 +161,12 @@ def test_new_prints_the_id_and_sends(daemon: DaemonProcess, project: Path) -> No
     state = asyncio.run(session_state(daemon, sid2))
     assert state["cwd"] == str(elsewhere) and state["model"] == "demo-slow"
 
+    # Options between the agent and the message, as `new claude --cwd ~/proj "fix the bug"`.
+    between = run(daemon, "new", "demo", "--cwd", str(elsewhere), "echo in between")
+    assert between.returncode == 0, between.stderr
+    frames = asyncio.run(history(daemon, between.stdout.strip()))
+    assert any(b.get("text") == "echo in between" for b in blocks(frames, "user"))
+
     unknown = run(daemon, "new", "claud", cwd=project)
     assert unknown.returncode == 1 and "claud" in unknown.stderr
     assert "Traceback" not in unknown.stderr
