@@ -162,6 +162,14 @@ TOO_LONG_HINT: Final = (
     "The conversation is too long for the model: start a new session, or ask the agent to "
     "compact it."
 )
+#: A refresh token the provider refused: the login is gone and only logging in again helps,
+#: unlike an access token that expired (``auth_expired``: the CLI refreshes it by itself).
+#: Matched before the HTTP status, as the OAuth server answers a refused refresh with 400.
+LOGIN_GONE: Final = Rule(
+    "auth_required",
+    r"\binvalid_grant\b|refresh[ _-]?token\b.{0,40}?\b(?:revoked|expired|invalid|not found)"
+    r"|\b(?:revoked|expired|invalid) refresh[ _-]?token",
+)
 COMMON_RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "quota_exhausted",
@@ -467,8 +475,8 @@ def _classify(table: AgentTable, r: FailureReport) -> Failure:
     texts = _texts(r)
     status = _status(r, texts)
     retry_after = _retry_after(r, texts)
-    # 1. the agent's own phrases; 2. the HTTP status; 3. phrases every agent uses
-    for rule in table.rules:
+    # 1. the agent's own phrases, a refused login; 2. the HTTP status; 3. phrases every agent uses
+    for rule in (*table.rules, LOGIN_GONE):
         if any(rule.compiled.search(t) for t in texts):
             return _make(rule.code, table, retry_after, rule.hint)
     if status is not None:

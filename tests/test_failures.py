@@ -172,6 +172,21 @@ def test_a_cli_that_did_not_retry_leaves_the_retry_to_the_bridge() -> None:
         (None, FailureReport(message="x", status=404), "request_rejected"),
         (None, FailureReport(message="x", status=502), "overloaded"),
         (None, FailureReport(message="OAuth token has expired"), "auth_expired"),
+        # A refresh token refused: only logging in again helps (the status alone says 400).
+        (None, FailureReport(message="OAuth token refresh failed: invalid_grant"), "auth_required"),
+        (
+            "claude",
+            FailureReport(message="OAuth token refresh failed: invalid_grant"),
+            "auth_required",
+        ),
+        (
+            "claude",
+            FailureReport(message="x", status=400, body={"error": "invalid_grant"}),
+            "auth_required",
+        ),
+        ("codex", FailureReport(message="Your refresh token has been revoked"), "auth_required"),
+        ("claude", FailureReport(message="Refresh token expired. Please log in."), "auth_required"),
+        (None, FailureReport(message="error: invalid refresh token"), "auth_required"),
         (None, FailureReport(message="read ECONNRESET"), "network"),
         (None, FailureReport(message="exited", exit_code=-9), "agent_crashed"),
         (
@@ -376,4 +391,45 @@ async def test_a_cli_that_exits_0_without_finishing_is_malformed_output(tmp_path
     blocks = [b async for b in adapter.stream()]
     errors = [b for b in blocks if isinstance(b, ErrorBlock)]
     assert [(e.code, e.retryable) for e in errors] == [("malformed_output", True)]
+    assert isinstance(blocks[-1], SessionEndBlock) and blocks[-1].reason == "error"
+
+
+def test_a_refused_refresh_token_asks_to_log_in_again() -> None:
+    for agent, command in [("claude", "/login"), ("codex", "codex login")]:
+        for text in (
+            "OAuth token refresh failed: invalid_grant",
+            "refresh token has been revoked",
+            "Refresh token expired",
+        ):
+            failure = classify(agent, FailureReport(message=text))
+            assert (failure.code, failure.retryable) == ("auth_required", False), (agent, text)
+            assert command in (failure.hint or ""), (agent, text)
+
+
+async def test_claude_exiting_0_after_a_cut_line_is_malformed_output(tmp_path: Any) -> None:
+    """A stand-in for `claude` whose output stops in the middle of a JSON line, before the
+    turn's result, and that then exits 0: the output was cut, worth trying again."""
+    from bridge.adapters.claude import ClaudeAdapter
+    from bridge.blocks import SessionEndBlock
+
+    fake = tmp_path / "claude"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "2.1.0 (Claude Code)"; exit 0; fi\n'
+        "read line\n"
+        """echo '{"type":"system","subtype":"init","session_id":"0123","model":"m"}'\n"""
+        """printf '%s\\n' '{"type":"stream_event","event":{"type":"content_block_delta","ind'\n"""
+        "exit 0\n"
+    )
+    fake.chmod(0o755)
+    adapter = ClaudeAdapter(cwd=str(tmp_path), binary=str(fake))
+    await adapter.start("s")
+    try:
+        await adapter.send("hello")
+        blocks = [b async for b in adapter.stream()]
+    finally:
+        await adapter.stop()
+    errors = [b for b in blocks if isinstance(b, ErrorBlock)]
+    assert [(e.code, e.retryable) for e in errors] == [("malformed_output", True)], errors
+    assert "before finishing its turn" in errors[0].message
     assert isinstance(blocks[-1], SessionEndBlock) and blocks[-1].reason == "error"

@@ -159,10 +159,16 @@ class Pump(Generic[T]):
 
 
 def exit_failure(agent_id: str, name: str, code: int | None, stderr: str) -> ErrorBlock:
-    """The ``error`` block for an agent (``name``) whose output ended before its turn did."""
+    """The ``error`` block for an agent (``name``) whose output ended before its turn did.
+
+    An exit with status 0 here is output that stopped before the turn's result (a line cut
+    short, no result line): ``malformed_output``, worth trying again, as for the per-turn CLIs.
+    A signal still means a crash, and any other status is the agent's own error."""
     message = f"{name} exited with code {code}" if code is not None else f"{name} stopped"
+    if code == 0:
+        message = f"{name} exited before finishing its turn"
     return failure_block(
         agent_id,
-        FailureReport(message=message, stderr=stderr, exit_code=code),
+        FailureReport(message=message, stderr=stderr, exit_code=code, malformed=code == 0),
         detail=stderr or None,
     )
