@@ -76,14 +76,15 @@ TOOL_KINDS = {
     "TaskCreate": "think",
     "TaskUpdate": "think",
 }
-EDIT_TOOLS = frozenset({"Edit", "MultiEdit", "Write"})
 PLAN_STATUSES = {"pending": "pending", "in_progress": "in_progress", "completed": "completed"}
 
 ALLOW, ALWAYS, DENY = "allow", "always", "deny"
 DENY_MESSAGE = "The user denied this action from agent-bridge."
-#: Tools that change files. Claude Code 2.1.332 in plan mode still asks the permission prompt
-#: tool before them (it does not refuse them itself), so the bridge refuses them in plan mode.
-EDIT_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+#: Tools that change files (Claude Code's names; ``MultiEdit`` is gone from 2.1's tool list but
+#: older versions use it): their results carry the change shown as a diff, and Claude Code
+#: 2.1.332 in plan mode still asks the permission prompt tool before them (it does not refuse
+#: them itself), so the bridge refuses them in plan mode.
+EDIT_TOOLS = frozenset({"Edit", "MultiEdit", "NotebookEdit", "Write"})
 PLAN_MESSAGE = (
     "Plan mode is on: files are not changed. Present the plan; the user switches the mode "
     "to let you edit."
