@@ -373,6 +373,49 @@ def test_phone_layout(browser: Browser, daemon: DaemonProcess, project: Path) ->
         p.close()
 
 
+HEAD_FIT = """(() => {
+  const out = [];
+  for (const sel of ['.session-head .badge.state', '.session-head .usage']) {
+    const e = document.querySelector(sel);
+    const r = e.getBoundingClientRect();
+    if (!e.textContent) continue;
+    if (e.scrollWidth > e.clientWidth || r.width < 1) out.push(sel + ' clipped: ' + e.textContent);
+    if (r.left < 0 || r.right > innerWidth) out.push(sel + ' outside the viewport');
+  }
+  const lines = document.querySelector('.session-head').innerText.split(/\\s*\\n\\s*/);
+  if (lines.includes('0')) out.push('a stray 0: ' + JSON.stringify(lines));
+  return out;
+})()"""
+
+
+def test_phone_session_header_shows_the_whole_state_and_usage(
+    browser: Browser, daemon: DaemonProcess, project: Path
+) -> None:
+    """At 390 px the state badge and the usage were squeezed into a 16 px column beside the
+    actions: the badge clipped ("id") and the usage cut to a lone "0" next to the mode picker."""
+    p = browser.page(*PHONE, mobile=True)
+    try:
+        login(p, daemon)
+        new_session(p, project)
+        p.wait(".session .mode-select:not([hidden])", state="attached")
+        p.wait_for("document.querySelector('.session-head .usage').textContent !== ''")
+        shot(p, "phone-session-head")
+        assert p.eval(HEAD_FIT) == []
+        for state in (
+            {"state": "running", "queued": 2},
+            {"state": "idle", "queued": 0},
+            {"state": "parked", "writer": "terminal"},
+        ):
+            p.eval(f"window.agentBridge.app.current.setState({json.dumps(state)})")
+            assert p.eval(HEAD_FIT) == [], state
+            if state["state"] == "running":
+                shot(p, "phone-session-head-queued")
+        assert p.text(".session-head .badge.state") == "parked · a terminal owns it"
+        assert page_errors(p) == []
+    finally:
+        p.close()
+
+
 MARKDOWN_CASES: list[tuple[str, str]] = [
     (
         "# Title\n\nSome **bold**, *em*, `code`.",
