@@ -10,7 +10,8 @@ the value (a message shortened before it was logged) still masks what is left of
 
 Fragments are taken only from secret-named values (and the token), never from every agent
 ``env`` value: ``NODE_OPTIONS`` or a path in an agent's ``env`` would otherwise mask pieces of
-ordinary log text. A value shorter than ``_MIN_SECRET_LEN`` is not masked at all (``true``,
+ordinary log text; for the same reason a value that is a path (starts with ``/`` or ``~``) is
+masked whole only. A value shorter than ``_MIN_SECRET_LEN`` is not masked at all (``true``,
 ``1``, ``off``), and fragments are ``FRAGMENT_LEN`` (12) characters long, far longer than a
 common word, so masking them does not eat ordinary text. Redaction runs in the log pipeline
 (``bridge.logs``), on every field of every event; code that cuts text for a log redacts first.
@@ -42,7 +43,9 @@ def remember_secret(value: str | None, *, fragments: bool = False) -> None:
     ``fragments``, also any ``FRAGMENT_LEN`` characters of it."""
     if value and len(value) >= _MIN_SECRET_LEN:
         _known.add(value)
-        if fragments:
+        # A path (``GNOME_KEYRING_CONTROL=/run/user/1000/keyring``) is no secret to cut, and
+        # its pieces would mask every path that shares them; it is still masked whole.
+        if fragments and not value.startswith(("/", "~")):
             for at in range(len(value) - FRAGMENT_LEN + 1):
                 _fragments.add(value[at : at + FRAGMENT_LEN])
 

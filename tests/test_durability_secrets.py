@@ -84,6 +84,13 @@ def test_a_piece_cut_at_a_truncation_boundary_is_masked() -> None:
     assert redact("ordinary-text-here") == "ordinary-text-here"
     assert redact("a short1 word") == "a *** word"
     assert redact("short") == "short"
+    # A path in a secret-named variable is masked whole, its pieces are not (other paths
+    # share them).
+    remember_env_secrets({"GNOME_KEYRING_CONTROL": "/run/user/1000/keyring"})
+    assert redact("at /run/user/1000/keyring") == "at ***"
+    assert redact("/run/user/1000/agent-bridge/bridge.sock") == (
+        "/run/user/1000/agent-bridge/bridge.sock"
+    )
 
 
 DROPIN_RAISES = """
