@@ -186,6 +186,54 @@ async def test_messages_queue_behind_a_turn_and_run_in_order(hub: Hub, tmp_path:
     assert [t for _, t in Term.world.sent] == ["slow", "second", "third"]
 
 
+async def test_sends_reach_the_agent_in_arrival_order_while_the_ownership_check_is_slow(
+    hub: Hub, tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queue-or-start is decided once, in arrival order: while the ownership check for A (to
+    an idle session) is slow, B must not overtake A, and only A starts at once. A starts
+    straight from the send; only B, which waited, is read back from the store."""
+    sid, sub = await after_hello(hub, tmp_path)
+    read_back: list[str] = []
+    unspill = hub.store.unspill
+
+    async def spy(record: MessageRecord) -> MessageRecord:
+        read_back.append(record.client_msg_id)
+        return await unspill(record)
+
+    monkeypatch.setattr(hub.store, "unspill", spy)
+    gate = threading.Event()
+    world.checks = 0
+    world.check_gate = (1, gate)  # the first ownership check (A's) waits for the gate
+    first = asyncio.create_task(hub.send(sid, "A", [], "a"))
+    await until(lambda: world.checks >= 1, what="A's ownership check")
+    second = await hub.send(sid, "B", [], "b")
+    again = asyncio.create_task(hub.send(sid, "A", [], "a"))  # A retransmitted meanwhile
+    gate.set()
+    answers = [await first, second, await again]
+    assert answers == [False, True, False]  # exactly A started at once; its retransmit agrees
+    await until(lambda: len(sub.blocks("session_end")) == 3, what="the turns of A and B")
+    assert [t for _, t in world.sent] == ["hello", "A", "B"]
+    assert [b["text"] for b in sub.blocks("user")] == ["hello", "A", "B"]
+    assert read_back == ["b"]
+
+
+async def test_a_close_during_the_check_of_a_send_refuses_it(
+    hub: Hub, tmp_path: Path, world: World
+) -> None:
+    sid, _ = await after_hello(hub, tmp_path)
+    gate = threading.Event()
+    world.checks = 0
+    world.check_gate = (1, gate)
+    send = asyncio.create_task(hub.send(sid, "never", [], "n"))
+    await until(lambda: world.checks >= 1, what="the ownership check")
+    await hub.close(sid)
+    gate.set()
+    with pytest.raises(HubError) as err:
+        await send
+    assert err.value.code == "conflict"
+    assert [t for _, t in world.sent] == ["hello"]
+
+
 async def test_a_full_queue_refuses_with_rate_limited(tmp_path: Path) -> None:
     config = make_config()
     config.limits.max_queued_messages = 2
@@ -403,11 +451,12 @@ async def test_a_handoff_during_the_check_before_a_turn_keeps_the_message_queued
     sid, _ = await after_hello(hub, tmp_path)
     gate = threading.Event()
     world.checks = 0
-    world.check_gate = (2, gate)  # 1: send()'s check, 2: the queue runner's
-    await hub.send(sid, "later", [], None)
-    await until(lambda: world.checks == 2)
+    world.check_gate = (1, gate)  # the queue runner's, the one check before a turn
+    send = asyncio.create_task(hub.send(sid, "later", [], None))
+    await until(lambda: world.checks == 1)
     await hub.handoff(sid)
     gate.set()
+    assert await send  # the answer: it waits
     await until(lambda: not hub.get(sid).running_queue)
     assert key_of(hub.get(sid).rec) == ("parked", "none", "handoff")
     assert [t for _, t in world.sent] == ["hello"]
