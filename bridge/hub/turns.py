@@ -208,6 +208,8 @@ class TurnRunner:
             self.kick(s)
             return True
         answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        # A refusal nobody waits for any more (the sender went away) is not an error to log.
+        answer.add_done_callback(lambda f: None if f.cancelled() else f.exception())
         s.deciding[msg.client_msg_id] = answer
         self.kick(s)
         return await self.answer_of(s, msg.client_msg_id)
@@ -261,9 +263,12 @@ class TurnRunner:
         if s.rec.intent == "handoff":
             return  # a handoff is stopping the bridge's side; the queue waits for the terminal
         if not s.running_queue:
-            s.runner = self.tasks.spawn(self.run_queue(s))
-            # Also when it is cancelled before it ever ran (its finally would not run).
-            s.runner.add_done_callback(lambda _task: self._hold_undecided(s))
+            runner = s.runner = self.tasks.spawn(self.run_queue(s))
+            # Also when it is cancelled before it ever ran (its finally would not run); not
+            # once a new runner took over, which answers its own undecided message.
+            runner.add_done_callback(
+                lambda _task: self._hold_undecided(s) if s.runner is runner else None
+            )
 
     def _may_begin(self, s: Session) -> bool:
         return not self.tasks.closing and s.rec.state == "idle" and s.rec.intent is None
