@@ -4,8 +4,10 @@ Start-up order matters: the store is open and the hub has recovered before the s
 accepts connections, and only then is readiness announced (stdout line, systemd READY=1).
 Drop-in adapters load after that, in the background: each file is import-checked in a
 subprocess first, which takes seconds for many files, and readiness must not wait for them
-(docs/benchmarks.md, T6). Until that first pass ends, the registry makes requests and
-recovered sessions that name an agent it may still bring wait for it.
+(docs/benchmarks.md, T6). Only the look at which files are on their way (a directory read)
+comes before listening, so the first ``agents.list`` already shows them as loading. Until that
+first pass ends, the registry makes requests and recovered sessions that name an agent it may
+still bring wait for it.
 Shutdown runs the other way: interrupt turns, stop adapters, flush the store, close clients.
 """
 
@@ -20,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge import __version__, doctor, logthrottle, notify, paths
 from bridge.config import Config, ConfigError
@@ -33,6 +35,9 @@ from bridge.registry import Registry, load_builtin_classes
 from bridge.server import BridgeServer
 from bridge.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
 from bridge.store import MemoryStore, SqliteStore, Store
+
+if TYPE_CHECKING:
+    from bridge.loader import AdapterLoader
 
 log = get_logger("bridge.daemon")
 
@@ -141,13 +146,24 @@ class Daemon:
         if handler is not None:
             self.server.http_handlers.append(handler)
 
-    async def _load_external_adapters(self) -> None:
+    def _scan_external_adapters(self) -> AdapterLoader | None:
+        """List drop-in files and entry points as loading before the server listens: a client
+        that asks at once must see them (the load itself runs after readiness)."""
         from bridge import loader
 
         try:
             adapters = loader.AdapterLoader(self.registry, self.config)
             self._extras.append(adapters)
-            await adapters.start()
+            adapters.scan()
+        except Exception:
+            log.exception("adapters_load_failed", dir=str(self.config.adapters_dir))
+            return None
+        return adapters
+
+    async def _load_external_adapters(self, adapters: AdapterLoader | None) -> None:
+        try:
+            if adapters is not None:
+                await adapters.start()
         except Exception:
             log.exception("adapters_load_failed", dir=str(self.config.adapters_dir))
         finally:
@@ -203,6 +219,7 @@ class Daemon:
         self._register_adapters()
         self._start_web()
         self.registry.begin_loading()
+        adapters = self._scan_external_adapters()
         await self.hub.start()
         conf = self.config.server
         await self.server.start(conf.host, conf.port, self.config.unix_socket_path)
@@ -219,7 +236,7 @@ class Daemon:
         await attention.start(self.attention, self.server)
         notifier = notify.Notifier.from_env()
         notifier.ready(self._status_text())
-        loading = asyncio.create_task(self._load_external_adapters())
+        loading = asyncio.create_task(self._load_external_adapters(adapters))
         watchdog = asyncio.create_task(notifier.run_watchdog(self._status_text))
         retention = asyncio.create_task(self._retention())
         try:

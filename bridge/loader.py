@@ -439,19 +439,36 @@ class AdapterLoader:
         self._probes = asyncio.Semaphore(PROBES_AT_ONCE)
         self._stop = asyncio.Event()
         self._watch_task: asyncio.Task[None] | None = None
+        #: What ``scan`` found on its way, for ``start`` to load.
+        self._first: (
+            tuple[list[tuple[Source, importlib.metadata.EntryPoint]], list[tuple[Source, bytes]]]
+            | None
+        ) = None
 
     # ---- public ----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """The first pass. The daemon already listens: files on their way are listed as
-        loading, and the registry holds lookups of their ids until the pass ends."""
+    def scan(self) -> None:
+        """The first pass's look at what is on its way: every drop-in file and entry point is
+        registered as loading. It only reads the directory (no probe, no import), so the daemon
+        runs it before it listens: a client that lists agents at once sees them."""
+        if self._first is not None:
+            return
         self._prepare_dir()
+        eps = self._entry_point_sources()
+        files = self._changed_files()
+        for src, _ in [*eps, *files]:
+            src.loading = True
+        self._resolve()
+        self._first = (eps, files)
+
+    async def start(self) -> None:
+        """The first pass (after ``scan``, which it runs if nobody did). The daemon already
+        listens: files on their way are listed as loading, and the registry holds lookups of
+        their ids until the pass ends."""
+        self.scan()
+        assert self._first is not None
+        eps, files = self._first
         async with self._lock:
-            eps = self._entry_point_sources()
-            files = self._changed_files()
-            for src, _ in [*eps, *files]:
-                src.loading = True
-            self._resolve()
             await asyncio.gather(self._load_entry_points(eps), self._load_files(files))
             self._resolve()
         if self.config.adapters.watch:
@@ -765,7 +782,6 @@ class AdapterLoader:
 
     async def _watch_inotify(self) -> None:
         stopping = asyncio.ensure_future(self._stop.wait())
-        first = True
         try:
             while not self._stop.is_set():
                 if not self.dir.is_dir():
@@ -777,9 +793,9 @@ class AdapterLoader:
                         await self._rescan_logged()
                     continue
                 with DirWatch(self.dir) as watch:
-                    if not first:
-                        await self._rescan_logged()  # what changed before the watch began
-                    first = False
+                    # What changed before the watch began; the first time, what changed since
+                    # the first pass read the folder (its load takes seconds).
+                    await self._rescan_logged()
                     while not watch.gone and not self._stop.is_set():
                         if not await self._until(watch.changed(), stopping):
                             break
@@ -805,6 +821,7 @@ class AdapterLoader:
         import watchfiles
 
         polling = False
+        await self._rescan_logged()  # what changed since the first pass read the folder
         while not self._stop.is_set():
             if not self.dir.is_dir():
                 await self._sleep(WATCH_RETRY_S)

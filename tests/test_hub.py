@@ -72,6 +72,15 @@ async def hub() -> AsyncIterator[Hub]:
     await h.shutdown()
 
 
+@pytest.fixture
+async def quiet_hub() -> AsyncIterator[Hub]:
+    """A hub whose terminal sweep never runs: every ownership check a test counts (and gates,
+    ``World.check_gate``) is one a send or a turn asked for."""
+    h, _ = await make_hub(config=make_config(sweep_interval=3600.0))
+    yield h
+    await h.shutdown()
+
+
 async def session(hub: Hub, tmp_path: Path, agent: str = "term") -> tuple[str, Sub]:
     created, _ = await hub.create(agent, project_dir(tmp_path))
     sub = Sub()
@@ -184,6 +193,85 @@ async def test_messages_queue_behind_a_turn_and_run_in_order(hub: Hub, tmp_path:
     ends = [b["reason"] for b in sub.blocks("session_end")]
     assert ends == ["interrupted", "completed", "completed"]
     assert [t for _, t in Term.world.sent] == ["slow", "second", "third"]
+
+
+async def test_sends_reach_the_agent_in_arrival_order_while_the_ownership_check_is_slow(
+    quiet_hub: Hub, tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = quiet_hub
+    """Queue-or-start is decided once, in arrival order: while the ownership check for A (to
+    an idle session) is slow, B must not overtake A, and only A starts at once. A starts
+    straight from the send; only B, which waited, is read back from the store."""
+    sid, sub = await after_hello(hub, tmp_path)
+    read_back: list[str] = []
+    unspill = hub.store.unspill
+
+    async def spy(record: MessageRecord) -> MessageRecord:
+        read_back.append(record.client_msg_id)
+        return await unspill(record)
+
+    monkeypatch.setattr(hub.store, "unspill", spy)
+    gate = threading.Event()
+    world.checks = 0
+    world.check_gate = (1, gate)  # the first ownership check (A's) waits for the gate
+    first = asyncio.create_task(hub.send(sid, "A", [], "a"))
+    await until(lambda: world.checks >= 1, what="A's ownership check")
+    second = await hub.send(sid, "B", [], "b")
+    again = asyncio.create_task(hub.send(sid, "A", [], "a"))  # A retransmitted meanwhile
+    gate.set()
+    answers = [await first, second, await again]
+    assert answers == [False, True, False]  # exactly A started at once; its retransmit agrees
+    await until(lambda: len(sub.blocks("session_end")) == 3, what="the turns of A and B")
+    assert [t for _, t in world.sent] == ["hello", "A", "B"]
+    assert [b["text"] for b in sub.blocks("user")] == ["hello", "A", "B"]
+    assert read_back == ["b"]
+
+
+async def test_a_close_during_the_check_of_a_send_refuses_it(
+    quiet_hub: Hub, tmp_path: Path, world: World
+) -> None:
+    hub = quiet_hub
+    sid, _ = await after_hello(hub, tmp_path)
+    gate = threading.Event()
+    world.checks = 0
+    world.check_gate = (1, gate)
+    send = asyncio.create_task(hub.send(sid, "never", [], "n"))
+    await until(lambda: world.checks >= 1, what="the ownership check")
+    await hub.close(sid)
+    gate.set()
+    with pytest.raises(HubError) as err:
+        await send
+    assert err.value.code == "conflict"
+    assert [t for _, t in world.sent] == ["hello"]
+
+
+async def test_a_shutdown_during_the_check_of_a_send_keeps_it_queued(
+    tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon stops while a send waits for its answer: stored as queued and answered
+    so, it runs after the restart."""
+    h, store = await make_hub(config=make_config(sweep_interval=3600.0))
+    saved: list[tuple[str, str, bool | None]] = []
+    save = store.save_message
+
+    def spy(record: MessageRecord) -> None:
+        saved.append((record.client_msg_id, record.status, record.answered_queued))
+        save(record)
+
+    monkeypatch.setattr(store, "save_message", spy)
+    sid, _ = await after_hello(h, tmp_path)
+    gate = threading.Event()
+    world.checks = 0
+    world.check_gate = (1, gate)
+    send = asyncio.create_task(h.send(sid, "after the restart", [], "r"))
+    await until(lambda: world.checks >= 1, what="the ownership check")
+    stopping = asyncio.create_task(h.shutdown())
+    await until(lambda: send.done(), what="the answer")
+    gate.set()
+    await stopping
+    assert await send
+    assert saved[-1] == ("r", "queued", True)
+    assert [m.client_msg_id for m in h.get(sid).queue] == ["r"]
 
 
 async def test_a_full_queue_refuses_with_rate_limited(tmp_path: Path) -> None:
@@ -396,18 +484,20 @@ async def test_a_close_while_a_handoff_stops_the_agent_wins(
 
 
 async def test_a_handoff_during_the_check_before_a_turn_keeps_the_message_queued(
-    hub: Hub, tmp_path: Path, world: World
+    quiet_hub: Hub, tmp_path: Path, world: World
 ) -> None:
+    hub = quiet_hub
     """The queue runner asks whether a terminal owns the session before each turn; a
     handoff that parks the session meanwhile must leave the message queued, not run it."""
     sid, _ = await after_hello(hub, tmp_path)
     gate = threading.Event()
     world.checks = 0
-    world.check_gate = (2, gate)  # 1: send()'s check, 2: the queue runner's
-    await hub.send(sid, "later", [], None)
-    await until(lambda: world.checks == 2)
+    world.check_gate = (1, gate)  # the queue runner's, the one check before a turn
+    send = asyncio.create_task(hub.send(sid, "later", [], None))
+    await until(lambda: world.checks == 1)
     await hub.handoff(sid)
     gate.set()
+    assert await send  # the answer: it waits
     await until(lambda: not hub.get(sid).running_queue)
     assert key_of(hub.get(sid).rec) == ("parked", "none", "handoff")
     assert [t for _, t in world.sent] == ["hello"]

@@ -400,11 +400,7 @@ class Hub:
         await self.turns.stop_adapter(s)
         if s.ended():
             return  # closed by a concurrent request meanwhile
-        dropped = len(s.queue)
-        for msg in s.queue:
-            msg.status = "dropped"
-            self.store.save_message(msg)
-        s.queue.clear()
+        dropped = self.turns.drop_queue(s)
         why = "closed by a client" + (f"; {dropped} queued message(s) dropped" if dropped else "")
         self.fanout.transition(s, "close", why)
 
@@ -446,6 +442,8 @@ class Hub:
         msg_id = client_msg_id or f"m_{uuid.uuid4().hex[:16]}"
         if client_msg_id is not None and msg_id in s.answered:
             return s.answered[msg_id]
+        if client_msg_id is not None and msg_id in s.deciding:
+            return await self.turns.answer_of(s, msg_id)  # a retransmit while it is decided
         if s.rec.state == "ended":
             raise HubError("conflict", "the session has ended")
         command = parse_command(text) if not attachments else None
@@ -476,29 +474,10 @@ class Hub:
             attachments=data,
             created_at=time.time(),
         )
-        queued = (
-            s.rec.state != "idle" or bool(s.queue) or s.running_queue
-        ) or s.rec.intent == "handoff"
-        if not queued and await self.parking.externally_owned(s):
-            # Answer truthfully: this message waits for a terminal, it does not start a turn.
-            if client_msg_id is not None and msg_id in s.answered:
-                return s.answered[msg_id]  # a retransmit arrived while we looked
-            if s.rec.state == "idle" and s.rec.intent is None:
-                self.parking.park(s, "a terminal process owns this session")
-            queued = True
-        if s.ended():  # closed while the ownership check ran
-            raise HubError("conflict", "the session has ended")
-        s.answered[msg_id] = queued
         if not s.rec.title:
             s.rec.title = " ".join(text.split())[:80]
-        s.queue.append(msg)
-        msg.answered_queued = queued
-        self.store.save_message(msg)
-        s.queue[-1] = self.store.spill(msg)  # its body waits on disk, not in memory
-        if queued:
-            self.fanout.push_state(s)
-        self.turns.kick(s)
-        return queued
+        # Whether it starts or waits (a terminal may own the session) is the queue's call.
+        return await self.turns.admit(s, msg)
 
     # ---- requests the stages answer --------------------------------------------------------------
 

@@ -210,6 +210,9 @@ class Session:
     next_seq: int = 1
     queue: deque[MessageRecord] = field(default_factory=deque)
     answered: dict[str, bool] = field(default_factory=dict)
+    #: Senders still waiting to learn whether their message (the queue's head) starts at once
+    #: or waits: the queue runner answers after its ownership check (TurnRunner.admit).
+    deciding: dict[str, asyncio.Future[bool]] = field(default_factory=dict)
     subs: dict[int, Subscription] = field(default_factory=dict)
     adapter: BaseAdapter | None = None
     adapter_cls: type[BaseAdapter] | None = None

@@ -191,6 +191,71 @@ class TurnRunner:
 
     # ---- the queue ---------------------------------------------------------------------------
 
+    async def admit(self, s: Session, msg: MessageRecord) -> bool:
+        """Queue or start ``msg``, decided here only: True when it waits, False when its turn
+        starts at once.
+
+        The message joins the queue before anything is awaited, so a later message cannot
+        overtake it. One that may start at once (an idle session with no queue and no runner)
+        is answered by the queue runner after its ownership check: False when its turn begins
+        (the message goes straight to the turn, its body never spilled), True when a terminal
+        owns the session. Any other message waits, stored, and is answered True at once.
+        """
+        at_once = not s.queue and not s.running_queue and self._may_begin(s)
+        s.queue.append(msg)
+        if not at_once:
+            self._hold(s, msg)
+            self.kick(s)
+            return True
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        # A refusal nobody waits for any more (the sender went away) is not an error to log.
+        answer.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        s.deciding[msg.client_msg_id] = answer
+        self.kick(s)
+        return await self.answer_of(s, msg.client_msg_id)
+
+    @staticmethod
+    async def answer_of(s: Session, client_msg_id: str) -> bool:
+        """The answer for a message still being decided (also for its retransmit)."""
+        # Shielded: a sender that goes away must not cancel the answer the runner gives.
+        return await asyncio.shield(s.deciding[client_msg_id])
+
+    def _hold(self, s: Session, msg: MessageRecord) -> None:
+        """``msg`` waits in the queue: stored with its answer, its body kept on disk only."""
+        msg.answered_queued = True
+        s.answered[msg.client_msg_id] = True
+        self.store.save_message(msg)
+        for i, queued in enumerate(s.queue):
+            if queued is msg:
+                s.queue[i] = self.store.spill(msg)
+                break
+        self.fanout.push_state(s)
+
+    def _hold_undecided(self, s: Session) -> None:
+        """The runner stopped before the undecided message's turn (a terminal owns the
+        session, a handoff or close began, the daemon stops): it waits, or was closed."""
+        for msg in [m for m in s.queue if m.client_msg_id in s.deciding]:
+            answer = s.deciding.pop(msg.client_msg_id)
+            if s.ended():
+                answer.set_exception(HubError("conflict", "the session has ended"))
+            else:
+                self._hold(s, msg)
+                answer.set_result(True)
+        _refuse(s)
+
+    def drop_queue(self, s: Session) -> int:
+        """The session closes: its waiting messages are dropped (a message still being decided
+        was never accepted: its sender is told the session ended)."""
+        for msg in s.queue:
+            if msg.client_msg_id in s.deciding:
+                continue
+            msg.status = "dropped"
+            self.store.save_message(msg)
+        dropped = len(s.queue) - len(s.deciding)
+        _refuse(s)
+        s.queue.clear()
+        return dropped
+
     def kick(self, s: Session) -> None:
         """Start the session's queue runner if a message waits and the bridge may write."""
         if self.tasks.closing or not s.queue or s.rec.state in ("parked", "ended"):
@@ -198,38 +263,51 @@ class TurnRunner:
         if s.rec.intent == "handoff":
             return  # a handoff is stopping the bridge's side; the queue waits for the terminal
         if not s.running_queue:
-            s.runner = self.tasks.spawn(self.run_queue(s))
+            runner = s.runner = self.tasks.spawn(self.run_queue(s))
+            # Also when it is cancelled before it ever ran (its finally would not run); not
+            # once a new runner took over, which answers its own undecided message.
+            runner.add_done_callback(
+                lambda _task: self._hold_undecided(s) if s.runner is runner else None
+            )
+
+    def _may_begin(self, s: Session) -> bool:
+        return not self.tasks.closing and s.rec.state == "idle" and s.rec.intent is None
 
     def _may_start(self, s: Session) -> bool:
-        return (
-            bool(s.queue)
-            and not self.tasks.closing
-            and s.rec.state == "idle"
-            and s.rec.intent != "handoff"
-        )
+        return bool(s.queue) and self._may_begin(s)
 
     async def run_queue(self, s: Session) -> None:
         with structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent):
-            await self.registry.settle(s.rec.agent, self.config.adapters.start_timeout)
-            while self._may_start(s):
-                if await self.park_if_owned(s):
-                    return
-                if not self._may_start(s):
-                    break  # it changed during the ownership check (a handoff, a close)
-                msg = await self.store.unspill(s.queue[0])  # its body, from disk
+            try:
+                await self._run_queue(s)
+            finally:
+                self._hold_undecided(s)
+
+    async def _run_queue(self, s: Session) -> None:
+        await self.registry.settle(s.rec.agent, self.config.adapters.start_timeout)
+        while self._may_start(s):
+            if await self.park_if_owned(s):
+                return
+            if not self._may_start(s):
+                break  # it changed during the ownership check (a handoff, a close)
+            head = s.queue[0]
+            if head.client_msg_id in s.deciding:
+                msg = head  # it starts as it was sent: never spilled, nothing to read back
+            else:
+                msg = await self.store.unspill(head)  # its body, from disk
                 if not s.queue or s.queue[0].client_msg_id != msg.client_msg_id:
                     continue  # closed or changed while it was read: look again
                 if not self._may_start(s):
                     continue
-                s.queue.popleft()
-                try:
-                    await self.run_turn(s, msg)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("turn_crashed")
-                    if s.rec.state == "running":
-                        self.fanout.transition(s, "turn_end", "the turn failed")
+            s.queue.popleft()
+            try:
+                await self.run_turn(s, msg)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("turn_crashed")
+                if s.rec.state == "running":
+                    self.fanout.transition(s, "turn_end", "the turn failed")
 
     def _timeouts(self, agent: str) -> tuple[float, float]:
         conf = self.config.agent(agent)
@@ -243,8 +321,14 @@ class TurnRunner:
     async def run_turn(self, s: Session, msg: MessageRecord) -> None:
         turn = Turn(guard=TurnGuard(s.rec.agent_session_id))
         s.turn = turn
+        answer = s.deciding.pop(msg.client_msg_id, None)
+        if answer is not None:  # its sender waits: the message did not queue
+            msg.answered_queued = False
+            s.answered[msg.client_msg_id] = False
         msg.status = "started"
         self.store.save_message(msg)
+        if answer is not None:
+            answer.set_result(False)  # after the save: the `ok` follows its commit
         emit = self.fanout.emit
         emit(
             s,
@@ -523,3 +607,11 @@ class TurnRunner:
         except ADAPTER_FAILURES as exc:
             raise HubError("agent_unavailable", f"could not list models: {exc}") from None
         return [ModelInfo(id=m.id, label=m.label) for m in models]
+
+
+def _refuse(s: Session) -> None:
+    """Tell the senders still waiting for an answer that the session ended."""
+    for answer in s.deciding.values():
+        if not answer.done():
+            answer.set_exception(HubError("conflict", "the session has ended"))
+    s.deciding.clear()
