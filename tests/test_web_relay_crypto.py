@@ -174,3 +174,18 @@ def test_a_wrong_vector_fails_the_node_check(tmp_path: Path) -> None:
     done = run_node(path)
     assert done.returncode != 0
     assert "equal PyNaCl" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_relay_crypto_matches_the_daemons_vectors() -> None:
+    # The daemon side's fixture (tests/relay_vectors.py): the two sides agree on the same bytes.
+    done = subprocess.run(
+        ["node", "--test", "--test-reporter=spec", str(ROOT / "tests" / "web" / "relay_vectors.test.mjs")],
+        env={"PATH": str(Path(shutil.which("node") or "node").parent)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "fail 0" in done.stdout and "pass 6" in done.stdout
