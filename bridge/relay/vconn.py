@@ -122,6 +122,10 @@ class VirtualConnection:
             opened = self._opener.open(payload)
         except Rejected as exc:
             log.warning("relay_frame_rejected", conn=self.conn, client=self.client_id, why=str(exc))
+            # the client hears it at once and reopens, rather than after 60 s of silence
+            self._queue(
+                self._sealer.seal(sealing.CLOSE, b'{"code":4400,"reason":"rejected frame"}')
+            )
             self._end(CLOSE_REJECTED)
             return
         self.last_recv = time.monotonic()
