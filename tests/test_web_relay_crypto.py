@@ -64,7 +64,9 @@ def vectors() -> dict[str, Any]:
         "secret": b64(secret),
     }
     pair_n = bytes([7]) * 24
-    pair_box = box(compact({"secret": b64(secret), "name": "phone"}), pair_n, client, daemon.public_key)
+    pair_box = box(
+        compact({"secret": b64(secret), "name": "phone"}), pair_n, client, daemon.public_key
+    )
     reply_n = bytes([8]) * 24
     reply_box = box(compact({"client_id": "c-0badcafe"}), reply_n, daemon, client.public_key)
 
@@ -131,7 +133,12 @@ def vectors() -> dict[str, Any]:
             "client_eph_sk": b64(bytes(c_eph)),
             "client_eph_pk": c_eph_pk,
             "box": b64(open_box),
-            "reply": {"ok": True, "eph": d_eph_pk, "n": b64(open_reply_n), "box": b64(open_reply_box)},
+            "reply": {
+                "ok": True,
+                "eph": d_eph_pk,
+                "n": b64(open_reply_n),
+                "box": b64(open_reply_box),
+            },
             "key": b64(k),
         },
         "frames": {
@@ -147,7 +154,10 @@ def vectors() -> dict[str, Any]:
 def run_node(vectors_file: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["node", "--test", "--test-reporter=spec", str(NODE_TEST)],
-        env={"PATH": str(Path(shutil.which("node") or "node").parent), "RELAY_VECTORS": str(vectors_file)},
+        env={
+            "PATH": str(Path(shutil.which("node") or "node").parent),
+            "RELAY_VECTORS": str(vectors_file),
+        },
         capture_output=True,
         text=True,
         timeout=120,
@@ -180,7 +190,12 @@ def test_a_wrong_vector_fails_the_node_check(tmp_path: Path) -> None:
 def test_relay_crypto_matches_the_daemons_vectors() -> None:
     # The daemon side's fixture (tests/relay_vectors.py): the two sides agree on the same bytes.
     done = subprocess.run(
-        ["node", "--test", "--test-reporter=spec", str(ROOT / "tests" / "web" / "relay_vectors.test.mjs")],
+        [
+            "node",
+            "--test",
+            "--test-reporter=spec",
+            str(ROOT / "tests" / "web" / "relay_vectors.test.mjs"),
+        ],
         env={"PATH": str(Path(shutil.which("node") or "node").parent)},
         capture_output=True,
         text=True,
