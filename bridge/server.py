@@ -70,6 +70,8 @@ class BridgeServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Called with each connection that closes (presence, for one).
         self.on_disconnect: list[Callable[[Connection], None]] = []
+        #: More fields of ``/healthz``, each asked at every probe (the daemon's "relay").
+        self.healthz_fields: dict[str, Callable[[], Any]] = {}
         registry.on_change(self.broadcast_agents_changed)
         hub.store.health.subscribe(self.broadcast_store_health)
         self.routes = Routes(self._durable)
@@ -255,8 +257,10 @@ class BridgeServer:
         running; 503 while the store is failing."""
         adapters = "loading" if self.registry.loading else "ready"
         health = self.hub.store.health
+        extra = {name: field() for name, field in self.healthz_fields.items()}
         if not health.failing:
-            return 200, {"ok": True, "version": __version__, "adapters": adapters, "store": "ok"}
+            body = {"ok": True, "version": __version__, "adapters": adapters, "store": "ok"}
+            return 200, {**body, **extra}
         return 503, {
             "ok": False,
             "version": __version__,
@@ -264,6 +268,7 @@ class BridgeServer:
             "store": "failing",
             "error": health.message,
             "failing_since": health.since,
+            **extra,
         }
 
     def _store_health_frame(self) -> EncodedFrame:
