@@ -65,7 +65,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
     from bridge.pairing import pairing_host, pairing_url, qr_text, web_url
 
     if args.relay:
-        from bridge.relay.cli import pairing_link
+        from bridge.relay.pairlink import pairing_link
 
         return pairing_link(args)
     config = config_of(args)

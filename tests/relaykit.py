@@ -265,3 +265,22 @@ class VirtualClient:
     async def close(self, code: int = 1000) -> None:
         await self.send_sealed(sealing.CLOSE, json.dumps({"code": code, "reason": ""}).encode())
         await self.sub_close()
+
+
+async def events_until(
+    vc: VirtualClient, predicate: Any, timeout: float = 30.0, session: str | None = None
+) -> list[dict[str, Any]]:
+    """Event frames until one whose block satisfies ``predicate`` (included), as
+    tests/wsclient.py's ``Client.events_until``."""
+    out: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        frame = await vc.next_push(max(0.01, deadline - loop.time()))
+        if frame["t"] == "_closed":
+            raise ConnectionError(f"closed with {frame['code']} after {len(out)} events")
+        if frame["t"] != "event" or (session and frame["session"] != session):
+            continue
+        out.append(frame)
+        if predicate(frame["block"]):
+            return out
