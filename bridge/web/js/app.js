@@ -452,8 +452,11 @@ class App {
     this.attention.init();
     const token = takeToken();
     const records = loadRecords();
+    this.restoring = true;
     if (token) this.connect(token);
     this.restore(records).then(() => {
+      this.restoring = false;
+      this.route(); // a #ws=… fragment (a reload) names a workstation only now restored
       if (readFragment().has('relay')) return this.pairFromFragment();
       if (!this.stations.size) this.showLogin();
       return undefined;
@@ -1001,6 +1004,13 @@ class App {
   route() {
     const params = readFragment();
     const wanted = params.has('ws') ? this.stations.get(params.get('ws')) : this.stations.get(LOCAL);
+    if (params.has('ws') && !wanted) {
+      if (this.restoring) return; // shown once the stored workstations are back
+      toast('That workstation is not paired with this browser.');
+      params.delete('ws');
+      params.delete('session');
+      writeFragment(params);
+    }
     if (wanted && wanted !== this.active && (params.has('session') || params.has('ws'))) this.setActive(wanted);
     if (!this.client) return;
     const id = params.get('session');
