@@ -11,6 +11,7 @@ tests/artifacts/web/.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -74,6 +75,15 @@ def remote(
         yield d
     finally:
         d.stop()
+
+
+async def publish(relay: Relay, subject: str, data: bytes) -> None:
+    nc = await relay.monitor()
+    try:
+        await nc.publish(subject, data)
+        await nc.flush()
+    finally:
+        await nc.close()
 
 
 def relay_errors(p: Page) -> list[str]:
@@ -208,6 +218,22 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         p.wait(".session .blk-end", timeout_ms=30_000)
         assert p.text(".session .title") == "hello through the relay"
         assert p.count(".toast.error") == 0, p.texts(".toast")
+
+        # A forged frame and a replayed counter on the connection's down subject (anyone on
+        # the relay could publish them): the page drops that connection, opens a new one with
+        # new keys, and carries on without a duplicate or a hole.
+        for forged in (bytes(7) + b"\x01" + bytes(40), (1 << 40).to_bytes(8, "big") + bytes(40)):
+            state = "window.agentBridge.app.stations.get('relay:ws-b')"
+            before = p.eval(f"{state}.client.stats.connects")
+            conn = p.eval(f"{state}.station.sockets[0].stats.conn")
+            asyncio.run(publish(relay, f"agent-bridge.{HOST}.vc.{conn}.down", forged))
+            p.wait_for(f"{state}.client.stats.connects > {before}", timeout_ms=30_000)
+            p.wait_for(f"{state}.client.isOpen", timeout_ms=30_000)
+            assert p.eval(f"{state}.station.sockets[0].stats.conn") != conn
+        send(p, "echo after the forged frames")
+        wait_text(p, "You said: after the forged frames")
+        seqs = p.eval("window.agentBridge.app.current.transcript.seqs")
+        assert seqs == list(range(1, len(seqs) + 1))
 
         # The relay stops: the group says so; the direct workstation is unaffected.
         relay.stop()

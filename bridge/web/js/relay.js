@@ -133,6 +133,11 @@ export class RelayStation extends EventTarget {
     this.relayState = 'down';
   }
 
+  /** The virtual connections open now (for the tests and the curious). */
+  get sockets() {
+    return [...this.#sockets];
+  }
+
   /** A WebSocket-like object for protocol.js (its `transport`). */
   socket() {
     return new RelaySocket(this);
