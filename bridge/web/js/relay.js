@@ -126,11 +126,13 @@ export class RelayStation extends EventTarget {
   #connecting = null;
   #sockets = new Set();
 
-  constructor(record) {
+  /** `timing` changes the liveness intervals (tests): {keepaliveMs, silenceMs, tickMs}. */
+  constructor(record, timing = {}) {
     super();
     this.record = record;
     this.prefix = `agent-bridge.${record.host}`;
     this.relayState = 'down';
+    this.timing = { keepaliveMs: KEEPALIVE_IDLE_MS, silenceMs: SILENCE_MS, tickMs: TICK_MS, ...timing };
   }
 
   /** The virtual connections open now (for the tests and the curious). */
@@ -264,7 +266,7 @@ export class RelaySocket {
       this.readyState = 1;
       this.#lastSent = Date.now();
       this.#lastHeard = Date.now();
-      this.#tick = setInterval(() => this.#onTick(), TICK_MS);
+      this.#tick = setInterval(() => this.#onTick(), station.timing.tickMs);
       this.onopen?.({ type: 'open' });
       for (const early of this.#early.splice(0)) this.#onMessage(early);
     } catch (err) {
@@ -307,11 +309,12 @@ export class RelaySocket {
   #onTick() {
     if (this.readyState !== 1) return;
     const now = Date.now();
-    if (now - this.#lastHeard >= SILENCE_MS) {
-      this.lose(CLOSE.SILENT, 'nothing heard from the workstation for 60 s');
+    const { keepaliveMs, silenceMs } = this.#station.timing;
+    if (now - this.#lastHeard >= silenceMs) {
+      this.lose(CLOSE.SILENT, `nothing heard from the workstation for ${Math.round(silenceMs / 1000)} s`);
       return;
     }
-    if (now - this.#lastSent >= KEEPALIVE_IDLE_MS) {
+    if (now - this.#lastSent >= keepaliveMs) {
       this.#publish(this.#sealer.seal(KIND.KEEPALIVE));
       this.stats.keepalivesSent++;
     }
