@@ -4,7 +4,8 @@ the link `agent-bridge pair --relay` prints, in a fresh browser profile.
 
 What a person sees is asserted: one session list grouped by workstation with each group's
 state, a session created and answered through the relay (with a permission prompt answered
-there), both workstations back after a reload, "relay down" when the relay stops. A transcript
+there), both workstations back after a reload, "relay down" when the relay stops, "not paired"
+once revoked on the workstation. A transcript
 of the pairing (what was run, what the page showed) and screenshots land in
 tests/artifacts/web/.
 """
@@ -242,6 +243,17 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         assert p.eval(f"document.querySelector('{LOCAL_GROUP}').dataset.state") == "online"
         shot(p, "relay-desktop-relay-down")
         transcript.append(f"page, relay stopped: {p.text(f'{RELAY_GROUP} .ws-head')!r}")
+
+        # The relay is back: so is the workstation. Revoked on the workstation: "not paired".
+        relay.start()
+        p.wait(f'{RELAY_GROUP}[data-state="online"]', timeout_ms=60_000)
+        revoke = ["clients", "revoke", record["client_id"]]
+        run_bridge(*revoke, env=remote.env, check=True)
+        p.wait(f'{RELAY_GROUP}[data-state="unauthorized"]', timeout_ms=30_000)
+        assert "not paired" in p.text(f"{RELAY_GROUP} .ws-head")
+        assert p.eval(f"document.querySelector('{LOCAL_GROUP}').dataset.state") == "online"
+        transcript.append(f"$ agent-bridge {' '.join(revoke)}")
+        transcript.append(f"page: {p.text(f'{RELAY_GROUP} .ws-head')!r}")
         assert relay_errors(p) == [], relay_errors(p)
     finally:
         p.close()
