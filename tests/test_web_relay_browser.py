@@ -173,6 +173,7 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         p.click("#new-session button[type=submit]")
         p.wait(".session textarea")
         assert "ws=" in p.url()
+        assert p.eval("document.querySelector('#agents-title').textContent") == "Agents on studio"
         send(p, "hello through the relay")
         p.wait(".blk-permission[data-state=open] .perm-opt", timeout_ms=30_000)
         p.click(".blk-permission .perm-opt.kind-allow_once")
@@ -199,6 +200,9 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
             wait_listed(phone, RELAY_GROUP, 1)
             wait_listed(phone, LOCAL_GROUP, 1)
             shot(phone, "relay-phone-two-workstations")
+            phone.eval("document.querySelector('#workstations').scrollIntoView()")
+            shot(phone, "relay-phone-workstations-section")
+            assert phone.texts("#stations .station-name") == ["This computer", "studio"]
             phone.click(f"{RELAY_GROUP} li[data-session] button")
             phone.wait(".session .blk-end", timeout_ms=30_000)
             assert "Done. You said: hello through the relay" in phone.text(".session .transcript")

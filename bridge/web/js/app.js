@@ -779,6 +779,7 @@ class App {
   /** The new-session form and the agents section for the active workstation. */
   fillAgents(ws) {
     const agents = ws.agentList || [];
+    $('#agents-title').textContent = this.stations.size > 1 ? `Agents on ${ws.name}` : 'Agents';
     const select = $('#ns-agent');
     const previous = select.value;
     clear(select);
