@@ -95,6 +95,8 @@ class RelayLink:
             "servers": [s.url],
             "name": f"agent-bridge {s.host_id}",
             "inbox_prefix": s.inbox_prefix,
+            # every subject it publishes is built here from a checked host_id and conn id
+            "skip_subject_validation": True,
             "allow_reconnect": True,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": RECONNECT_WAIT_S,
