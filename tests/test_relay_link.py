@@ -205,3 +205,26 @@ async def test_keepalive_after_20_s_quiet_and_close_after_60_s_silent() -> None:
         await vc.recv()
     with pytest.raises(TransportClosed):
         vc.write([b"{}"])
+
+
+async def test_the_link_waits_for_a_relay_that_is_not_up_yet(tmp_path: Path) -> None:
+    relay = Relay(tmp_path / "relay")  # configured, not started
+    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
+    assert settings is not None
+    lk = RelayLink(settings, ClientRegistry(tmp_path / "state"), echo, max_frame=1 << 20)
+    lk.start()
+    try:
+        await asyncio.sleep(0.5)
+        assert lk.status == "disconnected"
+        relay.start()
+        for _ in range(200):
+            if lk.status == "connected":
+                break
+            await asyncio.sleep(0.05)
+        assert lk.status == "connected"
+        client = await paired(relay, lk)
+        assert await client.status() == {"v": 1}
+        await client.nc.close()
+    finally:
+        await lk.close()
+        relay.stop()

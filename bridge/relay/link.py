@@ -58,6 +58,7 @@ class RelayLink:
         self._nc: Nats | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._runner: asyncio.Task[None] | None = None
+        self._closed_event: asyncio.Event | None = None
 
     # ---- life ---------------------------------------------------------------------------------
 
@@ -81,11 +82,27 @@ class RelayLink:
 
     async def _run(self) -> None:
         ticker = asyncio.create_task(self._tick())
+        failures = 0
         try:
-            self._nc = await self._connect()
-            await self._subscribe(self._nc)
-            self._set_status("connected")
-            await asyncio.Event().wait()  # nats-py reconnects by itself from here on
+            while True:
+                try:
+                    # nats-py retries the first connection and every reconnection by itself,
+                    # forever; this loop only catches what it gives up on
+                    self._nc = await self._connect()
+                    await self._subscribe(self._nc)
+                    self._set_status("connected")
+                    failures = 0
+                    closed = asyncio.Event()
+                    self._closed_event = closed
+                    await closed.wait()
+                except Exception as exc:
+                    log.warning("relay_link_failed", error=repr(exc))
+                self._set_status("disconnected")
+                if self._nc is not None and not self._nc.is_closed:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(self._nc.close(), 2.0)
+                failures += 1
+                await asyncio.sleep(min(30.0, RECONNECT_WAIT_S * 2 ** min(failures, 4)))
         finally:
             ticker.cancel()
 
@@ -106,6 +123,7 @@ class RelayLink:
             "error_cb": self._on_error,
             "disconnected_cb": self._on_disconnected,
             "reconnected_cb": self._on_reconnected,
+            "closed_cb": self._on_closed,
         }
         if s.login is not None:
             options["user"], options["password"] = s.login.user, s.login.password
@@ -141,6 +159,10 @@ class RelayLink:
 
     async def _on_disconnected(self) -> None:
         self._set_status("disconnected")
+
+    async def _on_closed(self) -> None:
+        if self._closed_event is not None:
+            self._closed_event.set()
 
     async def _on_reconnected(self) -> None:
         self._last_error = ""
