@@ -37,6 +37,13 @@ MAX_CONNECTIONS = 256
 Serve = Callable[[VirtualConnection], Awaitable[None]]
 
 
+def shown_url(url: str) -> str:
+    """The URL without a user:password (nats://user:pass@host is valid), for logs."""
+    scheme, sep, rest = url.partition("://")
+    host = rest.rpartition("@")[2]
+    return f"{scheme}{sep}{host}" if sep else url
+
+
 class RelayLink:
     def __init__(
         self,
@@ -133,7 +140,7 @@ class RelayLink:
             options["nkeys_seed"] = str(s.nkey)
         if s.url.startswith("tls://"):
             options["tls"] = ssl.create_default_context()
-        log.info("relay_connecting", url=s.url, host_id=s.host_id)
+        log.info("relay_connecting", url=shown_url(s.url), host_id=s.host_id)
         return await nats.connect(**options)
 
     async def _subscribe(self, nc: Nats) -> None:
@@ -147,7 +154,8 @@ class RelayLink:
     def _set_status(self, status: str) -> None:
         if status != self.status:
             self.status = status
-            log.info("relay_" + status, url=self.settings.url, host_id=self.settings.host_id)
+            url = shown_url(self.settings.url)
+            log.info("relay_" + status, url=url, host_id=self.settings.host_id)
 
     _last_error = ""
 
