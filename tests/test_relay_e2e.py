@@ -262,3 +262,20 @@ async def test_a_revoked_client_is_closed_and_refused(
     listed = run_bridge("clients", env=daemon.env, check=True).stdout
     assert client.client_id in listed and "e2e phone" in listed
     await client.nc.close()
+
+
+async def test_a_client_over_the_websocket_listener(
+    relay: Relay, daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    info = pairing_link(daemon)
+    assert info["url"].startswith("ws://")
+    nc = await relay.connect("ws-a", websocket=True)
+    client = RelayClient(nc, "ws-a", unb64(info["pk"]))
+    assert (await client.pair(info["secret"], name="browser"))["ok"]
+    vc = await client.open()
+    await vc.hello()
+    session = await demo_session(vc, tmp_path)
+    await vc.request("session.send", session=session, text="echo over websocket")
+    frames = await events_until(vc, lambda b: b["type"] == "session_end", session=session)
+    assert "over websocket" in "".join(f["block"].get("text", "") for f in frames)
+    await nc.close()
