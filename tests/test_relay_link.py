@@ -228,3 +228,12 @@ async def test_the_link_waits_for_a_relay_that_is_not_up_yet(tmp_path: Path) -> 
     finally:
         await lk.close()
         relay.stop()
+
+
+async def test_a_request_that_fails_inside_is_answered(relay: Relay, link: RelayLink) -> None:
+    client = await paired(relay, link)
+    link.registry.pairing_file.chmod(0o644)  # unsafe now: the registry refuses to read it
+    reply = await client.pair(b64(secrets.token_bytes(32)))
+    assert reply == {"ok": False, "error": "internal"}
+    assert await client.status() == {"v": 1}  # the link goes on
+    await client.nc.close()

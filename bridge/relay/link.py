@@ -146,8 +146,8 @@ class RelayLink:
     async def _subscribe(self, nc: Nats) -> None:
         p = self.settings.prefix
         await nc.subscribe(f"{p}.status", cb=self._on_status)
-        await nc.subscribe(f"{p}.pair", cb=self._on_pair)
-        await nc.subscribe(f"{p}.open", cb=self._on_open)
+        await nc.subscribe(f"{p}.pair", cb=self._guarded(self._on_pair))
+        await nc.subscribe(f"{p}.open", cb=self._guarded(self._on_open))
         await nc.subscribe(f"{p}.vc.*.up", cb=self._on_up)
         await nc.flush(timeout=5)
 
@@ -182,6 +182,20 @@ class RelayLink:
         if msg.reply:
             with contextlib.suppress(Exception):
                 await msg.respond(json.dumps(body, separators=(",", ":")).encode())
+
+    def _guarded(
+        self, handler: Callable[[Msg], Awaitable[None]]
+    ) -> Callable[[Msg], Awaitable[None]]:
+        """A request that fails inside (a relay file unreadable, say) is answered, and logged."""
+
+        async def guarded(msg: Msg) -> None:
+            try:
+                await handler(msg)
+            except Exception:
+                log.exception("relay_request_failed", subject=msg.subject)
+                await self._respond(msg, {"ok": False, "error": "internal"})
+
+        return guarded
 
     async def _on_status(self, msg: Msg) -> None:
         await self._respond(msg, {"v": 1})
