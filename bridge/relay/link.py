@@ -73,9 +73,10 @@ class RelayLink:
         self._runner = asyncio.create_task(self._run())
 
     async def close(self) -> None:
-        for vc in list(self.vcs.values()):
+        closing = [vc.close(1001, "daemon shutting down") for vc in self.vcs.values()]
+        if closing:  # at once: a daemon with many phones must not stop one second at a time
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(vc.close(1001, "daemon shutting down"), 1.0)
+                await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 2.0)
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(BaseException):
