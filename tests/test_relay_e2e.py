@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 from nats.aio.msg import Msg
 
@@ -279,3 +280,17 @@ async def test_a_client_over_the_websocket_listener(
     frames = await events_until(vc, lambda b: b["type"] == "session_end", session=session)
     assert "over websocket" in "".join(f["block"].get("text", "") for f in frames)
     await nc.close()
+
+
+async def test_a_stopping_daemon_closes_its_virtual_connections(
+    relay: Relay, daemon: DaemonProcess
+) -> None:
+    client = await paired_client(relay, daemon)
+    vc = await client.open()
+    await vc.hello()
+    await asyncio.to_thread(daemon.stop)
+    await asyncio.wait_for(vc.closed_event.wait(), 5)
+    assert vc.closed is not None and vc.closed["code"] == 1001
+    with pytest.raises(nats.errors.NoRespondersError):  # how a client tells it is offline
+        await client.nc.request("agent-bridge.ws-a.status", b"{}", timeout=2)
+    await client.nc.close()
