@@ -91,11 +91,15 @@ class Relay:
         user, password = self.state.monitor
         return await nats.connect(self.url, user=user, password=password)
 
-    async def connect(self, host_id: str, role: str = "client", **kw: Any) -> Nats:
-        """A NATS connection with a workstation's client (or daemon) login."""
+    async def connect(
+        self, host_id: str, role: str = "client", *, websocket: bool = False, **kw: Any
+    ) -> Nats:
+        """A NATS connection with a workstation's client (or daemon) login; ``websocket``:
+        through the WebSocket listener, as the web client dials (nats-py needs aiohttp, which
+        pywebpush brings)."""
         login = self.account(host_id)[role]
         return await nats.connect(
-            self.url,
+            self.ws_url if websocket else self.url,
             user=login["user"],
             password=login["password"],
             inbox_prefix=f"agent-bridge.{host_id}._INBOX",

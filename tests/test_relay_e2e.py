@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 from nats.aio.msg import Msg
 
@@ -261,4 +262,35 @@ async def test_a_revoked_client_is_closed_and_refused(
         await client.open()
     listed = run_bridge("clients", env=daemon.env, check=True).stdout
     assert client.client_id in listed and "e2e phone" in listed
+    await client.nc.close()
+
+
+async def test_a_client_over_the_websocket_listener(
+    relay: Relay, daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    info = pairing_link(daemon)
+    assert info["url"].startswith("ws://")
+    nc = await relay.connect("ws-a", websocket=True)
+    client = RelayClient(nc, "ws-a", unb64(info["pk"]))
+    assert (await client.pair(info["secret"], name="browser"))["ok"]
+    vc = await client.open()
+    await vc.hello()
+    session = await demo_session(vc, tmp_path)
+    await vc.request("session.send", session=session, text="echo over websocket")
+    frames = await events_until(vc, lambda b: b["type"] == "session_end", session=session)
+    assert "over websocket" in "".join(f["block"].get("text", "") for f in frames)
+    await nc.close()
+
+
+async def test_a_stopping_daemon_closes_its_virtual_connections(
+    relay: Relay, daemon: DaemonProcess
+) -> None:
+    client = await paired_client(relay, daemon)
+    vc = await client.open()
+    await vc.hello()
+    await asyncio.to_thread(daemon.stop)
+    await asyncio.wait_for(vc.closed_event.wait(), 5)
+    assert vc.closed is not None and vc.closed["code"] == 1001
+    with pytest.raises(nats.errors.NoRespondersError):  # how a client tells it is offline
+        await client.nc.request("agent-bridge.ws-a.status", b"{}", timeout=2)
     await client.nc.close()

@@ -171,3 +171,69 @@ async def test_client_users_are_confined_to_their_workstation(relay: Relay) -> N
     await nc.close()
     with pytest.raises(nats.errors.Error):
         await nats.connect(relay.url, user="ws-a-client", password="wrong", allow_reconnect=False)
+
+
+async def test_keepalive_after_20_s_quiet_and_close_after_60_s_silent() -> None:
+    """The liveness rules, with the clock moved by hand (no waiting)."""
+    sent: list[bytes] = []
+
+    async def publish(_subject: str, payloads: list[bytes]) -> None:
+        sent.extend(payloads)
+
+    key = sealing.connection_key(KeyPair.generate().secret, KeyPair.generate().public)
+    vc = VirtualConnection(
+        conn="c" * 32,
+        client_id="c-1",
+        key=key,
+        down_subject="agent-bridge.x.vc.c.down",
+        publish=publish,
+        pending=lambda: 0,
+        max_frame=1024,
+    )
+    opener = sealing.Opener(key, sealing.DAEMON_TO_CLIENT)
+    now = vc.last_sent + 21
+    vc.last_recv = now - 1
+    vc.tick(now)
+    await asyncio.sleep(0.05)
+    assert [opener.open(p).kind for p in sent] == [sealing.KEEPALIVE]
+    vc.tick(vc.last_recv + 61)
+    await vc.stopped()
+    last = opener.open(sent[-1])
+    assert last.kind == sealing.CLOSE and json.loads(last.body)["code"] == 4408
+    assert vc.closed
+    with pytest.raises(TransportClosed):
+        await vc.recv()
+    with pytest.raises(TransportClosed):
+        vc.write([b"{}"])
+
+
+async def test_the_link_waits_for_a_relay_that_is_not_up_yet(tmp_path: Path) -> None:
+    relay = Relay(tmp_path / "relay")  # configured, not started
+    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
+    assert settings is not None
+    lk = RelayLink(settings, ClientRegistry(tmp_path / "state"), echo, max_frame=1 << 20)
+    lk.start()
+    try:
+        await asyncio.sleep(0.5)
+        assert lk.status == "disconnected"
+        relay.start()
+        for _ in range(200):
+            if lk.status == "connected":
+                break
+            await asyncio.sleep(0.05)
+        assert lk.status == "connected"
+        client = await paired(relay, lk)
+        assert await client.status() == {"v": 1}
+        await client.nc.close()
+    finally:
+        await lk.close()
+        relay.stop()
+
+
+async def test_a_request_that_fails_inside_is_answered(relay: Relay, link: RelayLink) -> None:
+    client = await paired(relay, link)
+    link.registry.pairing_file.chmod(0o644)  # unsafe now: the registry refuses to read it
+    reply = await client.pair(b64(secrets.token_bytes(32)))
+    assert reply == {"ok": False, "error": "internal"}
+    assert await client.status() == {"v": 1}  # the link goes on
+    await client.nc.close()

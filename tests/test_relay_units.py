@@ -169,3 +169,10 @@ def test_plain_websocket_beyond_loopback_is_warned_about() -> None:
     conf = natsserver.render(tls)
     assert conf["websocket"]["tls"] == {"cert_file": "c.pem", "key_file": "k.pem"}
     assert "no_tls" not in conf["websocket"]
+
+
+def test_a_url_with_a_login_is_logged_without_it() -> None:
+    from bridge.relay.link import shown_url
+
+    assert shown_url("nats://u:secret@relay.example:4222") == "nats://relay.example:4222"
+    assert shown_url("tls://relay.example:4222") == "tls://relay.example:4222"

@@ -8,6 +8,7 @@ import json
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,7 +56,7 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
         return fail(exc)
     warning = natsserver.plain_ws_warning(state)
     if warning:
-        print(warning, flush=True)
+        print(warning, file=sys.stderr, flush=True)
     proc = natsserver.start(rdir)
     stopping: list[int] = []
 

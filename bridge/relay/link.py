@@ -37,6 +37,13 @@ MAX_CONNECTIONS = 256
 Serve = Callable[[VirtualConnection], Awaitable[None]]
 
 
+def shown_url(url: str) -> str:
+    """The URL without a user:password (nats://user:pass@host is valid), for logs."""
+    scheme, sep, rest = url.partition("://")
+    host = rest.rpartition("@")[2]
+    return f"{scheme}{sep}{host}" if sep else url
+
+
 class RelayLink:
     def __init__(
         self,
@@ -58,6 +65,7 @@ class RelayLink:
         self._nc: Nats | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._runner: asyncio.Task[None] | None = None
+        self._closed_event: asyncio.Event | None = None
 
     # ---- life ---------------------------------------------------------------------------------
 
@@ -65,9 +73,10 @@ class RelayLink:
         self._runner = asyncio.create_task(self._run())
 
     async def close(self) -> None:
-        for vc in list(self.vcs.values()):
+        closing = [vc.close(1001, "daemon shutting down") for vc in self.vcs.values()]
+        if closing:  # at once: a daemon with many phones must not stop one second at a time
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(vc.close(1001, "daemon shutting down"), 1.0)
+                await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 2.0)
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(BaseException):
@@ -81,11 +90,27 @@ class RelayLink:
 
     async def _run(self) -> None:
         ticker = asyncio.create_task(self._tick())
+        failures = 0
         try:
-            self._nc = await self._connect()
-            await self._subscribe(self._nc)
-            self._set_status("connected")
-            await asyncio.Event().wait()  # nats-py reconnects by itself from here on
+            while True:
+                try:
+                    # nats-py retries the first connection and every reconnection by itself,
+                    # forever; this loop only catches what it gives up on
+                    self._nc = await self._connect()
+                    await self._subscribe(self._nc)
+                    self._set_status("connected")
+                    failures = 0
+                    closed = asyncio.Event()
+                    self._closed_event = closed
+                    await closed.wait()
+                except Exception as exc:
+                    log.warning("relay_link_failed", error=repr(exc))
+                self._set_status("disconnected")
+                if self._nc is not None and not self._nc.is_closed:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(self._nc.close(), 2.0)
+                failures += 1
+                await asyncio.sleep(min(30.0, RECONNECT_WAIT_S * 2 ** min(failures, 4)))
         finally:
             ticker.cancel()
 
@@ -95,6 +120,8 @@ class RelayLink:
             "servers": [s.url],
             "name": f"agent-bridge {s.host_id}",
             "inbox_prefix": s.inbox_prefix,
+            # every subject it publishes is built here from a checked host_id and conn id
+            "skip_subject_validation": True,
             "allow_reconnect": True,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": RECONNECT_WAIT_S,
@@ -104,6 +131,7 @@ class RelayLink:
             "error_cb": self._on_error,
             "disconnected_cb": self._on_disconnected,
             "reconnected_cb": self._on_reconnected,
+            "closed_cb": self._on_closed,
         }
         if s.login is not None:
             options["user"], options["password"] = s.login.user, s.login.password
@@ -113,21 +141,22 @@ class RelayLink:
             options["nkeys_seed"] = str(s.nkey)
         if s.url.startswith("tls://"):
             options["tls"] = ssl.create_default_context()
-        log.info("relay_connecting", url=s.url, host_id=s.host_id)
+        log.info("relay_connecting", url=shown_url(s.url), host_id=s.host_id)
         return await nats.connect(**options)
 
     async def _subscribe(self, nc: Nats) -> None:
         p = self.settings.prefix
         await nc.subscribe(f"{p}.status", cb=self._on_status)
-        await nc.subscribe(f"{p}.pair", cb=self._on_pair)
-        await nc.subscribe(f"{p}.open", cb=self._on_open)
+        await nc.subscribe(f"{p}.pair", cb=self._guarded(self._on_pair))
+        await nc.subscribe(f"{p}.open", cb=self._guarded(self._on_open))
         await nc.subscribe(f"{p}.vc.*.up", cb=self._on_up)
         await nc.flush(timeout=5)
 
     def _set_status(self, status: str) -> None:
         if status != self.status:
             self.status = status
-            log.info("relay_" + status, url=self.settings.url, host_id=self.settings.host_id)
+            url = shown_url(self.settings.url)
+            log.info("relay_" + status, url=url, host_id=self.settings.host_id)
 
     _last_error = ""
 
@@ -140,6 +169,10 @@ class RelayLink:
     async def _on_disconnected(self) -> None:
         self._set_status("disconnected")
 
+    async def _on_closed(self) -> None:
+        if self._closed_event is not None:
+            self._closed_event.set()
+
     async def _on_reconnected(self) -> None:
         self._last_error = ""
         self._set_status("connected")
@@ -150,6 +183,20 @@ class RelayLink:
         if msg.reply:
             with contextlib.suppress(Exception):
                 await msg.respond(json.dumps(body, separators=(",", ":")).encode())
+
+    def _guarded(
+        self, handler: Callable[[Msg], Awaitable[None]]
+    ) -> Callable[[Msg], Awaitable[None]]:
+        """A request that fails inside (a relay file unreadable, say) is answered, and logged."""
+
+        async def guarded(msg: Msg) -> None:
+            try:
+                await handler(msg)
+            except Exception:
+                log.exception("relay_request_failed", subject=msg.subject)
+                await self._respond(msg, {"ok": False, "error": "internal"})
+
+        return guarded
 
     async def _on_status(self, msg: Msg) -> None:
         await self._respond(msg, {"v": 1})
@@ -212,11 +259,18 @@ class RelayLink:
         if vc is not None:
             vc.deliver(msg.data)
 
-    async def _publish(self, subject: str, payload: bytes) -> None:
+    async def _publish(self, subject: str, payloads: list[bytes]) -> None:
+        """Publish messages in order with one hand-over to nats-py: its ``publish`` costs as
+        much per message as sealing it. The PUB lines are NATS's wire protocol; nats-py
+        (pinned) buffers them while reconnecting like its own, and sends them in one write."""
         nc = self._nc
-        if nc is None:
+        if nc is None or not nc.is_connected:
             raise ConnectionError("relay not connected")
-        await nc.publish(subject, payload)
+        head = subject.encode()
+        await nc._send_command(
+            b"".join(b"PUB %s %d\r\n%s\r\n" % (head, len(p), p) for p in payloads)
+        )
+        await nc._flush_pending()
 
     def _pending(self) -> int:
         nc = self._nc
