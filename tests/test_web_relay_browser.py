@@ -195,11 +195,15 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         try:
             phone.goto(base(direct) + "#token=" + direct.token)
             phone.wait(f'{LOCAL_GROUP}[data-state="online"]')
+            # Only the page's own daemon: the relay code and its libraries are not even loaded.
+            loaded = "performance.getEntriesByType('resource').map((e) => e.name).join(' ')"
+            assert "nats.js" not in phone.eval(loaded) and "relay.js" not in phone.eval(loaded)
             phone.goto(link2)
             phone.wait(f'{RELAY_GROUP}[data-state="online"]', timeout_ms=30_000)
             wait_listed(phone, RELAY_GROUP, 1)
             wait_listed(phone, LOCAL_GROUP, 1)
             shot(phone, "relay-phone-two-workstations")
+            assert "vendor/nats.ws/nats.js" in phone.eval(loaded)
             phone.eval("document.querySelector('#workstations').scrollIntoView()")
             shot(phone, "relay-phone-workstations-section")
             assert phone.texts("#stations .station-name") == ["This computer", "studio"]
