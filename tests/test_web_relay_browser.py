@@ -262,6 +262,15 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         assert p.eval(f"document.querySelector('{LOCAL_GROUP}').dataset.state") == "online"
         transcript.append(f"$ agent-bridge {' '.join(revoke)}")
         transcript.append(f"page: {p.text(f'{RELAY_GROUP} .ws-head')!r}")
+
+        # Removed from this browser: its group and its keys are gone, the direct one stays.
+        p.eval("window.confirm = () => true")
+        p.click(f'#stations li[data-ws="{RELAY_WS}"] button')
+        p.wait_for(f"!document.querySelector('{RELAY_GROUP}')")
+        assert p.eval("localStorage.getItem('agent-bridge.workstations')") == "[]"
+        assert p.texts("#stations .station-name") == ["This computer"]
+        p.wait(f'{LOCAL_GROUP}[data-state="online"]')
+        p.wait("#conn[data-state=open]")
         assert relay_errors(p) == [], relay_errors(p)
     finally:
         p.close()

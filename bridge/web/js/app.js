@@ -531,7 +531,10 @@ class App {
       params.delete('ws');
       writeFragment(params);
     }
+    $('#logout').hidden = !this.stations.has(LOCAL);
+    $('#pane-empty').hidden = Boolean(this.current);
     this.renderStations();
+    if (!this.stations.size) this.showLogin();
   }
 
   /** Make `ws` the one whose sessions open and on which new sessions start. */
