@@ -71,6 +71,10 @@ def cmd_pair(args: argparse.Namespace) -> int:
     from bridge.client import read_runtime_info
     from bridge.pairing import pairing_host, pairing_url, qr_text, web_url
 
+    if args.relay:
+        from bridge.relay.pairlink import pairing_link
+
+        return pairing_link(args)
     config = config_of(args)
     token = (
         rotate_token(paths.token_file())
@@ -336,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(the DNS name on your certificate, a VPN address): see docs/remote-access.md",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--relay",
+        action="store_true",
+        help="a one-time link to pair through the relay ([relay] in config.toml)",
+    )
 
     p = add("agents", cmd_agents, "List adapters, detection and capabilities")
     p.add_argument("--json", action="store_true")
@@ -385,7 +394,13 @@ _EXTENSIONS: list[Callable[[Any, Callable[..., argparse.ArgumentParser]], None]]
 def _load_extensions() -> None:
     import importlib
 
-    for name in ("bridge.cli_adapters", "bridge.doctor", "bridge.service", "bridge.attention.cli"):
+    for name in (
+        "bridge.cli_adapters",
+        "bridge.doctor",
+        "bridge.service",
+        "bridge.attention.cli",
+        "bridge.relay.cli",
+    ):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:

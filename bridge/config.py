@@ -174,7 +174,36 @@ class NotifyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     targets: list[NotifyTarget] = msgspec.field(default_factory=list)
 
 
+class RelayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The end-to-end encrypted relay over NATS (docs/remote-access.md). Off unless
+    ``account`` or ``url`` is set."""
+
+    #: Account file written by `agent-bridge relay serve` / `relay add` (mode 0600).
+    account: str = ""
+    #: NATS URL the daemon dials (nats:// or tls://); overrides the account's.
+    url: str = ""
+    #: This workstation's namespace on the relay, [a-z0-9-]{1,40}; overrides the account's.
+    host_id: str = ""
+    #: A hosted NATS: the daemon's NATS credentials file (JWT + seed), mode 0600.
+    creds: str = ""
+    #: A hosted NATS: the daemon's NKey seed file, mode 0600.
+    nkey: str = ""
+    #: The NATS WebSocket URL paired clients dial (wss://...); overrides the account's.
+    client_url: str = ""
+    #: JSON file {"user": ..., "password": ...} put in pairing links (mode 0600); optional.
+    client_auth: str = ""
+    #: Web client URL in pairing links; "" = this daemon's own http(s) address.
+    web_url: str = ""
+    #: The workstation's name shown to clients; "" = the host name.
+    name: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.account or self.url)
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    relay: RelayConfig = msgspec.field(default_factory=RelayConfig)
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
@@ -205,7 +234,17 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return self.agents.get(agent_id) or AdapterConfig()
 
 
-_SECTIONS = ("server", "limits", "store", "adapters", "log", "projects", "notify", "hub")
+_SECTIONS = (
+    "server",
+    "limits",
+    "store",
+    "adapters",
+    "log",
+    "projects",
+    "notify",
+    "hub",
+    "relay",
+)
 
 
 def _env_overrides(raw: dict[str, Any], environ: dict[str, str]) -> None:
@@ -354,6 +393,25 @@ def _validate(config: Config, file: Path) -> None:
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")
     _validate_notify(config, bad)
+    _validate_relay(config.relay, bad)
+
+
+HOST_ID_RE = r"[a-z0-9-]{1,40}"
+
+
+def _validate_relay(relay: RelayConfig, bad: Any) -> None:
+    import re
+
+    if relay.url and not relay.url.startswith(("nats://", "tls://")):
+        raise bad("relay.url", "must be a nats:// or tls:// URL")
+    if relay.host_id and not re.fullmatch(HOST_ID_RE, relay.host_id):
+        raise bad("relay.host_id", "must be 1 to 40 of a-z, 0-9 and -")
+    if relay.client_url and not relay.client_url.startswith(("ws://", "wss://")):
+        raise bad("relay.client_url", "must be a ws:// or wss:// URL")
+    if relay.creds and relay.nkey:
+        raise bad("relay.creds", "set creds or nkey, not both")
+    if relay.url and not relay.account and not relay.host_id:
+        raise bad("relay.host_id", "must be set when relay.url is (or use relay.account)")
 
 
 def _validate_notify(config: Config, bad: Any) -> None:

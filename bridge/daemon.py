@@ -108,6 +108,8 @@ class Daemon:
         self.attention = attention.attach(self.hub, self.server)
         self.server.daemon_checks = doctor.daemon_checks
         self._stop = asyncio.Event()
+        #: the link to the relay (bridge/relay/link.py) when [relay] is set
+        self.relay: Any = None
         self._extras: list[Any] = []
         self._extras_tasks: set[asyncio.Future[None]] = set()
 
@@ -207,8 +209,32 @@ class Daemon:
         parts = [f"{n} {state}" for state, n in sorted(states.items())] or ["no sessions"]
         return f"{len(self.server.connections)} clients; sessions: " + ", ".join(parts)
 
+    def _relay_status(self) -> str:
+        return str(self.relay.status) if self.relay is not None else "off"
+
+    def _start_relay(self, settings: Any) -> None:
+        """Dial out to the relay: each virtual connection is served like a WebSocket client,
+        trusted (a paired client is known by its key). Off without [relay]."""
+        if settings is None:
+            return
+        from bridge.relay.clients import ClientRegistry
+        from bridge.relay.link import RelayLink
+
+        async def serve(vc: Any) -> None:
+            await self.server.serve(vc, trusted=True)
+
+        self.relay = RelayLink(
+            settings, ClientRegistry(), serve, max_frame=self.config.limits.max_frame_bytes
+        )
+        self.relay.start()
+
     async def run(self) -> None:
         check_bind(self.config)
+        from bridge.relay.account import resolve
+
+        # a bad [relay] (a missing or readable credentials file) stops the start, named
+        relay_settings = resolve(self.config.relay) if self.config.relay.enabled else None
+        self.server.healthz_fields["relay"] = self._relay_status
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -224,6 +250,7 @@ class Daemon:
         conf = self.config.server
         await self.server.start(conf.host, conf.port, self.config.unix_socket_path)
         self._write_runtime_info()
+        self._start_relay(relay_settings)
         print(f"listening on {self.server.url}", flush=True)
         log.info(
             "listening",
@@ -272,6 +299,9 @@ class Daemon:
         for extra in self._extras:
             with contextlib.suppress(Exception):
                 await extra.close()
+        if self.relay is not None:
+            with contextlib.suppress(Exception):
+                await self.relay.close()
         await self.hub.shutdown()
         await self.attention.close()
         await self.server.close()

@@ -64,6 +64,7 @@ def daemon_checks(
         checks += _port_checks(config)
         if not any(c.code == "daemon_running" for c in checks):
             checks.append(_not_running_check())
+    checks += _relay_config_checks(config)
     checks += _adapters_dir_checks(config.adapters_dir)
     from bridge.attention.cli import channel_checks
 
@@ -330,6 +331,7 @@ def _port_checks(config: Config) -> list[Check]:
                     f"{info.get('url')} (pid {info.get('pid')})",
                 )
             )
+            checks += _relay_status_checks(health)
         else:
             checks.append(
                 Check(
@@ -364,6 +366,51 @@ def _port_checks(config: Config) -> list[Check]:
                 )
             )
     return checks
+
+
+def _relay_config_checks(config: Config) -> list[Check]:
+    """``[relay]``: its account or credentials files are readable and private."""
+    if not config.relay.enabled:
+        return []
+    from bridge.config import ConfigError
+    from bridge.relay.account import resolve
+
+    try:
+        settings = resolve(config.relay)
+    except ConfigError as exc:
+        return [
+            Check(
+                code="relay_config",
+                level="error",
+                message=f"relay: {exc}",
+                hint="fix [relay] in config.toml (docs/remote-access.md)",
+            )
+        ]
+    assert settings is not None
+    return [
+        Check(
+            code="relay_config",
+            message=f"relay: {settings.url} as workstation {settings.host_id}",
+        )
+    ]
+
+
+def _relay_status_checks(health: dict[str, Any]) -> list[Check]:
+    """What the running daemon's ``/healthz`` says of its link to the relay."""
+    status = health.get("relay")
+    if status in (None, "off"):
+        return []
+    if status == "connected":
+        return [Check(code="relay_connected", message="relay: connected")]
+    return [
+        Check(
+            code="relay_disconnected",
+            level="warn",
+            message=f"relay: {status}: phones cannot reach this daemon through the relay",
+            hint="is the relay running and its url right? the daemon keeps reconnecting; "
+            "see its log (relay_error)",
+        )
+    ]
 
 
 def _adapters_dir_checks(directory: Path) -> list[Check]:

@@ -1,22 +1,22 @@
 """The requests of "Projects, workspace, modes": ``projects.list``, ``workspace.*``,
 ``session.mode`` and the ``mode`` of ``session.create`` (the latter two live in the hub).
 
-``BridgeServer`` adds :meth:`ProjectsApi.handlers` to its dispatch table; the work is done in
-``bridge/projects.py``, ``bridge/workspace.py`` and ``bridge/modes.py``.
+``ProjectsApi.register`` adds them to the server's ``Routes`` (bridge/dispatch.py); the work is
+done in ``bridge/projects.py``, ``bridge/workspace.py`` and ``bridge/modes.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from bridge.config import Config
+from bridge.dispatch import Routes
 from bridge.projects import Projects, usage_from_sessions
 from bridge.protocol import (
     ProjectsList,
-    Result,
     SessionMode,
     WorkspaceDiff,
     WorkspaceFile,
@@ -34,8 +34,6 @@ from bridge.workspace import WorkspaceError, diff, read_file, real_dir, status
 
 if TYPE_CHECKING:
     from bridge.hub import Hub
-
-Handler = Callable[[Any, Any], Awaitable[Result]]
 
 
 def make_projects(config: Config, hub: Hub | None) -> Projects:
@@ -61,14 +59,12 @@ class ProjectsApi:
         self.hub = hub
         self.projects = make_projects(config, hub)
 
-    def handlers(self) -> dict[type, Handler]:
-        return {
-            ProjectsList: self.projects_list,
-            WorkspaceStatus: self.workspace_status,
-            WorkspaceDiff: self.workspace_diff,
-            WorkspaceFile: self.workspace_file,
-            SessionMode: self.session_mode,
-        }
+    def register(self, routes: Routes) -> None:
+        routes.add(ProjectsList, self.projects_list, ProjectsListResult)
+        routes.add(WorkspaceStatus, self.workspace_status, WorkspaceStatusResult)
+        routes.add(WorkspaceDiff, self.workspace_diff, WorkspaceDiffResult)
+        routes.add(WorkspaceFile, self.workspace_file, WorkspaceFileResult)
+        routes.add(SessionMode, self.session_mode, SessionModeResult)
 
     async def close(self) -> None:
         await self.projects.close()

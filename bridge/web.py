@@ -75,12 +75,22 @@ def load_files(root: Traversable) -> dict[str, StaticFile]:
     return files
 
 
+#: Where the page may open a WebSocket besides its own daemon: a relay's NATS WebSocket
+#: listener (js/relay.js) or another workstation's daemon. Their hosts come from pairing links
+#: the user opens, so they cannot be listed here; TLS (wss:) to any host, plain ws: only to this
+#: machine's loopback (a relay or daemon on the same machine, and the tests; Chromium refuses
+#: an IPv6 literal with a port wildcard, so [::1] is not listed). A plain-ws relay
+#: on another machine is refused by the browser: serve it behind TLS (docs/web-client.md).
+RELAY_SOCKETS = "wss: ws://127.0.0.1:* ws://localhost:*"
+
+
 def content_security_policy(host: str | None) -> str:
     # 'self' covers ws:/wss: to the same host in CSP3 browsers; older WebKit needs them spelled
     # out, so the page's own host is added when the Host header is a plain host[:port].
     sockets = "'self'"
     if host and _HOST_RE.match(host):
         sockets += f" ws://{host} wss://{host}"
+    sockets += f" {RELAY_SOCKETS}"
     return "; ".join(
         (
             "default-src 'none'",

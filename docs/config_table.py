@@ -28,6 +28,7 @@ from bridge.config import (  # noqa: E402
     NotifyConfig,
     NotifyTarget,
     ProjectsConfig,
+    RelayConfig,
     ServerConfig,
     StoreConfig,
 )
@@ -49,6 +50,7 @@ SECTIONS: list[tuple[str, type[msgspec.Struct]]] = [
     ("acp.<name>", AcpAgentConfig),
     ("notify", NotifyConfig),
     ("[notify.targets]", NotifyTarget),
+    ("relay", RelayConfig),
 ]
 
 MEANING: dict[str, str] = {
@@ -176,6 +178,21 @@ MEANING: dict[str, str] = {
     "the bridge takes a session back.",
     "hub.external_cache": "Seconds a scan for sessions started in terminals is reused by "
     "`sessions.list`.",
+    "relay.account": "Account file written by `agent-bridge relay serve` / `relay add` (the "
+    "relay's URLs, host_id, the daemon's and the client's NATS logins); mode 0600. Setting it "
+    "(or `url`) turns the relay on (docs/remote-access.md).",
+    "relay.url": "NATS URL the daemon dials out to (`nats://` or `tls://`); overrides the "
+    "account's.",
+    "relay.host_id": "This workstation's namespace on the relay (`agent-bridge.<host_id>.>`), "
+    "1-40 of a-z, 0-9, -; overrides the account's.",
+    "relay.creds": "A hosted NATS: the daemon's credentials file (JWT and seed), mode 0600.",
+    "relay.nkey": "A hosted NATS: the daemon's NKey seed file, mode 0600.",
+    "relay.client_url": "The NATS WebSocket URL (`wss://`) pairing links give phones; overrides "
+    "the account's.",
+    "relay.client_auth": 'JSON file `{"user": …, "password": …}` with the phones\' NATS login, '
+    "put in pairing links; mode 0600. Optional.",
+    "relay.web_url": 'Web client URL pairing links open; `""` = this daemon\'s own address.',
+    "relay.name": 'The workstation\'s name shown on phones; `""` = the host name.',
 }
 
 

@@ -18,11 +18,15 @@ from typing import Any
 
 import pytest
 
+from bridge.attention.detect import workstation_name
 from tests.daemon import ROOT, DaemonProcess
 from tests.daemonkit import running
 from tests.notify_fakes import FakePushService, Receiver
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.wsclient import Client
+
+#: What every notification's title starts with: this machine's name (no `[relay] name` set).
+WS = workstation_name("")
 
 pytestmark = BROWSER_TESTS
 
@@ -195,7 +199,7 @@ def test_presence_keeps_the_shown_session_quiet(
     new = receiver.hits[before:]
     assert len(new) == 1, [h.json() for h in new]
     assert new[0].json()["message"].endswith(f"#session={elsewhere}")
-    assert hits[before].json()["title"].startswith("demo finished")
+    assert hits[before].json()["title"].startswith(f"{WS} · demo finished")
 
 
 def test_settings_panel_lists_channels_and_sends_a_test(
@@ -209,7 +213,7 @@ def test_settings_panel_lists_channels_and_sends_a_test(
     page.wait("#notify-status .check-pass")
     assert page.text("#notify-status").startswith("✓ webhook on 127.0.0.1:")
     hit = receiver.wait(before + 1)[before]
-    assert hit.json()["title"] == "agent-bridge test notification"
+    assert hit.json()["title"] == f"{WS} · agent-bridge test notification"
     page.eval("document.querySelector('#notify-settings').scrollIntoView()")
     page.screenshot(ARTIFACTS / "notify-settings.png")
 
@@ -296,7 +300,7 @@ def test_turned_on_in_the_panel_the_daemons_push_is_answered_from_the_notificati
     page._call("push", origin=origin(daemon) + "/", data=json.dumps(payload))
     page.wait_for(f"{NOTIFICATIONS}.then((n) => n.length === 1)")
     (shown,) = page.eval(NOTIFICATIONS)
-    assert shown["title"].startswith("demo asks permission")
+    assert shown["title"].startswith(f"{WS} · demo asks permission")
     allow = next(o for o in payload["options"] if o["kind"] == "allow_once")
     # Turning notifications on kept the remembered token where the worker reads it.
     click(page, allow["id"])

@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from bridge.attention.detect import workstation_name
 from tests.daemon import ROOT, DaemonProcess
 from tests.daemonkit import bridge_argv, run_bridge
 from tests.notify_fakes import Receiver
+
+#: What every notification's title starts with: this machine's name (no `[relay] name` set).
+WS = workstation_name("")
 
 
 @pytest.fixture
@@ -52,7 +56,7 @@ def test_notify_test_without_a_daemon_says_what_each_channel_answered(
     assert lines[2].startswith("FAILED json://user:"), lines
     assert "hunter2secret" not in result.stdout + result.stderr
     hit = receiver.wait(1)[0].json()
-    assert hit["title"] == "agent-bridge test notification"
+    assert hit["title"] == f"{WS} · agent-bridge test notification"
     assert "permission" in hit["message"]
 
     d2 = DaemonProcess(tmp_path / "home2", config=config(receiver.url))

@@ -14,9 +14,13 @@ from typing import Any
 
 import pytest
 
+from bridge.attention.detect import workstation_name
 from tests.daemon import DaemonProcess
 from tests.notify_fakes import FakePushService, Receiver
 from tests.wsclient import Client, RequestFailed, blocks
+
+#: What every notification's title starts with: this machine's name (no `[relay] name` set).
+WS = workstation_name("")
 
 
 @pytest.fixture
@@ -99,13 +103,13 @@ async def test_error_and_permission_kinds(
     _, c, session = await notified_demo(daemon_factory, receiver, project, min_turn_s=3600)
     await run_turn(c, session, "fail")
     data = message_of(receiver.wait(1)[0])
-    assert data["title"].startswith("demo failed"), data
+    assert data["title"].startswith(f"{WS} · demo failed"), data
     assert "demo_failure" in data["message"]
     # The full tour waits on a permission to write demo.txt: the body names the tool and path.
     await c.request("session.send", session=session, text="write it")
     frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
     data = message_of(receiver.wait(2)[1])
-    assert data["title"].startswith("demo asks permission"), data
+    assert data["title"].startswith(f"{WS} · demo asks permission"), data
     assert data["message"].startswith("Write: demo.txt"), data
     req = blocks(frames, "permission_request")[-1]
     await c.request(
@@ -287,7 +291,7 @@ async def test_a_turn_the_daemon_died_in_is_announced_after_the_restart(
     d.kill9()
     d.start()  # recovery closes the turn before the daemon listens: the link must be whole
     data = message_of(receiver.wait(1)[0])
-    assert data["title"].startswith("demo failed"), data
+    assert data["title"].startswith(f"{WS} · demo failed"), data
     assert "daemon_restarted" in data["message"]
     assert data["message"].endswith(f"http://127.0.0.1:{d.port}/#session={session}")
 
@@ -313,12 +317,14 @@ async def test_handoff_both_ways_with_a_terminal(
             term = Terminal(fake, sid)
             await app.state(session, "parked", "terminal")
             took = message_of(receiver.wait(1)[0])
-            assert took["title"] == "fake_term: a terminal took the session (project)", took
+            assert took["title"] == f"{WS} · fake_term: a terminal took the session (project)", took
             term.exit()
             await app.state(session, "idle", "bridge")
             # Same session and kind within 10 s: it waits for the window's end.
             back = message_of(receiver.wait(2, timeout=25)[1])
-            assert back["title"] == "fake_term: the terminal gave the session back (project)", back
+            assert (
+                back["title"] == f"{WS} · fake_term: the terminal gave the session back (project)"
+            ), back
             assert back["message"].endswith(f"#session={session}")
         finally:
             if term is not None and term.proc.poll() is None:

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from bridge.attention.channels import Answer
-from bridge.attention.detect import BODY_MAX, Detector, Notice, SessionInfo
+from bridge.attention.detect import BODY_MAX, Detector, Notice, SessionInfo, workstation_name
 from bridge.attention.notifier import Attention
 from bridge.attention.presence import WATCH_GRACE_S, Presence
 from bridge.blocks import (
@@ -27,7 +29,7 @@ from bridge.blocks import (
     UserBlock,
     block_to_json,
 )
-from bridge.config import Config, NotifyConfig
+from bridge.config import Config, NotifyConfig, RelayConfig
 from bridge.redact import remember_secret
 from bridge.store import MemoryStore, PushSubscriptions, StoredEvent
 
@@ -200,7 +202,7 @@ class FakeChannel:
 
 
 async def make(tmp_path: Path, channel: FakeChannel, window_s: float = 0.5) -> Attention:
-    config = Config(notify=NotifyConfig(min_turn_s=0))
+    config = Config(notify=NotifyConfig(min_turn_s=0), relay=RelayConfig(name="studio"))
     a = Attention(
         config,
         PushSubscriptions(MemoryStore()),
@@ -243,7 +245,7 @@ async def test_rate_limit_and_folding_per_session_and_kind(tmp_path: Path) -> No
     assert all("(+" not in t for t in titles)
     await wait_for(lambda: len(ch.sent) == 3)
     title, body, at = ch.sent[2]
-    assert title == "claude finished (shop) (+1 more)" and "three" in body
+    assert title == "studio · claude finished (shop) (+1 more)" and "three" in body
     assert at - ch.sent[0][2] >= 0.45
     await asyncio.sleep(0.7)
     assert len(ch.sent) == 3
@@ -428,3 +430,19 @@ async def test_subscriptions_are_bounded_oldest_out(tmp_path: Path) -> None:
     assert "https://push.example/1" not in a.subscriptions
     assert len(await store.push_subscriptions()) == notifier.MAX_SUBSCRIPTIONS
     await a.close()
+
+
+async def test_a_notice_names_its_workstation_in_payload_and_title(tmp_path: Path) -> None:
+    # Several workstations in one client: the notification says which one calls.
+    ch = FakeChannel()
+    a = await make(tmp_path, ch)
+    a.on_committed(end_of_turn("s1", 1, "done"))
+    await wait_for(lambda: len(ch.sent) == 1)
+    assert ch.sent[0][0] == "studio · claude finished (shop)"
+    test = a.test_notice("turn_end")
+    assert test.workstation == "studio"
+    assert msgspec.json.decode(msgspec.json.encode(test))["title"].startswith("studio · ")
+    await a.close()
+    # Without a configured name it is the host name.
+    assert workstation_name("") == socket.gethostname()
+    assert workstation_name("  build box ") == "build box"

@@ -145,6 +145,7 @@ def test_installed_agent_bridge_serves_healthz(venv: Path, tmp_path: Path) -> No
             "version": bridge.__version__,
             "adapters": health["adapters"],
             "store": "ok",
+            "relay": "off",  # no [relay]: docs/protocol.md, Relay
         }
         assert health["adapters"] in ("loading", "ready")
     finally:

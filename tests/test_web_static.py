@@ -136,7 +136,25 @@ def test_hostile_host_header_does_not_reach_the_policy(daemon: DaemonProcess) ->
     status, headers, _ = raw_get(daemon.port, "/", {"Host": "x; script-src *"})
     assert status == 200
     assert "script-src *" not in headers["content-security-policy"]
-    assert "connect-src 'self';" in headers["content-security-policy"]
+    assert (
+        "connect-src 'self' wss: ws://127.0.0.1:* ws://localhost:*;"
+        in (headers["content-security-policy"])
+    )
+
+
+def test_sockets_may_reach_a_relay_over_tls_anywhere_and_plain_only_on_loopback(
+    daemon: DaemonProcess,
+) -> None:
+    # The relay's NATS WebSocket listener is another origin (docs/web-client.md).
+    _, headers, _ = raw_get(daemon.port, "/")
+    connect_src = next(
+        d for d in headers["content-security-policy"].split("; ") if d.startswith("connect-src ")
+    )
+    sources = connect_src.split()[1:]
+    assert "wss:" in sources
+    assert "ws:" not in sources and "*" not in sources
+    plain = [s for s in sources if s.startswith("ws://")]
+    assert plain and all(s.startswith(("ws://127.0.0.1:", "ws://localhost:")) for s in plain)
 
 
 def test_etag_revalidation_answers_304(daemon: DaemonProcess) -> None:

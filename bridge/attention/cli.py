@@ -65,7 +65,7 @@ def channel_checks(config: Config, *, online: bool = False) -> list[Check]:
 def _local_test(config: Config, kind: str) -> list[dict[str, Any]]:
     """No daemon running: send through the config's channels from here (no Web Push)."""
     from bridge.attention.channels import build_channels
-    from bridge.attention.detect import Notice
+    from bridge.attention.detect import Notice, with_workstation, workstation_name
 
     channels, problems = build_channels(config.notify.targets)
     notice = Notice(
@@ -76,6 +76,7 @@ def _local_test(config: Config, kind: str) -> list[dict[str, Any]]:
         agent="agent-bridge",
         url="",
     )
+    with_workstation(notice, workstation_name(config.relay.name))
     results = [{"channel": "config", "ok": False, "answer": p} for p in problems]
     if channels:
         with ThreadPoolExecutor(min(8, len(channels))) as pool:

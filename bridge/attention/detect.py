@@ -21,6 +21,7 @@ is its first field) and never decoded.
 from __future__ import annotations
 
 import os
+import socket
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,25 @@ class Notice(msgspec.Struct, kw_only=True, omit_defaults=True):
     options: list[Option] | None = None
     #: How many notices this one stands for, when later ones were folded into it.
     count: int = 1
+    #: The workstation the daemon runs on (``[relay] name``, else the host name): a person
+    #: with several workstations in one client sees which one calls; the title starts with it.
+    workstation: str = ""
+
+
+WORKSTATION_MAX = 40
+
+
+def workstation_name(config_name: str) -> str:
+    """The name notifications give this workstation: the configured one, else the host's."""
+    return clean(config_name.strip() or socket.gethostname() or "agent-bridge", WORKSTATION_MAX)
+
+
+def with_workstation(notice: Notice, workstation: str) -> Notice:
+    """``notice`` named after ``workstation`` (once): in the payload and in front of the title."""
+    if workstation and not notice.workstation:
+        notice.workstation = workstation
+        notice.title = f"{workstation} · {notice.title}"
+    return notice
 
 
 @dataclass

@@ -27,7 +27,15 @@ from typing import Any
 import msgspec
 
 from bridge.attention.channels import Answer, Channel, build_channels
-from bridge.attention.detect import TITLE_MAX, Detector, Notice, SessionInfo, clean
+from bridge.attention.detect import (
+    TITLE_MAX,
+    Detector,
+    Notice,
+    SessionInfo,
+    clean,
+    with_workstation,
+    workstation_name,
+)
 from bridge.attention.presence import Presence
 from bridge.attention.webpush import KEY_FILE, WebPush, check_endpoint, check_keys, endpoint_origin
 from bridge.config import NOTIFY_KINDS, Config
@@ -69,6 +77,7 @@ class Attention:
     ) -> None:
         conf = config.notify
         self.config = conf
+        self.workstation = workstation_name(config.relay.name)
         self.store = store
         self.lookup = lookup
         self.base_url = base_url.rstrip("/")
@@ -215,6 +224,7 @@ class Attention:
     # ---- delivery -----------------------------------------------------------------------------
 
     def _dispatch(self, notice: Notice) -> None:
+        with_workstation(notice, self.workstation)
         log.info("notify", kind=notice.kind, session=notice.session, count=notice.count)
         for channel in self.channels:
             if notice.kind in channel.kinds:
@@ -306,7 +316,7 @@ class Attention:
         }
 
     def test_notice(self, kind: str) -> Notice:
-        return Notice(
+        notice = Notice(
             kind=kind,
             title="agent-bridge test notification",
             body=f"A test of the {kind} notification: this channel works.",
@@ -314,6 +324,7 @@ class Attention:
             agent="agent-bridge",
             url=f"{self.base_url}/",
         )
+        return with_workstation(notice, self.workstation)
 
     async def send_test(self, kind: str, endpoint: str | None = None) -> list[dict[str, Any]]:
         """One test notification through every channel (or to one subscription), at once and

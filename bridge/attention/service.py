@@ -27,8 +27,9 @@ from bridge.results import (
 from bridge.store import PushSubscriptions
 
 if TYPE_CHECKING:
+    from bridge.connection import Connection
     from bridge.hub import Hub
-    from bridge.server import BridgeServer, Connection
+    from bridge.server import BridgeServer
 
 
 def web_base_url(server: BridgeServer) -> str:
@@ -95,12 +96,12 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
         answers = await attention.send_test(req.kind, req.endpoint)
         return as_result({"results": answers}, NotifyTestResult)
 
-    server.add_handler(ClientPresence, presence)
-    server.add_handler(WebpushKey, key)
-    server.add_handler(WebpushSubscribe, subscribe)
-    server.add_handler(WebpushUnsubscribe, unsubscribe)
-    server.add_handler(NotifyChannels, channels)
-    server.add_handler(NotifyTest, test)
+    server.add_handler(ClientPresence, presence, Empty)
+    server.add_handler(WebpushKey, key, WebpushKeyResult)
+    server.add_handler(WebpushSubscribe, subscribe, Empty)
+    server.add_handler(WebpushUnsubscribe, unsubscribe, Empty)
+    server.add_handler(NotifyChannels, channels, NotifyChannelsResult)
+    server.add_handler(NotifyTest, test, NotifyTestResult)
     return attention
 
 

@@ -1,16 +1,25 @@
 // The web client's UI: sign-in, agent and session lists, one open session at a time.
 // The protocol lives in protocol.js and the rendering of blocks in transcript.js; this file
 // wires them to the page. `window.agentBridge` exposes the live objects for the curious.
+//
+// Every workstation in one client (workstations.js): the page's own daemon (token) and any
+// others (paired through a relay, or another daemon's token link) each have a client; the
+// session list shows them all, grouped by workstation. One workstation is "active" at a
+// time: the one whose session is open and on which the new-session form creates sessions;
+// `app.client`, `app.agents` and `app.sessions` are the active workstation's.
 
 import { $, clear, codeSpans, h, randomId, relativeTime } from './dom.js';
 import { Attention } from './attention.js';
 import { icon } from './icons.js';
-import { BridgeClient, defaultUrl } from './protocol.js';
+import {
+  LOCAL, Workstation, directRecord, forgetRecord, loadRecords, saveRecord,
+} from './workstations.js';
 import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
 import { ChangesPanel, ProjectPicker, fillModes, followMode, modePicker, renderMode } from './workspace.js';
 
 const TOKEN_KEY = 'agent-bridge.token';
 const CWD_KEY = 'agent-bridge.cwd';
+const NO_SESSIONS = new Map();
 const DIFF_KEY = 'agent-bridge.diff';
 const LIST_REFRESH_MS = 15_000;
 const phoneQuery = window.matchMedia('(max-width: 760px)');
@@ -99,6 +108,7 @@ function readBase64(file) {
 class SessionView {
   constructor(app, session) {
     this.app = app;
+    this.ws = app.active;
     this.id = session.session;
     this.session = { ...session };
     this.info = null;
@@ -205,7 +215,7 @@ class SessionView {
     }
     if (st.state === 'ended') this.session.queued = 0;
     this.renderHeader();
-    this.app.updateListItem(this.session);
+    this.app.updateListItem(this.session, this.ws);
   }
 
   setUsage(u) {
@@ -365,14 +375,38 @@ class SessionView {
 
 class App {
   constructor() {
-    this.client = null;
-    this.agents = new Map();
-    this.sessions = new Map();
+    this.stations = new Map(); // id -> Workstation, in the order they are listed
+    this.active = null;
+    this.relay = null; // relay.js, loaded when the first relay workstation appears
     this.views = new Map();
     this.current = null;
     this.refreshTimer = null;
     this.countdown = null;
     this.attention = new Attention(this);
+  }
+
+  get client() {
+    return this.active?.client ?? null;
+  }
+
+  get agents() {
+    return this.active?.agents ?? new Map();
+  }
+
+  set agents(map) {
+    if (this.active) this.active.agents = map;
+  }
+
+  get sessions() {
+    return this.active?.sessions ?? NO_SESSIONS;
+  }
+
+  set sessions(map) {
+    if (this.active) this.active.sessions = map;
+  }
+
+  cwdKey(ws = this.active) {
+    return !ws || ws.id === LOCAL ? CWD_KEY : `${CWD_KEY}.${ws.id}`;
   }
 
   init() {
@@ -389,11 +423,25 @@ class App {
     $('#conn').addEventListener('click', () => this.client?.nudge());
     $('#new-session').addEventListener('submit', (ev) => { ev.preventDefault(); this.createSession(); });
     $('#ns-agent').addEventListener('change', () => { this.loadModels(); this.loadModes(); });
+    $('#ns-ws').addEventListener('change', () => {
+      const ws = this.stations.get($('#ns-ws').value);
+      if (ws && ws !== this.active) this.show(null, ws);
+    });
+    for (const form of ['#ws-add', '#login-link']) {
+      $(form).addEventListener('submit', (ev) => {
+        ev.preventDefault();
+        const input = $(form).querySelector('input');
+        const text = input.value.trim();
+        input.value = '';
+        if (text) this.addFromLink(text);
+      });
+    }
     this.projects = new ProjectPicker(this, $('#ns-cwd'), $('#ns-projects'));
     $('#ns-cwd').value = localStorage.getItem(CWD_KEY) || '';
     window.addEventListener('hashchange', () => {
       // A pairing link opened in a tab that already shows the client.
-      if (readFragment().has('token')) this.connect(takeToken());
+      if (readFragment().has('relay')) this.pairFromFragment();
+      else if (readFragment().has('token')) this.connect(takeToken());
       else this.route();
     });
     window.addEventListener('online', () => this.client?.nudge());
@@ -403,9 +451,224 @@ class App {
     phoneQuery.addEventListener('change', () => this.layout());
     this.attention.init();
     const token = takeToken();
+    const records = loadRecords();
+    this.restoring = true;
     if (token) this.connect(token);
-    else this.showLogin();
+    this.restore(records).then(() => {
+      this.restoring = false;
+      this.route(); // a #ws=… fragment (a reload) names a workstation only now restored
+      if (readFragment().has('relay')) return this.pairFromFragment();
+      if (!this.stations.size) this.showLogin();
+      return undefined;
+    });
   }
+
+  // ---- workstations --------------------------------------------------------------------------
+
+  async relayModule() {
+    if (!this.relay) this.relay = await import('./relay.js');
+    return this.relay;
+  }
+
+  /** The stored workstations (all but the page's own daemon), started. */
+  async restore(records) {
+    for (const record of records) {
+      try {
+        const relay = record.kind === 'relay' ? await this.relayModule() : null;
+        this.addStation(Workstation.fromRecord(record, relay));
+      } catch (err) {
+        toast(`Could not load workstation ${record.name}: ${err.message}`);
+      }
+    }
+  }
+
+  addStation(ws) {
+    const old = this.stations.get(ws.id);
+    if (old) this.removeStation(old, false);
+    if (ws.id === LOCAL) this.stations = new Map([[LOCAL, ws], ...this.stations]);
+    else this.stations.set(ws.id, ws);
+    ws.client.addEventListener('status', (ev) => {
+      if (ws === this.active) this.setConn(ev.detail);
+      else if (ev.detail.state === 'unauthorized' && ws.kind === 'relay') {
+        toast(`${ws.name}: ${ev.detail.reason || 'this browser is no longer paired'}`);
+      }
+      this.renderStations();
+    });
+    ws.client.addEventListener('open', () => this.onStationOpen(ws));
+    ws.client.addEventListener('agents_changed', () => {
+      // A new adapter may also bring sessions started in its terminal.
+      this.loadAgents(ws);
+      this.loadSessions(ws);
+    });
+    ws.station?.addEventListener('relay', () => this.renderStations());
+    if (!this.active) this.setActive(ws);
+    $('#login').hidden = true;
+    $('#main').hidden = false;
+    $('#logout').hidden = !this.stations.has(LOCAL);
+    this.layout();
+    ws.start();
+    this.renderStations();
+  }
+
+  removeStation(ws, forget = true) {
+    ws.stop();
+    this.stations.delete(ws.id);
+    if (forget && ws.id !== LOCAL) forgetRecord(ws.id);
+    for (const [key, view] of this.views) {
+      if (view.ws === ws) {
+        view.el.remove();
+        this.views.delete(key);
+      }
+    }
+    if (this.current?.ws === ws) this.current = null;
+    if (this.active === ws) {
+      this.active = null;
+      const next = this.stations.values().next().value;
+      if (next) this.setActive(next);
+      else this.setConn({ state: 'stopped' });
+      const params = readFragment();
+      params.delete('session');
+      params.delete('ws');
+      writeFragment(params);
+    }
+    $('#logout').hidden = !this.stations.has(LOCAL);
+    $('#pane-empty').hidden = Boolean(this.current);
+    this.renderStations();
+    if (!this.stations.size) this.showLogin();
+  }
+
+  /** Make `ws` the one whose sessions open and on which new sessions start. */
+  setActive(ws) {
+    if (this.active === ws) return;
+    if (this.current) {
+      this.current.leave();
+      this.current.el.remove();
+      this.current = null;
+    }
+    this.active = ws;
+    this.setConn(ws.client.status);
+    $('#ns-cwd').value = localStorage.getItem(this.cwdKey(ws)) || '';
+    this.fillAgents(ws);
+    if (ws.client.isOpen) {
+      this.projects.load();
+      this.fillCwd();
+    }
+  }
+
+  async onStationOpen(ws) {
+    if (ws === this.active) {
+      await this.onOpen();
+      return;
+    }
+    await Promise.all([this.loadAgents(ws), this.loadSessions(ws)]);
+  }
+
+  /** A pasted link: `…#relay=…` pairs, `…#token=…` signs in here or adds another daemon. */
+  addFromLink(text) {
+    let url;
+    try {
+      url = new URL(text, window.location.href);
+    } catch {
+      url = null;
+    }
+    const params = new URLSearchParams(url ? url.hash.slice(1) : '');
+    if (params.has('relay')) {
+      this.pairWith(params.get('relay'));
+    } else if (params.has('token') && url.origin === window.location.origin) {
+      saveToken(params.get('token'), true);
+      this.connect(params.get('token'));
+    } else if (params.has('token')) {
+      const record = directRecord(url.href);
+      saveRecord(record);
+      this.addStation(Workstation.fromRecord(record, null));
+      toast(`Added ${record.name}.`, 'info');
+    } else if (/^[A-Za-z0-9_-]{40,}$/.test(text)) {
+      this.pairWith(text); // the value of a #relay= link on its own
+    } else {
+      toast('That is not a pairing link: run `agent-bridge pair --relay` (or `agent-bridge pair`) on the workstation.');
+    }
+  }
+
+  pairFromFragment() {
+    const params = readFragment();
+    const value = params.get('relay');
+    // The link holds a one-time secret: out of the address bar and history at once.
+    params.delete('relay');
+    writeFragment(params);
+    if (value) this.pairWith(value);
+  }
+
+  async pairWith(value) {
+    const status = $('#pair-status');
+    const say = (text, error = false) => {
+      status.hidden = false;
+      status.className = error ? 'error-text small' : 'muted small';
+      clear(status).append(...codeSpans(text));
+      for (const el of [$('#login-pair-status')]) {
+        el.hidden = false;
+        el.className = status.className;
+        el.textContent = text;
+      }
+    };
+    let relay;
+    let link;
+    try {
+      relay = await this.relayModule();
+      link = relay.parseLink(value);
+    } catch (err) {
+      say(`Could not pair: ${err.message}`, true);
+      toast(`Could not pair: ${err.message}`);
+      if (!this.stations.size) this.showLogin();
+      return;
+    }
+    say(`Pairing with ${link.name} through ${link.url}…`);
+    if (!this.stations.size) {
+      $('#login').hidden = false;
+      $('#main').hidden = true;
+    }
+    try {
+      const record = await relay.pair(link, `agent-bridge web (${navigator.platform || 'browser'})`);
+      saveRecord(record);
+      const ws = Workstation.fromRecord(record, relay);
+      this.addStation(ws);
+      this.show(null, ws);
+      say(`Paired with ${record.name}.`);
+      toast(`Paired with ${record.name}.`, 'info');
+    } catch (err) {
+      const why = err.code === 'unknown_secret'
+        ? 'the pairing link was already used or has expired: run `agent-bridge pair --relay` again'
+        : err.message;
+      say(`Could not pair with ${link.name}: ${why}`, true);
+      toast(`Could not pair with ${link.name}: ${why}`);
+      if (!this.stations.size) this.showLogin();
+    }
+  }
+
+  /** The workstations section, the groups' states and the new-session form's choice. */
+  renderStations() {
+    const list = clear($('#stations'));
+    for (const ws of this.stations.values()) {
+      list.append(h('li', { class: 'station', dataset: { ws: ws.id, state: ws.state } },
+        h('span', { class: 'dot', 'aria-hidden': 'true' }),
+        h('span', { class: 'station-name' }, ws.name),
+        h('span', { class: 'muted small' }, ws.kind === 'relay' ? `relay · ${ws.record.host}` : 'direct'),
+        h('span', { class: 'badge ws-state', dataset: { state: ws.state } }, ws.stateLabel),
+        h('button', {
+          type: 'button', class: 'link-btn small', title: `Remove ${ws.name} from this browser`,
+          onclick: () => {
+            if (!window.confirm(`Remove ${ws.name} from this browser?`)) return;
+            if (ws.id === LOCAL) this.signOut();
+            else this.removeStation(ws);
+          },
+        }, 'Remove')));
+    }
+    const select = clear($('#ns-ws'));
+    for (const ws of this.stations.values()) select.append(h('option', { value: ws.id }, ws.name));
+    if (this.active) select.value = this.active.id;
+    $('#ns-ws-row').hidden = this.stations.size < 2;
+    this.renderSessions();
+  }
+
 
   showLogin(error) {
     $('#main').hidden = true;
@@ -420,35 +683,34 @@ class App {
     forgetToken();
     this.attention.forget();
     this.disconnect();
+    if (this.stations.size) {
+      this.route();
+      return;
+    }
     this.setConn({ state: 'stopped' });
     this.showLogin();
   }
 
+  /** Stop the page's own daemon's client (sign-out, or a new token). */
   disconnect() {
-    this.client?.stop();
-    this.client = null;
-    clearInterval(this.refreshTimer);
-    for (const view of this.views.values()) view.el.remove();
-    this.views.clear();
-    this.current = null;
+    const local = this.stations.get(LOCAL);
+    if (local) this.removeStation(local, false);
+    $('#logout').hidden = true;
   }
 
   connect(token) {
+    const previous = this.stations.get(LOCAL);
+    const wasActive = !previous || this.active === previous;
     this.disconnect();
-    const client = new BridgeClient({ url: defaultUrl(), token, clientName: 'agent-bridge web' });
-    this.client = client;
-    client.addEventListener('status', (ev) => this.setConn(ev.detail));
-    client.addEventListener('open', () => this.onOpen());
-    client.addEventListener('agents_changed', () => {
-      // A new adapter may also bring sessions started in its terminal.
-      this.loadAgents();
-      this.loadSessions();
-    });
-    $('#login').hidden = true;
-    $('#main').hidden = false;
-    $('#logout').hidden = false;
-    this.layout();
-    client.start();
+    const ws = Workstation.local(token);
+    if (wasActive && this.active) {
+      this.active = null;
+      this.current?.leave();
+      this.current?.el.remove();
+      this.current = null;
+    }
+    this.addStation(ws);
+    if (wasActive) this.setActive(ws);
     this.route();
   }
 
@@ -465,9 +727,10 @@ class App {
     }[status.state];
     if (status.state === 'waiting') {
       const until = Date.now() + status.retryInMs;
+      const what = this.active?.kind === 'relay' && this.active.state === 'relay_down' ? 'Relay down' : 'Offline';
       const tick = () => {
         const s = Math.max(0, Math.ceil((until - Date.now()) / 1000));
-        label.textContent = s ? `Offline · retrying in ${s} s` : 'Offline · retrying…';
+        label.textContent = s ? `${what} · retrying in ${s} s` : `${what} · retrying…`;
       };
       tick();
       this.countdown = setInterval(tick, 1000);
@@ -475,6 +738,11 @@ class App {
     } else {
       label.textContent = text || status.state;
       el.title = '';
+    }
+    if (status.state === 'unauthorized' && this.active?.kind === 'relay') {
+      label.textContent = 'Not paired';
+      el.title = status.reason || '';
+      return;
     }
     if (status.state === 'unauthorized') {
       forgetToken();
@@ -487,7 +755,8 @@ class App {
     this.fillCwd();
     clearInterval(this.refreshTimer);
     this.refreshTimer = setInterval(() => {
-      if (document.visibilityState === 'visible' && this.client?.isOpen) this.loadSessions();
+      if (document.visibilityState !== 'visible') return;
+      for (const ws of this.stations.values()) if (ws.client.isOpen) this.loadSessions(ws);
     }, LIST_REFRESH_MS);
     this.route();
     this.attention.onOpen();
@@ -495,15 +764,25 @@ class App {
 
   // ---- agents and the new-session form -------------------------------------------------------
 
-  async loadAgents() {
+  async loadAgents(ws = this.active) {
+    if (!ws) return;
     let agents;
     try {
-      ({ agents } = await this.client.request('agents.list'));
+      ({ agents } = await ws.client.request('agents.list'));
     } catch (err) {
-      toast(`Could not list agents: ${err.message}`);
+      toast(`Could not list agents${ws.id === LOCAL ? '' : ` on ${ws.name}`}: ${err.message}`);
       return;
     }
-    this.agents = new Map(agents.map((a) => [a.agent, a]));
+    ws.agents = new Map(agents.map((a) => [a.agent, a]));
+    ws.agentList = agents;
+    if (ws === this.active) this.fillAgents(ws);
+    this.renderSessions();
+  }
+
+  /** The new-session form and the agents section for the active workstation. */
+  fillAgents(ws) {
+    const agents = ws.agentList || [];
+    $('#agents-title').textContent = this.stations.size > 1 ? `Agents on ${ws.name}` : 'Agents';
     const select = $('#ns-agent');
     const previous = select.value;
     clear(select);
@@ -517,6 +796,7 @@ class App {
     this.loadModels();
     this.loadModes();
     for (const view of this.views.values()) {
+      if (view.ws !== ws) continue;
       view.renderHeader();
       view.renderCapabilities();
     }
@@ -596,7 +876,7 @@ class App {
     const newest = [...this.sessions.values()]
       .filter((s) => s.cwd)
       .sort((a, b) => String(b.updated_at || '').localeCompare(String(a.updated_at || '')))[0];
-    input.value = localStorage.getItem(CWD_KEY) || newest?.cwd || this.client?.server?.home || '';
+    input.value = localStorage.getItem(this.cwdKey()) || newest?.cwd || this.client?.server?.home || '';
     this.projects.render();
   }
 
@@ -611,7 +891,7 @@ class App {
     button.disabled = true;
     try {
       const { session } = await this.client.request('session.create', { agent, cwd, model, mode });
-      localStorage.setItem(CWD_KEY, cwd);
+      localStorage.setItem(this.cwdKey(), cwd);
       this.projects.load();
       this.sessions.set(session.session, session);
       this.renderSessions();
@@ -626,54 +906,75 @@ class App {
 
   // ---- session lists -------------------------------------------------------------------------
 
-  async loadSessions() {
+  async loadSessions(ws = this.active) {
+    if (!ws) return;
     let sessions;
     try {
-      ({ sessions } = await this.client.request('sessions.list', { include_external: true }));
+      ({ sessions } = await ws.client.request('sessions.list', { include_external: true }));
     } catch (err) {
-      toast(`Could not list sessions: ${err.message}`);
+      toast(`Could not list sessions${ws.id === LOCAL ? '' : ` on ${ws.name}`}: ${err.message}`);
       return;
     }
-    this.sessions = new Map(sessions.map((s) => [s.session, s]));
+    ws.sessions = new Map(sessions.map((s) => [s.session, s]));
     for (const view of this.views.values()) {
-      const fresh = this.sessions.get(view.id);
+      if (view.ws !== ws) continue;
+      const fresh = ws.sessions.get(view.id);
       if (fresh) view.setState({ title: fresh.title, writer: fresh.writer, queued: fresh.queued, model: fresh.model, mode: fresh.mode });
     }
     this.renderSessions();
   }
 
+  /** One list, grouped by workstation; each group's head says the workstation's state. */
   renderSessions() {
-    const all = [...this.sessions.values()].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
-    const own = all.filter((s) => !isFoundOnDisk(s));
-    const external = all.filter(isFoundOnDisk);
-    const item = (s) => h('li', { dataset: { session: s.session } }, h('button', {
-      type: 'button',
-      class: `session-item${this.current?.id === s.session ? ' active' : ''}`,
-      onclick: () => (isFoundOnDisk(s) ? this.attach(s) : this.open(s.session)),
-    },
-    h('span', { class: 'item-title' }, s.title || (s.external ? 'Terminal session' : 'New session')),
-    h('span', { class: 'item-meta muted small' },
-      [this.agents.get(s.agent)?.display_name || s.agent, s.cwd.split('/').filter(Boolean).pop() || s.cwd,
-        relativeTime(s.updated_at)].filter(Boolean).join(' · ')),
-    isFoundOnDisk(s)
-      ? h('span', { class: 'badge state', dataset: { state: s.state } }, s.state === 'parked' ? 'open in a terminal' : 'attach')
-      : stateBadge(s)));
-    clear($('#sessions')).append(...own.map(item));
-    clear($('#external')).append(...external.map(item));
-    $('#sessions-empty').hidden = own.length > 0;
-    $('#external-empty').hidden = external.length > 0;
+    const groups = [];
+    const externalGroups = [];
+    let ownCount = 0;
+    let externalCount = 0;
+    for (const ws of this.stations.values()) {
+      const all = [...ws.sessions.values()].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
+      const own = all.filter((s) => !isFoundOnDisk(s));
+      const external = all.filter(isFoundOnDisk);
+      ownCount += own.length;
+      externalCount += external.length;
+      const item = (s) => h('li', { dataset: { session: s.session } }, h('button', {
+        type: 'button',
+        class: `session-item${this.current?.id === s.session && this.current?.ws === ws ? ' active' : ''}`,
+        onclick: () => (isFoundOnDisk(s) ? this.attach(s, ws) : this.open(s.session, ws)),
+      },
+      h('span', { class: 'item-title' }, s.title || (s.external ? 'Terminal session' : 'New session')),
+      h('span', { class: 'item-meta muted small' },
+        [ws.agents.get(s.agent)?.display_name || s.agent, s.cwd.split('/').filter(Boolean).pop() || s.cwd,
+          relativeTime(s.updated_at)].filter(Boolean).join(' · ')),
+      isFoundOnDisk(s)
+        ? h('span', { class: 'badge state', dataset: { state: s.state } }, s.state === 'parked' ? 'open in a terminal' : 'attach')
+        : stateBadge(s)));
+      const head = () => h('div', { class: 'ws-head' },
+        h('span', { class: 'dot', 'aria-hidden': 'true' }),
+        h('span', { class: 'ws-name' }, ws.name),
+        h('span', { class: 'ws-state small', dataset: { state: ws.state } }, ws.stateLabel));
+      const group = (items) => h('li', { class: 'ws-group', dataset: { ws: ws.id, state: ws.state } },
+        head(), h('ul', { class: 'session-list' }, items));
+      groups.push(group(own.map(item)));
+      if (external.length) externalGroups.push(group(external.map(item)));
+    }
+    clear($('#sessions')).append(...groups);
+    clear($('#external')).append(...externalGroups);
+    $('#sessions-empty').hidden = ownCount > 0;
+    $('#external-empty').hidden = externalCount > 0;
   }
 
-  updateListItem(session) {
-    const known = this.sessions.get(session.session);
+  updateListItem(session, ws = this.active) {
+    const known = ws?.sessions.get(session.session);
     if (!known) return;
     Object.assign(known, session);
-    const li = $(`#sessions li[data-session="${CSS.escape(session.session)}"]`);
+    const group = `#sessions li.ws-group[data-ws="${CSS.escape(ws.id)}"]`;
+    const li = $(`${group} li[data-session="${CSS.escape(session.session)}"]`);
     const old = li?.querySelector('.badge.state');
     if (old) old.replaceWith(stateBadge(known));
   }
 
-  async attach(s) {
+  async attach(s, ws = this.active) {
+    if (ws !== this.active) this.show(null, ws);
     try {
       const { session } = await this.client.request('session.attach', {
         agent: s.agent, agent_session_id: s.agent_session_id, cwd: s.cwd,
@@ -689,24 +990,34 @@ class App {
 
   // ---- which session is shown ----------------------------------------------------------------
 
-  open(sessionId) {
-    const params = readFragment();
-    params.set('session', sessionId);
-    writeFragment(params);
-    this.route();
+  open(sessionId, ws = this.active) {
+    this.show(sessionId, ws);
   }
 
-  show(sessionId) {
+  /** Show a session (or none) of workstation `ws`: `#session=ID`, plus `&ws=ID` if not local. */
+  show(sessionId, ws = this.active) {
     const params = readFragment();
     if (sessionId) params.set('session', sessionId);
     else params.delete('session');
+    if (ws && ws.id !== LOCAL) params.set('ws', ws.id);
+    else params.delete('ws');
     writeFragment(params);
     this.route();
   }
 
   route() {
+    const params = readFragment();
+    const wanted = params.has('ws') ? this.stations.get(params.get('ws')) : this.stations.get(LOCAL);
+    if (params.has('ws') && !wanted) {
+      if (this.restoring) return; // shown once the stored workstations are back
+      toast('That workstation is not paired with this browser.');
+      params.delete('ws');
+      params.delete('session');
+      writeFragment(params);
+    }
+    if (wanted && wanted !== this.active && (params.has('session') || params.has('ws'))) this.setActive(wanted);
     if (!this.client) return;
-    const id = readFragment().get('session');
+    const id = params.get('session');
     if (this.current && this.current.id !== id) {
       this.current.leave();
       this.current.el.remove();
@@ -723,10 +1034,11 @@ class App {
         this.show(null);
         return;
       }
-      let view = this.views.get(id);
+      const key = `${this.active.id}\n${id}`;
+      let view = this.views.get(key);
       if (!view) {
         view = new SessionView(this, known);
-        this.views.set(id, view);
+        this.views.set(key, view);
       }
       this.current = view;
       $('#pane').append(view.el);

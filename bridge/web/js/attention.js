@@ -60,8 +60,10 @@ export class Attention {
       this.app.show(null);
       return;
     }
-    if (!this.app.sessions.has(session) && this.app.client?.isOpen) await this.app.loadSessions();
-    this.app.open(session);
+    // Notifications come from the page's own daemon (its Web Push subscription).
+    const ws = this.app.stations.get('local') || this.app.active;
+    if (ws && !ws.sessions.has(session) && ws.client.isOpen) await this.app.loadSessions(ws);
+    this.app.open(session, ws);
   }
 
   /** Tell the daemon whether this page is seen, and which session it shows. */

@@ -13,6 +13,9 @@
 //   `client_msg_id`, which the daemon uses to answer a retransmit like the first send).
 // - Detect a dead connection the socket has not noticed (phones switching networks) with an
 //   application `ping` (#heartbeat).
+// - Over a relay (a `transport` that makes relay.js sockets), NATS may drop a message without
+//   closing anything: a request unanswered for 10 s is sent again with the same id, and after
+//   3 tries the virtual connection is given up and reopened (#armRetransmit).
 
 export const PROTOCOL = 1;
 export const SUBPROTOCOL = 'bridge.v1.json';
@@ -27,6 +30,8 @@ const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 15_000;
 const HEARTBEAT_MS = 25_000;
 const HEARTBEAT_TIMEOUT_MS = 10_000;
+const RETRANSMIT_MS = 10_000;
+const RETRANSMIT_TRIES = 3;
 
 export class RequestError extends Error {
   constructor(code, message) {
@@ -50,6 +55,8 @@ export function defaultUrl(loc = window.location) {
 export class BridgeClient extends EventTarget {
   #url;
   #token;
+  #transport;
+  #retransmitMs;
   #client;
   #ws = null;
   #nextId = 1;
@@ -61,12 +68,22 @@ export class BridgeClient extends EventTarget {
   #stopped = true;
   #open = false;
   /** What happened on the wire, for debugging (and the tests): counts and subscribe history. */
-  stats = { connects: 0, duplicatesDropped: 0, resyncs: 0, subscribes: [] };
+  stats = { connects: 0, duplicatesDropped: 0, resyncs: 0, subscribes: [], retransmits: 0 };
 
-  constructor({ url, token, clientName = 'agent-bridge web', clientVersion = '1' }) {
+  /**
+   * `url` + `token`: the daemon's WebSocket. `transport`: instead, a function making a
+   * WebSocket-like object (relay.js's RelaySocket); then no token is sent (the relay's keys
+   * authenticate) and unanswered requests are retransmitted (`retransmitMs`).
+   */
+  constructor({
+    url, token, transport = null, retransmitMs = transport ? RETRANSMIT_MS : 0,
+    clientName = 'agent-bridge web', clientVersion = '1',
+  }) {
     super();
     this.#url = url;
     this.#token = token;
+    this.#transport = transport;
+    this.#retransmitMs = retransmitMs;
     this.#client = { name: clientName, version: clientVersion };
     this.status = { state: 'stopped', attempt: 0 };
   }
@@ -105,6 +122,9 @@ export class BridgeClient extends EventTarget {
   request(t, fields = {}) {
     const id = this.#nextId++;
     const frame = { t, id, ...fields };
+    // The daemon answers a repeated send with the first one's outcome only when it can tell
+    // them apart: with a client_msg_id, which every retransmit then shares.
+    if (t === 'session.send' && !frame.client_msg_id) frame.client_msg_id = `m-${Date.now().toString(36)}-${id}`;
     return new Promise((resolve, reject) => {
       if (this.#stopped) {
         reject(new RequestError('disconnected', 'the client is not running'));
@@ -149,7 +169,7 @@ export class BridgeClient extends EventTarget {
     this.#setStatus({ state: 'connecting' });
     let ws;
     try {
-      ws = new WebSocket(this.#url, [SUBPROTOCOL]);
+      ws = this.#transport ? this.#transport() : new WebSocket(this.#url, [SUBPROTOCOL]);
     } catch (err) {
       this.#scheduleReconnect(0, String(err));
       return;
@@ -178,9 +198,18 @@ export class BridgeClient extends EventTarget {
       },
       reject: (err) => this.#setStatus({ state: 'connecting', reason: err.message }),
     });
-    ws.send(JSON.stringify({
-      t: 'hello', id, protocol: PROTOCOL, token: this.#token, client: this.#client,
-    }));
+    const hello = { t: 'hello', id, protocol: PROTOCOL, client: this.#client };
+    if (!this.#transport) hello.token = this.#token;
+    ws.send(JSON.stringify(hello));
+    if (this.#retransmitMs) {
+      // A hello lost on the relay would leave the link half-open: start over instead.
+      setTimeout(() => {
+        if (ws === this.#ws && !this.#open) {
+          ws.close(4000, 'no answer to hello');
+          this.#onClose(ws, { code: 4000, reason: 'no answer to hello' });
+        }
+      }, this.#retransmitMs);
+    }
   }
 
   #onClose(ws, ev) {
@@ -233,7 +262,28 @@ export class BridgeClient extends EventTarget {
 
   #transmit(entry) {
     entry.sent = true;
+    entry.tries = 1;
     this.#ws.send(JSON.stringify(entry.frame));
+    this.#armRetransmit(entry);
+  }
+
+  /** Over a relay: send `entry` again (same id) until answered; give up on the link after 3. */
+  #armRetransmit(entry) {
+    if (!this.#retransmitMs) return;
+    const ws = this.#ws;
+    clearTimeout(entry.retransmit);
+    entry.retransmit = setTimeout(() => {
+      if (ws !== this.#ws || !this.#open || this.#pending.get(entry.frame.id) !== entry) return;
+      if (entry.tries >= RETRANSMIT_TRIES) {
+        ws.close(4000, 'no answer after 3 tries');
+        this.#onClose(ws, { code: 4000, reason: 'no answer after 3 tries' });
+        return;
+      }
+      entry.tries++;
+      this.stats.retransmits++;
+      ws.send(JSON.stringify(entry.frame));
+      this.#armRetransmit(entry);
+    }, this.#retransmitMs);
   }
 
   #startHeartbeat() {
@@ -269,8 +319,9 @@ export class BridgeClient extends EventTarget {
       case 'ok':
       case 'err': {
         const entry = this.#pending.get(frame.id);
-        if (!entry) return;
+        if (!entry) return; // unknown, or the answer to a retransmit already answered
         this.#pending.delete(frame.id);
+        clearTimeout(entry.retransmit);
         if (frame.t === 'ok') entry.resolve(frame.result);
         else entry.reject(new RequestError(frame.code, frame.message));
         return;
@@ -322,9 +373,10 @@ export class BridgeClient extends EventTarget {
     this.stats.subscribes.push({ session: sub.session, after_seq: sub.lastSeq });
     // Registered by hand (not through request()) so it is never retransmitted: after a
     // reconnect #resubscribe sends a fresh one with the then-current lastSeq.
-    this.#pending.set(id, {
+    const entry = {
       frame,
       sent: true,
+      tries: 1,
       resolve: (result) => {
         if (this.#subs.get(sub.session) !== sub) return;
         sub.resyncing = false;
@@ -333,7 +385,9 @@ export class BridgeClient extends EventTarget {
       reject: (err) => {
         if (err.code !== 'disconnected' && sub.onError) sub.onError(err);
       },
-    });
+    };
+    this.#pending.set(id, entry);
     this.#ws.send(JSON.stringify(frame));
+    this.#armRetransmit(entry);
   }
 }

@@ -1,0 +1,180 @@
+"""The relay's commands: ``relay serve`` and ``relay add`` (a self-hosted relay),
+``pair --relay`` (a pairing link), ``clients`` and ``clients revoke`` (docs/remote-access.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from bridge.exits import fail
+
+HOW_TO_USE = """\
+To use it on that workstation, put this in its config.toml and restart the daemon:
+
+  [relay]
+  account = "{account}"
+
+then pair a phone there with `agent-bridge pair --relay`."""
+
+
+def _relay_dir(args: argparse.Namespace) -> Any:
+    from bridge.relay.natsserver import RelayDir
+
+    return RelayDir(Path(args.dir).expanduser() if args.dir else None)
+
+
+def cmd_relay_serve(args: argparse.Namespace) -> int:
+    from bridge.relay import natsserver
+    from bridge.relay.natsserver import RelayServeError, RelayState
+
+    rdir = _relay_dir(args)
+    try:
+        binary = natsserver.nats_server_binary()
+        state = rdir.load() or RelayState()
+        for key in ("host", "port", "ws_port", "tls_cert", "tls_key", "public_host"):
+            value = getattr(args, key, None)
+            if value is not None:
+                setattr(state, key, value)
+        if bool(state.tls_cert) != bool(state.tls_key):
+            return fail("--tls-cert and --tls-key go together", 2)
+        rdir.save(state)
+        if not state.workstations:
+            w = rdir.add(state, args.name or socket.gethostname())
+            account = rdir.account_file(w.host_id)
+            print(f"added workstation {w.host_id}; its account file: {account}")
+            print(HOW_TO_USE.format(account=account))
+    except (RelayServeError, OSError) as exc:
+        return fail(exc)
+    warning = natsserver.plain_ws_warning(state)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    proc = natsserver.start(rdir)
+    stopping: list[int] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stopping.append(signum)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    print(
+        f"relay running ({binary}): NATS on {state.host}:{state.port}, "
+        f"WebSocket on {state.host}:{state.ws_port}; config {rdir.conf_file}",
+        flush=True,
+    )
+    try:
+        while not stopping:
+            try:
+                code = proc.wait(0.5)
+            except subprocess.TimeoutExpired:
+                continue
+            return fail(f"nats-server exited with status {code}")
+        natsserver.stop(proc)
+        print("relay stopped", flush=True)
+        return 0
+    finally:
+        natsserver.stop(proc)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def cmd_relay_add(args: argparse.Namespace) -> int:
+    from bridge.relay.natsserver import RelayServeError
+
+    rdir = _relay_dir(args)
+    try:
+        state = rdir.load()
+        if state is None:
+            return fail(f"no relay in {rdir.dir}: start one with `agent-bridge relay serve` first")
+        w = rdir.add(state, args.name)
+    except (RelayServeError, OSError) as exc:
+        return fail(exc)
+    account = rdir.account_file(w.host_id)
+    print(f"added workstation {w.host_id}; its account file: {account}")
+    print("Copy it to that workstation (keep it mode 0600).")
+    print(HOW_TO_USE.format(account=account))
+    if rdir.reload():
+        print("the running relay has read the new configuration")
+    else:
+        print(
+            "the relay is not running: `agent-bridge relay serve` starts it with this workstation"
+        )
+    return 0
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+def cmd_clients(args: argparse.Namespace) -> int:
+    from bridge.relay.clients import ClientRegistry
+
+    found = ClientRegistry().clients()
+    if args.json:
+        print(json.dumps([c.__dict__ for c in found]))
+        return 0
+    if not found:
+        print("no paired relay clients (pair one with `agent-bridge pair --relay`)")
+        return 0
+    print(f"{'ID':<12} {'NAME':<24} {'PAIRED':<17} {'LAST SEEN':<17} REVOKED")
+    for c in found:
+        revoked = _when(c.revoked_at) if c.revoked else "no"
+        seen = _when(c.last_seen)
+        print(f"{c.id:<12} {c.name[:24]:<24} {_when(c.paired_at):<17} {seen:<17} {revoked}")
+    return 0
+
+
+def cmd_clients_revoke(args: argparse.Namespace) -> int:
+    from bridge.relay.clients import ClientRegistry
+
+    client = ClientRegistry().revoke(args.id)
+    if client is None:
+        return fail(f"no relay client {args.id} (see `agent-bridge clients`)")
+    print(f"revoked {client.id} ({client.name}); the daemon closes its connections")
+    return 0
+
+
+def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
+    from bridge.cli import command_adder
+
+    relay = add("relay", _usage(sub, "relay"), "Run a self-hosted relay (NATS) for remote access")
+    actions = relay.add_subparsers(dest="relay_action", metavar="ACTION")
+    action = command_adder(actions, under_command=True)
+    p = action("serve", cmd_relay_serve, "Run nats-server with a generated configuration")
+    p.add_argument("--dir", help="the relay's directory (default: under the state dir)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="NATS client port (default 4222)")
+    p.add_argument("--ws-port", dest="ws_port", type=int, help="WebSocket port (default 4280)")
+    p.add_argument("--tls-cert", dest="tls_cert", help="PEM certificate for both listeners")
+    p.add_argument("--tls-key", dest="tls_key", help="PEM key of --tls-cert")
+    p.add_argument(
+        "--public-host",
+        dest="public_host",
+        help="the name daemons and phones dial (default: the address, or the LAN address)",
+    )
+    p.add_argument("--name", help="the first workstation's name (default: this host's name)")
+    p = action("add", cmd_relay_add, "Add a workstation: its users and account file")
+    p.add_argument("name")
+    p.add_argument("--dir", help="the relay's directory (default: under the state dir)")
+
+    p = add("clients", cmd_clients, "List the clients paired through the relay")
+    p.add_argument("--json", action="store_true")
+    actions = p.add_subparsers(dest="clients_action", metavar="ACTION")
+    action = command_adder(actions, under_command=True)
+    p = action("revoke", cmd_clients_revoke, "Revoke a client: its connections close")
+    p.add_argument("id")
+
+
+def _usage(sub: Any, name: str) -> Callable[[argparse.Namespace], int]:
+    def usage(_args: argparse.Namespace) -> int:
+        sub.choices[name].print_help()
+        return 2
+
+    return usage

@@ -1,0 +1,126 @@
+"""The daemon's answers to ``P.pair`` and ``P.open`` requests (docs/protocol.md, "Relay"),
+sans I/O: a request's bytes in, the reply and (for an open) the new connection's keys out.
+
+Errors are short codes in the reply; nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.relay import sealing
+from bridge.relay.clients import Client, ClientRegistry
+from bridge.relay.sealing import KeyPair, b64, unb64
+
+MAX_REQUEST_BYTES = 8192
+#: how far an open's timestamp may be from the daemon's clock
+MAX_SKEW_S = 300.0
+CONN_RE = re.compile(r"[0-9a-f]{32}")
+
+
+class Refused(Exception):
+    """An error code for the reply."""
+
+
+@dataclass(frozen=True)
+class Opened:
+    conn: str
+    client: Client
+    key: bytes
+
+
+def _request(data: bytes) -> dict[str, Any]:
+    if len(data) > MAX_REQUEST_BYTES:
+        raise Refused("bad_request")
+    try:
+        req = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Refused("bad_request") from exc
+    if not isinstance(req, dict) or req.get("v") != 1:
+        raise Refused("bad_request")
+    return req
+
+
+def _fields(req: dict[str, Any]) -> tuple[bytes, bytes]:
+    try:
+        return unb64(req.get("pk"), 32), unb64(req.get("n"), sealing.NONCE_BYTES)
+    except ValueError as exc:
+        raise Refused("bad_request") from exc
+
+
+def _reply_box(obj: dict[str, Any], keys: KeyPair, client_pk: bytes) -> dict[str, Any]:
+    n = sealing.random_nonce()
+    return {"n": b64(n), "box": sealing.box_json(obj, n, keys.secret, client_pk)}
+
+
+def pair(
+    data: bytes, registry: ClientRegistry, keys: KeyPair
+) -> tuple[dict[str, Any], Client | None]:
+    """Answer a pairing request; a valid one-time secret pairs the client and is consumed."""
+    try:
+        req = _request(data)
+        client_pk, nonce = _fields(req)
+        try:
+            inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
+        except ValueError as exc:
+            raise Refused("bad_request") from exc
+        if not isinstance(inner, dict):
+            raise Refused("bad_request")
+        try:
+            secret = unb64(inner.get("secret"), 32)
+        except ValueError as exc:
+            raise Refused("unknown_secret") from exc
+        if not registry.consume_pairing_secret(secret):
+            raise Refused("unknown_secret")
+    except Refused as exc:
+        return {"ok": False, "error": str(exc)}, None
+    client = registry.add(str(inner.get("name") or ""), client_pk)
+    return {"ok": True, **_reply_box({"client_id": client.id}, keys, client_pk)}, client
+
+
+def open_connection(
+    data: bytes,
+    registry: ClientRegistry,
+    keys: KeyPair,
+    in_use: set[str],
+    now: float | None = None,
+) -> tuple[dict[str, Any], Opened | None]:
+    """Answer an open request: the client is paired and not revoked, the box opens, its
+    fields match, it is fresh, and the conn id is new."""
+    try:
+        req = _request(data)
+        client_pk, nonce = _fields(req)
+        conn, eph_text = req.get("conn"), req.get("eph")
+        if not isinstance(conn, str) or not CONN_RE.fullmatch(conn):
+            raise Refused("bad_request")
+        try:
+            client_eph = unb64(eph_text, 32)
+        except ValueError as exc:
+            raise Refused("bad_request") from exc
+        client = registry.by_pk(client_pk)
+        if client is None:
+            raise Refused("unknown_client")
+        if client.revoked:
+            raise Refused("revoked")
+        try:
+            inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
+        except ValueError as exc:
+            raise Refused("bad_box") from exc
+        if not isinstance(inner, dict) or inner.get("conn") != conn or inner.get("eph") != eph_text:
+            raise Refused("bad_box")
+        ts = inner.get("ts")
+        if not isinstance(ts, int | float) or abs(ts - (now or time.time())) > MAX_SKEW_S:
+            raise Refused("stale")
+        if conn in in_use:
+            raise Refused("conn_in_use")
+    except Refused as exc:
+        return {"ok": False, "error": str(exc)}, None
+    mine = KeyPair.generate()
+    inner_reply = {"conn": conn, "eph": b64(mine.public), "client_eph": eph_text}
+    reply = {"ok": True, "eph": b64(mine.public), **_reply_box(inner_reply, keys, client_pk)}
+    key = sealing.connection_key(mine.secret, client_eph)
+    return reply, Opened(conn, client, key)

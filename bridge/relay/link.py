@@ -1,0 +1,300 @@
+"""The daemon's link to the relay: it dials OUT to NATS (nothing listens on the workstation),
+answers ``P.status``, ``P.pair`` and ``P.open``, and routes ``P.vc.<conn>.up`` messages to the
+virtual connections it serves (docs/protocol.md, "Relay").
+
+nats-py reconnects forever with a pause between attempts; while the relay is down the daemon
+keeps working locally and `/healthz` says ``"relay": "disconnected"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+from nats.aio.client import Client as Nats
+from nats.aio.msg import Msg
+
+from bridge.logs import get_logger
+from bridge.relay import handshake
+from bridge.relay.account import RelaySettings
+from bridge.relay.clients import ClientRegistry
+from bridge.relay.vconn import CLOSE_REVOKED, VirtualConnection
+
+log = get_logger("bridge.relay")
+
+RECONNECT_WAIT_S = 2.0
+TICK_S = 1.0
+#: virtual connections one client may hold at once
+MAX_PER_CLIENT = 16
+MAX_CONNECTIONS = 256
+
+Serve = Callable[[VirtualConnection], Awaitable[None]]
+
+
+def shown_url(url: str) -> str:
+    """The URL without a user:password (nats://user:pass@host is valid), for logs."""
+    scheme, sep, rest = url.partition("://")
+    host = rest.rpartition("@")[2]
+    return f"{scheme}{sep}{host}" if sep else url
+
+
+class RelayLink:
+    def __init__(
+        self,
+        settings: RelaySettings,
+        registry: ClientRegistry,
+        serve: Serve,
+        *,
+        max_frame: int,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.keys = registry.daemon_keys()
+        self._serve = serve
+        self.max_frame = max_frame
+        self.status = "disconnected"
+        self.vcs: dict[str, VirtualConnection] = {}
+        #: conn ids seen recently, so a replayed open is refused (handshake.MAX_SKEW_S)
+        self._used: dict[str, float] = {}
+        self._nc: Nats | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._runner: asyncio.Task[None] | None = None
+        self._closed_event: asyncio.Event | None = None
+
+    # ---- life ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._runner = asyncio.create_task(self._run())
+
+    async def close(self) -> None:
+        closing = [vc.close(1001, "daemon shutting down") for vc in self.vcs.values()]
+        if closing:  # at once: a daemon with many phones must not stop one second at a time
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 2.0)
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(BaseException):
+                await self._runner
+        for task in list(self._tasks):
+            task.cancel()
+        if self._nc is not None and not self._nc.is_closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._nc.close(), 2.0)
+        self.status = "off"
+
+    async def _run(self) -> None:
+        ticker = asyncio.create_task(self._tick())
+        failures = 0
+        try:
+            while True:
+                try:
+                    # nats-py retries the first connection and every reconnection by itself,
+                    # forever; this loop only catches what it gives up on
+                    self._nc = await self._connect()
+                    await self._subscribe(self._nc)
+                    self._set_status("connected")
+                    failures = 0
+                    closed = asyncio.Event()
+                    self._closed_event = closed
+                    await closed.wait()
+                except Exception as exc:
+                    log.warning("relay_link_failed", error=repr(exc))
+                self._set_status("disconnected")
+                if self._nc is not None and not self._nc.is_closed:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(self._nc.close(), 2.0)
+                failures += 1
+                await asyncio.sleep(min(30.0, RECONNECT_WAIT_S * 2 ** min(failures, 4)))
+        finally:
+            ticker.cancel()
+
+    async def _connect(self) -> Nats:
+        s = self.settings
+        options: dict[str, Any] = {
+            "servers": [s.url],
+            "name": f"agent-bridge {s.host_id}",
+            "inbox_prefix": s.inbox_prefix,
+            # every subject it publishes is built here from a checked host_id and conn id
+            "skip_subject_validation": True,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": RECONNECT_WAIT_S,
+            "connect_timeout": 5,
+            "ping_interval": 20,
+            "max_outstanding_pings": 3,
+            "error_cb": self._on_error,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+            "closed_cb": self._on_closed,
+        }
+        if s.login is not None:
+            options["user"], options["password"] = s.login.user, s.login.password
+        if s.creds is not None:
+            options["user_credentials"] = str(s.creds)
+        if s.nkey is not None:
+            options["nkeys_seed"] = str(s.nkey)
+        if s.url.startswith("tls://"):
+            options["tls"] = ssl.create_default_context()
+        log.info("relay_connecting", url=shown_url(s.url), host_id=s.host_id)
+        return await nats.connect(**options)
+
+    async def _subscribe(self, nc: Nats) -> None:
+        p = self.settings.prefix
+        await nc.subscribe(f"{p}.status", cb=self._on_status)
+        await nc.subscribe(f"{p}.pair", cb=self._guarded(self._on_pair))
+        await nc.subscribe(f"{p}.open", cb=self._guarded(self._on_open))
+        await nc.subscribe(f"{p}.vc.*.up", cb=self._on_up)
+        await nc.flush(timeout=5)
+
+    def _set_status(self, status: str) -> None:
+        if status != self.status:
+            self.status = status
+            url = shown_url(self.settings.url)
+            log.info("relay_" + status, url=url, host_id=self.settings.host_id)
+
+    _last_error = ""
+
+    async def _on_error(self, exc: Exception) -> None:
+        text = repr(exc)
+        if text != self._last_error:  # once per kind: a dead relay would fill the log
+            self._last_error = text
+            log.warning("relay_error", error=text)
+
+    async def _on_disconnected(self) -> None:
+        self._set_status("disconnected")
+
+    async def _on_closed(self) -> None:
+        if self._closed_event is not None:
+            self._closed_event.set()
+
+    async def _on_reconnected(self) -> None:
+        self._last_error = ""
+        self._set_status("connected")
+
+    # ---- requests -----------------------------------------------------------------------------
+
+    async def _respond(self, msg: Msg, body: dict[str, Any]) -> None:
+        if msg.reply:
+            with contextlib.suppress(Exception):
+                await msg.respond(json.dumps(body, separators=(",", ":")).encode())
+
+    def _guarded(
+        self, handler: Callable[[Msg], Awaitable[None]]
+    ) -> Callable[[Msg], Awaitable[None]]:
+        """A request that fails inside (a relay file unreadable, say) is answered, and logged."""
+
+        async def guarded(msg: Msg) -> None:
+            try:
+                await handler(msg)
+            except Exception:
+                log.exception("relay_request_failed", subject=msg.subject)
+                await self._respond(msg, {"ok": False, "error": "internal"})
+
+        return guarded
+
+    async def _on_status(self, msg: Msg) -> None:
+        await self._respond(msg, {"v": 1})
+
+    async def _on_pair(self, msg: Msg) -> None:
+        reply, client = handshake.pair(msg.data, self.registry, self.keys)
+        if client is not None:
+            log.info("relay_client_paired", client=client.id, name=client.name)
+        else:
+            log.info("relay_pair_refused", error=reply.get("error"))
+        await self._respond(msg, reply)
+
+    async def _on_open(self, msg: Msg) -> None:
+        now = time.time()
+        self._used = {c: t for c, t in self._used.items() if now - t < 2 * handshake.MAX_SKEW_S}
+        reply, opened = handshake.open_connection(
+            msg.data, self.registry, self.keys, set(self._used) | set(self.vcs), now
+        )
+        if opened is not None:
+            mine = sum(1 for vc in self.vcs.values() if vc.client_id == opened.client.id)
+            if mine >= MAX_PER_CLIENT or len(self.vcs) >= MAX_CONNECTIONS:
+                reply, opened = {"ok": False, "error": "too_many"}, None
+        if opened is None:
+            log.info("relay_open_refused", error=reply.get("error"))
+            await self._respond(msg, reply)
+            return
+        self._used[opened.conn] = now
+        self.registry.touch(opened.client.id)
+        vc = VirtualConnection(
+            conn=opened.conn,
+            client_id=opened.client.id,
+            key=opened.key,
+            down_subject=f"{self.settings.prefix}.vc.{opened.conn}.down",
+            publish=self._publish,
+            pending=self._pending,
+            max_frame=self.max_frame,
+        )
+        self.vcs[opened.conn] = vc
+        await self._respond(msg, reply)
+        log.info("relay_vc_opened", conn=opened.conn, client=opened.client.id)
+        task = asyncio.create_task(self._serve_vc(vc))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve_vc(self, vc: VirtualConnection) -> None:
+        try:
+            await self._serve(vc)
+        except Exception:
+            log.exception("relay_vc_failed", conn=vc.conn)
+        finally:
+            with contextlib.suppress(Exception):
+                await vc.close(1000, "")
+            await vc.stopped()
+            self.vcs.pop(vc.conn, None)
+            log.info("relay_vc_closed", conn=vc.conn, client=vc.client_id, code=vc.close_code)
+
+    async def _on_up(self, msg: Msg) -> None:
+        parts = msg.subject.split(".")
+        vc = self.vcs.get(parts[-2]) if len(parts) >= 2 else None
+        if vc is not None:
+            vc.deliver(msg.data)
+
+    async def _publish(self, subject: str, payloads: list[bytes]) -> None:
+        """Publish messages in order with one hand-over to nats-py: its ``publish`` costs as
+        much per message as sealing it. The PUB lines are NATS's wire protocol; nats-py
+        (pinned) buffers them while reconnecting like its own, and sends them in one write."""
+        nc = self._nc
+        if nc is None or not nc.is_connected:
+            raise ConnectionError("relay not connected")
+        head = subject.encode()
+        await nc._send_command(
+            b"".join(b"PUB %s %d\r\n%s\r\n" % (head, len(p), p) for p in payloads)
+        )
+        await nc._flush_pending()
+
+    def _pending(self) -> int:
+        nc = self._nc
+        return nc.pending_data_size if nc is not None else 0
+
+    # ---- liveness and revocation --------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self._check()
+            except Exception:
+                log.exception("relay_tick_failed")
+
+    def _check(self) -> None:
+        now = time.monotonic()
+        # clients() reads clients.json again when it changed: a revoke from the CLI
+        revoked = {c.id for c in self.registry.clients() if c.revoked} if self.vcs else set()
+        for vc in list(self.vcs.values()):
+            if vc.client_id in revoked and not vc.closed:
+                log.info("relay_vc_revoked", conn=vc.conn, client=vc.client_id)
+                task = asyncio.create_task(vc.close(CLOSE_REVOKED, "revoked"))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                vc.tick(now)

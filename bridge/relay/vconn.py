@@ -1,0 +1,222 @@
+"""A virtual connection: one client's protocol-v1 connection carried as sealed NATS messages
+(docs/protocol.md, "Relay"). It is a FrameTransport (bridge/transport.py), so the server serves
+it like a WebSocket connection.
+
+``write`` seals at once and queues; one writer task publishes in order, so the counter order
+on the wire is the sealing order. ``buffered`` counts what waits here and in nats-py's buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import time
+from collections.abc import Awaitable, Callable
+
+from bridge.logs import get_logger
+from bridge.relay import pieces, sealing
+from bridge.relay.sealing import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, Opener, Rejected, Sealer
+from bridge.transport import FrameTransport, TransportClosed
+
+log = get_logger("bridge.relay")
+
+#: bytes queued before ``writable`` says no (the server then waits, like a WebSocket's)
+WRITE_LIMIT = 1024 * 1024
+KEEPALIVE_S = 20.0
+IDLE_S = 60.0
+
+CLOSE_REVOKED = 4401
+CLOSE_IDLE = 4408
+CLOSE_REJECTED = 4400
+
+#: publishes messages to one subject, in order
+Publish = Callable[[str, list[bytes]], Awaitable[None]]
+
+
+class VirtualConnection:
+    binary = False
+
+    def __init__(
+        self,
+        *,
+        conn: str,
+        client_id: str,
+        key: bytes,
+        down_subject: str,
+        publish: Publish,
+        pending: Callable[[], int],
+        max_frame: int,
+    ) -> None:
+        self.conn = conn
+        self.client_id = client_id
+        self.peer = f"relay:{client_id}"
+        self._down = down_subject
+        self._publish = publish
+        self._pending = pending
+        self._sealer = Sealer(key, DAEMON_TO_CLIENT)
+        self._opener = Opener(key, CLIENT_TO_DAEMON)
+        self._joiner = pieces.Joiner(max_frame)
+        self._inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self._out: collections.deque[bytes] = collections.deque()
+        self._out_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._wake = asyncio.Event()
+        self.closed = False
+        self.close_code: int | None = None
+        self.last_recv = self.last_sent = time.monotonic()
+        self.dropped_publishes = 0
+        self._writer = asyncio.create_task(self._write_loop())
+
+    # ---- FrameTransport -----------------------------------------------------------------------
+
+    def buffered(self) -> int:
+        return self._out_bytes + self._pending()
+
+    def writable(self) -> bool:
+        return not self.closed and self.buffered() < WRITE_LIMIT
+
+    def write(self, frames: list[bytes]) -> None:
+        if self.closed:
+            raise TransportClosed(self.peer)
+        seal, out, size = self._sealer.seal, self._out, 0
+        for frame in frames:
+            if len(frame) <= pieces.MAX_PIECE:
+                payload = seal(sealing.FRAME, frame)
+                out.append(payload)
+                size += len(payload)
+                continue
+            for kind, body in pieces.split(frame):
+                payload = seal(kind, body)
+                out.append(payload)
+                size += len(payload)
+        self._out_bytes += size
+        self.last_sent = time.monotonic()
+        self._wake.set()
+
+    async def send(self, frame: bytes) -> None:
+        while not self.writable():
+            if self.closed:
+                raise TransportClosed(self.peer)
+            self._room.clear()
+            await self._room.wait()
+        self.write([frame])
+
+    async def recv(self) -> str:
+        if self.closed and self._inbox.empty():
+            raise TransportClosed(self.peer)
+        item = await self._inbox.get()
+        if item is None:
+            self._inbox.put_nowait(None)  # later calls fail too
+            raise TransportClosed(self.peer)
+        return item
+
+    async def close(self, code: int, reason: str) -> None:
+        if self.closed:
+            return
+        body = json.dumps({"code": code, "reason": reason[:120]}).encode()
+        self._queue(self._sealer.seal(sealing.CLOSE, body))
+        self._end(code)
+        # the CLOSE goes out before the writer stops
+        await asyncio.wait({self._writer}, timeout=2.0)
+
+    def limit_frame_size(self, size: int) -> None:
+        self._joiner.max_frame = size
+
+    # ---- from the link ------------------------------------------------------------------------
+
+    def deliver(self, payload: bytes) -> None:
+        """A message from ``P.vc.<conn>.up``."""
+        if self.closed:
+            return
+        try:
+            opened = self._opener.open(payload)
+        except Rejected as exc:
+            log.warning("relay_frame_rejected", conn=self.conn, client=self.client_id, why=str(exc))
+            # the client hears it at once and reopens, rather than after 60 s of silence
+            self._queue(
+                self._sealer.seal(sealing.CLOSE, b'{"code":4400,"reason":"rejected frame"}')
+            )
+            self._end(CLOSE_REJECTED)
+            return
+        self.last_recv = time.monotonic()
+        if opened.kind == sealing.CLOSE:
+            self._end(self._peer_code(opened.body))
+        elif opened.kind in (sealing.FRAME, sealing.MORE):
+            frame = self._joiner.feed(opened)
+            if frame is not None:
+                try:
+                    self._inbox.put_nowait(frame.decode())
+                except UnicodeDecodeError:
+                    log.info("relay_frame_not_text", conn=self.conn)
+
+    def tick(self, now: float) -> None:
+        """Keepalive after 20 s of sending nothing; closed after 60 s of hearing nothing."""
+        if self.closed:
+            return
+        self._room.set()  # a send() waiting on nats-py's own buffer looks again
+        if now - self.last_recv >= IDLE_S:
+            asyncio.ensure_future(self.close(CLOSE_IDLE, "idle"))  # noqa: RUF006 - ends itself
+        elif now - self.last_sent >= KEEPALIVE_S:
+            self._queue(self._sealer.seal(sealing.KEEPALIVE))
+
+    # ---- inside -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _peer_code(body: bytes) -> int:
+        try:
+            code = json.loads(body).get("code")
+        except (ValueError, AttributeError):
+            return 1000
+        return code if isinstance(code, int) else 1000
+
+    def _end(self, code: int) -> None:
+        """Forget the connection: recv ends, writes fail; what is queued still goes out."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_code = code
+        self._inbox.put_nowait(None)
+        self._room.set()
+        self._wake.set()
+
+    def _queue(self, payload: bytes) -> None:
+        self._out.append(payload)
+        self._out_bytes += len(payload)
+        self.last_sent = time.monotonic()
+        self._wake.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            while self._out:
+                # what is queued goes out as one batch: one write to nats-py per burst
+                batch = list(self._out)
+                self._out.clear()
+                size = sum(len(p) for p in batch)
+                try:
+                    await self._publish(self._down, batch)
+                except Exception as exc:  # NATS core may drop; the protocol's seq replay covers it
+                    self.dropped_publishes += len(batch)
+                    if self.dropped_publishes == len(batch):
+                        log.info("relay_publish_failed", conn=self.conn, error=repr(exc))
+                finally:
+                    self._out_bytes -= size
+                if self.writable():
+                    self._room.set()
+            if self.closed:
+                return
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def stopped(self) -> None:
+        """Wait for the writer to finish (after close)."""
+        await asyncio.wait({self._writer}, timeout=2.0)
+
+    def abort(self) -> None:
+        self._end(1001)
+        self._writer.cancel()
+
+
+def _is_a_transport(vc: VirtualConnection) -> FrameTransport:
+    return vc  # mypy checks that a virtual connection is a FrameTransport

@@ -1,0 +1,345 @@
+// The client side of the end-to-end encrypted relay (docs/protocol.md, "Relay"): a workstation
+// whose daemon dials out to a NATS server, reached from the page over NATS's WebSocket listener.
+// The relay only ever sees sealed bytes; the keys live in this browser.
+//
+// - RelayStation: one paired workstation and its NATS connection (shared by its virtual
+//   connections), its liveness (`P.status`), pairing from a `#relay=` link.
+// - RelaySocket: one virtual connection that behaves like the page's WebSocket to the daemon
+//   (send(text), close(code, reason), onopen / onmessage({data}) / onclose({code, reason})), so
+//   protocol.js runs every feature over it unchanged. Each open makes fresh ephemeral keys;
+//   anything suspicious (a replayed, reordered or forged frame, 60 s of silence) closes it and
+//   protocol.js reopens a new one and re-subscribes from the last seq it showed.
+
+import { connect } from '../vendor/nats.ws/nats.js';
+import '../vendor/tweetnacl/nacl-fast.js';
+import {
+  DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, RelayError, Sealer, parseLink,
+} from './relay-crypto.js';
+
+// nacl-fast.js is a classic UMD file: loaded as a module it puts itself on globalThis.
+const nacl = globalThis.nacl;
+const crypto = new RelayCrypto(nacl);
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+export const KEEPALIVE_IDLE_MS = 20_000;
+export const SILENCE_MS = 60_000;
+const REQUEST_TIMEOUT_MS = 10_000;
+const TICK_MS = 2_000;
+
+/**
+ * Close codes a RelaySocket reports besides the daemon's own (4401: not paired or revoked).
+ * They are local (never on the wire) and all mean "try again later".
+ */
+export const CLOSE = {
+  RELAY_DOWN: 4100, // the NATS server cannot be reached
+  OFFLINE: 4101, // the relay is up but the daemon does not answer
+  REJECTED: 4102, // a replayed, reordered or forged frame: the connection is not trusted
+  SILENT: 4103, // nothing received for 60 s
+};
+
+export { parseLink, RelayError };
+
+function json(value) {
+  return encoder.encode(JSON.stringify(value));
+}
+
+function isNoResponders(err) {
+  return err?.code === '503' || /no responders/i.test(String(err?.message));
+}
+
+function isTimeout(err) {
+  return err?.code === 'TIMEOUT' || /timeout/i.test(String(err?.message));
+}
+
+/** What went wrong in a request to the relay, as a close code and a reason a person can read. */
+function classify(err) {
+  if (err instanceof RelayError) {
+    if (['unknown_client', 'revoked'].includes(err.code)) {
+      return { code: 4401, reason: err.code === 'revoked' ? 'this browser was revoked on the workstation' : 'this browser is not paired with the workstation' };
+    }
+    return { code: CLOSE.REJECTED, reason: err.message };
+  }
+  if (isNoResponders(err) || isTimeout(err)) return { code: CLOSE.OFFLINE, reason: 'the workstation is offline' };
+  return { code: CLOSE.RELAY_DOWN, reason: `the relay cannot be reached (${err?.message || err})` };
+}
+
+async function natsConnect({ url, user, pass, host }) {
+  return connect({
+    servers: url,
+    user: user || undefined,
+    pass: pass || undefined,
+    name: 'agent-bridge web',
+    // Replies come back under the workstation's own prefix, so the relay's permissions can
+    // confine this user to `agent-bridge.<host>.>`.
+    inboxPrefix: `agent-bridge.${host}._INBOX`,
+    reconnect: true,
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: 2_000,
+    timeout: REQUEST_TIMEOUT_MS,
+  });
+}
+
+/**
+ * Pair this browser with the workstation of a `#relay=` link. Resolves with the record to keep
+ * (it holds this browser's secret key: it stays in this browser's storage).
+ */
+export async function pair(linkValue, clientName) {
+  const link = typeof linkValue === 'string' ? parseLink(linkValue) : linkValue;
+  const keys = crypto.keyPair();
+  const nc = await natsConnect(link);
+  try {
+    let reply;
+    try {
+      const msg = await nc.request(`agent-bridge.${link.host}.pair`, json(crypto.pairRequest(link, keys, clientName)),
+        { timeout: REQUEST_TIMEOUT_MS });
+      reply = JSON.parse(decoder.decode(msg.data));
+    } catch (err) {
+      if (isNoResponders(err) || isTimeout(err)) throw new RelayError('offline', 'the workstation is offline: start its daemon and try again');
+      throw err;
+    }
+    const clientId = crypto.pairReply(reply, link.pk, keys);
+    return {
+      kind: 'relay',
+      id: `relay:${link.host}`,
+      name: link.name,
+      host: link.host,
+      url: link.url,
+      user: link.user,
+      pass: link.pass,
+      pk: link.pk,
+      keys,
+      client_id: clientId,
+      paired_at: new Date().toISOString(),
+    };
+  } finally {
+    nc.close().catch(() => {});
+  }
+}
+
+/**
+ * A paired workstation. Events: 'relay' with detail {state} ('connecting' | 'up' | 'down')
+ * when the NATS connection changes.
+ */
+export class RelayStation extends EventTarget {
+  #nc = null;
+  #connecting = null;
+  #sockets = new Set();
+
+  /** `timing` changes the liveness intervals (tests): {keepaliveMs, silenceMs, tickMs}. */
+  constructor(record, timing = {}) {
+    super();
+    this.record = record;
+    this.prefix = `agent-bridge.${record.host}`;
+    this.relayState = 'down';
+    this.timing = { keepaliveMs: KEEPALIVE_IDLE_MS, silenceMs: SILENCE_MS, tickMs: TICK_MS, ...timing };
+  }
+
+  /** The virtual connections open now (for the tests and the curious). */
+  get sockets() {
+    return [...this.#sockets];
+  }
+
+  /** A WebSocket-like object for protocol.js (its `transport`). */
+  socket() {
+    return new RelaySocket(this);
+  }
+
+  /** Is the daemon there? true, false (relay up, daemon silent); throws when the relay is down. */
+  async status() {
+    const nc = await this.connection();
+    try {
+      await nc.request(`${this.prefix}.status`, json({ v: 1 }), { timeout: REQUEST_TIMEOUT_MS });
+      return true;
+    } catch (err) {
+      if (isNoResponders(err) || isTimeout(err)) return false;
+      throw err;
+    }
+  }
+
+  async connection() {
+    if (this.#nc) return this.#nc;
+    if (!this.#connecting) {
+      this.#setState('connecting');
+      this.#connecting = natsConnect(this.record).then((nc) => {
+        this.#nc = nc;
+        this.#setState('up');
+        this.#watch(nc);
+        return nc;
+      }).catch((err) => {
+        this.#setState('down');
+        throw err;
+      }).finally(() => {
+        this.#connecting = null;
+      });
+    }
+    return this.#connecting;
+  }
+
+  close() {
+    for (const s of [...this.#sockets]) s.close(1000, 'bye');
+    const nc = this.#nc;
+    this.#nc = null;
+    if (nc) nc.close().catch(() => {});
+    this.#setState('down');
+  }
+
+  attach(socket) {
+    this.#sockets.add(socket);
+  }
+
+  detach(socket) {
+    this.#sockets.delete(socket);
+  }
+
+  #setState(state) {
+    if (this.relayState === state) return;
+    this.relayState = state;
+    this.dispatchEvent(new CustomEvent('relay', { detail: { state } }));
+  }
+
+  async #watch(nc) {
+    nc.closed().then(() => {
+      if (this.#nc === nc) this.#nc = null;
+      this.#setState('down');
+      for (const s of [...this.#sockets]) s.lose(CLOSE.RELAY_DOWN, 'the relay connection closed');
+    });
+    try {
+      for await (const s of nc.status()) {
+        if (s.type === 'disconnect') {
+          this.#setState('down');
+          // Frames sent meanwhile would be lost or late: start over once the relay is back.
+          for (const sock of [...this.#sockets]) sock.lose(CLOSE.RELAY_DOWN, 'the relay connection dropped');
+        } else if (s.type === 'reconnect') {
+          this.#setState('up');
+        }
+      }
+    } catch { /* the iterator ends with the connection */ }
+  }
+}
+
+/** One virtual connection; see the file's head. readyState follows WebSocket's numbers. */
+export class RelaySocket {
+  #station;
+  #sealer = null;
+  #opener = null;
+  #sub = null;
+  #nc = null;
+  #early = [];
+  #tick = null;
+  #lastSent = 0;
+  #lastHeard = 0;
+  #subjectUp = '';
+
+  constructor(station) {
+    this.#station = station;
+    this.readyState = 0;
+    this.onopen = null;
+    this.onmessage = null;
+    this.onclose = null;
+    this.onerror = null;
+    /** What happened, for the tests and the curious: counts of messages and rejects. */
+    this.stats = { sent: 0, received: 0, keepalivesSent: 0, conn: null };
+    station.attach(this);
+    this.#start();
+  }
+
+  async #start() {
+    const station = this.#station;
+    const { record } = station;
+    try {
+      const nc = await station.connection();
+      if (this.readyState !== 0) return;
+      this.#nc = nc;
+      const { request, state } = crypto.openRequest(record.pk, record.keys);
+      this.stats.conn = state.conn;
+      this.#subjectUp = `${station.prefix}.vc.${state.conn}.up`;
+      // Listen before asking, so the daemon's first frame cannot arrive unheard.
+      this.#sub = nc.subscribe(`${station.prefix}.vc.${state.conn}.down`, {
+        callback: (err, msg) => { if (!err) this.#onMessage(msg.data); },
+      });
+      const msg = await nc.request(`${station.prefix}.open`, json(request), { timeout: REQUEST_TIMEOUT_MS });
+      if (this.readyState !== 0) return;
+      const key = crypto.openReply(JSON.parse(decoder.decode(msg.data)), record.pk, record.keys, state);
+      this.#sealer = new Sealer(nacl, key, DIR_UP);
+      this.#opener = new Opener(nacl, key, DIR_DOWN);
+      this.readyState = 1;
+      this.#lastSent = Date.now();
+      this.#lastHeard = Date.now();
+      this.#tick = setInterval(() => this.#onTick(), station.timing.tickMs);
+      this.onopen?.({ type: 'open' });
+      for (const early of this.#early.splice(0)) this.#onMessage(early);
+    } catch (err) {
+      const { code, reason } = classify(err);
+      this.lose(code, reason);
+    }
+  }
+
+  send(text) {
+    if (this.readyState !== 1) throw new Error('the relay connection is not open');
+    for (const message of this.#sealer.sealFrame(text)) this.#publish(message);
+  }
+
+  close(code = 1000, reason = '') {
+    if (this.readyState === 1) {
+      try {
+        this.#publish(this.#sealer.sealClose(code, reason));
+      } catch { /* the relay is gone anyway */ }
+    }
+    this.lose(code, reason);
+  }
+
+  /** Forget the connection and report it closed (once), like a WebSocket's close event. */
+  lose(code, reason) {
+    if (this.readyState === 3) return;
+    this.readyState = 3;
+    clearInterval(this.#tick);
+    try { this.#sub?.unsubscribe(); } catch { /* closed with the connection */ }
+    this.#station.detach(this);
+    if (code !== 1000) console.warn(`agent-bridge relay: ${reason} (${code})`);
+    setTimeout(() => this.onclose?.({ type: 'close', code, reason, wasClean: code === 1000 }), 0);
+  }
+
+  #publish(message) {
+    this.#nc.publish(this.#subjectUp, message);
+    this.#lastSent = Date.now();
+    this.stats.sent++;
+  }
+
+  #onTick() {
+    if (this.readyState !== 1) return;
+    const now = Date.now();
+    const { keepaliveMs, silenceMs } = this.#station.timing;
+    if (now - this.#lastHeard >= silenceMs) {
+      this.lose(CLOSE.SILENT, `nothing heard from the workstation for ${Math.round(silenceMs / 1000)} s`);
+      return;
+    }
+    if (now - this.#lastSent >= keepaliveMs) {
+      this.#publish(this.#sealer.seal(KIND.KEEPALIVE));
+      this.stats.keepalivesSent++;
+    }
+  }
+
+  #onMessage(data) {
+    if (this.readyState === 0) {
+      this.#early.push(data);
+      return;
+    }
+    if (this.readyState !== 1) return;
+    let opened;
+    try {
+      opened = this.#opener.open(data);
+    } catch (err) {
+      this.lose(CLOSE.REJECTED, `a frame was rejected: ${err.message}`);
+      return;
+    }
+    this.#lastHeard = Date.now();
+    this.stats.received++;
+    if (!opened) return;
+    if (opened.close) {
+      this.lose(opened.close.code, opened.close.reason);
+      return;
+    }
+    if (opened.frame !== undefined) this.onmessage?.({ type: 'message', data: opened.frame });
+  }
+}

@@ -1,0 +1,135 @@
+// Every workstation in one client: the daemons this browser knows, each with its own
+// BridgeClient, its own agents and sessions, and a state a person can read.
+//
+// - "local": the daemon that served this page, reached directly with its token (the
+//   original single-daemon flow; the token is kept where it always was, see app.js).
+// - other direct daemons: a URL and a token (a `…#token=` link of another origin).
+// - relay workstations: a record made by pairing from a `#relay=` link (relay.js); it holds
+//   this browser's key pair for that workstation, so it stays in this browser's storage.
+// The records (all but "local") are kept in localStorage under RECORDS_KEY.
+
+import { BridgeClient, defaultUrl } from './protocol.js';
+
+export const LOCAL = 'local';
+const RECORDS_KEY = 'agent-bridge.workstations';
+
+export function loadRecords() {
+  try {
+    const list = JSON.parse(localStorage.getItem(RECORDS_KEY) || '[]');
+    return Array.isArray(list)
+      ? list.filter((r) => r && typeof r.id === 'string' && ['relay', 'direct'].includes(r.kind))
+      : [];
+  } catch {
+    return [];
+  }
+}
+
+export function saveRecord(record) {
+  const list = loadRecords().filter((r) => r.id !== record.id);
+  list.push(record);
+  localStorage.setItem(RECORDS_KEY, JSON.stringify(list));
+}
+
+export function forgetRecord(id) {
+  localStorage.setItem(RECORDS_KEY, JSON.stringify(loadRecords().filter((r) => r.id !== id)));
+}
+
+/** The name to show for the daemon that served this page. */
+function localName() {
+  const host = window.location.hostname;
+  return ['127.0.0.1', 'localhost', '::1', '[::1]'].includes(host) ? 'This computer' : host;
+}
+
+/** What a `…#token=` link of another origin is: a direct workstation record, or null. */
+export function directRecord(linkUrl) {
+  let url;
+  try {
+    url = new URL(linkUrl);
+  } catch {
+    return null;
+  }
+  const token = new URLSearchParams(url.hash.slice(1)).get('token');
+  if (!token || !['http:', 'https:'].includes(url.protocol)) return null;
+  return {
+    kind: 'direct',
+    id: `direct:${url.host}`,
+    name: url.hostname,
+    url: defaultUrl(url),
+    token,
+  };
+}
+
+const STATE_LABELS = {
+  online: 'online',
+  connecting: 'connecting…',
+  offline: 'offline',
+  relay_down: 'relay down',
+  unauthorized: 'not paired',
+  token_rejected: 'token rejected',
+  stopped: 'stopped',
+};
+
+export class Workstation {
+  /** `relay` is relay.js's module (loaded only when a relay workstation exists). */
+  constructor({ id, kind, name, record = null, url, token, relay = null }) {
+    this.id = id;
+    this.kind = kind;
+    this.record = record;
+    this.agents = new Map();
+    this.sessions = new Map();
+    this.station = null;
+    this.#name = name;
+    if (kind === 'relay') {
+      this.station = new relay.RelayStation(record);
+      this.closeCodes = relay.CLOSE;
+      this.client = new BridgeClient({ transport: () => this.station.socket(), clientName: 'agent-bridge web' });
+    } else {
+      this.client = new BridgeClient({ url, token, clientName: 'agent-bridge web' });
+    }
+  }
+
+  #name;
+
+  get name() {
+    return this.#name;
+  }
+
+  static local(token) {
+    return new Workstation({ id: LOCAL, kind: 'direct', name: localName(), url: defaultUrl(), token });
+  }
+
+  static fromRecord(record, relay) {
+    if (record.kind === 'relay') {
+      return new Workstation({ id: record.id, kind: 'relay', name: record.name, record, relay });
+    }
+    return new Workstation({ id: record.id, kind: 'direct', name: record.name, record, url: record.url, token: record.token });
+  }
+
+  /** online | connecting | offline | relay_down | unauthorized | token_rejected | stopped */
+  get state() {
+    const st = this.client.status;
+    if (st.state === 'open') return 'online';
+    if (st.state === 'unauthorized') return this.kind === 'relay' ? 'unauthorized' : 'token_rejected';
+    if (st.state === 'stopped') return 'stopped';
+    if (this.kind === 'relay') {
+      if (st.closeCode === this.closeCodes.RELAY_DOWN || this.station.relayState === 'down') {
+        return st.state === 'connecting' && st.attempt === 0 ? 'connecting' : 'relay_down';
+      }
+      if (st.closeCode === this.closeCodes.OFFLINE) return 'offline';
+    }
+    return st.state === 'waiting' ? 'offline' : 'connecting';
+  }
+
+  get stateLabel() {
+    return STATE_LABELS[this.state] || this.state;
+  }
+
+  start() {
+    this.client.start();
+  }
+
+  stop() {
+    this.client.stop();
+    this.station?.close();
+  }
+}

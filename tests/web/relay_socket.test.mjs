@@ -1,0 +1,137 @@
+// relay.js's RelaySocket against a stand-in NATS connection and a daemon made of the same
+// crypto (relay-crypto.js, itself checked against PyNaCl): node --test, run by
+// tests/test_web_protocol_loss.py. Liveness intervals are made short; nothing asserts on time.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { test } from 'node:test';
+
+const require = createRequire(import.meta.url);
+const nacl = require('../../bridge/web/vendor/tweetnacl/nacl-fast.js');
+globalThis.nacl = nacl; // what the page's module import of nacl-fast.js does
+const { CLOSE, RelayStation } = await import('../../bridge/web/js/relay.js');
+const { DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, Sealer, b64decode, b64encode } = await import('../../bridge/web/js/relay-crypto.js');
+
+const rc = new RelayCrypto(nacl);
+const decoder = new TextDecoder();
+const encoder = new TextEncoder();
+
+/** The daemon's side of P.open, and a recorder of everything published. */
+class FakeNats {
+  constructor(daemon) {
+    this.daemon = daemon;
+    this.subs = new Map();
+    this.up = [];
+  }
+  subscribe(subject, { callback }) {
+    this.subs.set(subject, callback);
+    return { unsubscribe: () => this.subs.delete(subject) };
+  }
+  publish(subject, data) { this.up.push({ subject, data }); }
+  async request(subject, data) {
+    assert.ok(subject.endsWith('.open'));
+    const req = JSON.parse(decoder.decode(data));
+    const inner = JSON.parse(decoder.decode(nacl.box.open(b64decode(req.box), b64decode(req.n), b64decode(req.pk), this.daemon.secretKey)));
+    assert.equal(inner.conn, req.conn);
+    const eph = nacl.box.keyPair();
+    const n = nacl.randomBytes(24);
+    const box = nacl.box(encoder.encode(JSON.stringify({ conn: req.conn, eph: b64encode(eph.publicKey), client_eph: req.eph })), n, b64decode(req.pk), this.daemon.secretKey);
+    this.key = nacl.box.before(b64decode(req.eph), eph.secretKey);
+    this.conn = req.conn;
+    this.sealer = new Sealer(nacl, this.key, DIR_DOWN);
+    return { data: encoder.encode(JSON.stringify({ ok: true, eph: b64encode(eph.publicKey), n: b64encode(n), box: b64encode(box) })) };
+  }
+  down(message) { this.subs.get(`agent-bridge.h.vc.${this.conn}.down`)(null, { data: message }); }
+  upOpened() {
+    const o = new Opener(nacl, this.key, DIR_UP);
+    return this.up.map((m) => o.open(m.data));
+  }
+}
+
+class TestStation extends RelayStation {
+  constructor(nc, daemonPk, timing) {
+    super({ host: 'h', pk: b64encode(daemonPk), keys: rc.keyPair() }, timing);
+    this.nc = nc;
+  }
+  async connection() { return this.nc; }
+}
+
+const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
+async function until(pred, what) {
+  for (let i = 0; i < 400; i++) {
+    if (pred()) return;
+    await tick();
+  }
+  throw new Error(`never: ${what}`);
+}
+
+async function openSocket(timing = { keepaliveMs: 60_000, silenceMs: 60_000, tickMs: 10 }) {
+  const daemon = nacl.box.keyPair();
+  const nc = new FakeNats(daemon);
+  const sock = new TestStation(nc, daemon.publicKey, timing).socket();
+  const got = { frames: [], close: null, open: false };
+  sock.onopen = () => { got.open = true; };
+  sock.onmessage = (ev) => got.frames.push(ev.data);
+  sock.onclose = (ev) => { got.close = ev; };
+  await until(() => got.open, 'open');
+  return { sock, nc, got };
+}
+
+test('frames go up sealed and come down opened, a big one in pieces both ways', async () => {
+  const { sock, nc, got } = await openSocket();
+  const big = JSON.stringify({ t: 'event', text: 'x'.repeat(600_000) });
+  sock.send('{"t":"hello","id":1}');
+  sock.send(big);
+  const up = nc.upOpened();
+  assert.deepEqual(up[0], { frame: '{"t":"hello","id":1}' });
+  assert.ok(up.length >= 4); // hello + 3 pieces of the big one
+  assert.deepEqual(up.at(-1), { frame: big });
+  for (const m of nc.sealer.sealFrame(big)) nc.down(m);
+  assert.deepEqual(got.frames, [big]);
+  sock.close(1000, 'bye');
+  assert.deepEqual(nc.upOpened().at(-1), { close: { code: 1000, reason: 'bye' } });
+});
+
+test('a replayed frame closes the connection with REJECTED', async () => {
+  const { nc, got } = await openSocket();
+  const first = nc.sealer.sealFrame('{"t":"ok","id":1}')[0];
+  nc.down(first);
+  nc.down(first);
+  await until(() => got.close, 'closed');
+  assert.equal(got.close.code, CLOSE.REJECTED);
+  assert.deepEqual(got.frames, ['{"t":"ok","id":1}']);
+});
+
+test('a forged frame closes the connection with REJECTED', async () => {
+  const { nc, got } = await openSocket();
+  const forged = nc.sealer.sealFrame('{"t":"ok","id":1}')[0];
+  forged[forged.length - 1] ^= 1;
+  nc.down(forged);
+  await until(() => got.close, 'closed');
+  assert.equal(got.close.code, CLOSE.REJECTED);
+  assert.deepEqual(got.frames, []);
+});
+
+test('the daemon\'s CLOSE is reported with its code (4401: revoked)', async () => {
+  const { nc, got } = await openSocket();
+  nc.down(nc.sealer.sealClose(4401, 'revoked'));
+  await until(() => got.close, 'closed');
+  assert.deepEqual([got.close.code, got.close.reason], [4401, 'revoked']);
+});
+
+test('idle: KEEPALIVE goes up; silence: the connection is lost', async () => {
+  const { sock, nc, got } = await openSocket({ keepaliveMs: 30, silenceMs: 60_000, tickMs: 10 });
+  await until(() => nc.upOpened().some((m) => m?.keepalive), 'a keepalive');
+  assert.equal(got.close, null);
+  sock.close();
+  const quiet = await openSocket({ keepaliveMs: 60_000, silenceMs: 40, tickMs: 10 });
+  await until(() => quiet.got.close, 'lost');
+  assert.equal(quiet.got.close.code, CLOSE.SILENT);
+  // Hearing something (a keepalive) keeps it alive.
+  const heard = await openSocket({ keepaliveMs: 60_000, silenceMs: 80, tickMs: 10 });
+  for (let i = 0; i < 8; i++) {
+    heard.nc.down(heard.nc.sealer.seal(KIND.KEEPALIVE));
+    await tick(20);
+  }
+  assert.equal(heard.got.close, null);
+  heard.sock.close();
+});
