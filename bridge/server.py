@@ -175,6 +175,8 @@ class BridgeServer:
             sender.cancel()
             with contextlib.suppress(BaseException):
                 await sender
+            # The code it was closed with goes out before the endpoint closes what is left.
+            await conn.wait_closed()
 
     async def _handshake(self, conn: Connection) -> bool:
         transport = conn.transport
