@@ -38,16 +38,14 @@ from bridge.protocol import (
     Hello,
     ProtocolError,
     Result,
+    decode_request,
 )
-from bridge.protocol import decode_request as decode_request
 from bridge.registry import Registry
 from bridge.requests import CoreRequests
 from bridge.results import HelloResult, ServerInfo
 from bridge.store import StoreUnavailable
 from bridge.tokens import TokenWatch
 from bridge.transport import FrameTransport, TransportClosed
-
-__all__ = ["BridgeServer", "Connection", "HttpHandler"]
 
 log = get_logger("bridge.server")
 
