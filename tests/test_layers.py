@@ -120,6 +120,7 @@ BELOW = (
     "bridge.failures",
     "bridge.invariants",
     "bridge.store",
+    "bridge.eventrows",
     "bridge.transport",
     "bridge.outbox",
 )
