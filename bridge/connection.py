@@ -193,7 +193,7 @@ class Connection:
         takes some within ``limits.write_stall_s``."""
         transport = self.transport
         outbox = self.outbox
-        tick = min(STALL_TICK_S, self.limits.write_stall_s / 4)
+        tick = max(0.05, min(STALL_TICK_S, self.limits.write_stall_s / 4))
         try:
             while not self._closed:
                 if outbox and transport.writable():
