@@ -177,3 +177,16 @@ def test_a_connection_does_not_depend_on_websockets(name: str) -> None:
 def test_the_outbox_is_sans_io() -> None:
     imports = _all_imports(modules()["bridge.outbox"])
     assert not imports & {"asyncio", "socket", "time", "selectors"}
+
+
+#: the longest a module of bridge/ may be: past this, it holds more than one idea
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_is_longer_than_the_limit() -> None:
+    long = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
