@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 
 from bridge.config import LimitsConfig
 from bridge.logs import get_logger
+from bridge.outbox import Outbox, Sized, measure, measure_run
 from bridge.protocol import (
     CLOSE_TOO_SLOW,
     CLOSE_UNAUTHORIZED,
-    EncodedEvent,
     EncodedFrame,
     Err,
     Ok,
@@ -37,8 +36,9 @@ BURST_BYTES = 64 * 1024
 #: A connection whose transport took nothing for this long while data waits has stopped
 #: reading: turns no longer wait for it (Connection.stalled).
 STALLED_S = 0.5
-#: Bytes an event frame adds around its block (session id, seq, time stamp).
-EVENT_OVERHEAD = 96
+#: How often, at most, a sender looks at a transport that holds data the client has not taken
+#: (``limits.write_stall_s`` is checked this often, whichever path queued the data).
+STALL_TICK_S = 1.0
 
 
 class TokenBucket:
@@ -68,18 +68,19 @@ class Connection:
         self.trusted = trusted
         self.authenticated = False
         self.token_used: str | None = None
-        self._outbox: deque[Outgoing] = deque()
-        self._cap = limits.send_queue_frames
-        self._byte_cap = limits.send_queue_bytes
-        self._bytes = 0
-        #: When the transport last took bytes (or the connection opened): see ``stalled``.
-        self.progress_at = time.monotonic()
+        self.outbox = Outbox(
+            limits.send_queue_frames,
+            limits.send_queue_bytes,
+            binary=transport.binary,
+            now=time.monotonic(),
+        )
         #: ``_progress_mark()`` after a ``catch_up`` that the client answered with nothing.
         self._unanswered: tuple[float, int] | None = None
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
         self._closed = False
+        self._closing: asyncio.Task[None] | None = None
         self.bucket = TokenBucket(limits.requests_per_second, limits.request_burst)
         self.peer = transport.peer
         self.said_hello = False
@@ -96,23 +97,22 @@ class Connection:
     def push(self, item: Outgoing) -> None:
         if self._closed:
             return
-        self._enqueue([item], _size(item, self.msgpack, self._byte_cap))
+        items = [item]
+        self._enqueue(items, measure(items, self.msgpack, self.outbox.bytes_cap))
 
     def push_many(self, items: list[Outgoing]) -> None:
-        """``push`` a committed run of frames at once (bridge/hub/fanout.py): one size sum
-        shared by every connection, one ``extend``."""
+        """``push`` a committed run of frames at once (bridge/hub/fanout.py): measured once
+        for every connection, one ``extend``."""
         if self._closed:
             return
-        self._enqueue(items, _run_size(items, self.msgpack, self._byte_cap))
+        self._enqueue(items, measure_run(items, self.msgpack, self.outbox.bytes_cap))
 
-    def _enqueue(self, items: list[Outgoing], size: int) -> None:
-        """Queue frames of ``size`` bytes in all, or cut off a reader that fell too far behind."""
-        if len(self._outbox) + len(items) > self._cap or self._bytes + size > self._byte_cap:
+    def _enqueue(self, items: list[Outgoing], sized: Sized) -> None:
+        """Queue frames, or cut off a reader that fell too far behind."""
+        if not self.outbox.offer(items, sized, time.monotonic()):
             self.cut_off()
             return
-        self._outbox.extend(items)
-        self._bytes += size
-        if self.behind:
+        if self.outbox.behind:
             self._space.clear()
         self._wake.set()
 
@@ -120,13 +120,13 @@ class Connection:
     def behind(self) -> bool:
         """More than half of the outbox is full, in frames or bytes (``put`` waits, turns
         slow down)."""
-        return len(self._outbox) >= self._cap // 2 or self._bytes >= self._byte_cap // 2
+        return self.outbox.behind
 
     @property
     def stalled(self) -> bool:
-        """Data waits and the transport has taken none of it for ``STALLED_S``: the client has
+        """Frames wait and the transport has taken nothing for ``STALLED_S``: the client has
         stopped reading, and is not waited for (it is cut off when its outbox is full)."""
-        return bool(self._outbox) and time.monotonic() - self.progress_at > STALLED_S
+        return bool(self.outbox) and self.outbox.stalled_for(time.monotonic()) > STALLED_S
 
     async def catch_up(self, timeout: float) -> None:
         """Wait up to ``timeout`` for the outbox to drain; not at all for a client that has
@@ -142,17 +142,19 @@ class Connection:
             self._unanswered = after
 
     def _progress_mark(self) -> tuple[float, int]:
-        """Changes whenever the transport takes bytes: when progress_at moves, or its buffer
-        shrinks while a blocked send waits for the client."""
-        return self.progress_at, self.transport.buffered()
+        """Changes whenever the transport takes bytes: when the outbox saw progress, or the
+        transport's buffer shrank while a blocked send waits for the client."""
+        return self.outbox.since, self.transport.buffered()
 
     def cut_off(self) -> None:
         if not self._closed:
-            log.warning("client_too_slow", peer=self.peer, queued=len(self._outbox))
+            log.warning("client_too_slow", peer=self.peer, queued=len(self.outbox))
             self.close(CLOSE_TOO_SLOW, "too far behind; reconnect and replay with after_seq")
 
     async def put(self, item: Outgoing) -> None:
-        while not self._closed and self.behind:
+        """``push``, after waiting while the outbox is half full (a replay: paced by the
+        client, and ended by the sender's stall check if the client takes nothing)."""
+        while not self._closed and self.outbox.behind:
             self._space.clear()
             await self._space.wait()
         self.push(item)
@@ -167,109 +169,97 @@ class Connection:
         if self._closed:
             return
         self._closed = True
-        self._outbox.clear()
+        self.outbox.clear()
         self._wake.set()
         self._space.set()
-        asyncio.get_running_loop().create_task(self.transport.close(code, reason))
+        self._closing = asyncio.get_running_loop().create_task(self.transport.close(code, reason))
+
+    async def wait_closed(self) -> None:
+        """Wait for the close (its code sent, or the transport dropped)."""
+        if self._closing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._closing)
 
     async def drain_then_close(self, code: int, reason: str, timeout: float = 2.0) -> None:
         """Send what is queued (an error answer, say), then close."""
         deadline = time.monotonic() + timeout
-        while self._outbox and not self._closed and time.monotonic() < deadline:
+        while self.outbox and not self._closed and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         self.close(code, reason)
 
     async def sender(self) -> None:
+        """Drain the outbox in bursts while the transport has room; when it has none, send
+        one frame (which waits for room); and while any data waits, check that the client
+        takes some within ``limits.write_stall_s``."""
         transport = self.transport
+        outbox = self.outbox
+        tick = max(0.05, min(STALL_TICK_S, self.limits.write_stall_s / 4))
         try:
             while not self._closed:
-                await self._wake.wait()
-                self._wake.clear()
-                while self._outbox and not self._closed:
-                    if transport.writable():
-                        transport.write(self._burst())
-                        self.progress_at = time.monotonic()
-                        await asyncio.sleep(0)  # let other connections and the hub run
-                    else:
-                        # The transport's buffer is full: send() waits for the client, and
-                        # raises once the connection is lost.
-                        data = self._pop().encoded(self.msgpack)
-                        if not await self._send_unless_stalled(data):
-                            return
-                        self.progress_at = time.monotonic()
+                if outbox and transport.writable():
+                    transport.write(outbox.burst(SEND_BURST, BURST_BYTES))
+                    outbox.wrote(time.monotonic(), transport.buffered())
+                    self._relieve()
+                    await asyncio.sleep(0)  # let other connections and the hub run
+                elif outbox:
+                    # The transport's buffer is full: send() waits for the client, and
+                    # raises once the connection is lost.
+                    data = outbox.pop().encoded(self.msgpack)
+                    self._relieve()
+                    if not await self._send_unless_stalled(data, tick):
+                        return
+                else:
+                    self._wake.clear()
+                    if not await self._idle(tick):
+                        return
         except TransportClosed:
             pass
         finally:
             self._closed = True
             self._space.set()
 
-    async def _send_unless_stalled(self, data: bytes) -> bool:
+    async def _idle(self, tick: float) -> bool:
+        """Wait for frames to send; while the transport still holds some the client has not
+        taken, look at it every ``tick``. False once that has stalled (the client is cut off)."""
+        while True:
+            buffered = self.transport.buffered()
+            if not buffered:
+                self.outbox.observe(time.monotonic(), 0)
+                await self._wake.wait()
+                return True
+            if self._stalled(buffered):
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), tick)
+                return True
+
+    async def _send_unless_stalled(self, data: bytes, tick: float) -> bool:
         """Send one frame (the transport waits while its buffer is full); False, and the
         connection closed with 4408, once the transport has taken no byte for
         ``limits.write_stall_s``."""
-        stall_s = self.limits.write_stall_s
-        transport = self.transport
-        send = asyncio.ensure_future(transport.send(data))
-        waiting = transport.buffered()
-        moved_at = time.monotonic()
+        send = asyncio.ensure_future(self.transport.send(data))
         while True:
-            done, _ = await asyncio.wait({send}, timeout=min(1.0, stall_s))
+            done, _ = await asyncio.wait({send}, timeout=tick)
             if done:
                 send.result()
+                self.outbox.wrote(time.monotonic(), self.transport.buffered())
                 return True
-            now = time.monotonic()
-            left = transport.buffered()
-            if left < waiting:
-                moved_at = now
-                self.progress_at = now
-            waiting = left
-            if now - moved_at >= stall_s:
+            if self._stalled(self.transport.buffered()):
                 send.cancel()
-                log.warning("client_stalled", peer=self.peer, stalled_s=stall_s)
-                self.close(CLOSE_TOO_SLOW, "stopped reading; reconnect and replay with after_seq")
                 return False
 
-    def _pop(self) -> Outgoing:
-        item = self._outbox.popleft()
-        self._bytes -= _size(item, self.msgpack, self._byte_cap)
-        if len(self._outbox) < self._cap // 4 and self._bytes < self._byte_cap // 4:
+    def _stalled(self, buffered: int) -> bool:
+        """Tell the outbox what the transport holds; past ``write_stall_s`` without progress,
+        cut the client off (True)."""
+        now = time.monotonic()
+        self.outbox.observe(now, buffered)
+        stall_s = self.limits.write_stall_s
+        if self.outbox.stalled_for(now) < stall_s:
+            return False
+        log.warning("client_stalled", peer=self.peer, stalled_s=stall_s)
+        self.close(CLOSE_TOO_SLOW, "stopped reading; reconnect and replay with after_seq")
+        return True
+
+    def _relieve(self) -> None:
+        if self.outbox.relieved:
             self._space.set()
-        return item
-
-    def _burst(self) -> list[bytes]:
-        """The encoded payloads of up to ``SEND_BURST`` queued frames, or ``BURST_BYTES``."""
-        out: list[bytes] = []
-        size = 0
-        for _ in range(SEND_BURST):
-            if not self._outbox or size >= BURST_BYTES:
-                break
-            data = self._pop().encoded(self.msgpack)
-            size += len(data)
-            out.append(data)
-        return out
-
-
-def _size(item: Outgoing, msgpack: bool, cap: int) -> int:
-    """Bytes a queued frame holds: a stored event's block plus its frame, or the encoded frame
-    (encoded once and shared by every connection); counted as at most a quarter of ``cap``, so
-    one frame near ``max_frame_bytes`` (a large message) does not cut a reader off alone."""
-    if isinstance(item, EncodedEvent) and not msgpack:
-        size = len(item.block_json) + EVENT_OVERHEAD
-    else:
-        size = len(item.encoded(msgpack))
-    return min(size, cap // 4)
-
-
-#: The last run summed, per encoding: (run, cap, size). The run is held, so ``is`` is exact.
-_RUN_SIZES: dict[bool, tuple[list[Outgoing], int, int]] = {}
-
-
-def _run_size(items: list[Outgoing], msgpack: bool, cap: int) -> int:
-    """``_size`` summed over a run; every subscriber of the run gets the same list, so the sum
-    is computed once per encoding, not once per connection."""
-    hit = _RUN_SIZES.get(msgpack)
-    if hit is not None and hit[0] is items and hit[1] == cap:
-        return hit[2]
-    size = sum(_size(item, msgpack, cap) for item in items)
-    _RUN_SIZES[msgpack] = (items, cap, size)
-    return size

@@ -2,10 +2,10 @@
 
 Loading a drop-in file takes two steps, because a Python import cannot be cancelled from
 another thread: an endless loop at module level would otherwise pin a daemon thread forever.
-1. A probe subprocess (``python -m bridge.loader probe --file FILE``) imports the file under an
+1. A probe subprocess (``python -m bridge.loadprobe probe --file FILE``) imports the file under an
    alarm of ``adapters.import_timeout`` seconds and reports the adapter classes it defines or,
    in plain words, why it cannot; the probe is killed if it outlives the alarm by
-   ``PROBE_SLACK_S``. Nothing a broken file does at import reaches the daemon.
+   ``loadprobe.PROBE_SLACK_S``. Nothing a broken file does at import reaches the daemon.
 2. Only a file the probe accepted is imported in the daemon: compiled from the very bytes that
    were hashed, under its own module name (``agent_bridge_ext_<stem>_<n>``, so every version
    is a separate module), in a daemon thread bounded by the same timeout. A thread that still
@@ -22,43 +22,42 @@ it loaded keeps its last good classes registered, with the problem in ``error``.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import asyncio
 import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
-import inspect
-import os
 import re
-import signal
 import sys
 import threading
-import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import msgspec
-
-from bridge.adapters.base import BaseAdapter, DetectedAgent, contract_problems
+from bridge.adapters.base import BaseAdapter, DetectedAgent
 from bridge.config import Config
 from bridge.dirwatch import IN_CREATE, IN_MOVED_TO, DirWatch, WatchUnavailable, nearest_existing
+from bridge.loadprobe import (
+    CHANGED_WHILE_CHECKED,
+    ENTRY_POINT_GROUP,
+    ProbeResult,
+    describe_import_error,
+    find_adapters,
+    import_source,
+    module_name_for,
+    timeout_message,
+)
+from bridge.loadprobe import probe as probe  # re-exported: `adapters check` runs the same probe
 from bridge.logs import get_logger
 from bridge.perms import permission_problem as permission_problem  # re-exported
 from bridge.perms import real_path_problem
-from bridge.process import ChildProcess, SpawnError
 from bridge.registry import Registry
 
 log = get_logger("bridge.loader")
 
-ENTRY_POINT_GROUP = "agent_bridge.adapters"
-#: How much longer than the import alarm a probe may live before it is killed (interpreter
-#: start-up on a busy machine; a probe stuck in C code that ignores the alarm).
-PROBE_SLACK_S = 10.0
 #: Probes that run at once (each is an interpreter start-up and an import, mostly CPU).
 PROBES_AT_ONCE = 4
 #: watchfiles batches events for this long, so an editor's write-then-rename is one reload.
@@ -66,74 +65,12 @@ WATCH_DEBOUNCE_MS = 100
 WATCH_RETRY_S = 1.0
 #: How often watchfiles' thread looks for events (it wakes this often, changes or not).
 WATCH_STEP_MS = 500
-MODULE_PREFIX = "agent_bridge_ext_"
 
 SourceKind = Literal["file", "entry_point"]
 T = TypeVar("T")
 
 
-# ---- what a probe reports --------------------------------------------------------------------
-
-
-class FoundClass(msgspec.Struct, kw_only=True):
-    name: str
-    agent_id: str
-    display_name: str
-
-
-class ProbeResult(msgspec.Struct, kw_only=True):
-    ok: bool
-    error: str | None = None
-    classes: list[FoundClass] = msgspec.field(default_factory=list)
-
-
 # ---- plain-words checks, shared by the daemon and `agent-bridge adapters check` ----------------
-
-
-def describe_import_error(exc: BaseException, path: str | None = None) -> str:
-    """One line a person can act on: what went wrong and on which line of their file."""
-    if isinstance(exc, SyntaxError) and not isinstance(exc, IndentationError | TabError):
-        return f"syntax error at line {exc.lineno}: {exc.msg}"
-    if isinstance(exc, IndentationError | TabError):
-        return f"indentation error at line {exc.lineno}: {exc.msg}"
-    if isinstance(exc, SystemExit):
-        return f"the file called sys.exit({exc.code!r}) while being imported"
-    line = None
-    if path is not None:
-        for frame in traceback.extract_tb(exc.__traceback__):
-            if frame.filename == path:
-                line = frame.lineno
-    where = f" at line {line}" if line else ""
-    text = str(exc) or "(no message)"
-    return f"{type(exc).__name__} while importing{where}: {text}"
-
-
-def find_adapters(namespace: Any, module_name: str) -> tuple[list[type[BaseAdapter]], str | None]:
-    """The adapter classes a module or entry point object provides, or why there are none."""
-    if isinstance(namespace, type):
-        if not issubclass(namespace, BaseAdapter) or namespace is BaseAdapter:
-            return [], f"`{namespace.__name__}` is not a subclass of BaseAdapter"
-        problems = contract_problems(namespace)
-        if problems:
-            return [], f"`{namespace.__name__}` is abstract: " + "; ".join(problems)
-        return [namespace], None
-    found: list[type[BaseAdapter]] = []
-    abstract: list[str] = []
-    for value in vars(namespace).values():
-        if not (inspect.isclass(value) and issubclass(value, BaseAdapter)):
-            continue
-        if value is BaseAdapter or value.__module__ != module_name:
-            continue  # imported from elsewhere, not defined here
-        if contract_problems(value):
-            abstract.append(value.__name__)  # declared with abstract=True
-        else:
-            found.append(value)
-    if found:
-        return found, None
-    why = "no adapter class: define a subclass of bridge.adapters.base.BaseAdapter"
-    if abstract:
-        why += f" (`{'`, `'.join(abstract)}` is declared abstract=True)"
-    return [], why
 
 
 def declared_ids(source: bytes) -> list[str]:
@@ -167,164 +104,7 @@ def is_adapter_file(path: Path) -> bool:
     return path.suffix == ".py" and not path.name.startswith(("_", "."))
 
 
-# ---- the probe subprocess ----------------------------------------------------------------------
-
-
-class _ImportTimeout(Exception):
-    pass
-
-
-class _Changed(Exception):
-    pass
-
-
-#: The probe found other bytes in the file than the daemon read: it checks (and the daemon
-#: imports) exactly one version, so this one is refused; the change itself is seen and
-#: checked on the next scan.
-CHANGED_WHILE_CHECKED = "the file changed while it was being checked; it is checked again"
-
-
-def _probe_main(argv: list[str]) -> int:
-    """Import one file or entry point under an alarm and print a ProbeResult as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m bridge.loader probe")
-    parser.add_argument("--timeout", type=float, required=True)
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--file")
-    group.add_argument("--entry-point", help="module:attr")
-    parser.add_argument(
-        "--sha256", help="the file's bytes must hash to this (the bytes the daemon will import)"
-    )
-    args = parser.parse_args(argv)
-    out = sys.stdout
-    sys.stdout = sys.stderr  # whatever the file prints must not corrupt the report
-
-    def alarm(_signum: int, _frame: Any) -> None:
-        raise _ImportTimeout
-
-    signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, args.timeout)
-    result: ProbeResult
-    path: str | None = None
-    try:
-        if args.file:
-            path = os.path.abspath(args.file)
-            name = module_name_for(Path(path), 0)
-            source = Path(path).read_bytes()
-            if args.sha256 and hashlib.sha256(source).hexdigest() != args.sha256:
-                raise _Changed
-            module = import_source(name, Path(path), source)
-            classes, error = find_adapters(module, name)
-        else:
-            obj = importlib.metadata.EntryPoint(
-                name="probe", value=args.entry_point, group=ENTRY_POINT_GROUP
-            ).load()
-            classes, error = find_adapters(obj, getattr(obj, "__name__", ""))
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        result = ProbeResult(
-            ok=error is None,
-            error=error,
-            classes=[
-                FoundClass(name=c.__name__, agent_id=c.agent_id, display_name=c.display_name)
-                for c in classes
-            ],
-        )
-    except _ImportTimeout:
-        result = ProbeResult(ok=False, error=timeout_message(args.timeout))
-    except _Changed:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        result = ProbeResult(ok=False, error=CHANGED_WHILE_CHECKED)
-    except BaseException as exc:  # SystemExit at import is a finding too
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        result = ProbeResult(ok=False, error=describe_import_error(exc, path))
-    out.write(msgspec.json.encode(result).decode() + "\n")
-    out.flush()
-    return 0
-
-
-def timeout_message(timeout: float) -> str:
-    return (
-        f"importing did not finish within {timeout:g}s and was abandoned "
-        "(an endless loop or a blocking call at module level?)"
-    )
-
-
-def _probe_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # The same import path as this process, so the probe sees what the daemon would import.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    return env
-
-
-async def probe(
-    target: str, timeout: float, *, entry_point: bool = False, source: bytes | None = None
-) -> ProbeResult:
-    """Run the probe subprocess; cancelling this kills it, so shutdown never waits for one.
-    With ``source`` (the bytes the daemon read and will import), the probe checks exactly
-    those: it refuses a file whose bytes differ by then."""
-    flag = "--entry-point" if entry_point else "--file"
-    argv = [
-        sys.executable,
-        "-m",
-        "bridge.loader",
-        "probe",
-        "--timeout",
-        f"{timeout:g}",
-        flag,
-        target,
-    ]
-    if source is not None:
-        argv += ["--sha256", hashlib.sha256(source).hexdigest()]
-    try:
-        child = await ChildProcess.spawn(argv, env=_probe_env(), stdin=False)
-    except SpawnError as exc:
-        return ProbeResult(ok=False, error=f"the import probe could not start: {exc}")
-    lines: list[bytes] = []
-    code: int | None = None
-    try:
-        async with asyncio.timeout(timeout + PROBE_SLACK_S):
-            while (line := await child.read_line()) is not None:
-                lines.append(line)
-            code = await child.wait()
-    except TimeoutError:
-        return ProbeResult(ok=False, error=timeout_message(timeout))
-    finally:
-        await child.terminate(0.5)
-    reports = [line for line in lines if line.strip()]
-    if reports:
-        try:
-            return msgspec.json.decode(reports[-1], type=ProbeResult)
-        except msgspec.DecodeError:
-            pass
-    tail = child.stderr_tail().strip().splitlines()[-1:] or [""]
-    return ProbeResult(
-        ok=False,
-        error=f"the file ended the Python process while being imported "
-        f"(exit code {code}) {tail[0][:300]}".strip(),
-    )
-
-
 # ---- importing in the daemon -----------------------------------------------------------------
-
-
-def module_name_for(path: Path, generation: int) -> str:
-    stem = re.sub(r"\W", "_", path.stem) or "adapter"
-    return f"{MODULE_PREFIX}{stem}_{generation}"
-
-
-def import_source(name: str, path: Path, source: bytes) -> types.ModuleType:
-    """Execute ``source`` as module ``name`` with ``__file__`` = ``path``."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None:
-        raise ImportError(f"cannot make a module of {path}")
-    module = importlib.util.module_from_spec(spec)
-    code = compile(source, str(path), "exec", dont_inherit=True)
-    sys.modules[name] = module  # dataclasses and typing look classes' modules up here
-    try:
-        exec(code, module.__dict__)  # noqa: S102 - loading the user's adapter is the point
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
 
 
 async def in_daemon_thread(fn: Callable[[], T], timeout: float, name: str) -> T:
@@ -873,10 +653,3 @@ async def start(registry: Registry, config: Config) -> AdapterLoader:
     loader = AdapterLoader(registry, config)
     await loader.start()
     return loader
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "probe":
-        sys.exit(_probe_main(sys.argv[2:]))
-    print("usage: python -m bridge.loader probe --timeout S (--file PATH | --entry-point M:A)")
-    sys.exit(2)

@@ -38,16 +38,14 @@ from bridge.protocol import (
     Hello,
     ProtocolError,
     Result,
+    decode_request,
 )
-from bridge.protocol import decode_request as decode_request
 from bridge.registry import Registry
 from bridge.requests import CoreRequests
 from bridge.results import HelloResult, ServerInfo
 from bridge.store import StoreUnavailable
 from bridge.tokens import TokenWatch
 from bridge.transport import FrameTransport, TransportClosed
-
-__all__ = ["BridgeServer", "Connection", "HttpHandler"]
 
 log = get_logger("bridge.server")
 
@@ -177,6 +175,8 @@ class BridgeServer:
             sender.cancel()
             with contextlib.suppress(BaseException):
                 await sender
+            # The code it was closed with goes out before the endpoint closes what is left.
+            await conn.wait_closed()
 
     async def _handshake(self, conn: Connection) -> bool:
         transport = conn.transport

@@ -7,15 +7,14 @@ pushes the events to clients. So an event a client has seen is on disk, and a ``
 loses at most events nobody saw. ``MemoryStore`` has the same interface without a disk.
 
 Events are stored in runs: a row of ``event_chunks`` holds up to ``CHUNK_EVENTS`` consecutive
-events of one session, MessagePack-encoded, so a commit is one statement however many events
-it carries. Retention cuts inside a row where it must, so what is kept is exact.
+events of one session, MessagePack-encoded (bridge/eventrows.py), so a commit is one statement
+however many events it carries. Retention cuts inside a row where it must, so what is kept is exact.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import operator
 import os
 import queue
 import sqlite3
@@ -25,12 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
+from bridge.eventrows import CHUNK_EVENTS, DEC_CHUNK, INSERT_CHUNK, chunk_rows, insert_chunks
 from bridge.logs import get_logger
 from bridge.protocol import SessionState, Writer
 from bridge.storehealth import StoreHealth
@@ -128,65 +127,9 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _enc = msgspec.msgpack.Encoder()
-#: Consecutive events of one session per row, at most. A row per event cost the writer
-#: thread a GIL hand-over per row (sqlite3 releases it around every step), and while the event
-#: loop was busy each hand-over waited for the interpreter's switch interval: the writer fell
-#: behind the hub (docs/benchmarks.md, T7). A row per run of events costs one.
-CHUNK_EVENTS = 512
-#: ... and at most about this many bytes of blocks per row.
-CHUNK_BYTES = 1024 * 1024
 #: A read of history (a replay, recovery) returns at most about this many bytes at a time,
 #: however many events were asked for: replays stream in bounded pieces.
 READ_BYTES = 4 * 1024 * 1024
-_CHUNK_ITEM = operator.attrgetter("seq", "ts", "ts_unix", "block_json")
-_SESSION_OF = operator.attrgetter("session")
-_dec_chunk = msgspec.msgpack.Decoder(list[tuple[int, str, float, bytes]])
-_INSERT_CHUNK = (
-    "INSERT OR IGNORE INTO event_chunks (session, first_seq, last_seq, last_ts, events)"
-    " VALUES (?, ?, ?, ?, ?)"
-)
-#: Rows per multi-row INSERT, largest first: many sessions' runs in one batch still take a
-#: few statements, not a GIL hand-over per row (192 rows are 960 parameters, within the
-#: 999 that SQLite before 3.32 allows).
-_ROWS_PER_INSERT = (192, 48, 12, 3, 1)
-_INSERT_CHUNKS = {n: _INSERT_CHUNK + ", (?, ?, ?, ?, ?)" * (n - 1) for n in _ROWS_PER_INSERT}
-
-
-def _parts(run: list[StoredEvent]) -> list[list[StoredEvent]]:
-    """Cut a run every CHUNK_EVENTS events or CHUNK_BYTES bytes (a row of large blocks stays
-    small enough to read a piece of history at a time)."""
-    parts: list[list[StoredEvent]] = []
-    part: list[StoredEvent] = []
-    size = 0
-    for ev in run:
-        if part and (len(part) >= CHUNK_EVENTS or size >= CHUNK_BYTES):
-            parts.append(part)
-            part, size = [], 0
-        part.append(ev)
-        size += len(ev.block_json)
-    if part:
-        parts.append(part)
-    return parts
-
-
-def _chunk_rows(events: Sequence[StoredEvent]) -> list[tuple[str, int, int, float, bytes]]:
-    """Rows for ``event_chunks``: each run of one session's events, cut every CHUNK_EVENTS
-    (or CHUNK_BYTES)."""
-    rows = []
-    for session, group in groupby(events, key=_SESSION_OF):
-        for part in _parts(list(group)):
-            items = _enc.encode(list(map(_CHUNK_ITEM, part)))
-            rows.append((session, part[0].seq, part[-1].seq, part[-1].ts_unix, items))
-    return rows
-
-
-def _insert_chunks(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-    at = 0
-    for n in _ROWS_PER_INSERT:
-        sql = _INSERT_CHUNKS[n]
-        while len(rows) - at >= n:
-            conn.execute(sql, [value for row in rows[at : at + n] for value in row])
-            at += n
 
 
 def _migrate_event_rows(conn: sqlite3.Connection) -> None:
@@ -204,7 +147,7 @@ def _migrate_event_rows(conn: sqlite3.Connection) -> None:
         )
         while rows := cursor.fetchmany(CHUNK_EVENTS * 8):
             events = [StoredEvent(s, q, t, bytes(b), u) for s, q, t, u, b in rows]
-            _insert_chunks(conn, _chunk_rows(events))
+            insert_chunks(conn, chunk_rows(events))
             moved += len(rows)
         conn.execute("DROP TABLE events")
         conn.execute("COMMIT")
@@ -623,7 +566,7 @@ class SqliteStore(Store):
             size = 0
             try:
                 for (blob,) in rows:
-                    for seq, ts, ts_unix, block in _dec_chunk.decode(blob):
+                    for seq, ts, ts_unix, block in DEC_CHUNK.decode(blob):
                         if seq > after_seq:
                             out.append(StoredEvent(session, seq, ts, block, ts_unix))
                             size += len(block)
@@ -715,11 +658,11 @@ class SqliteStore(Store):
         events = [op for op in batch if isinstance(op, StoredEvent)]
         waiters: list[asyncio.Future[bool]] = []
         keep_going = True
-        rows = _chunk_rows(events)
+        rows = chunk_rows(events)
         # The common case, one session's events: one statement, its own transaction.
         single = len(events) == len(batch) and len(rows) == 1
         if single:
-            conn.execute(_INSERT_CHUNK, rows[0])
+            conn.execute(INSERT_CHUNK, rows[0])
         else:
             conn.execute("BEGIN")
         for op in batch:
@@ -747,7 +690,7 @@ class SqliteStore(Store):
             elif op.kind == "stop":
                 keep_going = False
         if not single:
-            _insert_chunks(conn, rows)
+            insert_chunks(conn, rows)
             conn.execute("COMMIT")
         self._written.set()
         if recovered:
@@ -798,7 +741,7 @@ class SqliteStore(Store):
             ).fetchone()
             if row is None:
                 continue
-            items = _dec_chunk.decode(row[1])
+            items = DEC_CHUNK.decode(row[1])
             kept = [
                 StoredEvent(session, seq, ts, block, ts_unix)
                 for seq, ts, ts_unix, block in items
@@ -809,60 +752,4 @@ class SqliteStore(Store):
                     "DELETE FROM event_chunks WHERE session = ? AND first_seq = ?",
                     (session, row[0]),
                 )
-                _insert_chunks(conn, _chunk_rows(kept))
-
-
-# ---- Web Push subscriptions (bridge/attention) -------------------------------------------------
-
-
-class PushSubscriptions:
-    """Web Push subscriptions, kept with the sessions: a table in the SQLite database, or a dict
-    for the in-memory store. Rare, small writes on their own connection and thread, outside the
-    event writer's batches; each call returns once its write is committed."""
-
-    SCHEMA = (
-        "CREATE TABLE IF NOT EXISTS webpush_subscriptions"
-        " (endpoint TEXT PRIMARY KEY, data BLOB NOT NULL, created_at REAL NOT NULL)"
-    )
-
-    def __init__(self, store: Store) -> None:
-        self.path = store.path if isinstance(store, SqliteStore) else None
-        self._memory: dict[str, bytes] = {}
-
-    async def push_subscriptions(self) -> list[bytes]:
-        if self.path is None:
-            return list(self._memory.values())
-        return await asyncio.to_thread(self._sqlite, "list", None, None)
-
-    async def save_push_subscription(self, endpoint: str, data: bytes) -> None:
-        if self.path is None:
-            self._memory[endpoint] = data
-        else:
-            await asyncio.to_thread(self._sqlite, "save", endpoint, data)
-
-    async def delete_push_subscription(self, endpoint: str) -> None:
-        if self.path is None:
-            self._memory.pop(endpoint, None)
-        else:
-            await asyncio.to_thread(self._sqlite, "delete", endpoint, None)
-
-    def _sqlite(self, op: str, endpoint: str | None, data: bytes | None) -> list[bytes]:
-        assert self.path is not None
-        conn = sqlite3.connect(self.path, isolation_level=None)
-        try:
-            conn.execute("PRAGMA busy_timeout=5000")
-            conn.execute(self.SCHEMA)
-            if op == "list":
-                rows = conn.execute("SELECT data FROM webpush_subscriptions ORDER BY created_at")
-                return [bytes(row[0]) for row in rows]
-            if op == "save":
-                conn.execute(
-                    "INSERT OR REPLACE INTO webpush_subscriptions (endpoint, data, created_at)"
-                    " VALUES (?, ?, ?)",
-                    (endpoint, data, time.time()),
-                )
-            elif op == "delete":
-                conn.execute("DELETE FROM webpush_subscriptions WHERE endpoint = ?", (endpoint,))
-            return []
-        finally:
-            conn.close()
+                insert_chunks(conn, chunk_rows(kept))

@@ -25,7 +25,8 @@ from websockets.http11 import Request, Response
 from bridge.logs import get_logger
 
 if TYPE_CHECKING:
-    from bridge.server import BridgeServer, HttpHandler
+    from bridge.endpoint import HttpHandler
+    from bridge.server import BridgeServer
 
 log = get_logger("bridge.web")
 

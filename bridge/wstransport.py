@@ -7,6 +7,7 @@ frames into one socket write, and the largest message a client may send.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import Any
 
@@ -19,6 +20,9 @@ from bridge.transport import TransportClosed
 
 #: Bytes a connection's socket buffer may hold before sending waits for the client.
 WRITE_LIMIT = 256 * 1024
+#: The longest a close waits for the client to take the close frame (after whatever was queued
+#: before it) and answer it; then the TCP connection is dropped.
+CLOSE_GRACE_S = 5.0
 
 
 class WebSocketTransport:
@@ -92,7 +96,14 @@ class WebSocketTransport:
             raise TransportClosed(str(exc)) from None
 
     async def close(self, code: int, reason: str) -> None:
-        await self.ws.close(code, reason)
+        """The closing handshake, bounded: websockets bounds the wait for the client's answer,
+        but not the wait for room to write the close frame, which never comes from a client
+        that stopped reading (it and its buffers stayed, however long it was cut off for)."""
+        try:
+            async with asyncio.timeout(CLOSE_GRACE_S):
+                await self.ws.close(code, reason)
+        except TimeoutError:
+            self.ws.transport.abort()
 
     def limit_frame_size(self, size: int) -> None:
         # websockets reads the limit when the next frame starts to arrive.

@@ -99,3 +99,44 @@ def flap_once(port: int, token: str, session: str, after_seq: int, reads: int) -
 def text_attachment(name: str, data: bytes) -> dict[str, str]:
     """A ``text/plain`` attachment of ``session.send``, as a client sends it."""
     return {"name": name, "mime": "text/plain", "data": base64.b64encode(data).decode()}
+
+
+async def seed_history(d: DaemonProcess, cwd: Path, total: int, block: int = 64 * 1024) -> str:
+    """A session of the demo agent in ``d``'s store (before ``d`` starts) whose history holds
+    ``total`` bytes of text blocks of ``block`` bytes each, written straight to the store: a
+    long past in a second, where a turn would take minutes. Its id."""
+    import asyncio
+    import time
+
+    from bridge.store import SessionRecord, SqliteStore, StoredEvent
+
+    session = "s_seeded"
+    count = max(1, total // block)
+    text = "x" * block
+
+    d.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    store = SqliteStore(d.state_dir / "bridge.sqlite3")
+    store.open(asyncio.get_running_loop())
+    try:
+        now = time.time()
+        store.save_session(
+            SessionRecord(
+                id=session,
+                agent="demo",
+                cwd=str(cwd),
+                title="seeded",
+                created_at=now,
+                updated_at=now,
+                last_seq=count,
+            )
+        )
+        for seq in range(1, count + 1):
+            body = json.dumps({"type": "text", "id": f"m{seq}", "text": text, "done": True})
+            ts = "2026-01-01T00:00:00.000Z"
+            store.append_event(StoredEvent(session, seq, ts, body.encode(), now))
+            if seq % 256 == 0:
+                await store.flush()
+        await store.flush()
+    finally:
+        await store.close()
+    return session

@@ -89,3 +89,20 @@ class RawWebSocket:
 
     def close(self) -> None:
         self.sock.close()
+
+    def server_holds_it(self) -> bool:
+        """The server's end of this connection is still open (ESTABLISHED in /proc/net/tcp),
+        read without reading the socket: what ``ss`` shows for the daemon."""
+        client = self.sock.getsockname()
+        server = self.sock.getpeername()
+
+        def hexaddr(addr: tuple[str, int]) -> str:
+            return f"{socket.inet_aton(addr[0])[::-1].hex().upper()}:{addr[1]:04X}"
+
+        local, remote = hexaddr(server), hexaddr(client)
+        with open("/proc/net/tcp") as table:
+            for line in table.readlines()[1:]:
+                fields = line.split()
+                if fields[1] == local and fields[2] == remote:
+                    return fields[3] == "01"
+        return False

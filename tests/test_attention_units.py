@@ -18,6 +18,7 @@ from bridge.attention.channels import Answer
 from bridge.attention.detect import BODY_MAX, Detector, Notice, SessionInfo, workstation_name
 from bridge.attention.notifier import Attention
 from bridge.attention.presence import WATCH_GRACE_S, Presence
+from bridge.attention.pushstore import PushSubscriptions
 from bridge.blocks import (
     ErrorBlock,
     PermissionOption,
@@ -31,7 +32,7 @@ from bridge.blocks import (
 )
 from bridge.config import Config, NotifyConfig, RelayConfig
 from bridge.redact import remember_secret
-from bridge.store import MemoryStore, PushSubscriptions, StoredEvent
+from bridge.store import MemoryStore, StoredEvent
 
 INFO = SessionInfo(agent="claude", cwd="/home/me/shop")
 

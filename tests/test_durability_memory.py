@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
+from bench.procstats import rss_kib
 from tests.daemon import DaemonProcess
+from tests.daemonkit import seed_history
 from tests.rawws import RawWebSocket
 from tests.wsclient import Client
 
@@ -205,3 +207,46 @@ async def test_a_non_reader_is_not_written_megabytes() -> None:
     # 2 x 256 KiB in the daemon's kernel buffer, ~128 KiB in the client's (it never read),
     # up to 256 KiB in the daemon's transport buffer, one frame in flight.
     assert got < 1.5 * MiB, f"the daemon wrote {got / MiB:.1f} MiB to a client that never read"
+
+
+async def test_a_replay_to_clients_that_never_read_is_cut_off(
+    daemon_factory: Any, project: Path
+) -> None:
+    """Issue 25, item 1: five clients subscribe from the start of a long history and read
+    nothing. Each is closed with 4408 once its socket has taken nothing for write_stall_s, and
+    its connection is gone a few seconds later even though it never reads the close frame;
+    the replays meanwhile hold a bounded amount of memory. (They stayed connected for as long
+    as one cared to wait: the close waited for room in a socket nobody read.)"""
+    stall_s = 3
+    d: DaemonProcess = daemon_factory(
+        config=f'[server]\nunix_socket = "off"\n[limits]\nwrite_stall_s = {stall_s}\n'
+    )
+    session = await seed_history(d, project, 40 * MiB)
+    d.start()
+    assert d.proc is not None
+    started = time.monotonic()
+    clients = []
+    for _ in range(6):
+        raw = RawWebSocket(d.port)
+        raw.send_json({"t": "hello", "id": 1, "protocol": 1, "token": d.token})
+        raw.send_json({"t": "session.subscribe", "id": 2, "session": session, "after_seq": 0})
+        clients.append(raw)
+    never, late = clients[:5], clients[5]
+    peak = 0
+    # Until the daemon has given up on all six (reading before that would be progress).
+    while d.log_text().count("client_stalled") < 6 and time.monotonic() - started < stall_s + 8:
+        peak = max(peak, rss_kib(d.proc.pid))
+        await asyncio.sleep(0.1)
+    # One of them reads again: what was queued before, then 4408.
+    code = await asyncio.get_running_loop().run_in_executor(None, _close_code, late)
+    assert code == 4408, f"closed with {code}"
+    assert time.monotonic() - started < stall_s + 10
+    while any(c.server_holds_it() for c in never) and time.monotonic() - started < stall_s + 10:
+        peak = max(peak, rss_kib(d.proc.pid))
+        await asyncio.sleep(0.2)
+    held = sum(c.server_holds_it() for c in never)
+    for c in clients:
+        c.close()
+    assert held == 0, f"{held} connections that read nothing still open {stall_s + 10} s on"
+    assert "client_stalled" in d.log_text()
+    assert peak / 1024 < 200, f"the daemon's RSS reached {peak / 1024:.0f} MiB"

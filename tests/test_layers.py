@@ -120,6 +120,9 @@ BELOW = (
     "bridge.failures",
     "bridge.invariants",
     "bridge.store",
+    "bridge.eventrows",
+    "bridge.transport",
+    "bridge.outbox",
 )
 
 
@@ -137,3 +140,53 @@ def test_nothing_below_imports_from_above() -> None:
 def test_server_and_doctor_do_not_import_each_other() -> None:
     assert "bridge.doctor" not in graph()["bridge.server"]
     assert "bridge.server" not in graph()["bridge.doctor"]
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports (any package), anywhere in its source."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return found
+
+
+#: a client connection, from its outbox to the server's requests, over any FrameTransport
+CONNECTION_SIDE = (
+    "bridge.transport",
+    "bridge.outbox",
+    "bridge.connection",
+    "bridge.dispatch",
+    "bridge.requests",
+    "bridge.tokens",
+    "bridge.server",
+)
+
+
+@pytest.mark.parametrize("name", CONNECTION_SIDE)
+def test_a_connection_does_not_depend_on_websockets(name: str) -> None:
+    """The relay serves virtual connections with the same code (docs/architecture.md): only
+    the WebSocket edge (bridge/wstransport.py, bridge/endpoint.py) knows websockets."""
+    imports = _all_imports(modules()[name])
+    assert not {m for m in imports if m.split(".")[0] == "websockets"}
+    assert "bridge.wstransport" not in graph()[name]
+
+
+def test_the_outbox_is_sans_io() -> None:
+    imports = _all_imports(modules()["bridge.outbox"])
+    assert not imports & {"asyncio", "socket", "time", "selectors"}
+
+
+#: the longest a module of bridge/ may be: past this, it holds more than one idea
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_is_longer_than_the_limit() -> None:
+    long = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge import loader
+from bridge import loader, loadprobe
 from bridge.adapters.demo import DemoAdapter
 from tests.loaderkit import LoaderHarness as Harness
 from tests.loaderkit import adapter_source, write
@@ -187,7 +187,7 @@ async def test_each_file_is_its_own_module(tmp_path: Path) -> None:
     await h.start()
     cls = h.agent("shadow")["cls"]
     assert isinstance(cls, type)
-    assert cls.__module__.startswith(loader.MODULE_PREFIX)
+    assert cls.__module__.startswith(loadprobe.MODULE_PREFIX)
     assert sys.modules[cls.__module__].__file__ == str(h.dir / "json.py")
     assert json.dumps({"ok": 1}) == '{"ok": 1}' and "json.py" not in str(sys.modules["json"])
     write(h.dir / "json.py", adapter_source("shadow", reply="again"))

@@ -23,16 +23,15 @@ command line configured in ``[agents.acp]``; ``bridge/acp_config.py`` makes one 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import itertools
 import os
 import signal
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, ClassVar
 
+from bridge.adapters.acp_content import models_in, modes_in, prompt_blocks, serve_fs
 from bridge.adapters.base import (
     CliAdapter,
     DetectedAgent,
@@ -58,18 +57,15 @@ from bridge.logs import get_logger
 from bridge.parsers import decode_object
 from bridge.parsers.acp import UpdateMapper
 from bridge.parsers.jsonrpc import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
     METHOD_NOT_FOUND,
-    RESOURCE_NOT_FOUND,
     Invalid,
+    JsonRpcLines,
     Message,
     Notification,
     Request,
     Response,
     RpcError,
     RpcId,
-    decode,
     encode_error,
     encode_notification,
     encode_request,
@@ -89,8 +85,6 @@ STOP_GRACE = 3.0
 DETECT_TIMEOUT = 9.0
 #: seconds the reader may keep draining output after the agent process itself exited
 EXIT_DRAIN = 1.0
-#: files larger than this are refused by ``fs/read_text_file``
-MAX_FS_BYTES = 16 * 1024 * 1024
 
 
 class AcpCallError(Exception):
@@ -103,19 +97,6 @@ class AcpCallError(Exception):
 
 class AgentExited(Exception):
     """The agent process ended while the bridge was waiting for it."""
-
-
-class _JsonRpcLines:
-    """The agent's stdout as JSON-RPC messages, one a line: what the pump feeds."""
-
-    def feed(self, line: bytes) -> list[Message]:
-        return [decode(line)]
-
-
-class _FsRefused(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -149,55 +130,6 @@ def _exit_text(code: int | None) -> str:
         except ValueError:
             return f"the agent was killed by signal {-code}"
     return f"the agent exited with code {code}"
-
-
-# ---- the session's files, for fs/* requests --------------------------------------------------
-
-
-def inside_root(root: str, path: Any) -> Path:
-    """``path`` resolved (symlinks too) if it lies inside ``root``, else ``_FsRefused``."""
-    if not isinstance(path, str) or not path or "\0" in path:
-        raise _FsRefused(INVALID_PARAMS, "`path` must be an absolute file path")
-    base = os.path.realpath(root)
-    full = os.path.realpath(os.path.join(base, path))
-    if full != base and not full.startswith(base.rstrip(os.sep) + os.sep):
-        raise _FsRefused(
-            INVALID_PARAMS, f"{path} is outside the session's working directory {root}"
-        )
-    return Path(full)
-
-
-def read_text(path: Path, line: Any = None, limit: Any = None) -> str:
-    try:
-        if path.is_dir():
-            raise _FsRefused(INVALID_PARAMS, f"{path} is a directory")
-        size = path.stat().st_size
-        if size > MAX_FS_BYTES:
-            raise _FsRefused(INVALID_PARAMS, f"{path} is larger than {MAX_FS_BYTES} bytes")
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        # Gemini and Qwen recognise this wording as "the file does not exist".
-        raise _FsRefused(RESOURCE_NOT_FOUND, f"Resource not found: {path}") from None
-    except OSError as exc:
-        raise _FsRefused(INTERNAL_ERROR, f"{path}: {exc.strerror or exc}") from None
-    first = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else None
-    count = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
-    if first is None and count is None:
-        return text
-    lines = text.splitlines(keepends=True)
-    start = (first or 1) - 1
-    return "".join(lines[start : start + count if count is not None else None])
-
-
-def write_text(path: Path, content: Any) -> None:
-    if not isinstance(content, str):
-        raise _FsRefused(INVALID_PARAMS, "`content` must be a string")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8", newline="") as fh:
-            fh.write(content)
-    except OSError as exc:
-        raise _FsRefused(INTERNAL_ERROR, f"{path}: {exc.strerror or exc}") from None
 
 
 # ---- the adapter ------------------------------------------------------------------------------
@@ -417,7 +349,7 @@ class AcpBase(CliAdapter, abstract=True):
         argv = self.command_line()
         remember_env_secrets(self.env)
         # An agent whose stdout ended but that lingers is ended by stop() (grace None).
-        pump: Pump[Message] = Pump(_JsonRpcLines(), event="acp_decode_failed", grace=None)
+        pump: Pump[Message] = Pump(JsonRpcLines(), event="acp_decode_failed", grace=None)
         proc = await pump.spawn(argv, cwd=self.cwd, env=self._child_env())
         self._proc = proc
         self._pending.clear()
@@ -638,20 +570,7 @@ class AcpBase(CliAdapter, abstract=True):
             )
 
     async def _serve_fs(self, msg: Request) -> None:
-        params = _dict(msg.params)
-        try:
-            path = inside_root(self.cwd, params.get("path"))
-            if msg.method == "fs/read_text_file":
-                text = await asyncio.to_thread(
-                    read_text, path, params.get("line"), params.get("limit")
-                )
-                answer = encode_result(msg.id, {"content": text})
-            else:
-                await asyncio.to_thread(write_text, path, params.get("content"))
-                answer = encode_result(msg.id, None)
-        except _FsRefused as exc:
-            answer = encode_error(msg.id, exc.code, str(exc))
-        await self._reply(answer)
+        await self._reply(await serve_fs(self.cwd, msg))
 
     # ---- session set-up ---------------------------------------------------------------------
 
@@ -744,27 +663,12 @@ class AcpBase(CliAdapter, abstract=True):
         self.session_id = sid
         self._mapper.session_id = sid
         self._mapper.set_mode(_dict(result.get("modes")).get("currentModeId"))
-        models = _dict(result.get("models"))
-        current = models.get("currentModelId")
+        current = _dict(result.get("models")).get("currentModelId")
         self._current_model = clean(current, 200) if isinstance(current, str) else self.model
-        seen = [
-            ModelInfo(id=clean(m["modelId"], 300), label=clean(str(m.get("name") or m["modelId"])))
-            for m in models.get("availableModels") or []
-            if isinstance(m, dict) and isinstance(m.get("modelId"), str)
-        ]
-        if seen:
-            self._models_seen[self.agent_id] = seen[:200]
-        modes = [
-            ModeInfo(
-                id=clean(m["id"], 200),
-                label=clean(str(m.get("name") or m["id"]), 200),
-                description=clean(str(m.get("description") or ""), 500),
-            )
-            for m in _dict(result.get("modes")).get("availableModes") or []
-            if isinstance(m, dict) and isinstance(m.get("id"), str)
-        ]
-        if modes and not type(self).modes:
-            self._modes_seen[self.agent_id] = modes[:50]
+        if seen := models_in(result):
+            self._models_seen[self.agent_id] = seen
+        if (modes := modes_in(result)) and not type(self).modes:
+            self._modes_seen[self.agent_id] = modes
         if self._on_session_id is not None:
             self._on_session_id(sid)
 
@@ -841,6 +745,10 @@ class AcpBase(CliAdapter, abstract=True):
 
     # ---- blocks ------------------------------------------------------------------------------
 
+    def _prompt_blocks(self, text: str, attachments: list[Any] | None) -> list[dict[str, Any]]:
+        embedded = _dict(self._agent_caps.get("promptCapabilities")).get("embeddedContext")
+        return prompt_blocks(text, attachments, embedded=bool(embedded))
+
     def _info_with(self, commands: list[Command]) -> AgentInfoBlock:
         return self.make_agent_info(
             name=self._agent_name or self.display_name,
@@ -848,33 +756,6 @@ class AcpBase(CliAdapter, abstract=True):
             commands=commands,
             model=self._current_model or self.model,
         )
-
-    def _prompt_blocks(self, text: str, attachments: list[Any] | None) -> list[dict[str, Any]]:
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": text}]
-        embedded = _dict(self._agent_caps.get("promptCapabilities")).get("embeddedContext")
-        for att in attachments or []:
-            name = str(getattr(att, "name", "attachment"))
-            mime = str(getattr(att, "mime", "application/octet-stream"))
-            data = getattr(att, "data", b"")
-            data = data if isinstance(data, bytes) else bytes(data)
-            encoded = base64.b64encode(data).decode("ascii")
-            if mime.lower().startswith("image/"):
-                blocks.append({"type": "image", "mimeType": mime, "data": encoded})
-                continue
-            try:
-                body = data.decode("utf-8")
-            except UnicodeDecodeError:
-                body = None
-            uri = f"attachment:///{name}"
-            if embedded:
-                resource: dict[str, Any] = {"uri": uri, "mimeType": mime}
-                resource.update({"text": body} if body is not None else {"blob": encoded})
-                blocks.append({"type": "resource", "resource": resource})
-            elif body is not None:
-                blocks.append({"type": "text", "text": f"[attachment {name}]\n{body}"})
-            else:
-                blocks.append({"type": "text", "text": f"[binary attachment {name} left out]"})
-        return blocks
 
 
 class AcpAdapter(AcpBase):

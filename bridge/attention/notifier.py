@@ -37,11 +37,11 @@ from bridge.attention.detect import (
     workstation_name,
 )
 from bridge.attention.presence import Presence
+from bridge.attention.pushstore import PushSubscriptions
 from bridge.attention.webpush import KEY_FILE, WebPush, check_endpoint, check_keys, endpoint_origin
 from bridge.config import NOTIFY_KINDS, Config
 from bridge.logs import get_logger
 from bridge.redact import remember_secret
-from bridge.store import PushSubscriptions
 
 log = get_logger("bridge.attention")
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from bridge import paths
 from bridge.attention.detect import SessionInfo
 from bridge.attention.notifier import Attention
+from bridge.attention.pushstore import PushSubscriptions
 from bridge.attention.webpush import SubscriptionError
 from bridge.pairing import pairing_host
 from bridge.protocol import (
@@ -24,7 +25,6 @@ from bridge.results import (
     WebpushKeyResult,
     as_result,
 )
-from bridge.store import PushSubscriptions
 
 if TYPE_CHECKING:
     from bridge.connection import Connection

@@ -134,6 +134,13 @@ def decode(line: bytes | str) -> Message:
     return Invalid("neither a request, a notification nor a response", _preview(data))
 
 
+class JsonRpcLines:
+    """A peer's stdout as JSON-RPC messages, one a line: what a ``Pump`` feeds."""
+
+    def feed(self, line: bytes) -> list[Message]:
+        return [decode(line)]
+
+
 def _rpc_error(value: Any) -> RpcError:
     if not isinstance(value, dict):
         return RpcError(INTERNAL_ERROR, clean(str(value))[:500])
