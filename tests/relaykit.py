@@ -23,6 +23,7 @@ from nats.aio.msg import Msg
 from bridge.relay import natsserver, pieces, sealing
 from bridge.relay.natsserver import RelayDir, RelayState
 from bridge.relay.sealing import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, KeyPair, b64, unb64
+from tests.wsclient import collect_events
 
 
 def wait_port(port: int, timeout: float = 10.0) -> None:
@@ -276,15 +277,4 @@ async def events_until(
 ) -> list[dict[str, Any]]:
     """Event frames until one whose block satisfies ``predicate`` (included), as
     tests/wsclient.py's ``Client.events_until``."""
-    out: list[dict[str, Any]] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        frame = await vc.next_push(max(0.01, deadline - loop.time()))
-        if frame["t"] == "_closed":
-            raise ConnectionError(f"closed with {frame['code']} after {len(out)} events")
-        if frame["t"] != "event" or (session and frame["session"] != session):
-            continue
-        out.append(frame)
-        if predicate(frame["block"]):
-            return out
+    return await collect_events(vc.next_push, predicate, timeout, session)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -15,6 +16,28 @@ class RequestFailed(Exception):
         super().__init__(f"{frame.get('code')}: {frame.get('message')}")
         self.code = frame.get("code")
         self.frame = frame
+
+
+async def collect_events(
+    next_push: Callable[[float], Awaitable[dict[str, Any]]],
+    predicate: Any,
+    timeout: float = 30.0,
+    session: str | None = None,
+) -> list[dict[str, Any]]:
+    """Event frames from ``next_push`` until one whose block satisfies ``predicate``
+    (included); shared by :class:`Client` and tests/relaykit.py's virtual client."""
+    out: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        frame = await next_push(max(0.01, deadline - loop.time()))
+        if frame["t"] == "_closed":
+            raise ConnectionError(f"closed with {frame['code']} after {len(out)} events")
+        if frame["t"] != "event" or (session and frame["session"] != session):
+            continue
+        out.append(frame)
+        if predicate(frame["block"]):
+            return out
 
 
 class Client:
@@ -96,18 +119,7 @@ class Client:
         self, predicate: Any, timeout: float = 30.0, session: str | None = None
     ) -> list[dict[str, Any]]:
         """Collect event frames until one satisfies ``predicate(block)`` (included)."""
-        out: list[dict[str, Any]] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            frame = await self.next_push(max(0.01, deadline - loop.time()))
-            if frame["t"] == "_closed":
-                raise ConnectionError(f"closed with {frame['code']} after {len(out)} events")
-            if frame["t"] != "event" or (session and frame["session"] != session):
-                continue
-            out.append(frame)
-            if predicate(frame["block"]):
-                return out
+        return await collect_events(self.next_push, predicate, timeout, session)
 
     async def turn(self, session: str, timeout: float = 60.0) -> list[dict[str, Any]]:
         return await self.events_until(
