@@ -4,12 +4,16 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.daemon import DaemonProcess
 from tests.harness import make_project
 from tests.web.browser import Browser
+
+if TYPE_CHECKING:
+    from tests.relaykit import Relay
 
 _OWN_BASETEMP = pytest.StashKey[Path]()
 
@@ -66,3 +70,16 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
     b = Browser(tmp_path_factory.mktemp("browser"))
     yield b
     b.close()
+
+
+@pytest.fixture
+def relay(tmp_path: Path) -> Iterator[Relay]:
+    """A started nats-server relay serving the workstations ``ws-a`` and ``ws-b``
+    (tests/relaykit.py); imported here only when a test asks for it."""
+    from tests.relaykit import Relay
+
+    r = Relay(tmp_path / "relay", names=("ws-a", "ws-b")).start()
+    try:
+        yield r
+    finally:
+        r.stop()

@@ -26,15 +26,6 @@ pytestmark = pytest.mark.slow
 SECRET_TEXT = "pineapple-harbour-4711"
 
 
-@pytest.fixture
-def relay(tmp_path: Path) -> Iterator[Relay]:
-    r = Relay(tmp_path / "relay", names=("ws-a", "ws-b")).start()
-    try:
-        yield r
-    finally:
-        r.stop()
-
-
 def wait_relay(d: DaemonProcess, status: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -73,6 +64,14 @@ async def paired_client(relay: Relay, d: DaemonProcess) -> RelayClient:
     reply = await client.pair(info["secret"], name="e2e phone")
     assert reply["ok"], reply
     return client
+
+
+async def opened_client(relay: Relay, d: DaemonProcess) -> tuple[RelayClient, VirtualClient]:
+    """A paired client with a virtual connection open and said hello on."""
+    client = await paired_client(relay, d)
+    vc = await client.open()
+    await vc.hello()
+    return client, vc
 
 
 async def reconnect(relay: Relay, client: RelayClient) -> VirtualClient:
@@ -122,9 +121,7 @@ async def test_pair_create_send_and_answer_a_permission(
 async def test_replay_after_the_client_connection_is_cut_mid_stream(
     relay: Relay, daemon: DaemonProcess, tmp_path: Path
 ) -> None:
-    client = await paired_client(relay, daemon)
-    vc = await client.open()
-    await vc.hello()
+    client, vc = await opened_client(relay, daemon)
     session = await demo_session(vc, tmp_path)
     await vc.request("session.send", session=session, text="slow tour with pauses")
     frames = await events_until(vc, lambda b: b["type"] == "tool_call", session=session)
@@ -149,9 +146,7 @@ async def test_replay_after_the_client_connection_is_cut_mid_stream(
 async def test_relay_killed_and_restarted_mid_turn(
     relay: Relay, daemon: DaemonProcess, tmp_path: Path
 ) -> None:
-    client = await paired_client(relay, daemon)
-    vc = await client.open()
-    await vc.hello()
+    client, vc = await opened_client(relay, daemon)
     session = await demo_session(vc, tmp_path)
     await vc.request("session.send", session=session, text="slow tour while the relay dies")
     frames = await events_until(vc, lambda b: b["type"] == "thinking", session=session)
@@ -191,9 +186,7 @@ async def test_the_relay_sees_only_ciphertext_and_cannot_drive_the_daemon(
 
     await monitor.subscribe(">", cb=keep)
     await monitor.flush()
-    client = await paired_client(relay, daemon)
-    vc = await client.open()
-    await vc.hello()
+    client, vc = await opened_client(relay, daemon)
     session = await demo_session(vc, tmp_path)
     await vc.request("session.send", session=session, text=f"echo {SECRET_TEXT}")
     await events_until(vc, lambda b: b["type"] == "session_end", session=session)
@@ -250,9 +243,7 @@ async def test_the_relay_sees_only_ciphertext_and_cannot_drive_the_daemon(
 async def test_a_revoked_client_is_closed_and_refused(
     relay: Relay, daemon: DaemonProcess, tmp_path: Path
 ) -> None:
-    client = await paired_client(relay, daemon)
-    vc = await client.open()
-    await vc.hello()
+    client, vc = await opened_client(relay, daemon)
     assert client.client_id is not None
     out = run_bridge("clients", "revoke", client.client_id, env=daemon.env, check=True)
     assert "revoked" in out.stdout
@@ -285,9 +276,7 @@ async def test_a_client_over_the_websocket_listener(
 async def test_a_stopping_daemon_closes_its_virtual_connections(
     relay: Relay, daemon: DaemonProcess
 ) -> None:
-    client = await paired_client(relay, daemon)
-    vc = await client.open()
-    await vc.hello()
+    client, vc = await opened_client(relay, daemon)
     await asyncio.to_thread(daemon.stop)
     await asyncio.wait_for(vc.closed_event.wait(), 5)
     assert vc.closed is not None and vc.closed["code"] == 1001

@@ -7,7 +7,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -21,15 +21,6 @@ from bridge.relay.sealing import KeyPair, b64
 from bridge.relay.vconn import VirtualConnection
 from bridge.transport import TransportClosed
 from tests.relaykit import Relay, RelayClient
-
-
-@pytest.fixture
-def relay(tmp_path: Path) -> Iterator[Relay]:
-    r = Relay(tmp_path / "relay", names=("ws-a", "ws-b")).start()
-    try:
-        yield r
-    finally:
-        r.stop()
 
 
 async def echo(vc: VirtualConnection) -> None:
