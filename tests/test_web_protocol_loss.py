@@ -8,23 +8,14 @@ both ways, replayed or forged frames close it, KEEPALIVE when idle, silence is a
 from __future__ import annotations
 
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.web.nodetest import run_node_test
 
 
 def node_test(name: str) -> str:
-    done = subprocess.run(
-        ["node", "--test", "--test-reporter=spec", str(ROOT / "tests" / "web" / name)],
-        env={"PATH": str(Path(shutil.which("node") or "node").parent)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        start_new_session=True,
-    )
+    done = run_node_test(name)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

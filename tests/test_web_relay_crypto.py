@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
+from tests.web.nodetest import run_node_test
+
 nacl_public = pytest.importorskip("nacl.public")
 nacl_secret = pytest.importorskip("nacl.secret")
 
-ROOT = Path(__file__).resolve().parent.parent
-NODE_TEST = ROOT / "tests" / "web" / "relay_crypto.test.mjs"
+NODE_TEST = "relay_crypto.test.mjs"
 MAX_PLAINTEXT = 256 * 1024
 
 
@@ -152,17 +153,7 @@ def vectors() -> dict[str, Any]:
 
 
 def run_node(vectors_file: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["node", "--test", "--test-reporter=spec", str(NODE_TEST)],
-        env={
-            "PATH": str(Path(shutil.which("node") or "node").parent),
-            "RELAY_VECTORS": str(vectors_file),
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-        start_new_session=True,
-    )
+    return run_node_test(NODE_TEST, {"RELAY_VECTORS": str(vectors_file)})
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
@@ -189,18 +180,6 @@ def test_a_wrong_vector_fails_the_node_check(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_relay_crypto_matches_the_daemons_vectors() -> None:
     # The daemon side's fixture (tests/relay_vectors.py): the two sides agree on the same bytes.
-    done = subprocess.run(
-        [
-            "node",
-            "--test",
-            "--test-reporter=spec",
-            str(ROOT / "tests" / "web" / "relay_vectors.test.mjs"),
-        ],
-        env={"PATH": str(Path(shutil.which("node") or "node").parent)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        start_new_session=True,
-    )
+    done = run_node_test("relay_vectors.test.mjs")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "fail 0" in done.stdout and "pass 6" in done.stdout
