@@ -23,6 +23,7 @@ from nats.aio.msg import Msg
 from bridge.relay import natsserver, pieces, sealing
 from bridge.relay.natsserver import RelayDir, RelayState
 from bridge.relay.sealing import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, KeyPair, b64, unb64
+from tests.daemon import DaemonProcess
 from tests.wsclient import collect_events
 
 
@@ -278,3 +279,13 @@ async def events_until(
     """Event frames until one whose block satisfies ``predicate`` (included), as
     tests/wsclient.py's ``Client.events_until``."""
     return await collect_events(vc.next_push, predicate, timeout, session)
+
+
+def wait_relay(d: DaemonProcess, status: str, timeout: float = 20.0) -> None:
+    """Until the daemon's /healthz says its relay link is ``status``; else fails with its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if d.healthz().get("relay") == status:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"relay never {status}: {d.healthz()}\n{d.log_text()[-3000:]}")

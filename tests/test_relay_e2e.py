@@ -18,21 +18,19 @@ from nats.aio.msg import Msg
 from bridge.relay.sealing import KeyPair, b64, unb64
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
-from tests.relaykit import Relay, RelayClient, VirtualClient, decode_link, events_until
+from tests.relaykit import (
+    Relay,
+    RelayClient,
+    VirtualClient,
+    decode_link,
+    events_until,
+    wait_relay,
+)
 from tests.wsclient import Client
 
 pytestmark = pytest.mark.slow
 
 SECRET_TEXT = "pineapple-harbour-4711"
-
-
-def wait_relay(d: DaemonProcess, status: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if d.healthz().get("relay") == status:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"relay never {status}: {d.healthz()}\n{d.log_text()[-3000:]}")
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from bridge.relay.natsserver import free_port
 from bridge.relay.sealing import unb64
 from tests.daemon import ROOT, DaemonProcess
 from tests.daemonkit import bridge_argv, run_bridge
-from tests.relaykit import RelayClient, decode_link, events_until, wait_port
+from tests.relaykit import RelayClient, decode_link, events_until, wait_port, wait_relay
 
 pytestmark = pytest.mark.slow
 
@@ -56,10 +56,7 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
         d = DaemonProcess(tmp_path / "home", config=f'[relay]\naccount = "{account_file}"\n')
         (d.config_dir / "config.toml").chmod(0o600)
         d.start()
-        deadline = time.monotonic() + 20
-        while d.healthz().get("relay") != "connected" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert d.healthz()["relay"] == "connected"
+        wait_relay(d, "connected")
         doctor = run_bridge("doctor", env=d.env)
         assert "relay: connected" in doctor.stdout
 
@@ -106,10 +103,7 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(15) == 0
         assert not port_open(port) and not port_open(ws_port)  # nats-server went with it
-        deadline = time.monotonic() + 20
-        while d.healthz().get("relay") != "disconnected" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert d.healthz()["relay"] == "disconnected"
+        wait_relay(d, "disconnected")
         doctor = run_bridge("doctor", env=d.env)
         assert "relay: disconnected" in doctor.stdout
     finally:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
-from tests.relaykit import Relay, decode_link
+from tests.relaykit import Relay, decode_link, wait_relay
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import ARTIFACTS, DESKTOP, PHONE, base, page_errors, send, shot
 
@@ -69,10 +68,7 @@ def remote(
     (d.config_dir / "config.toml").chmod(0o600)
     d.start()
     try:
-        deadline = time.monotonic() + 20
-        while d.healthz().get("relay") != "connected":
-            assert time.monotonic() < deadline, d.log_text()[-3000:]
-            time.sleep(0.1)
+        wait_relay(d, "connected")
         yield d
     finally:
         d.stop()
