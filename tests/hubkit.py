@@ -46,6 +46,14 @@ class World:
     checks: int = 0
     check_gate: tuple[int, threading.Event] | None = None
 
+    def hold_check(self, number: int = 1) -> threading.Event:
+        """Counts ownership checks from zero again; check ``number`` waits until the returned
+        event is set."""
+        gate = threading.Event()
+        self.checks = 0
+        self.check_gate = (number, gate)
+        return gate
+
     def say(self, sid: str, *blocks: Block) -> None:
         """The terminal writes to its transcript; every running mirror reads it."""
         for q in self.mirrors.get(sid, []):

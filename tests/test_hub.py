@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -211,9 +210,7 @@ async def test_sends_reach_the_agent_in_arrival_order_while_the_ownership_check_
         return await unspill(record)
 
     monkeypatch.setattr(hub.store, "unspill", spy)
-    gate = threading.Event()
-    world.checks = 0
-    world.check_gate = (1, gate)  # the first ownership check (A's) waits for the gate
+    gate = world.hold_check(1)  # the first ownership check (A's) waits for the gate
     first = asyncio.create_task(hub.send(sid, "A", [], "a"))
     await until(lambda: world.checks >= 1, what="A's ownership check")
     second = await hub.send(sid, "B", [], "b")
@@ -232,9 +229,7 @@ async def test_a_close_during_the_check_of_a_send_refuses_it(
 ) -> None:
     hub = quiet_hub
     sid, _ = await after_hello(hub, tmp_path)
-    gate = threading.Event()
-    world.checks = 0
-    world.check_gate = (1, gate)
+    gate = world.hold_check(1)
     send = asyncio.create_task(hub.send(sid, "never", [], "n"))
     await until(lambda: world.checks >= 1, what="the ownership check")
     await hub.close(sid)
@@ -260,9 +255,7 @@ async def test_a_shutdown_during_the_check_of_a_send_keeps_it_queued(
 
     monkeypatch.setattr(store, "save_message", spy)
     sid, _ = await after_hello(h, tmp_path)
-    gate = threading.Event()
-    world.checks = 0
-    world.check_gate = (1, gate)
+    gate = world.hold_check(1)
     send = asyncio.create_task(h.send(sid, "after the restart", [], "r"))
     await until(lambda: world.checks >= 1, what="the ownership check")
     stopping = asyncio.create_task(h.shutdown())
@@ -490,9 +483,7 @@ async def test_a_handoff_during_the_check_before_a_turn_keeps_the_message_queued
     """The queue runner asks whether a terminal owns the session before each turn; a
     handoff that parks the session meanwhile must leave the message queued, not run it."""
     sid, _ = await after_hello(hub, tmp_path)
-    gate = threading.Event()
-    world.checks = 0
-    world.check_gate = (1, gate)  # the queue runner's, the one check before a turn
+    gate = world.hold_check(1)  # the queue runner's, the one check before a turn
     send = asyncio.create_task(hub.send(sid, "later", [], None))
     await until(lambda: world.checks == 1)
     await hub.handoff(sid)
