@@ -1,8 +1,9 @@
 // protocol.js's loss handling with a stand-in transport (what relay.js's RelaySocket offers):
-// node --test, run by tests/test_web_relay_crypto.py. No network, no timing assertions: the
+// node --test, run by tests/test_web_protocol_loss.py. No network, no timing assertions: the
 // retransmit timer is made short so the cases run quickly.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { until } from './until.mjs';
 
 const { BridgeClient } = await import('../../bridge/web/js/protocol.js');
 
@@ -17,15 +18,6 @@ class FakeSocket {
   send(text) { this.sent.push(JSON.parse(text)); }
   close(code, reason) { this.closed = { code, reason }; }
   deliver(frame) { this.onmessage?.({ data: JSON.stringify(frame) }); }
-}
-
-const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
-async function until(pred, what) {
-  for (let i = 0; i < 400; i++) {
-    if (pred()) return;
-    await tick();
-  }
-  throw new Error(`never: ${what}`);
 }
 
 async function opened(options = {}) {

@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
+import { tick, until } from './until.mjs';
 
 const require = createRequire(import.meta.url);
 const nacl = require('../../bridge/web/vendor/tweetnacl/nacl-fast.js');
@@ -53,15 +54,6 @@ class TestStation extends RelayStation {
     this.nc = nc;
   }
   async connection() { return this.nc; }
-}
-
-const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
-async function until(pred, what) {
-  for (let i = 0; i < 400; i++) {
-    if (pred()) return;
-    await tick();
-  }
-  throw new Error(`never: ${what}`);
 }
 
 async function openSocket(timing = { keepaliveMs: 60_000, silenceMs: 60_000, tickMs: 10 }) {
