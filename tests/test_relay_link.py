@@ -23,6 +23,15 @@ from bridge.transport import TransportClosed
 from tests.relaykit import Relay, RelayClient
 
 
+async def until_connected(lk: RelayLink, tries: int) -> None:
+    """Polls the link's status every 50 ms, ``tries`` times at most, until it is connected."""
+    for _ in range(tries):
+        if lk.status == "connected":
+            break
+        await asyncio.sleep(0.05)
+    assert lk.status == "connected"
+
+
 async def echo(vc: VirtualConnection) -> None:
     """Answers each frame with {"t":"ok","id":..,"result":<the frame>}."""
     try:
@@ -40,11 +49,7 @@ async def link(relay: Relay, tmp_path: Path) -> AsyncIterator[RelayLink]:
     registry = ClientRegistry(tmp_path / "state" / "relay")
     lk = RelayLink(settings, registry, echo, max_frame=16 * 1024 * 1024)
     lk.start()
-    for _ in range(100):
-        if lk.status == "connected":
-            break
-        await asyncio.sleep(0.05)
-    assert lk.status == "connected"
+    await until_connected(lk, tries=100)
     try:
         yield lk
     finally:
@@ -208,11 +213,7 @@ async def test_the_link_waits_for_a_relay_that_is_not_up_yet(tmp_path: Path) -> 
         await asyncio.sleep(0.5)
         assert lk.status == "disconnected"
         relay.start()
-        for _ in range(200):
-            if lk.status == "connected":
-                break
-            await asyncio.sleep(0.05)
-        assert lk.status == "connected"
+        await until_connected(lk, tries=200)
         client = await paired(relay, lk)
         assert await client.status() == {"v": 1}
         await client.nc.close()
