@@ -26,6 +26,25 @@ _json = msgspec.json.Decoder()
 _enc = msgspec.json.Encoder()
 
 
+def dispatch(
+    answers: dict[Any, asyncio.Future[dict[str, Any]]],
+    on_frame: Callable[[bytes], None] | None,
+    payload: bytes,
+) -> None:
+    """One received frame: the answer to a waiting request, else handed to ``on_frame``
+    (shared with bench/relay.py's virtual client)."""
+    # Answers are rare and short; events are many: look for an id only in small ok/err.
+    head = payload[:16]
+    if answers and (b'"ok"' in head or b'"err"' in head):
+        frame = _json.decode(payload)
+        fut = answers.pop(frame.get("id"), None)
+        if fut is not None and not fut.done():
+            fut.set_result(frame)
+            return
+    if on_frame is not None:
+        on_frame(payload)
+
+
 class Event(msgspec.Struct):
     """The fields of an ``event`` frame the benchmarks look at."""
 
@@ -128,16 +147,7 @@ class LeanClient:
 
     def _dispatch(self, payload: bytes) -> None:
         self.frames += 1
-        # Answers are rare and short; events are many: look for an id only in small ok/err.
-        head = payload[:16]
-        if self._answers and (b'"ok"' in head or b'"err"' in head):
-            frame = _json.decode(payload)
-            fut = self._answers.pop(frame.get("id"), None)
-            if fut is not None and not fut.done():
-                fut.set_result(frame)
-                return
-        if self.on_frame is not None:
-            self.on_frame(payload)
+        dispatch(self._answers, self.on_frame, payload)
 
     async def _read(self) -> None:
         buf = bytearray()

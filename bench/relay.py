@@ -25,6 +25,7 @@ from typing import Any
 import nats
 
 from bench import scenarios
+from bench.client import dispatch
 from bench.targets import DaemonTarget, Target, healthz
 from bridge.relay import pieces, sealing
 from bridge.relay.sealing import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, KeyPair, b64, unb64
@@ -183,15 +184,7 @@ class RelayLeanClient:
         if frame is None:
             return
         self.frames += 1
-        head = frame[:16]
-        if self._answers and (b'"ok"' in head or b'"err"' in head):
-            parsed = json.loads(frame)
-            fut = self._answers.pop(parsed.get("id"), None)
-            if fut is not None and not fut.done():
-                fut.set_result(parsed)
-                return
-        if self.on_frame is not None:
-            self.on_frame(frame)
+        dispatch(self._answers, self.on_frame, frame)
 
     async def request(self, method: str, timeout: float = 60.0, **fields: Any) -> Any:
         self._ids += 1
