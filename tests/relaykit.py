@@ -289,3 +289,17 @@ def wait_relay(d: DaemonProcess, status: str, timeout: float = 20.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"relay never {status}: {d.healthz()}\n{d.log_text()[-3000:]}")
+
+
+def relayed_daemon(home: Path, config: str) -> DaemonProcess:
+    """A daemon started with ``config`` (a ``[relay]`` table; config.toml made mode 0600, the
+    user's alone), returned once its relay link is connected; stopped again if it never is."""
+    d = DaemonProcess(home, config=config)
+    (d.config_dir / "config.toml").chmod(0o600)
+    try:
+        d.start()
+        wait_relay(d, "connected")
+    except BaseException:
+        d.stop()
+        raise
+    return d

@@ -24,6 +24,7 @@ from tests.relaykit import (
     VirtualClient,
     decode_link,
     events_until,
+    relayed_daemon,
     wait_relay,
 )
 from tests.wsclient import Client
@@ -37,11 +38,8 @@ SECRET_TEXT = "pineapple-harbour-4711"
 def daemon(relay: Relay, tmp_path: Path) -> Iterator[DaemonProcess]:
     account = relay.rdir.account_file("ws-a")
     config = f'[relay]\naccount = "{account}"\nweb_url = "https://app.example/"\n'
-    d = DaemonProcess(tmp_path / "home", config=config)
-    (d.config_dir / "config.toml").chmod(0o600)
-    d.start()
+    d = relayed_daemon(tmp_path / "home", config)
     try:
-        wait_relay(d, "connected")
         yield d
     finally:
         d.stop()

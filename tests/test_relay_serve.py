@@ -20,7 +20,14 @@ from bridge.relay.natsserver import free_port
 from bridge.relay.sealing import unb64
 from tests.daemon import ROOT, DaemonProcess
 from tests.daemonkit import bridge_argv, run_bridge
-from tests.relaykit import RelayClient, decode_link, events_until, wait_port, wait_relay
+from tests.relaykit import (
+    RelayClient,
+    decode_link,
+    events_until,
+    relayed_daemon,
+    wait_port,
+    wait_relay,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -53,10 +60,7 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
         assert account["url"] == f"nats://127.0.0.1:{port}"
         assert account["client_url"] == f"ws://127.0.0.1:{ws_port}"
 
-        d = DaemonProcess(tmp_path / "home", config=f'[relay]\naccount = "{account_file}"\n')
-        (d.config_dir / "config.toml").chmod(0o600)
-        d.start()
-        wait_relay(d, "connected")
+        d = relayed_daemon(tmp_path / "home", f'[relay]\naccount = "{account_file}"\n')
         doctor = run_bridge("doctor", env=d.env)
         assert "relay: connected" in doctor.stdout
 

@@ -21,7 +21,7 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
-from tests.relaykit import Relay, decode_link, wait_relay
+from tests.relaykit import Relay, decode_link, relayed_daemon
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import ARTIFACTS, DESKTOP, PHONE, base, page_errors, send, shot
 
@@ -64,11 +64,8 @@ def remote(
         f'[relay]\naccount = "{account}"\nname = "studio"\nweb_url = "{base(direct)}"\n'
         "[server]\nserve_web = false\n"
     )
-    d = DaemonProcess(tmp_path_factory.mktemp("remote") / "home", config=config)
-    (d.config_dir / "config.toml").chmod(0o600)
-    d.start()
+    d = relayed_daemon(tmp_path_factory.mktemp("remote") / "home", config)
     try:
-        wait_relay(d, "connected")
         yield d
     finally:
         d.stop()
