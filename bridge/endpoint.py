@@ -56,6 +56,14 @@ def json_response(status: int, body: dict[str, Any]) -> HttpResponse:
     return HttpResponse(status, HTTPStatus(status).phrase, headers, data)
 
 
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """A server's TLS: this certificate and key, TLS 1.2 at least."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
 def bearer(header: str) -> str:
     scheme, _, value = header.partition(" ")
     return value.strip() if scheme.lower() == "bearer" else ""
@@ -96,10 +104,7 @@ class Endpoint:
         conf = self.config.server
         if not conf.tls_cert:
             return None
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(conf.tls_cert, conf.tls_key)
-        return ctx
+        return tls_context(conf.tls_cert, conf.tls_key)
 
     def _serve_kwargs(self) -> dict[str, Any]:
         conf = self.config.server

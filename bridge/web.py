@@ -1,4 +1,5 @@
-"""The reference web client: static files shipped in the package, served on the daemon's port.
+"""The reference web client: static files shipped in the package, served on the daemon's port
+and by `agent-bridge relay serve` on its web port (bridge/relay/webserve.py).
 
 The page holds no secret (the user brings the token, typed in or from the pairing URL's
 fragment, which browsers never send to the server), so it is served without authentication.
@@ -118,6 +119,10 @@ class WebClient:
         static = self.files.get(path)
         if static is None:
             return None
+        return self.response(static, request)
+
+    @staticmethod
+    def response(static: StaticFile, request: Request) -> Response:
         headers = Headers(
             [
                 ("Date", email.utils.formatdate(usegmt=True)),
@@ -138,14 +143,21 @@ class WebClient:
             headers["Content-Length"] = "0"
             return Response(304, HTTPStatus(304).phrase, headers, b"")
         headers["Content-Length"] = str(len(static.body))
-        return Response(200, HTTPStatus(200).phrase, headers, static.body)
+        # HEAD: the same headers, no body
+        body = b"" if request.method == "HEAD" else static.body
+        return Response(200, HTTPStatus(200).phrase, headers, body)
 
 
-def http_handler(server: BridgeServer) -> HttpHandler | None:
-    if not server.config.server.serve_web:
-        return None
+def builtin_client() -> WebClient | None:
+    """The web client shipped in the package, or None (logged) when its page is missing."""
     files = load_files(resources.files("bridge") / "web")
     if "/" not in files:
         log.warning("web_client_missing", hint="bridge/web/index.html is not in the package")
         return None
     return WebClient(files)
+
+
+def http_handler(server: BridgeServer) -> HttpHandler | None:
+    if not server.config.server.serve_web:
+        return None
+    return builtin_client()

@@ -111,7 +111,8 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         nkey=nkey,
         client_url=client_url,
         client_login=client_login,
-        web_url=conf.web_url,
+        # [relay] web_url, else the web client the relay itself serves (`relay serve`)
+        web_url=conf.web_url or str(account.get("web_url") or ""),
         name=conf.name or socket.gethostname(),
     )
 

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -40,7 +40,7 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
     try:
         binary = natsserver.nats_server_binary()
         state = rdir.load() or RelayState()
-        for key in ("host", "port", "ws_port", "tls_cert", "tls_key", "public_host"):
+        for key in ("host", "port", "ws_port", "web_port", "tls_cert", "tls_key", "public_host"):
             value = getattr(args, key, None)
             if value is not None:
                 setattr(state, key, value)
@@ -54,9 +54,23 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
             print(HOW_TO_USE.format(account=account))
     except (RelayServeError, OSError) as exc:
         return fail(exc)
-    warning = natsserver.plain_ws_warning(state)
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
+    for warning in (natsserver.plain_ws_warning(state), natsserver.plain_web_warning(state)):
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+    return asyncio.run(_serve(rdir, state, binary))
+
+
+async def _serve(rdir: Any, state: Any, binary: Path) -> int:
+    """The web client's port (when on) and nats-server, until SIGTERM/SIGINT or nats-server
+    exits; both stop together."""
+    from bridge.relay import natsserver, webserve
+
+    web = webserve.relay_web() if state.web_port else None
+    if web is not None:
+        try:
+            await web.start(state.host, state.web_port, state.tls_cert, state.tls_key)
+        except (OSError, ValueError) as exc:
+            return fail(f"the web client's port {state.host}:{state.web_port}: {exc}")
     proc = natsserver.start(rdir)
     stopping: list[int] = []
 
@@ -64,23 +78,25 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
         stopping.append(signum)
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    served = f", web client on {natsserver.web_url(state)}" if web is not None else ""
     print(
         f"relay running ({binary}): NATS on {state.host}:{state.port}, "
-        f"WebSocket on {state.host}:{state.ws_port}; config {rdir.conf_file}",
+        f"WebSocket on {state.host}:{state.ws_port}{served}; config {rdir.conf_file}",
         flush=True,
     )
     try:
         while not stopping:
-            try:
-                code = proc.wait(0.5)
-            except subprocess.TimeoutExpired:
-                continue
-            return fail(f"nats-server exited with status {code}")
+            code = proc.poll()
+            if code is not None:
+                return fail(f"nats-server exited with status {code}")
+            await asyncio.sleep(0.5)
         natsserver.stop(proc)
         print("relay stopped", flush=True)
         return 0
     finally:
         natsserver.stop(proc)
+        if web is not None:
+            await web.close()
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
@@ -152,7 +168,13 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="NATS client port (default 4222)")
     p.add_argument("--ws-port", dest="ws_port", type=int, help="WebSocket port (default 4280)")
-    p.add_argument("--tls-cert", dest="tls_cert", help="PEM certificate for both listeners")
+    p.add_argument(
+        "--web-port",
+        dest="web_port",
+        type=int,
+        help="port serving the web client (default 4281; 0: off)",
+    )
+    p.add_argument("--tls-cert", dest="tls_cert", help="PEM certificate for every listener")
     p.add_argument("--tls-key", dest="tls_key", help="PEM key of --tls-cert")
     p.add_argument(
         "--public-host",

@@ -30,6 +30,8 @@ from bridge.relay import privfile
 
 DEFAULT_PORT = 4222
 DEFAULT_WS_PORT = 4280
+#: the web client's port (bridge/relay/webserve.py); 0 turns it off
+DEFAULT_WEB_PORT = 4281
 STOP_GRACE_S = 5.0
 
 
@@ -85,6 +87,7 @@ class RelayState:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     ws_port: int = DEFAULT_WS_PORT
+    web_port: int = DEFAULT_WEB_PORT
     tls_cert: str = ""
     tls_key: str = ""
     #: the host name clients and daemons dial ("" = host, or this machine's LAN address)
@@ -98,6 +101,7 @@ class RelayState:
             "host": self.host,
             "port": self.port,
             "ws_port": self.ws_port,
+            "web_port": self.web_port,
             "tls_cert": self.tls_cert,
             "tls_key": self.tls_key,
             "public_host": self.public_host,
@@ -118,6 +122,7 @@ class RelayState:
             host=str(raw.get("host", "127.0.0.1")),
             port=int(raw.get("port", DEFAULT_PORT)),
             ws_port=int(raw.get("ws_port", DEFAULT_WS_PORT)),
+            web_port=int(raw.get("web_port", DEFAULT_WEB_PORT)),
             tls_cert=str(raw.get("tls_cert", "")),
             tls_key=str(raw.get("tls_key", "")),
             public_host=str(raw.get("public_host", "")),
@@ -190,13 +195,26 @@ def account_of(state: RelayState, w: Workstation) -> dict[str, Any]:
     host = _public_host(state)
     shown = f"[{host}]" if ":" in host else host
     tls = bool(state.tls_cert)
-    return {
+    account: dict[str, Any] = {
         "url": f"{'tls' if tls else 'nats'}://{shown}:{state.port}",
         "client_url": f"{'wss' if tls else 'ws'}://{shown}:{state.ws_port}",
         "host_id": w.host_id,
         "daemon": {"user": w.daemon_user, "password": w.daemon_password},
         "client": {"user": w.client_user, "password": w.client_password},
     }
+    web = web_url(state)
+    if web:
+        account["web_url"] = web
+    return account
+
+
+def web_url(state: RelayState) -> str:
+    """Where phones load the web client `relay serve` serves; "" when its web port is off."""
+    if not state.web_port:
+        return ""
+    host = _public_host(state)
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if state.tls_cert else 'http'}://{shown}:{state.web_port}/"
 
 
 class RelayDir:
@@ -264,6 +282,16 @@ def plain_ws_warning(state: RelayState) -> str | None:
         f"WARNING: the WebSocket listener on {state.host}:{state.ws_port} is plain (no TLS). "
         "Frames stay sealed end to end, but NATS passwords and the pairing exchange's metadata "
         "cross the network readable: use --tls-cert/--tls-key (or a TLS proxy) beyond loopback."
+    )
+
+
+def plain_web_warning(state: RelayState) -> str | None:
+    if not state.web_port or state.tls_cert or is_loopback(state.host):
+        return None
+    return (
+        f"WARNING: the web client on {state.host}:{state.web_port} is served over plain HTTP. "
+        "A phone loads the page, the code that holds its keys, from there: anyone on the path "
+        "could change it. Use --tls-cert/--tls-key (or a TLS proxy) beyond loopback."
     )
 
 

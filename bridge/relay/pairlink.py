@@ -1,8 +1,9 @@
 """``agent-bridge pair --relay``: a one-time pairing link for the relay (docs/remote-access.md).
 
-The link is ``<web client URL>#relay=<b64 JSON>``: the relay's client URL and login, this
-daemon's public key and a one-time secret (10 minutes, single use). The fragment never reaches
-a web server; the link is the secret.
+The link is ``<web client URL>#relay=<b64 JSON>``: the web client URL is ``[relay] web_url``,
+else the one the account file names (the page `relay serve` serves), else this daemon's own
+address. The fragment carries the relay's client URL and login, this daemon's public key and a
+one-time secret (10 minutes, single use); it never reaches a web server: the link is the secret.
 """
 
 from __future__ import annotations

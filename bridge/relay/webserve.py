@@ -1,0 +1,73 @@
+"""The web client served by `agent-bridge relay serve` on a port of its own, so a phone away
+from home loads the page from the relay machine rather than from a daemon it cannot reach.
+
+The same files and headers as the daemon's (bridge/web.py), over websockets' HTTP/1.1 parser
+like the daemon's port; every request is answered before any upgrade, so there is no WebSocket
+and no daemon API here: the page talks only to workstations paired through the relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
+
+from bridge import __version__
+from bridge.endpoint import json_response, tls_context
+from bridge.logs import get_logger
+from bridge.web import WebClient, builtin_client
+
+log = get_logger("bridge.relay.web")
+
+
+class RelayWeb:
+    """Answers every request: the client's files, ``/healthz``, else 404 (405 for a method
+    other than GET and HEAD)."""
+
+    def __init__(self, client: WebClient) -> None:
+        self.client = client
+        self.server: Server | None = None
+
+    def answer(self, connection: ServerConnection, request: Request) -> Response:
+        try:
+            if request.method not in ("GET", "HEAD"):
+                return json_response(405, {"ok": False, "error": "method not allowed"})
+            path = request.path.split("?", 1)[0]
+            if path == "/healthz":
+                return json_response(200, {"ok": True, "relay": True})
+            found = self.client(connection, request)
+            return found or json_response(404, {"ok": False, "error": "not found"})
+        except Exception:
+            log.exception("relay_web_request_failed", path=request.path)
+            return json_response(500, {"ok": False, "error": "internal error"})
+
+    async def start(self, host: str, port: int, tls_cert: str = "", tls_key: str = "") -> int:
+        """Listen; the port actually bound."""
+        tls = tls_context(tls_cert, tls_key) if tls_cert else None
+        self.server = await serve(
+            _never,
+            host,
+            port,
+            ssl=tls,
+            process_request=self.answer,
+            server_header=f"agent-bridge/{__version__}",
+            close_timeout=3,
+        )
+        return int(next(iter(self.server.sockets)).getsockname()[1])
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.server.wait_closed(), 5.0)
+
+
+async def _never(_ws: ServerConnection) -> None:
+    """Unreachable: ``answer`` replies to every request before an upgrade."""
+
+
+def relay_web() -> RelayWeb | None:
+    client = builtin_client()
+    return RelayWeb(client) if client is not None else None
