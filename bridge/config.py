@@ -192,7 +192,8 @@ class RelayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     client_url: str = ""
     #: JSON file {"user": ..., "password": ...} put in pairing links (mode 0600); optional.
     client_auth: str = ""
-    #: Web client URL in pairing links; "" = this daemon's own http(s) address.
+    #: Web client URL in pairing links; "" = the account's (the page `relay serve` serves),
+    #: else this daemon's own http(s) address.
     web_url: str = ""
     #: The workstation's name shown to clients; "" = the host name.
     name: str = ""

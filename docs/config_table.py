@@ -191,7 +191,8 @@ MEANING: dict[str, str] = {
     "the account's.",
     "relay.client_auth": 'JSON file `{"user": …, "password": …}` with the phones\' NATS login, '
     "put in pairing links; mode 0600. Optional.",
-    "relay.web_url": 'Web client URL pairing links open; `""` = this daemon\'s own address.',
+    "relay.web_url": 'Web client URL pairing links open; `""` = the account file\'s (the web '
+    "client `relay serve` serves), else this daemon's own address.",
     "relay.name": 'The workstation\'s name shown on phones; `""` = the host name.',
 }
 

@@ -1,6 +1,7 @@
 """`agent-bridge relay serve` starts a working relay in one command: a daemon pointed at the
-account file it writes connects, and a client pairs and talks to the daemon through it;
-`relay add` adds a workstation to the running relay. Without [relay] the daemon says "off"."""
+account file it writes connects, and a client pairs and talks to the daemon through it, from a
+pairing link on the web client the relay serves itself; `relay add` adds a workstation to the
+running relay. Without [relay] the daemon says "off"."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import socket
 import stat
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import nats
@@ -37,13 +40,57 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def get(url: str) -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def raw_http(port: int, request: bytes) -> bytes:
+    """What the web port answers to bytes that may not be HTTP at all (a path sent as is)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+
+def check_web_client(web_port: int) -> None:
+    """The relay's web port serves the web client, with the daemon's headers, and nothing else."""
+    base = f"http://127.0.0.1:{web_port}"
+    status, headers, body = get(base + "/")
+    assert status == 200 and b"<!doctype html>" in body.lower()
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    assert headers["X-Frame-Options"] == "DENY"
+    for path, kind in (("/js/app.js", "text/javascript"), ("/app.css", "text/css")):
+        status, headers, body = get(base + path)
+        assert (status, headers["Content-Type"].split(";")[0]) == (200, kind), path
+        assert "default-src 'none'" in headers["Content-Security-Policy"] and body
+    assert get(base + "/healthz")[2] == b'{"ok": true, "relay": true}'
+    assert get(base + "/v1/ws")[0] == 404  # no daemon API, no WebSocket
+    assert get(base + "/nope.js")[0] == 404
+    for path in (b"/../pyproject.toml", b"/js/../../web.py", b"/%2e%2e/web.py"):
+        answer = raw_http(web_port, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 404 "), (path, answer[:80])
+    posted = raw_http(web_port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    assert posted.startswith(b"HTTP/1.1 405 ")
+    # not HTTP: the connection is closed unanswered (websockets' parser, as on the daemon's port)
+    assert raw_http(web_port, b"\x16\x03garbage\r\n\r\n") == b""
+    huge = b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n"
+    assert raw_http(web_port, huge).startswith(b"HTTP/1.1 4")
+    assert get(base + "/")[0] == 200  # still serving
+
+
 async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
     relay_home = tmp_path / "relayhost"
     env = {**os.environ, "XDG_STATE_HOME": str(relay_home / "state"), "HOME": str(relay_home)}
     rdir = tmp_path / "relay"
-    port, ws_port = free_port(), free_port()
+    port, ws_port, web_port = free_port(), free_port(), free_port()
     argv = bridge_argv("relay", "serve", "--dir", str(rdir), "--port", str(port))
-    argv += ["--ws-port", str(ws_port), "--name", "Test Box"]
+    argv += ["--ws-port", str(ws_port), "--web-port", str(web_port), "--name", "Test Box"]
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -52,6 +99,7 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
     try:
         wait_port(port, 20)
         wait_port(ws_port, 20)
+        wait_port(web_port, 20)
         printed = (tmp_path / "serve.log").read_text()
         account_file = rdir / "accounts" / "test-box.json"
         assert f'account = "{account_file}"' in printed
@@ -59,6 +107,9 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
         account = json.loads(account_file.read_text())
         assert account["url"] == f"nats://127.0.0.1:{port}"
         assert account["client_url"] == f"ws://127.0.0.1:{ws_port}"
+        assert account["web_url"] == f"http://127.0.0.1:{web_port}/"
+        assert f"web client on http://127.0.0.1:{web_port}/" in printed
+        check_web_client(web_port)
 
         d = relayed_daemon(tmp_path / "home", f'[relay]\naccount = "{account_file}"\n')
         doctor = run_bridge("doctor", env=d.env)
@@ -66,7 +117,9 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
 
         link = json.loads(run_bridge("pair", "--relay", "--json", env=d.env, check=True).stdout)
         info = decode_link(link["link"])
-        assert link["link"].startswith(f"http://127.0.0.1:{d.port}/#relay=")
+        # the link opens the page the relay serves, not the daemon's (a phone away from home
+        # cannot reach the daemon)
+        assert link["link"].startswith(f"http://127.0.0.1:{web_port}/#relay=")
         nc = await nats.connect(
             info["url"].replace("ws://", "nats://").replace(str(ws_port), str(port)),
             user=info["user"],
@@ -106,7 +159,9 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
 
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(15) == 0
-        assert not port_open(port) and not port_open(ws_port)  # nats-server went with it
+        # nats-server and the web client went with it
+        assert not port_open(port) and not port_open(ws_port) and not port_open(web_port)
+        assert "Traceback" not in (tmp_path / "serve.log").read_text()
         wait_relay(d, "disconnected")
         doctor = run_bridge("doctor", env=d.env)
         assert "relay: disconnected" in doctor.stdout
@@ -139,3 +194,41 @@ def test_without_relay_config_healthz_says_off(tmp_path: Path) -> None:
         assert d.healthz()["relay"] == "off"
     finally:
         d.stop()
+
+
+def test_the_account_names_the_relays_web_client_over_tls_and_none_when_off() -> None:
+    from bridge.relay.natsserver import RelayState, Workstation, account_of, plain_web_warning
+
+    w = Workstation("box", "d", "c")
+    state = RelayState(host="0.0.0.0", public_host="relay.example", tls_cert="c", tls_key="k")
+    assert account_of(state, w)["web_url"] == "https://relay.example:4281/"
+    assert plain_web_warning(state) is None
+    state.tls_cert = state.tls_key = ""
+    assert account_of(state, w)["web_url"] == "http://relay.example:4281/"
+    warning = plain_web_warning(state)
+    assert warning is not None and "plain HTTP" in warning and "0.0.0.0:4281" in warning
+    state.web_port = 0
+    assert "web_url" not in account_of(state, w) and plain_web_warning(state) is None
+    assert plain_web_warning(RelayState()) is None  # loopback
+
+
+def test_pair_link_prefers_config_web_url_then_the_accounts_then_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bridge.config import RelayConfig
+    from bridge.relay import account, pairlink
+
+    monkeypatch.setattr("bridge.client.read_runtime_info", lambda: {"port": 9999})
+    file = tmp_path / "box.json"
+    body = {"url": "nats://r:4222", "client_url": "ws://r:4280", "host_id": "box"}
+    file.write_text(json.dumps({**body, "web_url": "https://r:4281/"}))
+    file.chmod(0o600)
+
+    def base(**kw: str) -> str:
+        settings = account.resolve(RelayConfig(account=str(file), **kw))
+        return pairlink._web_base(settings)
+
+    assert base(web_url="https://mine.example/") == "https://mine.example/"
+    assert base() == "https://r:4281/"
+    file.write_text(json.dumps(body))
+    assert base().endswith(":9999/")
