@@ -303,3 +303,58 @@ def relayed_daemon(home: Path, config: str) -> DaemonProcess:
         d.stop()
         raise
     return d
+
+
+class ServedRelay:
+    """`agent-bridge relay serve` itself, run as a user would (one command, its own process
+    group) on free 127.0.0.1 ports; what it printed is in ``log``."""
+
+    def __init__(self, directory: Path, name: str = "Test Box") -> None:
+        home = directory / "relayhost"
+        self.env = {**os.environ, "XDG_STATE_HOME": str(home / "state"), "HOME": str(home)}
+        self.rdir = directory / "relay"
+        self.port = natsserver.free_port()
+        self.ws_port = natsserver.free_port()
+        self.web_port = natsserver.free_port()
+        self.name = name
+        self.log = directory / "serve.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServedRelay:
+        from tests.daemon import ROOT
+        from tests.daemonkit import bridge_argv
+
+        argv = bridge_argv("relay", "serve", "--dir", str(self.rdir), "--port", str(self.port))
+        argv += ["--ws-port", str(self.ws_port), "--web-port", str(self.web_port)]
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*argv, "--name", self.name],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        for port in (self.port, self.ws_port, self.web_port):
+            wait_port(port, 20)
+        return self
+
+    def printed(self) -> str:
+        return self.log.read_text()
+
+    def account_file(self, host_id: str) -> Path:
+        return self.rdir / "accounts" / f"{host_id}.json"
+
+    def stop(self) -> int | None:
+        """SIGTERM as a user's Ctrl-C would, SIGKILL to its group if it lingers; its status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        return self.proc.returncode

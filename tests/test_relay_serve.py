@@ -6,11 +6,8 @@ running relay. Without [relay] the daemon says "off"."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import stat
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -19,16 +16,15 @@ from pathlib import Path
 import nats
 import pytest
 
-from bridge.relay.natsserver import free_port
 from bridge.relay.sealing import unb64
-from tests.daemon import ROOT, DaemonProcess
-from tests.daemonkit import bridge_argv, run_bridge
+from tests.daemon import DaemonProcess
+from tests.daemonkit import run_bridge
 from tests.relaykit import (
     RelayClient,
+    ServedRelay,
     decode_link,
     events_until,
     relayed_daemon,
-    wait_port,
     wait_relay,
 )
 
@@ -85,23 +81,14 @@ def check_web_client(web_port: int) -> None:
 
 
 async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
-    relay_home = tmp_path / "relayhost"
-    env = {**os.environ, "XDG_STATE_HOME": str(relay_home / "state"), "HOME": str(relay_home)}
-    rdir = tmp_path / "relay"
-    port, ws_port, web_port = free_port(), free_port(), free_port()
-    argv = bridge_argv("relay", "serve", "--dir", str(rdir), "--port", str(port))
-    argv += ["--ws-port", str(ws_port), "--web-port", str(web_port), "--name", "Test Box"]
-    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    served = ServedRelay(tmp_path)
+    env, rdir = served.env, served.rdir
+    port, ws_port, web_port = served.port, served.ws_port, served.web_port
     d: DaemonProcess | None = None
     try:
-        wait_port(port, 20)
-        wait_port(ws_port, 20)
-        wait_port(web_port, 20)
-        printed = (tmp_path / "serve.log").read_text()
-        account_file = rdir / "accounts" / "test-box.json"
+        served.start()
+        printed = served.printed()
+        account_file = served.account_file("test-box")
         assert f'account = "{account_file}"' in printed
         assert stat.S_IMODE(account_file.stat().st_mode) == 0o600
         account = json.loads(account_file.read_text())
@@ -157,19 +144,15 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
                 time.sleep(0.2)
         await nc2.close()
 
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(15) == 0
+        assert served.stop() == 0
         # nats-server and the web client went with it
         assert not port_open(port) and not port_open(ws_port) and not port_open(web_port)
-        assert "Traceback" not in (tmp_path / "serve.log").read_text()
+        assert "Traceback" not in served.printed()
         wait_relay(d, "disconnected")
         doctor = run_bridge("doctor", env=d.env)
         assert "relay: disconnected" in doctor.stdout
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-        log.close()
+        served.stop()
         if d is not None:
             d.stop()
 

@@ -1,0 +1,88 @@
+"""A phone anywhere, in headless Chromium: `agent-bridge relay serve` (one command) serves the
+web client itself, `agent-bridge pair --relay` prints a link to that page, and a fresh browser
+profile opens it, pairs, creates a session on the workstation and sees its answer, with
+nothing loaded from the daemon (which serves no page at all here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon import DaemonProcess
+from tests.daemonkit import run_bridge
+from tests.relaykit import ServedRelay, decode_link, relayed_daemon
+from tests.web.browser import BROWSER_TESTS, Browser
+from tests.web.pages import PHONE, page_errors, send, shot
+
+pytestmark = [*BROWSER_TESTS, pytest.mark.slow]
+
+HOST = "test-box"
+RELAY_GROUP = f'#sessions li.ws-group[data-ws="relay:{HOST}"]'
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[ServedRelay]:
+    s = ServedRelay(tmp_path / "relayhost", name=HOST).start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def workstation(served: ServedRelay, tmp_path: Path) -> Iterator[DaemonProcess]:
+    # The daemon serves no web client: the phone cannot reach it anyway.
+    config = (
+        f'[relay]\naccount = "{served.account_file(HOST)}"\nname = "studio"\n'
+        "[server]\nserve_web = false\n"
+    )
+    d = relayed_daemon(tmp_path / "home", config)
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def test_a_phone_pairs_from_the_page_the_relay_serves(
+    browser: Browser, served: ServedRelay, workstation: DaemonProcess, tmp_path: Path
+) -> None:
+    relay_page = f"http://127.0.0.1:{served.web_port}/"
+    printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
+    link = next(line for line in printed.splitlines() if "#relay=" in line)
+    assert link.startswith(relay_page + "#relay=")
+    assert decode_link(link)["url"] == f"ws://127.0.0.1:{served.ws_port}"
+
+    p = browser.page(*PHONE)  # a fresh context: a fresh profile, nothing stored
+    try:
+        p.goto(link)
+        p.wait(f'{RELAY_GROUP}[data-state="online"]', timeout_ms=30_000)
+        p.wait_for("document.querySelector('#pair-status').textContent === 'Paired with studio.'")
+        assert "relay=" not in p.url()
+        p.wait("#ns-agent option[value=demo]", state="attached")
+        cwd = tmp_path / "project"
+        cwd.mkdir()
+        p.fill("#ns-cwd", str(cwd))
+        p.click("#new-session button[type=submit]")
+        p.wait(".session textarea")
+        send(p, "hello from anywhere")
+        p.wait(".blk-permission[data-state=open] .perm-opt", timeout_ms=30_000)
+        p.click(".blk-permission .perm-opt.kind-allow_once")
+        p.wait(".session .blk-end", timeout_ms=30_000)
+        assert "Done. You said: hello from anywhere" in p.text(".session .transcript")
+        assert (cwd / "demo.txt").exists()  # written on the workstation
+        shot(p, "relay-serve-phone-session")
+
+        # Everything the page loaded came from the relay's web port: nothing from the daemon.
+        loaded = json.loads(
+            p.eval("JSON.stringify(performance.getEntriesByType('resource').map((e) => e.name))")
+        )
+        assert loaded and all(u.startswith(relay_page) for u in loaded), loaded
+        assert f"127.0.0.1:{workstation.port}" not in " ".join(loaded)
+        # and the page never looked for a daemon at its own origin
+        assert not [e for e in p.logs() if "/v1/ws" in e["text"]], p.logs()
+        assert page_errors(p) == [], page_errors(p)
+    finally:
+        p.close()
