@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import socket
 import struct
 import subprocess
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.asyncio.client import unix_connect
 
 from tests.daemon import ROOT, DaemonProcess
@@ -140,3 +142,42 @@ async def seed_history(d: DaemonProcess, cwd: Path, total: int, block: int = 64 
     finally:
         await store.close()
     return session
+
+
+def make_certificate(where: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (and the LAN address) and its key (0600);
+    the calling test is skipped without openssl."""
+    from bridge.pairing import lan_address
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed: cannot make a test certificate")
+    cert, key = where / "cert.pem", where / "key.pem"
+    names = ["IP:127.0.0.1"] + ([f"IP:{lan_address()}"] if lan_address() else [])
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=agent-bridge-test",
+            "-addext",
+            "subjectAltName=" + ",".join(names),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    key.chmod(0o600)
+    return cert, key

@@ -307,9 +307,10 @@ def relayed_daemon(home: Path, config: str) -> DaemonProcess:
 
 class ServedRelay:
     """`agent-bridge relay serve` itself, run as a user would (one command, its own process
-    group) on free 127.0.0.1 ports; what it printed is in ``log``."""
+    group) on free 127.0.0.1 ports, with ``options`` (``--tls-cert``, …); what it printed is in
+    ``log``."""
 
-    def __init__(self, directory: Path, name: str = "Test Box") -> None:
+    def __init__(self, directory: Path, name: str = "Test Box", *options: str) -> None:
         home = directory / "relayhost"
         self.env = {**os.environ, "XDG_STATE_HOME": str(home / "state"), "HOME": str(home)}
         self.rdir = directory / "relay"
@@ -317,6 +318,7 @@ class ServedRelay:
         self.ws_port = natsserver.free_port()
         self.web_port = natsserver.free_port()
         self.name = name
+        self.options = options
         self.log = directory / "serve.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -329,7 +331,7 @@ class ServedRelay:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [*argv, "--name", self.name],
+                [*argv, "--name", self.name, *self.options],
                 cwd=ROOT,
                 env=self.env,
                 stdout=log,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import shutil
 import ssl
 import stat
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 
 from bridge.pairing import lan_address, qr_text
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
+from tests.daemonkit import make_certificate, run_bridge
 from tests.wsclient import Client
 
 
@@ -71,39 +70,7 @@ def test_pair_without_a_daemon_shows_the_configured_address(tmp_path: Path) -> N
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed: cannot make a test certificate")
-    where = tmp_path_factory.mktemp("tls")
-    cert, key = where / "cert.pem", where / "key.pem"
-    names = ["IP:127.0.0.1"] + ([f"IP:{lan_address()}"] if lan_address() else [])
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "2",
-            "-subj",
-            "/CN=agent-bridge-test",
-            "-addext",
-            "subjectAltName=" + ",".join(names),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    key.chmod(0o600)
-    return cert, key
+    return make_certificate(tmp_path_factory.mktemp("tls"))
 
 
 async def test_lan_listener_with_tls_pairs_over_wss_on_the_lan_address(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import stat
 import time
 import urllib.error
@@ -18,7 +19,7 @@ import pytest
 
 from bridge.relay.sealing import unb64
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
+from tests.daemonkit import make_certificate, run_bridge
 from tests.relaykit import (
     RelayClient,
     ServedRelay,
@@ -215,3 +216,22 @@ def test_pair_link_prefers_config_web_url_then_the_accounts_then_the_daemon(
     assert base() == "https://r:4281/"
     file.write_text(json.dumps(body))
     assert base().endswith(":9999/")
+
+
+def test_relay_serve_with_tls_serves_the_web_client_over_https(tmp_path: Path) -> None:
+    cert, key = make_certificate(tmp_path)
+    served = ServedRelay(tmp_path, "tls box", "--tls-cert", str(cert), "--tls-key", str(key))
+    try:
+        served.start()
+        account = json.loads(served.account_file("tls-box").read_text())
+        assert account["web_url"] == f"https://127.0.0.1:{served.web_port}/"
+        assert account["client_url"] == f"wss://127.0.0.1:{served.ws_port}"
+        ctx = ssl.create_default_context(cafile=str(cert))
+        with urllib.request.urlopen(account["web_url"], context=ctx, timeout=10) as r:
+            assert r.status == 200 and "script-src 'self'" in r.headers["Content-Security-Policy"]
+        with pytest.raises(OSError):  # no plain HTTP beside it: refused, not served
+            urllib.request.urlopen(f"http://127.0.0.1:{served.web_port}/", timeout=10)
+        assert "WARNING" not in served.printed()  # TLS, and loopback anyway
+        assert served.stop() == 0
+    finally:
+        served.stop()
