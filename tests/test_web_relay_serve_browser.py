@@ -57,6 +57,11 @@ def test_a_phone_pairs_from_the_page_the_relay_serves(
 
     p = browser.page(*PHONE)  # a fresh context: a fresh profile, nothing stored
     try:
+        # The bare page: no daemon to sign in to here, only pairing through the relay.
+        p.goto(relay_page)
+        p.wait("#login-link-input")
+        p.wait_for("document.querySelector('#login-form').hidden")
+        assert p.text("#login-link h2") == "Pair through a relay"
         p.goto(link)
         p.wait(f'{RELAY_GROUP}[data-state="online"]', timeout_ms=30_000)
         p.wait_for("document.querySelector('#pair-status').textContent === 'Paired with studio.'")

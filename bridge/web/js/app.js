@@ -677,6 +677,27 @@ class App {
     $('#login-error').hidden = !error;
     $('#login-error').textContent = error || '';
     $('#token').focus();
+    // Served by `relay serve`: there is no daemon here to sign in to, only relay pairing.
+    this.servedByRelay().then((relay) => {
+      if (!relay) return;
+      $('#login-form').hidden = true;
+      $('#login-link h2').textContent = 'Pair through a relay';
+      $('#login-link-input').focus();
+    });
+  }
+
+  /** Whether `agent-bridge relay serve` served this page (its /healthz says `relay: true`;
+   *  a daemon's says its relay link's state), asked once, only when the sign-in page shows. */
+  async servedByRelay() {
+    if (this.relayOrigin === undefined) {
+      try {
+        const res = await fetch('/healthz', { cache: 'no-store' });
+        this.relayOrigin = res.ok && (await res.json()).relay === true;
+      } catch {
+        this.relayOrigin = false;
+      }
+    }
+    return this.relayOrigin;
   }
 
   signOut() {
