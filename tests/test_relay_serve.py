@@ -6,6 +6,8 @@ running relay. Without [relay] the daemon says "off"."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import ssl
 import stat
@@ -235,3 +237,42 @@ def test_relay_serve_with_tls_serves_the_web_client_over_https(tmp_path: Path) -
         assert served.stop() == 0
     finally:
         served.stop()
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its reaper."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_a_killed_relay_serve_leaves_no_nats_server_and_a_second_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    first = ServedRelay(tmp_path / "first").start()
+    try:
+        assert first.proc is not None
+        nats_pid = int((first.rdir / "nats-server.pid").read_text())
+        # a second `relay serve` on the same directory would fight over its ports and pid file
+        second = run_bridge("relay", "serve", "--dir", str(first.rdir), env=first.env)
+        assert second.returncode == 1
+        assert f"already running (pid {nats_pid})" in second.stderr
+        assert _alive(nats_pid), "the refused second one must leave the first relay alone"
+
+        os.kill(first.proc.pid, signal.SIGKILL)  # `relay serve` alone, not its child's group
+        first.proc.wait(5)
+        deadline = time.monotonic() + 10
+        while _alive(nats_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(nats_pid), "nats-server outlived the relay serve that started it"
+    finally:
+        first.stop()
+    # its ports are free again: the same relay starts anew
+    again = ServedRelay(tmp_path / "first")
+    again.port, again.ws_port, again.web_port = first.port, first.ws_port, first.web_port
+    try:
+        again.start()
+    finally:
+        again.stop()

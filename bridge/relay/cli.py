@@ -46,6 +46,7 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
                 setattr(state, key, value)
         if bool(state.tls_cert) != bool(state.tls_key):
             return fail("--tls-cert and --tls-key go together", 2)
+        rdir.ensure_not_running()
         rdir.save(state)
         if not state.workstations:
             w = rdir.add(state, args.name or socket.gethostname())

@@ -11,6 +11,7 @@ users), ``nats.conf`` (made from it; nats-server reads JSON) and ``accounts/<hos
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import secrets
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,8 @@ DEFAULT_WS_PORT = 4280
 #: the web client's port (bridge/relay/webserve.py); 0 turns it off
 DEFAULT_WEB_PORT = 4281
 STOP_GRACE_S = 5.0
+#: prctl option: the signal a child gets when its parent dies (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
 
 
 class RelayServeError(Exception):
@@ -260,11 +264,17 @@ class RelayDir:
             pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return None
-        return pid
+        return pid if _is_nats_server(pid) else None
+
+    def ensure_not_running(self) -> None:
+        """Refuse a second nats-server on this directory's ports and pid file (another
+        `relay serve`, or one left by an older version killed with SIGKILL)."""
+        running = self.running_pid()
+        if running is not None:
+            raise RelayServeError(
+                f"a nats-server of {self.dir} is already running (pid {running}): "
+                "stop it (or the `relay serve` that started it) first"
+            )
 
     def reload(self) -> bool:
         """Ask a running nats-server to read its configuration again (SIGHUP)."""
@@ -273,6 +283,23 @@ class RelayDir:
             return False
         os.kill(pid, signal.SIGHUP)
         return True
+
+
+def _is_nats_server(pid: int) -> bool:
+    """A live nats-server: not a zombie waiting for its reaper (the pid file outlives a killed
+    one), nor another program that got the pid since."""
+    proc = Path(f"/proc/{pid}")
+    if proc.is_dir():
+        try:
+            status = (proc / "status").read_text()
+        except OSError:
+            return False
+        return "\nState:\tZ" not in status and status.startswith("Name:\tnats-server")
+    try:  # no /proc: all one can ask is whether the pid lives
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
 
 
 def plain_ws_warning(state: RelayState) -> str | None:
@@ -295,13 +322,31 @@ def plain_web_warning(state: RelayState) -> str | None:
     )
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """What the child runs before exec so that it gets SIGTERM when `relay serve` dies, even by
+    SIGKILL: no nats-server is left holding the relay's ports (Linux only; None elsewhere).
+    libc is loaded here, in the parent: the child only calls into it."""
+    if sys.platform != "linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return arm
+
+
 def start(rdir: RelayDir) -> subprocess.Popen[bytes]:
-    """nats-server as a child in its own process group."""
+    """nats-server as a child in its own process group, ended with its parent."""
     binary = nats_server_binary()
     proc = subprocess.Popen(
         [str(binary), "-c", str(rdir.conf_file), "-P", str(rdir.pid_file)],
         start_new_session=True,
         stdin=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent(),
     )
     return proc
 
