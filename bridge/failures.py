@@ -452,18 +452,6 @@ def failure_block(
     return classify(agent, report).block(message, detail)
 
 
-def with_code(block: ErrorBlock, code: str, hint: str | None = None) -> ErrorBlock:
-    """``block`` with another code (and that code's retryability and default hint)."""
-    retryable = RETRYABLE.get(code, False)
-    failure = Failure(
-        code=code,
-        retryable=retryable,
-        retry_after_s=block.retry_after_s if retryable else None,
-        hint=hint if hint is not None else _hint(code, GENERIC, None),
-    )
-    return failure.block(block.message, block.detail)
-
-
 # ---- implementation -------------------------------------------------------------------------
 
 

@@ -261,8 +261,9 @@ class RelayLink:
 
     async def _publish(self, subject: str, payloads: list[bytes]) -> None:
         """Publish messages in order with one hand-over to nats-py: its ``publish`` costs as
-        much per message as sealing it. The PUB lines are NATS's wire protocol; nats-py
-        (pinned) buffers them while reconnecting like its own, and sends them in one write."""
+        much per message as sealing it. The PUB lines are NATS's wire protocol, sent by
+        nats-py (pinned) in one write. While the relay is down they are not buffered: the
+        publish fails and the virtual connection counts them dropped (seq replay covers it)."""
         nc = self._nc
         if nc is None or not nc.is_connected:
             raise ConnectionError("relay not connected")
