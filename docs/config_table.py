@@ -185,8 +185,11 @@ MEANING: dict[str, str] = {
     "account's.",
     "relay.host_id": "This workstation's namespace on the relay (`agent-bridge.<host_id>.>`), "
     "1-40 of a-z, 0-9, -; overrides the account's.",
-    "relay.creds": "A hosted NATS: the daemon's credentials file (JWT and seed), mode 0600.",
-    "relay.nkey": "A hosted NATS: the daemon's NKey seed file, mode 0600.",
+    "relay.creds": "A hosted NATS: the daemon's NATS user `.creds` file (its JWT and seed, as "
+    "`nsc generate creds` writes it), mode 0600; checked at start (the JWT must be the seed's "
+    "and not expired).",
+    "relay.nkey": "A hosted NATS: the file holding the daemon's NATS user NKey seed (`SU…`), "
+    "mode 0600; checked at start.",
     "relay.client_url": "The NATS WebSocket URL (`wss://`) pairing links give phones; overrides "
     "the account's.",
     "relay.client_auth": 'JSON file `{"user": …, "password": …}` with the phones\' NATS login, '

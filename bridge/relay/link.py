@@ -22,7 +22,7 @@ from nats.aio.msg import Msg
 
 from bridge.logs import get_logger
 from bridge.relay import handshake
-from bridge.relay.account import RelaySettings
+from bridge.relay.account import RelaySettings, shown_url
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.vconn import CLOSE_REVOKED, VirtualConnection
 
@@ -35,13 +35,6 @@ MAX_PER_CLIENT = 16
 MAX_CONNECTIONS = 256
 
 Serve = Callable[[VirtualConnection], Awaitable[None]]
-
-
-def shown_url(url: str) -> str:
-    """The URL without a user:password (nats://user:pass@host is valid), for logs."""
-    scheme, sep, rest = url.partition("://")
-    host = rest.rpartition("@")[2]
-    return f"{scheme}{sep}{host}" if sep else url
 
 
 class RelayLink:
