@@ -182,7 +182,7 @@ MEANING: dict[str, str] = {
     "relay's URLs, host_id, the daemon's and the client's NATS logins); mode 0600. Setting it "
     "(or `url`) turns the relay on (docs/remote-access.md).",
     "relay.url": "NATS URL the daemon dials out to (`nats://` or `tls://`); overrides the "
-    "account's.",
+    "account's. A `user:password@` in it is masked in logs and left out of `doctor`.",
     "relay.host_id": "This workstation's namespace on the relay (`agent-bridge.<host_id>.>`), "
     "1-40 of a-z, 0-9, -; overrides the account's.",
     "relay.creds": "A hosted NATS: the daemon's NATS user `.creds` file (its JWT and seed, as "

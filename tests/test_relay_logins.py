@@ -2,7 +2,7 @@
 and an operator's account whose users have `.creds` files (`[relay] creds`), each made here;
 the daemon connects and serves a paired client through it. A creds or nkey file the daemon
 could not log in with (garbage, a directory, missing, another key's) stops the start naming
-the file and the fix, and `doctor` reports it."""
+the file and the fix, and `doctor` reports it; a password in `[relay] url` is shown nowhere."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import ConfigError, RelayConfig
+from bridge.config import ConfigError, RelayConfig, load_config
+from bridge.redact import redact
 from bridge.relay import account
 from bridge.relay.sealing import unb64
 from tests.daemon import DaemonProcess
@@ -145,3 +146,18 @@ def test_a_bad_login_file_stops_the_start_and_fails_doctor(tmp_path: Path) -> No
     d = DaemonProcess(home.root)
     with pytest.raises(RuntimeError, match=f"{file} is not a usable NATS creds file"):
         d.start(timeout=30)
+
+
+def test_a_password_in_the_relay_url_is_masked_everywhere(tmp_path: Path) -> None:
+    password = "hunter2-relay-pass"
+    home = Home(tmp_path / "home")
+    url = f"nats://daemon:{password}@127.0.0.1:9"
+    extra = f'[relay]\nurl = "{url}"\nhost_id = "ws-a"\n'
+    home.write_config(quiet_config(free_port(), extra))
+    (home.config_dir / "config.toml").chmod(0o600)
+    text, as_json = home.doctor(), home.doctor("--json")
+    assert "relay: nats://127.0.0.1:9 as workstation ws-a" in text.stdout
+    for shown in (text.stdout, text.stderr, as_json.stdout, as_json.stderr):
+        assert password not in shown
+    load_config(home.config_dir / "config.toml", environ={})
+    assert password not in redact(f"connect failed for daemon:{password}")

@@ -3,8 +3,9 @@ account file, or with a hosted NATS's creds / nkey file (docs/remote-access.md).
 
 Every credentials file must be the user's alone (mode 0600, bridge/relay/privfile.py); a creds
 or nkey file is read and checked as nats-py will read it (bridge/relay/natskeys.py), so a bad
-one stops the start. The passwords read here are remembered by bridge/redact.py so no log
-line shows them. An error names the key, and the account file when the bad value came from it.
+one stops the start. The passwords read here, and one in the URL, are remembered by
+bridge/redact.py so no log line shows them; ``shown_url`` is the URL without its login. An
+error names the key, and the account file when the bad value came from it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import HOST_ID_RE, ConfigError, RelayConfig
-from bridge.redact import remember_secret
+from bridge.redact import remember_secret, remember_url_login
 from bridge.relay import privfile
 
 
@@ -52,6 +53,13 @@ class RelaySettings:
     @property
     def inbox_prefix(self) -> str:
         return f"{self.prefix}._INBOX"
+
+    @property
+    def shown_url(self) -> str:
+        return shown_url(self.url)
+
+    def __repr__(self) -> str:  # the url may hold a password
+        return f"RelaySettings(url={self.shown_url!r}, host_id={self.host_id!r})"
 
 
 def _login(raw: Any, where: str) -> Login | None:
@@ -148,6 +156,7 @@ def _url(conf: RelayConfig, account: dict[str, Any]) -> str:
                 f"key `relay.account`: the account file {conf.account} has {what}: the relay "
                 "needs a nats:// or tls:// URL. Fix: set its url, or relay.url"
             )
+    remember_url_login(url)
     return url
 
 
