@@ -28,7 +28,7 @@ from tests.natslogins import (
     private,
     user_jwt,
 )
-from tests.relaykit import RelayClient, decode_link, relayed_daemon
+from tests.relaykit import RelayClient, decode_link, relayed_daemon, wait_relay
 from tests.test_doctor import Home, by_code, free_port, quiet_config
 
 
@@ -76,6 +76,34 @@ async def test_the_daemon_logs_in_with_a_hosted_login_and_serves_a_client(
         assert "relay_error" not in d.log_text()
     finally:
         d.stop()
+
+
+@pytest.mark.slow
+def test_a_creds_file_spoiled_while_running_fails_the_reconnect_not_the_daemon(
+    tmp_path: Path,
+) -> None:
+    hosted = HostedNats(tmp_path / "nats", "operator").start()
+    home = tmp_path / "home"
+    file = hosted.login_file(hosted.daemon_user, home / "secrets" / "daemon.creds")
+    good = file.read_text()
+    try:
+        d = relayed_daemon(home, relay_table(hosted.url, "creds", file))
+        try:
+            # the JWT part is gone: nats-py's own reading of this file never ends
+            private(file, good[good.index("-----BEGIN USER NKEY SEED") :])
+            hosted.stop()
+            hosted.start()  # the daemon reconnects, and reads the file again
+            deadline = time.monotonic() + 30
+            while f"{file} is not a usable NATS creds file" not in d.log_text():
+                assert time.monotonic() < deadline, d.log_text()[-3000:]
+                assert d.healthz(timeout=5)["relay"] == "disconnected"  # it still answers
+                time.sleep(0.2)
+            private(file, good)
+            wait_relay(d, "connected", timeout=30)
+        finally:
+            d.stop()
+    finally:
+        hosted.stop()
 
 
 def resolve_error(key: str, file: Path) -> str:

@@ -1,11 +1,16 @@
 """A hosted NATS's logins for the daemon: an NKey seed file (``[relay] nkey``) or a creds file
 (``[relay] creds``: a user JWT and its seed, as ``nsc generate creds`` writes it).
 
-nats-py reads the file again at every connect; these checks read it as nats-py does, once when
-the configuration is resolved, so a file it could not use stops the start, named, instead of
-failing every connect while the daemon retries forever. A seed is checked whole (its kind,
-length and checksum); a creds file's JWT must be one, belong to the seed and not be expired.
-The seeds are kept in no object: only the user's public key is returned.
+These checks read a file as nats-py does, once when the configuration is resolved, so a file it
+could not use stops the start, named, instead of failing every connect while the daemon retries
+forever. A seed is checked whole (its kind, length and checksum); a creds file's JWT must be
+one, belong to the seed and not be expired.
+
+The link gives nats-py the creds file as ``CredsFile``: nats-py reads it at every connect and
+reconnect (a renewed file is taken), each time through the same check, because nats-py's own
+reading of a file without a ``BEGIN NATS USER JWT`` line never ends (the whole daemon would
+hang). A file spoiled after the start then fails that connect like a refused login: logged
+(``relay_error``), and tried again. An nkey seed is read, checked, when the link starts.
 """
 
 from __future__ import annotations
@@ -18,14 +23,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nats.aio.client import RawCredentials
+from nats.errors import Error as NatsError
+
 from bridge.relay import privfile
 
 JWT_BEGIN = "BEGIN NATS USER JWT"
 SEED_BEGIN = "BEGIN USER NKEY SEED"
 
 
-class LoginFileError(Exception):
-    """A seed or creds file nats-py could not log in with; the message says why."""
+class LoginFileError(NatsError):
+    """A seed or creds file nats-py could not log in with; the message says why. A NATS error,
+    so nats-py's connect loop counts it a failed attempt, reports it and tries again."""
 
 
 def _nkeys() -> Any:
@@ -60,21 +69,50 @@ def user_public_key(seed: str) -> str:
 def check_nkey(path: Path) -> str:
     """The user public key of the seed file at ``path``: nats-py takes the file's text without
     its surrounding whitespace as the seed."""
-    text = _read(path)
+    return user_public_key(nkey_seed(path))
+
+
+def nkey_seed(path: Path) -> str:
+    """The seed in the file at ``path``, checked, for nats-py's ``nkeys_seed_str``."""
+    seed = _read(path).strip()
     try:
-        return user_public_key(text.strip())
+        user_public_key(seed)
     except LoginFileError as exc:
         raise LoginFileError(f"{path} is not a NATS user's NKey seed file: {exc}") from exc
+    return seed
 
 
 def check_creds(path: Path, now: float | None = None) -> str:
     """The user public key of the creds file at ``path``, after checking its JWT belongs to
     its seed and has not expired."""
+    return _checked_creds(path, now)[1]
+
+
+def _checked_creds(path: Path, now: float | None = None) -> tuple[str, str]:
     text = _read(path)
     try:
-        return _creds_user(text, time.time() if now is None else now)
+        return text, _creds_user(text, time.time() if now is None else now)
     except LoginFileError as exc:
         raise LoginFileError(f"{path} is not a usable NATS creds file: {exc}") from exc
+
+
+class CredsFile(RawCredentials):
+    """A creds file for nats-py's ``user_credentials``, read and checked at each use; its
+    ``repr`` shows the path, never the file."""
+
+    def __init__(self, path: Path) -> None:  # no UserString.__init__: ``data`` is read
+        self.path = path
+
+    @property
+    def data(self) -> str:
+        return _checked_creds(self.path)[0]
+
+    @data.setter
+    def data(self, value: str) -> None:
+        raise AttributeError("a creds file is read, not set")
+
+    def __repr__(self) -> str:
+        return f"CredsFile({str(self.path)!r})"
 
 
 def _read(path: Path) -> str:
