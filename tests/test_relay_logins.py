@@ -7,6 +7,7 @@ the file and the fix, and `doctor` reports it; a password in `[relay] url` is sh
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,3 +190,14 @@ def test_a_password_in_the_relay_url_is_masked_everywhere(tmp_path: Path) -> Non
         assert password not in shown
     load_config(home.config_dir / "config.toml", environ={})
     assert password not in redact(f"connect failed for daemon:{password}")
+
+
+def test_without_nkeys_a_hosted_login_fails_at_start_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-py imports nkeys only when it signs: a broken install is named at start, not
+    retried for ever as ModuleNotFoundError."""
+    user = Key(USER)
+    file = private(tmp_path / "daemon.nkey", user.seed + "\n")
+    monkeypatch.setitem(sys.modules, "nkeys", None)  # import nkeys: ImportError
+    assert "the `nkeys` package nats-py signs with is missing" in resolve_error("nkey", file)
