@@ -405,6 +405,9 @@ def _validate_relay(relay: RelayConfig, bad: Any) -> None:
 
     if relay.url and not relay.url.startswith(("nats://", "tls://")):
         raise bad("relay.url", "must be a nats:// or tls:// URL")
+    from bridge.redact import remember_url_login
+
+    remember_url_login(relay.url)  # nats://user:PASSWORD@host: masked in every log line
     if relay.host_id and not re.fullmatch(HOST_ID_RE, relay.host_id):
         raise bad("relay.host_id", "must be 1 to 40 of a-z, 0-9 and -")
     if relay.client_url and not relay.client_url.startswith(("ws://", "wss://")):

@@ -390,7 +390,8 @@ def _relay_config_checks(config: Config) -> list[Check]:
     return [
         Check(
             code="relay_config",
-            message=f"relay: {settings.url} as workstation {settings.host_id}",
+            message=f"relay: {settings.shown_url} as workstation {settings.host_id}"
+            + (f", NATS user {settings.user_key}" if settings.user_key else ""),
         )
     ]
 

@@ -3,7 +3,8 @@
 Values of environment variables whose names look secret (key, token, secret, password,
 authorization, cookie, credential, or ending in ``PAT`` as ``GITHUB_PAT``) are collected once
 and replaced wherever they appear; values of mapping keys with such names are masked; bearer
-tokens are masked by shape. Every value the daemon passes in an agent's ``env`` is masked
+tokens are masked by shape; the password (or token) of a ``scheme://user:password@host`` URL is
+remembered by ``remember_url_login``. Every value the daemon passes in an agent's ``env`` is masked
 whatever its name (``remember_agent_env``). For the daemon's token and every secret-named
 variable, any run of ``FRAGMENT_LEN`` characters of the value is masked too, so a line that cut
 the value (a message shortened before it was logged) still masks what is left of it.
@@ -48,6 +49,20 @@ def remember_secret(value: str | None, *, fragments: bool = False) -> None:
         if fragments and not value.startswith(("/", "~")):
             for at in range(len(value) - FRAGMENT_LEN + 1):
                 _fragments.add(value[at : at + FRAGMENT_LEN])
+
+
+def remember_url_login(url: str) -> None:
+    """The password in ``scheme://user:password@host`` (or the token in
+    ``scheme://TOKEN@host``) is masked in every later log line, as written and
+    percent-decoded."""
+    from urllib.parse import unquote
+
+    userinfo = url.partition("://")[2].partition("/")[0].rpartition("@")[0]
+    if userinfo:
+        user, colon, password = userinfo.partition(":")
+        secret = password if colon else user
+        remember_secret(secret, fragments=True)
+        remember_secret(unquote(secret), fragments=True)
 
 
 def remember_agent_env(env: Mapping[str, str] | None) -> None:

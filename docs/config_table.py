@@ -182,11 +182,14 @@ MEANING: dict[str, str] = {
     "relay's URLs, host_id, the daemon's and the client's NATS logins); mode 0600. Setting it "
     "(or `url`) turns the relay on (docs/remote-access.md).",
     "relay.url": "NATS URL the daemon dials out to (`nats://` or `tls://`); overrides the "
-    "account's.",
+    "account's. A `user:password@` in it is masked in logs and left out of `doctor`.",
     "relay.host_id": "This workstation's namespace on the relay (`agent-bridge.<host_id>.>`), "
     "1-40 of a-z, 0-9, -; overrides the account's.",
-    "relay.creds": "A hosted NATS: the daemon's credentials file (JWT and seed), mode 0600.",
-    "relay.nkey": "A hosted NATS: the daemon's NKey seed file, mode 0600.",
+    "relay.creds": "A hosted NATS: the daemon's NATS user `.creds` file (its JWT and seed, as "
+    "`nsc generate creds` writes it), mode 0600; checked at start (the JWT must be the seed's "
+    "and not expired).",
+    "relay.nkey": "A hosted NATS: the file holding the daemon's NATS user NKey seed (`SU…`), "
+    "mode 0600; checked at start.",
     "relay.client_url": "The NATS WebSocket URL (`wss://`) pairing links give phones; overrides "
     "the account's.",
     "relay.client_auth": 'JSON file `{"user": …, "password": …}` with the phones\' NATS login, '

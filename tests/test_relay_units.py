@@ -96,9 +96,12 @@ def test_account_file_readable_by_others_is_refused(tmp_path: Path) -> None:
 
 
 def test_hosted_nats_with_a_creds_file(tmp_path: Path) -> None:
-    creds = tmp_path / "daemon.creds"
-    creds.write_text("-----BEGIN NATS USER JWT-----\n")
-    creds.chmod(0o600)
+    from tests.natslogins import ACCOUNT, USER, Key, creds_text, private, user_jwt
+
+    user = Key(USER)
+    creds = private(
+        tmp_path / "daemon.creds", creds_text(user_jwt(Key(ACCOUNT), user, "d"), user.seed)
+    )
     auth = write_private(tmp_path / "client.json", {"user": "u", "password": "p" * 20})
     conf = RelayConfig(
         url="tls://connect.example:4222",
@@ -108,7 +111,7 @@ def test_hosted_nats_with_a_creds_file(tmp_path: Path) -> None:
         client_auth=str(auth),
     )
     s = account.resolve(conf)
-    assert s is not None and s.creds == creds and s.login is None
+    assert s is not None and s.creds == creds and s.login is None and s.user_key == user.public
     assert s.client_login is not None and s.client_login.user == "u"
     creds.chmod(0o604)
     with pytest.raises(ConfigError, match=r"relay\.creds"):

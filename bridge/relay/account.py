@@ -1,8 +1,11 @@
 """Where and as whom the daemon dials the relay: ``[relay]`` of config.toml resolved with its
 account file, or with a hosted NATS's creds / nkey file (docs/remote-access.md).
 
-Every credentials file must be the user's alone (mode 0600, bridge/relay/privfile.py); the
-passwords read here are remembered by bridge/redact.py so no log line shows them.
+Every credentials file must be the user's alone (mode 0600, bridge/relay/privfile.py); a creds
+or nkey file is read and checked as nats-py will read it (bridge/relay/natskeys.py), so a bad
+one stops the start. The passwords read here, and one in the URL, are remembered by
+bridge/redact.py so no log line shows them; ``shown_url`` is the URL without its login. An
+error names the key, and the account file when the bad value came from it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import HOST_ID_RE, ConfigError, RelayConfig
-from bridge.redact import remember_secret
+from bridge.redact import remember_secret, remember_url_login
 from bridge.relay import privfile
 
 
@@ -35,6 +38,8 @@ class RelaySettings:
     login: Login | None
     creds: Path | None
     nkey: Path | None
+    #: the NATS user's public key (U…) of the creds or nkey file, "" for a user/password
+    user_key: str
     #: what a pairing link tells the client
     client_url: str
     client_login: Login | None
@@ -48,6 +53,13 @@ class RelaySettings:
     @property
     def inbox_prefix(self) -> str:
         return f"{self.prefix}._INBOX"
+
+    @property
+    def shown_url(self) -> str:
+        return shown_url(self.url)
+
+    def __repr__(self) -> str:  # the url may hold a password
+        return f"RelaySettings(url={self.shown_url!r}, host_id={self.host_id!r})"
 
 
 def _login(raw: Any, where: str) -> Login | None:
@@ -66,6 +78,13 @@ def _path(value: str) -> Path:
     return Path(value).expanduser()
 
 
+def shown_url(url: str) -> str:
+    """The URL without a user:password (nats://user:pass@host is valid), for logs and doctor."""
+    scheme, sep, rest = url.partition("://")
+    host = rest.rpartition("@")[2]
+    return f"{scheme}{sep}{host}" if sep else url
+
+
 def _private_json(path: Path, key: str) -> Any:
     try:
         return privfile.read_json(path)
@@ -73,8 +92,17 @@ def _private_json(path: Path, key: str) -> Any:
         raise ConfigError(f"key `relay.{key}`: {exc}") from exc
 
 
+#: what to do about a login file that is not there
+_MISSING_FIX = {
+    "creds": "Fix: set relay.creds to the creds file of the daemon's NATS user "
+    "(`nsc generate creds`, or your NATS provider's download)",
+    "nkey": "Fix: set relay.nkey to the file holding the daemon's NATS user seed (SU…)",
+}
+
+
 def resolve(conf: RelayConfig) -> RelaySettings | None:
-    """The relay settings, or None when ``[relay]`` is off; ConfigError names what is wrong."""
+    """The relay settings, or None when ``[relay]`` is off; ConfigError names what is wrong,
+    and the file it came from."""
     if not conf.enabled:
         return None
     account: dict[str, Any] = {}
@@ -83,20 +111,16 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         if not isinstance(raw, dict):
             raise ConfigError(f"key `relay.account`: {conf.account} is not an account file")
         account = raw
-    url = conf.url or str(account.get("url") or "")
-    host_id = conf.host_id or str(account.get("host_id") or "")
-    if not url.startswith(("nats://", "tls://")):
-        raise ConfigError("key `relay.url`: the relay needs a nats:// or tls:// URL")
-    if not re.fullmatch(HOST_ID_RE, host_id):
-        raise ConfigError("key `relay.host_id`: must be 1 to 40 of a-z, 0-9 and -")
+    url, host_id = _url(conf, account), _host_id(conf, account)
     creds = nkey = None
     login = None
+    user_key = ""
     if conf.creds:
         creds = _path(conf.creds)
-        _check(creds, "creds")
+        user_key = _login_file(creds, "creds")
     elif conf.nkey:
         nkey = _path(conf.nkey)
-        _check(nkey, "nkey")
+        user_key = _login_file(nkey, "nkey")
     else:
         login = _login(account.get("daemon"), f"{conf.account} (daemon)")
     client_login = _login(account.get("client"), f"{conf.account} (client)")
@@ -109,6 +133,7 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         login=login,
         creds=creds,
         nkey=nkey,
+        user_key=user_key,
         client_url=client_url,
         client_login=client_login,
         # [relay] web_url, else the web client the relay itself serves (`relay serve`)
@@ -117,7 +142,50 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
     )
 
 
-def _check(path: Path, key: str) -> None:
-    found = privfile.problem(path)
-    if found:
-        raise ConfigError(f"key `relay.{key}`: {found}")
+def _url(conf: RelayConfig, account: dict[str, Any]) -> str:
+    if conf.url:
+        url = conf.url
+        if not url.startswith(("nats://", "tls://")):
+            raise ConfigError("key `relay.url`: the relay needs a nats:// or tls:// URL")
+    else:
+        value = account.get("url")
+        url = value if isinstance(value, str) else ""
+        if not url.startswith(("nats://", "tls://")):
+            what = f"url {shown_url(url)!r}" if url else "no url"
+            raise ConfigError(
+                f"key `relay.account`: the account file {conf.account} has {what}: the relay "
+                "needs a nats:// or tls:// URL. Fix: set its url, or relay.url"
+            )
+    remember_url_login(url)
+    return url
+
+
+def _host_id(conf: RelayConfig, account: dict[str, Any]) -> str:
+    if conf.host_id:
+        host_id = conf.host_id
+        where = "key `relay.host_id`"
+    else:
+        value = account.get("host_id")
+        host_id = value if isinstance(value, str) else ""
+        what = "no host_id" if value is None else f"host_id {value!r}"
+        where = f"key `relay.account`: the account file {conf.account} has {what}"
+        if not conf.account:
+            where = "key `relay.host_id`"
+    if not re.fullmatch(HOST_ID_RE, host_id):
+        fix = ". Fix: set its host_id, or relay.host_id" if where.startswith("key `relay.a") else ""
+        raise ConfigError(f"{where}: must be 1 to 40 of a-z, 0-9 and -{fix}")
+    return host_id
+
+
+def _login_file(path: Path, key: str) -> str:
+    """The NATS user public key of a creds or nkey file, read and checked as nats-py will."""
+    from bridge.relay import natskeys
+
+    try:
+        if key == "creds":
+            return natskeys.check_creds(path)
+        return natskeys.check_nkey(path)
+    except natskeys.LoginFileError as exc:
+        missing = not path.exists() and not path.is_symlink()
+        fix = f". {_MISSING_FIX[key]}" if missing else ""
+        raise ConfigError(f"key `relay.{key}`: {exc}{fix}") from exc

@@ -21,8 +21,8 @@ from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.logs import get_logger
-from bridge.relay import handshake
-from bridge.relay.account import RelaySettings
+from bridge.relay import handshake, natskeys
+from bridge.relay.account import RelaySettings, shown_url
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.vconn import CLOSE_REVOKED, VirtualConnection
 
@@ -35,13 +35,6 @@ MAX_PER_CLIENT = 16
 MAX_CONNECTIONS = 256
 
 Serve = Callable[[VirtualConnection], Awaitable[None]]
-
-
-def shown_url(url: str) -> str:
-    """The URL without a user:password (nats://user:pass@host is valid), for logs."""
-    scheme, sep, rest = url.partition("://")
-    host = rest.rpartition("@")[2]
-    return f"{scheme}{sep}{host}" if sep else url
 
 
 class RelayLink:
@@ -135,10 +128,11 @@ class RelayLink:
         }
         if s.login is not None:
             options["user"], options["password"] = s.login.user, s.login.password
+        # read and checked at each connect: nats-py's own reading of a bad file can hang
         if s.creds is not None:
-            options["user_credentials"] = str(s.creds)
+            options["user_credentials"] = natskeys.CredsFile(s.creds)
         if s.nkey is not None:
-            options["nkeys_seed"] = str(s.nkey)
+            options["nkeys_seed_str"] = natskeys.nkey_seed(s.nkey)
         if s.url.startswith("tls://"):
             options["tls"] = ssl.create_default_context()
         log.info("relay_connecting", url=shown_url(s.url), host_id=s.host_id)

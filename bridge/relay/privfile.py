@@ -23,7 +23,14 @@ def problem(path: Path) -> str | None:
     found = permission_problem(path, what="credentials file", why=WHY)
     if found:
         return found
-    mode = stat.S_IMODE(path.stat().st_mode)
+    st = path.stat()
+    if stat.S_ISDIR(st.st_mode):
+        return (
+            f"{path} is a directory, not a credentials file. Fix: give the path of the file itself"
+        )
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block the reader for ever
+        return f"{path} is not a regular file. Fix: give the path of the credentials file"
+    mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         return (
             f"the credentials file {path} has mode {mode:04o}: others could read it; {WHY}. "

