@@ -222,8 +222,8 @@ export class RelayStation extends EventTarget {
       }
       login = crypto.loginReply(reply, record.pk, record.keys).login;
     } catch (err) {
-      // A hosted NATS whose operator did not allow `P.login`: the request is dropped unanswered.
-      if (isTimeout(err)) {
+      // A hosted NATS whose operator did not allow `P.login`: refused, or dropped unanswered.
+      if (isTimeout(err) || err?.code === 'PERMISSIONS_VIOLATION' || /permissions violation/i.test(String(err?.message))) {
         this.#shared = true;
         return nc;
       }
