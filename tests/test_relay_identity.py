@@ -126,6 +126,10 @@ async def test_each_phone_has_its_own_user_and_a_revoked_one_has_no_power_on_the
     bob, bob_nc = await setup.paired("bob's phone")
     assert alice.login is not None and bob.login is not None
     assert alice.login["user"] == f"{HOST}-{alice.client_id}" != bob.login["user"]
+    # the daemon keeps the passwords; listing the clients shows none of them
+    listed = run_bridge("clients", "--json", env=setup.daemon.env, check=True).stdout
+    assert alice.client_id in listed and alice.login["pass"] not in listed
+    assert "nats_pass" not in listed
     await turn(alice, tmp_path, "alice over her own user")
     bob_vc = await bob.open()
     await bob_vc.hello()
