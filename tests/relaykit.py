@@ -39,8 +39,24 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
+def hosted_login(rdir: RelayDir) -> None:
+    """The configuration as a hosted NATS's operator would make it, with no admin service to
+    give clients their own users: each workstation's one client login may do all a client does
+    (docs/remote-access.md, "Hosted NATS")."""
+    conf = json.loads(rdir.conf_file.read_text())
+    for user in conf["authorization"]["users"]:
+        if user["user"].endswith("-client"):
+            p = "agent-bridge." + user["user"].removesuffix("-client")
+            user["permissions"] = {
+                "publish": {"allow": [f"{p}.{s}" for s in ("status", "pair", "open", "vc.*.up")]},
+                "subscribe": {"allow": [f"{p}._INBOX.>", f"{p}.vc.*.down"]},
+            }
+    rdir.conf_file.write_text(json.dumps(conf))
+
+
 class Relay:
-    """nats-server with the configuration `agent-bridge relay serve` makes, plus a monitor."""
+    """nats-server with the configuration `agent-bridge relay serve` makes, plus a monitor,
+    but no admin service: one shared client login per workstation, as on a hosted NATS."""
 
     def __init__(self, directory: Path, names: tuple[str, ...] = ("ws-a",)) -> None:
         self.rdir = RelayDir(directory)
@@ -53,6 +69,7 @@ class Relay:
         self.rdir.save(self.state)
         for name in names:
             self.rdir.add(self.state, name)
+        hosted_login(self.rdir)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = directory / "nats.log"
 
@@ -114,8 +131,22 @@ def decode_link(link: str) -> dict[str, Any]:
     return json.loads(base64.urlsafe_b64decode(fragment + "=" * (-len(fragment) % 4)))
 
 
+async def nats_as(url: str, login: dict[str, Any], host_id: str, inbox: str, **kw: Any) -> Nats:
+    """A NATS connection with ``login`` ({"user", "pass"}), its replies under
+    ``agent-bridge.<host_id>._INBOX.<inbox>`` (``pair`` for the pairing login, the client id for
+    a client's own user)."""
+    return await nats.connect(
+        url,
+        user=login["user"],
+        password=login["pass"],
+        inbox_prefix=f"agent-bridge.{host_id}._INBOX.{inbox}",
+        **kw,
+    )
+
+
 class RelayClient:
-    """A paired client: its long-term keys and how to reach the daemon."""
+    """A paired client: its long-term keys and how to reach the daemon. ``scoped``: it has its
+    own NATS user, so its virtual connections use subjects that name it."""
 
     def __init__(self, nc: Nats, host_id: str, daemon_pk: bytes, keys: KeyPair | None = None):
         self.nc = nc
@@ -124,6 +155,9 @@ class RelayClient:
         self.daemon_pk = daemon_pk
         self.keys = keys or KeyPair.generate()
         self.client_id: str | None = None
+        #: its own NATS login, from the pair (or login) reply
+        self.login: dict[str, str] | None = None
+        self.scoped = False
 
     async def ask(self, what: str, body: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
         msg = await self.nc.request(f"{self.prefix}.{what}", json.dumps(body).encode(), timeout)
@@ -144,11 +178,24 @@ class RelayClient:
                 reply["box"], unb64(reply["n"]), self.keys.secret, self.daemon_pk
             )
             self.client_id = inner["client_id"]
+            self.login = inner.get("login")
+        return reply
+
+    async def ask_login(self) -> dict[str, Any]:
+        """``P.login``: its own NATS user, for a client paired before it had one."""
+        reply = await self.ask("login", self._boxed({"login": True, "ts": int(time.time())}))
+        if reply.get("ok"):
+            inner = sealing.unbox_json(
+                reply["box"], unb64(reply["n"]), self.keys.secret, self.daemon_pk
+            )
+            self.client_id = inner["client_id"]
+            self.login = inner["login"]
         return reply
 
     async def open_raw(self, conn: str, eph: KeyPair, ts: float | None = None) -> dict[str, Any]:
-        inner = {"conn": conn, "eph": b64(eph.public), "ts": int(ts or time.time())}
-        body = {**self._boxed(inner), "conn": conn, "eph": b64(eph.public)}
+        inner: dict[str, Any] = {"conn": conn, "eph": b64(eph.public), "ts": int(ts or time.time())}
+        named = {"client_id": self.client_id} if self.scoped else {}
+        body = {**self._boxed({**inner, **named}), "conn": conn, "eph": b64(eph.public), **named}
         return await self.ask("open", body)
 
     async def open(self) -> VirtualClient:
@@ -174,8 +221,9 @@ class VirtualClient:
     def __init__(self, client: RelayClient, conn: str) -> None:
         self.client = client
         self.conn = conn
-        self.up = f"{client.prefix}.vc.{conn}.up"
-        self.down = f"{client.prefix}.vc.{conn}.down"
+        vc = f"{client.prefix}.vc.{client.client_id}" if client.scoped else f"{client.prefix}.vc"
+        self.up = f"{vc}.{conn}.up"
+        self.down = f"{vc}.{conn}.down"
         self._ids = itertools.count(1)
         self._answers: dict[Any, asyncio.Future[dict[str, Any]]] = {}
         self.pushes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -340,6 +388,11 @@ class ServedRelay:
             )
         for port in (self.port, self.ws_port, self.web_port):
             wait_port(port, 20)
+        deadline = time.monotonic() + 20  # and its admin service is there (it says so then)
+        while "relay running" not in self.printed():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"relay serve did not start: {self.printed()}")
+            time.sleep(0.05)
         return self
 
     def printed(self) -> str:

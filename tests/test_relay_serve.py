@@ -27,6 +27,7 @@ from tests.relaykit import (
     ServedRelay,
     decode_link,
     events_until,
+    nats_as,
     relayed_daemon,
     wait_relay,
 )
@@ -110,14 +111,15 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
         # the link opens the page the relay serves, not the daemon's (a phone away from home
         # cannot reach the daemon)
         assert link["link"].startswith(f"http://127.0.0.1:{web_port}/#relay=")
-        nc = await nats.connect(
-            info["url"].replace("ws://", "nats://").replace(str(ws_port), str(port)),
-            user=info["user"],
-            password=info["pass"],
-            inbox_prefix=f"agent-bridge.{info['host']}._INBOX",
-        )
+        url = info["url"].replace("ws://", "nats://").replace(str(ws_port), str(port))
+        nc = await nats_as(url, info, info["host"], "pair")
         client = RelayClient(nc, info["host"], unb64(info["pk"]))
         assert (await client.pair(info["secret"]))["ok"]
+        await nc.close()
+        # the phone's own user, in the sealed pair reply (tests/test_relay_identity.py)
+        assert client.login is not None
+        nc = client.nc = await nats_as(url, client.login, info["host"], str(client.client_id))
+        client.scoped = True
         vc = await client.open()
         await vc.hello()
         created = await vc.request("session.create", agent="demo", cwd=str(tmp_path))

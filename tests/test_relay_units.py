@@ -146,15 +146,24 @@ def test_generated_config_confines_each_workstation(tmp_path: Path) -> None:
     conf = json.loads(rdir.conf_file.read_text())
     users = {u["user"]: u["permissions"] for u in conf["authorization"]["users"]}
     assert users["my-laptop-daemon"] == {
-        "publish": {"allow": ["agent-bridge.my-laptop.>"]},
+        "publish": {"allow": ["agent-bridge.my-laptop.>", "agent-bridge-relay.my-laptop.clients"]},
         "subscribe": {"allow": ["agent-bridge.my-laptop.>"]},
     }
-    client = users["my-laptop-client"]
-    assert all(s.startswith("agent-bridge.my-laptop.") for s in client["publish"]["allow"])
-    assert client["subscribe"]["allow"] == [
-        "agent-bridge.my-laptop._INBOX.>",
-        "agent-bridge.my-laptop.vc.*.down",
-    ]
+    # the pairing login (in every link) may pair and ask for a login, nothing more
+    assert users["my-laptop-client"] == {
+        "publish": {"allow": [f"agent-bridge.my-laptop.{s}" for s in ("status", "pair", "login")]},
+        "subscribe": {"allow": ["agent-bridge.my-laptop._INBOX.pair.>"]},
+    }
+    # a client's own user names only its own subjects
+    state.workstations["my-laptop"].clients["c-0123abcd"] = "p" * 24
+    rdir.save(state)
+    conf = json.loads(rdir.conf_file.read_text())
+    users = {u["user"]: u["permissions"] for u in conf["authorization"]["users"]}
+    p = "agent-bridge.my-laptop"
+    assert users["my-laptop-c-0123abcd"] == {
+        "publish": {"allow": [f"{p}.status", f"{p}.open", f"{p}.vc.c-0123abcd.*.up"]},
+        "subscribe": {"allow": [f"{p}._INBOX.c-0123abcd.>", f"{p}.vc.c-0123abcd.*.down"]},
+    }
     assert conf["websocket"]["no_tls"] is True
     acct = json.loads(rdir.account_file("my-laptop").read_text())
     assert acct["url"] == "nats://relay.example:4222"

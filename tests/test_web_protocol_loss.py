@@ -28,6 +28,7 @@ def test_protocol_loss_handling() -> None:
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_relay_socket_rejects_replays_and_forgeries_keeps_alive_and_detects_silence() -> None:
-    # relay.js's virtual connection against a stand-in NATS connection and daemon.
+    # relay.js's virtual connection against a stand-in NATS connection and daemon, with and
+    # without the client's own NATS user (its subjects), and the login request and reply.
     out = node_test("relay_socket.test.mjs")
-    assert "fail 0" in out and "pass 5" in out
+    assert "fail 0" in out and "pass 7" in out

@@ -1,7 +1,9 @@
 """A phone anywhere, in headless Chromium: `agent-bridge relay serve` (one command) serves the
 web client itself, `agent-bridge pair --relay` prints a link to that page, and a fresh browser
 profile opens it, pairs, creates a session on the workstation and sees its answer, with
-nothing loaded from the daemon (which serves no page at all here)."""
+nothing loaded from the daemon (which serves no page at all here). The page connects with the
+phone's own NATS user (docs/security.md, "One NATS identity per client"), asks for it when it
+was paired before it had one, and says "not paired" once revoked."""
 
 from __future__ import annotations
 
@@ -89,5 +91,37 @@ def test_a_phone_pairs_from_the_page_the_relay_serves(
         # and the page never looked for a daemon at its own origin
         assert not [e for e in p.logs() if "/v1/ws" in e["text"]], p.logs()
         assert page_errors(p) == [], page_errors(p)
+
+        # The phone's own NATS user came in the sealed pair reply and is kept with its record.
+        records = "JSON.parse(localStorage.getItem('agent-bridge.workstations'))"
+        [record] = p.eval(records)
+        assert record["login"]["user"] == f"{HOST}-{record['client_id']}"
+        assert record["login"]["pass"] != record["pass"]  # not the pairing login of the link
+
+        # A phone paired before the relay gave users (no login in its record) asks for one.
+        p.eval(
+            f"(() => {{ const [r] = {records}; delete r.login;"
+            " localStorage.setItem('agent-bridge.workstations', JSON.stringify([r])); })()"
+        )
+        p.reload()
+        p.wait(f'{RELAY_GROUP}[data-state="online"]', state="attached", timeout_ms=30_000)
+        p.wait_for(f"{records}[0].login?.user === {json.dumps(record['login']['user'])}")
+        p.wait(".session .blk-end", timeout_ms=30_000)
+        send(p, "echo after asking for a login")
+        p.wait_for(
+            "document.querySelector('.session .transcript').textContent"
+            ".includes('You said: after asking for a login')"
+        )
+
+        # Revoked on the workstation: "not paired", and the relay no longer takes its login.
+        run_bridge("clients", "revoke", record["client_id"], env=workstation.env, check=True)
+        unauthorized = f'{RELAY_GROUP}[data-state="unauthorized"]'
+        p.wait(unauthorized, state="attached", timeout_ms=30_000)
+        assert "not paired" in p.eval(
+            f"document.querySelector('{RELAY_GROUP} .ws-head').textContent"
+        )
+        p.reload()  # its login refused, the pairing login's P.login says revoked
+        p.wait(unauthorized, state="attached", timeout_ms=30_000)
+        shot(p, "relay-serve-phone-revoked")
     finally:
         p.close()

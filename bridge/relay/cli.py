@@ -1,4 +1,4 @@
-"""The relay's commands: ``relay serve`` and ``relay add`` (a self-hosted relay),
+"""The relay's commands: ``relay serve``, ``relay add`` and ``relay rotate`` (a self-hosted relay),
 ``pair --relay`` (a pairing link), ``clients`` and ``clients revoke`` (docs/remote-access.md)."""
 
 from __future__ import annotations
@@ -47,12 +47,13 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
         if bool(state.tls_cert) != bool(state.tls_key):
             return fail("--tls-cert and --tls-key go together", 2)
         rdir.ensure_not_running()
-        rdir.save(state)
-        if not state.workstations:
-            w = rdir.add(state, args.name or socket.gethostname())
-            account = rdir.account_file(w.host_id)
-            print(f"added workstation {w.host_id}; its account file: {account}")
-            print(HOW_TO_USE.format(account=account))
+        with rdir.locked():
+            rdir.save(state)
+            if not state.workstations:
+                w = rdir.add(state, args.name or socket.gethostname())
+                account = rdir.account_file(w.host_id)
+                print(f"added workstation {w.host_id}; its account file: {account}")
+                print(HOW_TO_USE.format(account=account))
     except (RelayServeError, OSError) as exc:
         return fail(exc)
     for warning in (natsserver.plain_ws_warning(state), natsserver.plain_web_warning(state)):
@@ -62,9 +63,10 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
 
 
 async def _serve(rdir: Any, state: Any, binary: Path) -> int:
-    """The web client's port (when on) and nats-server, until SIGTERM/SIGINT or nats-server
-    exits; both stop together."""
+    """The web client's port (when on), nats-server and its admin service (the clients' own
+    users), until SIGTERM/SIGINT or nats-server exits; all stop together."""
     from bridge.relay import natsserver, webserve
+    from bridge.relay.admin import AdminService
 
     web = webserve.relay_web() if state.web_port else None
     if web is not None:
@@ -73,6 +75,7 @@ async def _serve(rdir: Any, state: Any, binary: Path) -> int:
         except (OSError, ValueError) as exc:
             return fail(f"the web client's port {state.host}:{state.web_port}: {exc}")
     proc = natsserver.start(rdir)
+    admin = AdminService(rdir, state, lambda: proc.send_signal(signal.SIGHUP))
     stopping: list[int] = []
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -80,12 +83,16 @@ async def _serve(rdir: Any, state: Any, binary: Path) -> int:
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     served = f", web client on {natsserver.web_url(state)}" if web is not None else ""
-    print(
-        f"relay running ({binary}): NATS on {state.host}:{state.port}, "
-        f"WebSocket on {state.host}:{state.ws_port}{served}; config {rdir.conf_file}",
-        flush=True,
-    )
     try:
+        try:
+            await _start_admin(admin, proc)
+        except Exception as exc:
+            return fail(f"the relay's admin service cannot reach nats-server: {exc}")
+        print(
+            f"relay running ({binary}): NATS on {state.host}:{state.port}, "
+            f"WebSocket on {state.host}:{state.ws_port}{served}; config {rdir.conf_file}",
+            flush=True,
+        )
         while not stopping:
             code = proc.poll()
             if code is not None:
@@ -95,6 +102,7 @@ async def _serve(rdir: Any, state: Any, binary: Path) -> int:
         print("relay stopped", flush=True)
         return 0
     finally:
+        await admin.close()
         natsserver.stop(proc)
         if web is not None:
             await web.close()
@@ -102,15 +110,31 @@ async def _serve(rdir: Any, state: Any, binary: Path) -> int:
             signal.signal(sig, handler)
 
 
+async def _start_admin(admin: Any, proc: Any) -> None:
+    """The admin service logs in once nats-server listens (it has just been started; nats-py
+    tries again until it does)."""
+    start = asyncio.ensure_future(admin.start())
+    deadline = time.monotonic() + 20
+    while not start.done():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            start.cancel()
+            raise RuntimeError("nats-server did not start")
+        await asyncio.wait({start}, timeout=0.1)
+    start.result()
+
+
 def cmd_relay_add(args: argparse.Namespace) -> int:
     from bridge.relay.natsserver import RelayServeError
 
     rdir = _relay_dir(args)
     try:
-        state = rdir.load()
-        if state is None:
-            return fail(f"no relay in {rdir.dir}: start one with `agent-bridge relay serve` first")
-        w = rdir.add(state, args.name)
+        with rdir.locked():
+            state = rdir.load()
+            if state is None:
+                return fail(
+                    f"no relay in {rdir.dir}: start one with `agent-bridge relay serve` first"
+                )
+            w = rdir.add(state, args.name)
     except (RelayServeError, OSError) as exc:
         return fail(exc)
     account = rdir.account_file(w.host_id)
@@ -126,6 +150,28 @@ def cmd_relay_add(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_relay_rotate(args: argparse.Namespace) -> int:
+    from bridge.relay.natsserver import RelayServeError
+
+    rdir = _relay_dir(args)
+    try:
+        with rdir.locked():
+            state = rdir.load()
+            if state is None:
+                return fail(f"no relay in {rdir.dir}")
+            w = rdir.rotate(state, args.name)
+    except (RelayServeError, OSError) as exc:
+        return fail(exc)
+    account = rdir.account_file(w.host_id)
+    print(f"new pairing login for {w.host_id}: every pairing link made before no longer works")
+    print(f"Copy {account} to that workstation again (keep it mode 0600);")
+    print("`agent-bridge pair --relay` there reads it at once, the daemon need not restart.")
+    print("Paired clients with their own login are not affected.")
+    if rdir.reload():
+        print("the running relay has read the new configuration")
+    return 0
+
+
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
 
@@ -135,7 +181,7 @@ def cmd_clients(args: argparse.Namespace) -> int:
 
     found = ClientRegistry().clients()
     if args.json:
-        print(json.dumps([c.__dict__ for c in found]))
+        print(json.dumps([c.shown() for c in found]))
         return 0
     if not found:
         print("no paired relay clients (pair one with `agent-bridge pair --relay`)")
@@ -184,6 +230,9 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--name", help="the first workstation's name (default: this host's name)")
     p = action("add", cmd_relay_add, "Add a workstation: its users and account file")
+    p.add_argument("name")
+    p.add_argument("--dir", help="the relay's directory (default: under the state dir)")
+    p = action("rotate", cmd_relay_rotate, "Give a workstation a new pairing login")
     p.add_argument("name")
     p.add_argument("--dir", help="the relay's directory (default: under the state dir)")
 

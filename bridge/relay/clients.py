@@ -1,7 +1,8 @@
 """The daemon's relay identity and its paired clients, kept in the state dir (all mode 0600):
 
 - ``relay/daemon.key``: the daemon's long-term X25519 secret key (base64url);
-- ``relay/clients.json``: paired clients: id, name, public key, paired_at, last_seen, revoked;
+- ``relay/clients.json``: paired clients: id, name, public key, paired_at, last_seen, revoked,
+  and the password of the client's own NATS user on a relay that gives it one;
 - ``relay/pairing.json``: one-time pairing secrets (their SHA-256 only) and when they expire.
 
 The CLI (``pair --relay``, ``clients revoke``) and the running daemon both change these files:
@@ -18,7 +19,7 @@ import os
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,12 @@ class Client:
     last_seen: float | None = None
     revoked: bool = False
     revoked_at: float | None = None
+    #: the password of its own NATS user (`relay serve`), "" while it has none
+    nats_pass: str = field(default="", repr=False)
+
+    def shown(self) -> dict[str, Any]:
+        """What `agent-bridge clients --json` prints: all but the password."""
+        return {k: v for k, v in asdict(self).items() if k != "nats_pass"}
 
 
 def clean_name(value: object) -> str:
@@ -164,6 +171,22 @@ class ClientRegistry:
                 client.revoked, client.revoked_at = True, time.time()
                 self._write(clients)
             return client
+
+    def login_password(self, client_id: str) -> str | None:
+        """The password of a paired, unrevoked client's own NATS user, made on first use."""
+        with self._locked():
+            clients = self._read()
+            client = clients.get(client_id)
+            if client is None or client.revoked:
+                return None
+            if not client.nats_pass:
+                client.nats_pass = secrets.token_urlsafe(24)
+                self._write(clients)
+            return client.nats_pass
+
+    def logins(self) -> dict[str, str]:
+        """Client id -> own NATS password, of every unrevoked client that has one."""
+        return {c.id: c.nats_pass for c in self.clients() if c.nats_pass and not c.revoked}
 
     def touch(self, client_id: str) -> None:
         now = time.time()

@@ -1,5 +1,6 @@
-"""The daemon's answers to ``P.pair`` and ``P.open`` requests (docs/protocol.md, "Relay"),
-sans I/O: a request's bytes in, the reply and (for an open) the new connection's keys out.
+"""The daemon's answers to ``P.pair``, ``P.open`` and ``P.login`` requests (docs/protocol.md,
+"Relay"), sans I/O: a request's bytes in, the reply and (for an open) the new connection's keys
+out.
 
 Errors are short codes in the reply; nothing here raises on bad input.
 """
@@ -31,6 +32,8 @@ class Opened:
     conn: str
     client: Client
     key: bytes
+    #: the client named itself: its subjects are ``P.vc.<client id>.<conn>.up|down``
+    scoped: bool = False
 
 
 def _request(data: bytes) -> dict[str, Any]:
@@ -79,7 +82,60 @@ def pair(
     except Refused as exc:
         return {"ok": False, "error": str(exc)}, None
     client = registry.add(str(inner.get("name") or ""), client_pk)
-    return {"ok": True, **_reply_box({"client_id": client.id}, keys, client_pk)}, client
+    return paired_reply(client, keys, None), client
+
+
+def paired_reply(client: Client, keys: KeyPair, login: dict[str, str] | None) -> dict[str, Any]:
+    """The pair reply; ``login``: the client's own NATS user and password, when it has one."""
+    inner: dict[str, Any] = {"client_id": client.id}
+    if login is not None:
+        inner["login"] = login
+    return {"ok": True, **_reply_box(inner, keys, unb64(client.pk, 32))}
+
+
+def _paired_client(registry: ClientRegistry, client_pk: bytes) -> Client:
+    client = registry.by_pk(client_pk)
+    if client is None:
+        raise Refused("unknown_client")
+    if client.revoked:
+        raise Refused("revoked")
+    return client
+
+
+def _fresh(inner: dict[str, Any], now: float | None) -> None:
+    ts = inner.get("ts")
+    if not isinstance(ts, int | float) or abs(ts - (now or time.time())) > MAX_SKEW_S:
+        raise Refused("stale")
+
+
+def login(
+    data: bytes, registry: ClientRegistry, keys: KeyPair, now: float | None = None
+) -> tuple[dict[str, Any], Client | None]:
+    """Check a ``P.login`` request (a paired client asks for its own NATS user): ({}, client)
+    when it is a paired, unrevoked client's, else (the refusal, None)."""
+    try:
+        req = _request(data)
+        client_pk, nonce = _fields(req)
+        client = _paired_client(registry, client_pk)
+        try:
+            inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
+        except ValueError as exc:
+            raise Refused("bad_box") from exc
+        if not isinstance(inner, dict) or inner.get("login") is not True:
+            raise Refused("bad_box")
+        _fresh(inner, now)
+    except Refused as exc:
+        return {"ok": False, "error": str(exc)}, None
+    return {}, client
+
+
+def login_reply(client: Client, keys: KeyPair, login: dict[str, str] | None) -> dict[str, Any]:
+    """The answer to a checked ``P.login``: the login, or ``unsupported`` (the relay gives no
+    client its own user: a hosted NATS, or one it could not reach)."""
+    if login is None:
+        return {"ok": False, "error": "unsupported"}
+    inner = {"client_id": client.id, "login": login}
+    return {"ok": True, **_reply_box(inner, keys, unb64(client.pk, 32))}
 
 
 def open_connection(
@@ -101,20 +157,21 @@ def open_connection(
             client_eph = unb64(eph_text, 32)
         except ValueError as exc:
             raise Refused("bad_request") from exc
-        client = registry.by_pk(client_pk)
-        if client is None:
-            raise Refused("unknown_client")
-        if client.revoked:
-            raise Refused("revoked")
+        named = req.get("client_id")
+        if named is not None and not isinstance(named, str):
+            raise Refused("bad_request")
+        client = _paired_client(registry, client_pk)
+        if named is not None and named != client.id:
+            raise Refused("bad_request")
         try:
             inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
         except ValueError as exc:
             raise Refused("bad_box") from exc
         if not isinstance(inner, dict) or inner.get("conn") != conn or inner.get("eph") != eph_text:
             raise Refused("bad_box")
-        ts = inner.get("ts")
-        if not isinstance(ts, int | float) or abs(ts - (now or time.time())) > MAX_SKEW_S:
-            raise Refused("stale")
+        if inner.get("client_id") != named:
+            raise Refused("bad_box")
+        _fresh(inner, now)
         if conn in in_use:
             raise Refused("conn_in_use")
     except Refused as exc:
@@ -123,4 +180,4 @@ def open_connection(
     inner_reply = {"conn": conn, "eph": b64(mine.public), "client_eph": eph_text}
     reply = {"ok": True, "eph": b64(mine.public), **_reply_box(inner_reply, keys, client_pk)}
     key = sealing.connection_key(mine.secret, client_eph)
-    return reply, Opened(conn, client, key)
+    return reply, Opened(conn, client, key, scoped=named is not None)

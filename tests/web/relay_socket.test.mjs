@@ -33,6 +33,8 @@ class FakeNats {
     const req = JSON.parse(decoder.decode(data));
     const inner = JSON.parse(decoder.decode(nacl.box.open(b64decode(req.box), b64decode(req.n), b64decode(req.pk), this.daemon.secretKey)));
     assert.equal(inner.conn, req.conn);
+    assert.equal(inner.client_id, req.client_id);
+    this.named = req.client_id;
     const eph = nacl.box.keyPair();
     const n = nacl.randomBytes(24);
     const box = nacl.box(encoder.encode(JSON.stringify({ conn: req.conn, eph: b64encode(eph.publicKey), client_eph: req.eph })), n, b64decode(req.pk), this.daemon.secretKey);
@@ -41,7 +43,8 @@ class FakeNats {
     this.sealer = new Sealer(nacl, this.key, DIR_DOWN);
     return { data: encoder.encode(JSON.stringify({ ok: true, eph: b64encode(eph.publicKey), n: b64encode(n), box: b64encode(box) })) };
   }
-  down(message) { this.subs.get(`agent-bridge.h.vc.${this.conn}.down`)(null, { data: message }); }
+  get vc() { return this.named ? `agent-bridge.h.vc.${this.named}.${this.conn}` : `agent-bridge.h.vc.${this.conn}`; }
+  down(message) { this.subs.get(`${this.vc}.down`)(null, { data: message }); }
   upOpened() {
     const o = new Opener(nacl, this.key, DIR_UP);
     return this.up.map((m) => o.open(m.data));
@@ -49,17 +52,18 @@ class FakeNats {
 }
 
 class TestStation extends RelayStation {
-  constructor(nc, daemonPk, timing) {
-    super({ host: 'h', pk: b64encode(daemonPk), keys: rc.keyPair() }, timing);
+  constructor(nc, daemonPk, timing, scoped = false) {
+    super({ host: 'h', pk: b64encode(daemonPk), keys: rc.keyPair(), client_id: 'c-0123abcd' }, timing);
     this.nc = nc;
+    this.scoped = scoped;
   }
   async connection() { return this.nc; }
 }
 
-async function openSocket(timing = { keepaliveMs: 60_000, silenceMs: 60_000, tickMs: 10 }) {
+async function openSocket(timing = { keepaliveMs: 60_000, silenceMs: 60_000, tickMs: 10 }, scoped = false) {
   const daemon = nacl.box.keyPair();
   const nc = new FakeNats(daemon);
-  const sock = new TestStation(nc, daemon.publicKey, timing).socket();
+  const sock = new TestStation(nc, daemon.publicKey, timing, scoped).socket();
   const got = { frames: [], close: null, open: false };
   sock.onopen = () => { got.open = true; };
   sock.onmessage = (ev) => got.frames.push(ev.data);
@@ -126,4 +130,36 @@ test('idle: KEEPALIVE goes up; silence: the connection is lost', async () => {
   }
   assert.equal(heard.got.close, null);
   heard.sock.close();
+});
+
+test('with its own NATS user, the client names itself and uses the subjects that name it', async () => {
+  const { sock, nc, got } = await openSocket(undefined, true);
+  assert.equal(nc.named, 'c-0123abcd');
+  assert.deepEqual([...nc.subs.keys()], [`agent-bridge.h.vc.c-0123abcd.${nc.conn}.down`]);
+  sock.send('{"t":"hello","id":1}');
+  assert.equal(nc.up[0].subject, `agent-bridge.h.vc.c-0123abcd.${nc.conn}.up`);
+  nc.down(nc.sealer.sealFrame('{"t":"ok","id":1}')[0]);
+  assert.deepEqual(got.frames, ['{"t":"ok","id":1}']);
+  // without one (a hosted NATS's shared login), the subjects stay as they were
+  const shared = await openSocket();
+  assert.equal(shared.nc.named, undefined);
+  assert.deepEqual([...shared.nc.subs.keys()], [`agent-bridge.h.vc.${shared.nc.conn}.down`]);
+  sock.close();
+  shared.sock.close();
+});
+
+test('a login request opens for the daemon only, and its reply gives the login', () => {
+  const daemon = nacl.box.keyPair();
+  const keys = rc.keyPair();
+  const req = rc.loginRequest(b64encode(daemon.publicKey), keys, { nowS: 1700000000 });
+  const inner = JSON.parse(decoder.decode(nacl.box.open(b64decode(req.box), b64decode(req.n), b64decode(keys.pk), daemon.secretKey)));
+  assert.deepEqual(inner, { login: true, ts: 1700000000 });
+  const n = nacl.randomBytes(24);
+  const body = { client_id: 'c-0123abcd', login: { user: 'h-c-0123abcd', pass: 'p'.repeat(24) } };
+  const box = nacl.box(encoder.encode(JSON.stringify(body)), n, b64decode(keys.pk), daemon.secretKey);
+  const reply = { ok: true, n: b64encode(n), box: b64encode(box) };
+  assert.deepEqual(rc.loginReply(reply, b64encode(daemon.publicKey), keys), { clientId: 'c-0123abcd', login: body.login });
+  assert.throws(() => rc.loginReply({ ok: false, error: 'revoked' }, b64encode(daemon.publicKey), keys), /revoked/);
+  const other = nacl.box.keyPair(); // not this workstation's daemon
+  assert.throws(() => rc.loginReply(reply, b64encode(other.publicKey), keys), /not from this workstation/);
 });

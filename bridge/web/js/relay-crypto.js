@@ -87,6 +87,12 @@ export function parseLink(fragmentValue) {
 
 // ---- pairing and opening ------------------------------------------------------------------------
 
+function loginOf(value) {
+  return value && typeof value.user === 'string' && value.user && typeof value.pass === 'string'
+    ? { user: value.user, pass: value.pass }
+    : null;
+}
+
 export class RelayCrypto {
   /** `nacl` is tweetnacl (nacl-fast.js); passed in so node and the page load it their own way. */
   constructor(nacl) {
@@ -107,25 +113,51 @@ export class RelayCrypto {
 
   /** The client id from the daemon's pair reply; throws RelayError when refused or forged. */
   pairReply(reply, daemonPk, keys) {
+    return this.pairResult(reply, daemonPk, keys).clientId;
+  }
+
+  /**
+   * What the daemon's pair reply holds: {clientId, login}, where login is this client's own
+   * NATS user ({user, pass}) on a relay that gives it one, else null.
+   */
+  pairResult(reply, daemonPk, keys) {
     if (!reply || reply.ok !== true) throw new RelayError(reply?.error || 'bad_reply', `pairing refused: ${reply?.error || 'bad reply'}`);
     const inner = this.#unbox(reply, daemonPk, keys.sk);
     if (typeof inner.client_id !== 'string' || !inner.client_id) throw new RelayError('bad_reply', 'no client id in the pairing reply');
-    return inner.client_id;
+    return { clientId: inner.client_id, login: loginOf(inner.login) };
+  }
+
+  /** A `P.login` request: a paired client asks for its own NATS user. */
+  loginRequest(daemonPk, keys, { nowS = Math.floor(Date.now() / 1000), nonce } = {}) {
+    const n = nonce || this.nacl.randomBytes(24);
+    const box = this.nacl.box(jsonBytes({ login: true, ts: nowS }), n, b64decode(daemonPk), b64decode(keys.sk));
+    return { v: 1, pk: keys.pk, n: b64encode(n), box: b64encode(box) };
+  }
+
+  /** {clientId, login} from the daemon's login reply; throws RelayError (its code) otherwise. */
+  loginReply(reply, daemonPk, keys) {
+    if (!reply || reply.ok !== true) throw new RelayError(reply?.error || 'bad_reply', `no login: ${reply?.error || 'bad reply'}`);
+    const inner = this.#unbox(reply, daemonPk, keys.sk);
+    const login = loginOf(inner.login);
+    if (typeof inner.client_id !== 'string' || !login) throw new RelayError('bad_reply', 'no login in the reply');
+    return { clientId: inner.client_id, login };
   }
 
   /**
    * A `P.open` request and the state needed to check its reply. `eph` (a nacl box key pair) and
    * `conn` may be given by a test; a real open makes fresh ones.
    */
-  openRequest(daemonPk, keys, { nowS = Math.floor(Date.now() / 1000), eph, conn, nonce } = {}) {
+  openRequest(daemonPk, keys, { nowS = Math.floor(Date.now() / 1000), eph, conn, nonce, clientId } = {}) {
     const e = eph || this.nacl.box.keyPair();
     const id = conn || hex(this.nacl.randomBytes(16));
     const n = nonce || this.nacl.randomBytes(24);
     const ephB64 = b64encode(e.publicKey);
-    const inner = jsonBytes({ conn: id, eph: ephB64, ts: nowS });
+    // A client with its own NATS user names itself: its subjects are P.vc.<client id>.<conn>.*
+    const named = clientId ? { client_id: clientId } : {};
+    const inner = jsonBytes({ conn: id, eph: ephB64, ts: nowS, ...named });
     const box = this.nacl.box(inner, n, b64decode(daemonPk), b64decode(keys.sk));
     return {
-      request: { v: 1, pk: keys.pk, conn: id, eph: ephB64, n: b64encode(n), box: b64encode(box) },
+      request: { v: 1, pk: keys.pk, conn: id, eph: ephB64, n: b64encode(n), box: b64encode(box), ...named },
       state: { conn: id, eph: e },
     };
   }

@@ -3,7 +3,10 @@
 // The relay only ever sees sealed bytes; the keys live in this browser.
 //
 // - RelayStation: one paired workstation and its NATS connection (shared by its virtual
-//   connections), its liveness (`P.status`), pairing from a `#relay=` link.
+//   connections), its liveness (`P.status`), pairing from a `#relay=` link. On a relay that
+//   gives each client its own NATS user (`relay serve`), the station connects with that user
+//   (from the pair reply, or asked for with `P.login` by a browser paired before) and uses the
+//   subjects that name this client; elsewhere, with the link's shared login, as before.
 // - RelaySocket: one virtual connection that behaves like the page's WebSocket to the daemon
 //   (send(text), close(code, reason), onopen / onmessage({data}) / onclose({code, reason})), so
 //   protocol.js runs every feature over it unchanged. Each open makes fresh ephemeral keys;
@@ -52,6 +55,10 @@ function isTimeout(err) {
   return err?.code === 'TIMEOUT' || /timeout/i.test(String(err?.message));
 }
 
+function isAuthError(err) {
+  return err?.code === 'AUTHORIZATION_VIOLATION' || /authorization/i.test(String(err?.message));
+}
+
 /** What went wrong in a request to the relay, as a close code and a reason a person can read. */
 function classify(err) {
   if (err instanceof RelayError) {
@@ -61,18 +68,23 @@ function classify(err) {
     return { code: CLOSE.REJECTED, reason: err.message };
   }
   if (isNoResponders(err) || isTimeout(err)) return { code: CLOSE.OFFLINE, reason: 'the workstation is offline' };
+  // Neither this browser's own login nor the pairing login works any more (revoked, rotated).
+  if (isAuthError(err)) return { code: 4401, reason: 'the relay refused this browser\'s login: pair again' };
   return { code: CLOSE.RELAY_DOWN, reason: `the relay cannot be reached (${err?.message || err})` };
 }
 
-async function natsConnect({ url, user, pass, host }) {
+/**
+ * A NATS connection to the workstation's relay as `login` ({user, pass}). Replies come back
+ * under `agent-bridge.<host>._INBOX.<inbox>` (`pair` for the pairing login, the client id for
+ * the client's own user), so the relay's permissions can confine each user to its own.
+ */
+async function natsConnect({ url, host }, login, inbox) {
   return connect({
     servers: url,
-    user: user || undefined,
-    pass: pass || undefined,
+    user: login?.user || undefined,
+    pass: login?.pass || undefined,
     name: 'agent-bridge web',
-    // Replies come back under the workstation's own prefix, so the relay's permissions can
-    // confine this user to `agent-bridge.<host>.>`.
-    inboxPrefix: `agent-bridge.${host}._INBOX`,
+    inboxPrefix: `agent-bridge.${host}._INBOX.${inbox}`,
     reconnect: true,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 2_000,
@@ -87,7 +99,7 @@ async function natsConnect({ url, user, pass, host }) {
 export async function pair(linkValue, clientName) {
   const link = typeof linkValue === 'string' ? parseLink(linkValue) : linkValue;
   const keys = crypto.keyPair();
-  const nc = await natsConnect(link);
+  const nc = await natsConnect(link, { user: link.user, pass: link.pass }, 'pair');
   try {
     let reply;
     try {
@@ -98,7 +110,7 @@ export async function pair(linkValue, clientName) {
       if (isNoResponders(err) || isTimeout(err)) throw new RelayError('offline', 'the workstation is offline: start its daemon and try again');
       throw err;
     }
-    const clientId = crypto.pairReply(reply, link.pk, keys);
+    const { clientId, login } = crypto.pairResult(reply, link.pk, keys);
     return {
       kind: 'relay',
       id: `relay:${link.host}`,
@@ -110,6 +122,8 @@ export async function pair(linkValue, clientName) {
       pk: link.pk,
       keys,
       client_id: clientId,
+      // this browser's own NATS user (`relay serve`); null: the link's shared login it is
+      login,
       paired_at: new Date().toISOString(),
     };
   } finally {
@@ -119,12 +133,17 @@ export async function pair(linkValue, clientName) {
 
 /**
  * A paired workstation. Events: 'relay' with detail {state} ('connecting' | 'up' | 'down')
- * when the NATS connection changes.
+ * when the NATS connection changes; 'record' when the record changed (it got its own login)
+ * and should be kept again.
  */
 export class RelayStation extends EventTarget {
   #nc = null;
   #connecting = null;
   #sockets = new Set();
+  /** The relay gives no client its own user (`P.login` said so): the shared login it is. */
+  #shared = false;
+  /** The connection is this client's own user's: subjects name the client. */
+  scoped = false;
 
   /** `timing` changes the liveness intervals (tests): {keepaliveMs, silenceMs, tickMs}. */
   constructor(record, timing = {}) {
@@ -161,7 +180,7 @@ export class RelayStation extends EventTarget {
     if (this.#nc) return this.#nc;
     if (!this.#connecting) {
       this.#setState('connecting');
-      this.#connecting = natsConnect(this.record).then((nc) => {
+      this.#connecting = this.#dial().then((nc) => {
         this.#nc = nc;
         this.#setState('up');
         this.#watch(nc);
@@ -174,6 +193,49 @@ export class RelayStation extends EventTarget {
       });
     }
     return this.#connecting;
+  }
+
+  /** The NATS connection: as this client's own user when it has one (asked for when not). */
+  async #dial() {
+    const { record } = this;
+    if (record.login) {
+      try {
+        const nc = await natsConnect(record, record.login, record.client_id);
+        this.scoped = true;
+        return nc;
+      } catch (err) {
+        // Refused (its user is gone: revoked, or a relay that lost it): ask the daemon again.
+        if (!isAuthError(err)) throw err;
+      }
+    }
+    const nc = await natsConnect(record, { user: record.user, pass: record.pass }, 'pair');
+    this.scoped = false;
+    if (this.#shared) return nc;
+    let login;
+    try {
+      const msg = await nc.request(`${this.prefix}.login`, json(crypto.loginRequest(record.pk, record.keys)),
+        { timeout: REQUEST_TIMEOUT_MS });
+      const reply = JSON.parse(decoder.decode(msg.data));
+      if (reply?.ok !== true && reply?.error === 'unsupported') {
+        this.#shared = true;
+        return nc;
+      }
+      login = crypto.loginReply(reply, record.pk, record.keys).login;
+    } catch (err) {
+      // A hosted NATS whose operator did not allow `P.login`: refused, or dropped unanswered.
+      if (isTimeout(err) || err?.code === 'PERMISSIONS_VIOLATION' || /permissions violation/i.test(String(err?.message))) {
+        this.#shared = true;
+        return nc;
+      }
+      nc.close().catch(() => {});
+      throw err;
+    }
+    nc.close().catch(() => {});
+    record.login = login;
+    this.dispatchEvent(new CustomEvent('record'));
+    const own = await natsConnect(record, login, record.client_id);
+    this.scoped = true;
+    return own;
   }
 
   close() {
@@ -251,11 +313,13 @@ export class RelaySocket {
       const nc = await station.connection();
       if (this.readyState !== 0) return;
       this.#nc = nc;
-      const { request, state } = crypto.openRequest(record.pk, record.keys);
+      const clientId = station.scoped ? record.client_id : undefined;
+      const { request, state } = crypto.openRequest(record.pk, record.keys, { clientId });
       this.stats.conn = state.conn;
-      this.#subjectUp = `${station.prefix}.vc.${state.conn}.up`;
+      const vc = clientId ? `${station.prefix}.vc.${clientId}.${state.conn}` : `${station.prefix}.vc.${state.conn}`;
+      this.#subjectUp = `${vc}.up`;
       // Listen before asking, so the daemon's first frame cannot arrive unheard.
-      this.#sub = nc.subscribe(`${station.prefix}.vc.${state.conn}.down`, {
+      this.#sub = nc.subscribe(`${vc}.down`, {
         callback: (err, msg) => { if (!err) this.#onMessage(msg.data); },
       });
       const msg = await nc.request(`${station.prefix}.open`, json(request), { timeout: REQUEST_TIMEOUT_MS });

@@ -81,6 +81,10 @@ export class Workstation {
     this.#name = name;
     if (kind === 'relay') {
       this.station = new relay.RelayStation(record);
+      // It got its own NATS login (a browser paired before the relay gave one): keep it.
+      this.station.addEventListener('record', () => {
+        if (!this.stopped) saveRecord(this.record);
+      });
       this.closeCodes = relay.CLOSE;
       this.client = new BridgeClient({ transport: () => this.station.socket(), clientName: 'agent-bridge web' });
     } else {
@@ -129,6 +133,7 @@ export class Workstation {
   }
 
   stop() {
+    this.stopped = true;
     this.client.stop();
     this.station?.close();
   }
