@@ -22,6 +22,8 @@ from bridge.config import RelayConfig
 from bridge.relay import account, sealing
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
+from bridge.relay.sealing import KeyPair
+from bridge.relay.vconn import VirtualConnection
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.relaykit import (
@@ -88,6 +90,33 @@ async def test_unauthenticated_frames_are_dropped_counted_and_change_nothing(
     assert vc.closed is None and not daemon_vc.closed
     await intruder.close()
     await client.nc.close()
+
+
+async def test_junk_does_not_keep_a_silent_connection_alive() -> None:
+    """A connection whose client went quiet is still closed after 60 s, junk or not."""
+    sent: list[bytes] = []
+
+    async def publish(_subject: str, payloads: list[bytes]) -> None:
+        sent.extend(payloads)
+
+    key = sealing.connection_key(KeyPair.generate().secret, KeyPair.generate().public)
+    vc = VirtualConnection(
+        conn="c" * 32,
+        client_id="c-1",
+        key=key,
+        down_subject="agent-bridge.x.vc.c.down",
+        publish=publish,
+        pending=lambda: 0,
+        max_frame=1024,
+    )
+    heard = vc.last_recv
+    for junk in (b"short", bytes(8) + bytes(40), (7).to_bytes(8, "big") + bytes(40)):
+        vc.deliver(junk)
+    assert vc.last_recv == heard and not vc.closed and vc.dropped_unauthenticated == 3
+    vc.tick(heard + 61)
+    await vc.stopped()
+    opened = sealing.Opener(key, sealing.DAEMON_TO_CLIENT).open(sent[-1])
+    assert json.loads(opened.body)["code"] == 4408
 
 
 async def test_an_authentic_frame_of_no_known_kind_closes_the_connection(
