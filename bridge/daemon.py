@@ -223,10 +223,13 @@ class Daemon:
         async def serve(vc: Any) -> None:
             await self.server.serve(vc, trusted=True)
 
-        self.relay = RelayLink(
+        link = RelayLink(
             settings, ClientRegistry(), serve, max_frame=self.config.limits.max_frame_bytes
         )
-        self.relay.start()
+        self.relay = link
+        link.start()
+        # unauthenticated relay input dropped since the start (docs/operations.md)
+        self.server.healthz_fields["relay_dropped"] = lambda: dict(link.dropped)
 
     async def run(self) -> None:
         check_bind(self.config)

@@ -401,15 +401,36 @@ def _relay_status_checks(health: dict[str, Any]) -> list[Check]:
     status = health.get("relay")
     if status in (None, "off"):
         return []
+    dropped = _relay_dropped_checks(health.get("relay_dropped"))
     if status == "connected":
-        return [Check(code="relay_connected", message="relay: connected")]
+        return [Check(code="relay_connected", message="relay: connected"), *dropped]
     return [
+        *dropped,
         Check(
             code="relay_disconnected",
             level="warn",
             message=f"relay: {status}: phones cannot reach this daemon through the relay",
             hint="is the relay running and its url right? the daemon keeps reconnecting; "
             "see its log (relay_error)",
+        ),
+    ]
+
+
+def _relay_dropped_checks(dropped: Any) -> list[Check]:
+    """Unauthenticated input the relay link dropped since the daemon started (``/healthz``)."""
+    if not isinstance(dropped, dict):
+        return []
+    frames, requests = dropped.get("frames", 0), dropped.get("requests", 0)
+    if not frames and not requests:
+        return []
+    return [
+        Check(
+            code="relay_dropped",
+            level="warn",
+            message=f"relay: dropped {frames} forged or replayed frames and {requests} requests "
+            "with a foreign reply subject since the daemon started",
+            hint="someone with the relay's client login sends them (a revoked phone's?); they "
+            "changed nothing; see the daemon's log (relay_frame_dropped, relay_request_dropped)",
         )
     ]
 

@@ -5,6 +5,10 @@ every failed ``accept()`` with a traceback, and re-arms the listening socket so 
 one daemon wrote thousands of tracebacks a second. The loop's exception handler logs each kind
 of error (message and exception type) once per ``EVERY_S``, the first time with its traceback,
 then with the count of those it left out.
+
+``Throttle`` is the same rule for any log line that someone outside can provoke at will (the
+relay's refused requests and dropped frames): the first of a kind at once, then at most one a
+``EVERY_S`` with the count left out in between.
 """
 
 from __future__ import annotations
@@ -20,31 +24,46 @@ log = get_logger("bridge.loop")
 EVERY_S = 10.0
 
 
-class LoopErrorLog:
+class Throttle:
+    """Which lines of each kind to log: the first, then one a ``every_s``."""
+
     def __init__(self, every_s: float = EVERY_S) -> None:
         self.every_s = every_s
         #: kind -> (monotonic time last logged, left out since)
-        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+        self._seen: dict[Any, tuple[float, int]] = {}
 
-    def __call__(self, _loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        message = str(context.get("message") or "unhandled error in the event loop")
-        exc = context.get("exception")
-        kind = (message, type(exc).__name__ if exc is not None else "")
+    def take(self, kind: Any) -> int | None:
+        """None: leave this line out; else log it, with this many left out before it (-1:
+        the first of its kind)."""
         now = time.monotonic()
         last = self._seen.get(kind)
         if last is not None and now - last[0] < self.every_s:
             self._seen[kind] = (last[0], last[1] + 1)
-            return
+            return None
         if len(self._seen) > 1000:
             self._seen.clear()
         self._seen[kind] = (now, 0)
+        return -1 if last is None else last[1]
+
+
+class LoopErrorLog:
+    def __init__(self, every_s: float = EVERY_S) -> None:
+        self.every_s = every_s
+        self._throttle = Throttle(every_s)
+
+    def __call__(self, _loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message") or "unhandled error in the event loop")
+        exc = context.get("exception")
+        left_out = self._throttle.take((message, type(exc).__name__ if exc is not None else ""))
+        if left_out is None:
+            return
         fields: dict[str, Any] = {"message": message}
-        if last is not None:
-            fields["left_out"] = last[1]
+        if left_out >= 0:
+            fields["left_out"] = left_out
             fields["per_s"] = round(1 / self.every_s, 3)
         if exc is not None:
             fields["error"] = f"{type(exc).__name__}: {exc}"
-        if last is None and isinstance(exc, BaseException):
+        if left_out < 0 and isinstance(exc, BaseException):
             log.error("event_loop_error", exc_info=exc, **fields)
         else:
             log.error("event_loop_error", **fields)

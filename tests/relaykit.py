@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -234,6 +235,8 @@ class VirtualClient:
         self.opener: sealing.Opener | None = None
         self.joiner = pieces.Joiner(64 * 1024 * 1024)
         self.raw_down: list[bytes] = []
+        #: messages on the down subject that did not authenticate (dropped)
+        self.dropped: list[bytes] = []
 
     async def listen(self) -> None:
         self._sub = await self.client.nc.subscribe(self.down, cb=self._on_down)
@@ -261,6 +264,9 @@ class VirtualClient:
             return
         try:
             opened = self.opener.open(data)
+        except sealing.Unauthenticated:
+            self.dropped.append(data)  # as a strict client does: it changes nothing
+            return
         except sealing.Rejected as exc:
             self._closed({"code": -1, "reason": f"rejected: {exc}"})
             return
@@ -296,6 +302,8 @@ class VirtualClient:
             await self.send_sealed(kind, body)
 
     async def call(self, method: str, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
+        if self.closed is not None:
+            raise ConnectionError(f"closed: {self.closed}")
         rid = next(self._ids)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._answers[rid] = fut
@@ -413,3 +421,52 @@ class ServedRelay:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
         return self.proc.returncode
+
+
+class Attacker:
+    """A second NATS client with a workstation's client login (what a revoked phone still
+    holds): it floods junk on the ``.up`` of every virtual connection it sees on ``vc.*.down``
+    (a forged frame, a replayed counter, a short message), and sends ``status``, ``open`` and
+    ``pair`` requests whose reply subject is a victim's ``.down`` or ``.up``."""
+
+    def __init__(self, nc: Nats, host_id: str, pause: float = 0.005) -> None:
+        self.nc = nc
+        self.prefix = f"agent-bridge.{host_id}"
+        self.pause = pause
+        self.conns: set[str] = set()
+        self.junk_sent = 0
+        self.requests_sent = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> Attacker:
+        async def seen(msg: Msg) -> None:
+            self.conns.add(msg.subject.split(".")[-2])
+
+        await self.nc.subscribe(f"{self.prefix}.vc.*.down", cb=seen)
+        await self.nc.flush()
+        self._task = asyncio.create_task(self._flood())
+        return self
+
+    def junk(self) -> list[bytes]:
+        forged = secrets.randbelow(1 << 32).to_bytes(8, "big") + secrets.token_bytes(40)
+        return [forged, bytes(8) + secrets.token_bytes(40), b"x"]
+
+    async def _flood(self) -> None:
+        p = self.prefix
+        while True:
+            for conn in list(self.conns):
+                for payload in self.junk():
+                    await self.nc.publish(f"{p}.vc.{conn}.up", payload)
+                    self.junk_sent += 1
+                for what, side in (("status", "down"), ("open", "up"), ("pair", "down")):
+                    await self.nc.publish(f"{p}.{what}", b"{}", reply=f"{p}.vc.{conn}.{side}")
+                    self.requests_sent += 1
+            await self.nc.flush()
+            await asyncio.sleep(self.pause)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        await self.nc.close()

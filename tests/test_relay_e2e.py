@@ -208,21 +208,23 @@ async def test_the_relay_sees_only_ciphertext_and_cannot_drive_the_daemon(
     body = impostor._boxed({"conn": "b" * 32, "eph": b64(b"\1" * 32), "ts": int(time.time())})
     body.update(pk=b64(client.keys.public), conn="b" * 32, eph=b64(b"\1" * 32))
     assert (await impostor.ask("open", body))["error"] == "bad_box"
-    # a forged frame on the paired client's connection closes it
+    # a forged frame on the paired client's connection is dropped: it goes on
     forged = (10).to_bytes(8, "big") + bytes(40)
     await intruder_nc.publish(vc.up, forged)
-    await asyncio.wait_for(vc.closed_event.wait(), 5)
-    assert vc.closed == {"code": 4400, "reason": "rejected frame"}
-
-    # a frame the relay replays closes the connection too
-    vc2 = await client.open()
-    await vc2.hello()
-    ups = [m for m in captured if m.subject == vc2.up]
+    # and so is a frame the relay replays
+    ups = [m for m in captured if m.subject == vc.up]
     assert ups
-    await monitor.publish(vc2.up, ups[-1].data)
-    await asyncio.wait_for(vc2.closed_event.wait(), 5)
-    assert vc2.closed is not None and vc2.closed["code"] == 4400
-    assert "relay_frame_rejected" in daemon.log_text()
+    await monitor.publish(vc.up, ups[-1].data)
+    await monitor.flush()
+    await intruder_nc.flush()
+    for _ in range(50):
+        if daemon.healthz()["relay_dropped"]["frames"] == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert daemon.healthz()["relay_dropped"] == {"frames": 2, "requests": 0}
+    await vc.request("ping")
+    assert vc.closed is None
+    assert "relay_frame_dropped" in daemon.log_text()
 
     # nothing the relay carried holds the token or the message's text
     await monitor.flush()

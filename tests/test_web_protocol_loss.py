@@ -3,7 +3,8 @@ node's test runner, with a stand-in transport): seq gaps re-subscribe from the l
 duplicates are dropped, an unanswered request over a relay goes again with the same id and
 after 3 tries the virtual connection is reopened, session.send always has a client_msg_id.
 And relay.js's virtual connection (tests/web/relay_socket.test.mjs): sealed frames and pieces
-both ways, replayed or forged frames close it, KEEPALIVE when idle, silence is a loss."""
+both ways, replayed, forged or junk messages are dropped and counted (they close nothing),
+KEEPALIVE when idle, silence is a loss."""
 
 from __future__ import annotations
 
@@ -27,8 +28,12 @@ def test_protocol_loss_handling() -> None:
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_relay_socket_rejects_replays_and_forgeries_keeps_alive_and_detects_silence() -> None:
-    # relay.js's virtual connection against a stand-in NATS connection and daemon, with and
-    # without the client's own NATS user (its subjects), and the login request and reply.
+def test_relay_socket_drops_and_counts_replays_and_forgeries_keeps_alive_and_detects_silence() -> (
+    None
+):
+    # relay.js's virtual connection against a stand-in NATS connection and daemon: a forged,
+    # replayed or junk message on its down subject is dropped and counted, never shown, and
+    # closes nothing; with and without the client's own NATS user (its subjects),
+    # and the login request and reply
     out = node_test("relay_socket.test.mjs")
-    assert "fail 0" in out and "pass 7" in out
+    assert "fail 0" in out and "pass 8" in out

@@ -19,7 +19,6 @@ import contextlib
 import json
 import re
 import ssl
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +27,7 @@ from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.logs import get_logger
+from bridge.logthrottle import Throttle
 from bridge.netaddr import is_loopback
 from bridge.relay.natsserver import (
     ADMIN_PREFIX,
@@ -46,7 +46,6 @@ MAX_REQUEST_BYTES = 64 * 1024
 MAX_CLIENTS = 256
 CLIENT_ID_RE = re.compile(r"c-[0-9a-f]{8}")
 PASSWORD_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
-LOG_EVERY_S = 10.0
 #: how long nats-server may take to read a new configuration
 RELOAD_WAIT_S = 10.0
 
@@ -103,8 +102,8 @@ class AdminService:
         self._reload = reload
         self._nc: Nats | None = None
         self._lock = asyncio.Lock()
-        #: when each kind of refusal was last logged (at most one line per kind per 10 s)
-        self._logged: dict[str, float] = {}
+        #: at most one line per kind of refusal every 10 s
+        self._throttle = Throttle()
         #: requests answered, refused (for tests and the curious)
         self.applied = 0
         self.refused = 0
@@ -161,10 +160,11 @@ class AdminService:
 
     def _refuse(self, host_id: str, why: str) -> None:
         self.refused += 1
-        now = time.monotonic()
-        if now - self._logged.get(why, -LOG_EVERY_S) >= LOG_EVERY_S:
-            self._logged[why] = now
-            log.warning("relay_admin_refused", host_id=host_id, error=why)
+        left_out = self._throttle.take(why)
+        if left_out is not None:
+            log.warning(
+                "relay_admin_refused", host_id=host_id, error=why, left_out=max(left_out, 0)
+            )
 
     async def _apply(self, host_id: str, clients: dict[str, str]) -> dict[str, str]:
         rdir = self.rdir

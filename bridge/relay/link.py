@@ -4,7 +4,15 @@ answers ``P.status``, ``P.pair``, ``P.login`` and ``P.open``, routes ``P.vc.<cli
 it serves (docs/protocol.md, "Relay"), and keeps the relay's client users (identity.py).
 
 nats-py reconnects forever with a pause between attempts; while the relay is down the daemon
-keeps working locally and `/healthz` says ``"relay": "disconnected"``.
+keeps working locally and `/healthz` says ``"relay": "disconnected"``. A relay that hangs
+(the TCP connection stays up, nothing answers) is found by NATS pings: one every
+``PING_INTERVAL_S``, and after ``MAX_OUTSTANDING_PINGS`` unanswered the link reconnects.
+
+Anyone holding the relay's client login (every paired phone's, a revoked one's too) can publish
+on ``P.status``, ``P.pair``, ``P.open`` and ``P.vc.*.up``. What they send without a key changes
+nothing: a frame that does not authenticate is dropped and counted (``dropped``), a request is
+answered only on a reply subject under the workstation's inbox prefix, and the log lines such
+input causes are throttled (bridge/logthrottle.py).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +31,7 @@ from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.logs import get_logger
+from bridge.logthrottle import Throttle
 from bridge.relay import handshake, natskeys
 from bridge.relay.account import RelaySettings, shown_url
 from bridge.relay.clients import ClientRegistry
@@ -31,10 +41,18 @@ from bridge.relay.vconn import CLOSE_REVOKED, VirtualConnection
 log = get_logger("bridge.relay")
 
 RECONNECT_WAIT_S = 2.0
+#: a hung relay is noticed after PING_INTERVAL_S * (MAX_OUTSTANDING_PINGS + 1) at most (6 s):
+#: nats-py counts a ping outstanding from the tick that sends it until its PONG comes back
+PING_INTERVAL_S = 2.0
+MAX_OUTSTANDING_PINGS = 2
 TICK_S = 1.0
 #: virtual connections one client may hold at once
 MAX_PER_CLIENT = 16
 MAX_CONNECTIONS = 256
+
+#: what may follow the inbox prefix in a reply subject: literal tokens (no wildcard), as the
+#: inboxes nats-py and nats.ws make (``<nuid>.<token>``)
+INBOX_TAIL_RE = re.compile(r"[A-Za-z0-9_-]{1,64}(?:\.[A-Za-z0-9_-]{1,64}){0,3}")
 
 Serve = Callable[[VirtualConnection], Awaitable[None]]
 
@@ -64,6 +82,11 @@ class RelayLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._runner: asyncio.Task[None] | None = None
         self._closed_event: asyncio.Event | None = None
+        #: unauthenticated input dropped since the start, by kind: "frames" (a message on a
+        #: virtual connection that is forged, replayed or short) and "requests" (a request
+        #: whose reply subject is outside the workstation's inbox); /healthz shows it
+        self.dropped = {"frames": 0, "requests": 0}
+        self._throttle = Throttle()
 
     # ---- life ---------------------------------------------------------------------------------
 
@@ -125,8 +148,8 @@ class RelayLink:
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": RECONNECT_WAIT_S,
             "connect_timeout": 5,
-            "ping_interval": 20,
-            "max_outstanding_pings": 3,
+            "ping_interval": PING_INTERVAL_S,
+            "max_outstanding_pings": MAX_OUTSTANDING_PINGS,
             "error_cb": self._on_error,
             "disconnected_cb": self._on_disconnected,
             "reconnected_cb": self._on_reconnected,
@@ -146,7 +169,7 @@ class RelayLink:
 
     async def _subscribe(self, nc: Nats) -> None:
         p = self.settings.prefix
-        await nc.subscribe(f"{p}.status", cb=self._on_status)
+        await nc.subscribe(f"{p}.status", cb=self._guarded(self._on_status))
         await nc.subscribe(f"{p}.pair", cb=self._guarded(self._on_pair))
         await nc.subscribe(f"{p}.open", cb=self._guarded(self._on_open))
         await nc.subscribe(f"{p}.login", cb=self._guarded(self._on_login))
@@ -212,12 +235,41 @@ class RelayLink:
             with contextlib.suppress(Exception):
                 await msg.respond(json.dumps(body, separators=(",", ":")).encode())
 
+    def _replies_home(self, msg: Msg) -> bool:
+        """Is the request's reply subject one of this workstation's inboxes? Any other (a
+        virtual connection's ``.down`` or ``.up``, say) would make the daemon publish where
+        the requester chose: such a request is dropped unread, counted and logged throttled."""
+        reply = msg.reply
+        inbox = self.settings.inbox_prefix + "."
+        if reply.startswith(inbox) and INBOX_TAIL_RE.fullmatch(reply[len(inbox) :]):
+            return True
+        self.dropped["requests"] += 1
+        self._log_throttled(
+            "relay_request_dropped",
+            ("request", msg.subject.rpartition(".")[2]),
+            why="no reply subject" if not reply else "reply subject outside the inbox",
+            request=msg.subject.rpartition(".")[2],
+        )
+        return False
+
+    def _log_throttled(self, event: str, kind: Any, **fields: Any) -> None:
+        """One line per kind at once, then one a 10 s with how many were left out."""
+        left_out = self._throttle.take((event, kind))
+        if left_out is None:
+            return
+        if left_out >= 0:
+            fields["left_out"] = left_out
+        log.info(event, **fields)
+
     def _guarded(
         self, handler: Callable[[Msg], Awaitable[None]]
     ) -> Callable[[Msg], Awaitable[None]]:
-        """A request that fails inside (a relay file unreadable, say) is answered, and logged."""
+        """A request is read only when its reply goes to the workstation's inbox; one that
+        fails inside (a relay file unreadable, say) is answered, and logged."""
 
         async def guarded(msg: Msg) -> None:
+            if not self._replies_home(msg):
+                return
             try:
                 await handler(msg)
             except Exception:
@@ -239,13 +291,15 @@ class RelayLink:
             own = login is not None
             log.info("relay_client_paired", client=client.id, name=client.name, own_user=own)
         else:
-            log.info("relay_pair_refused", error=reply.get("error"))
+            error = reply.get("error")
+            self._log_throttled("relay_pair_refused", error, error=error)
         await self._respond(msg, reply)
 
     async def _on_login(self, msg: Msg) -> None:
         reply, client = handshake.login(msg.data, self.registry, self.keys)
         if client is None:
-            log.info("relay_login_refused", error=reply.get("error"))
+            error = reply.get("error")
+            self._log_throttled("relay_login_refused", error, error=error)
         else:
             login = await self.logins.login_for(self._nc, client)
             reply = handshake.login_reply(client, self.keys, login)
@@ -263,7 +317,8 @@ class RelayLink:
             if mine >= MAX_PER_CLIENT or len(self.vcs) >= MAX_CONNECTIONS:
                 reply, opened = {"ok": False, "error": "too_many"}, None
         if opened is None:
-            log.info("relay_open_refused", error=reply.get("error"))
+            error = reply.get("error")
+            self._log_throttled("relay_open_refused", error, error=error)
             await self._respond(msg, reply)
             return
         self._used[opened.conn] = now
@@ -281,6 +336,7 @@ class RelayLink:
             publish=self._publish,
             pending=self._pending,
             max_frame=self.max_frame,
+            on_dropped=self._frame_dropped,
         )
         self.vcs[opened.conn] = vc
         await self._respond(msg, reply)
@@ -309,6 +365,17 @@ class RelayLink:
         # only on the subject it was opened with: another client's messages never reach it
         if vc is not None and self._up.get(conn) == msg.subject:
             vc.deliver(msg.data)
+
+    def _frame_dropped(self, vc: VirtualConnection, why: str) -> None:
+        self.dropped["frames"] += 1
+        self._log_throttled(
+            "relay_frame_dropped",
+            why,
+            why=why,
+            conn=vc.conn,
+            client=vc.client_id,
+            total=self.dropped["frames"],
+        )
 
     async def _publish(self, subject: str, payloads: list[bytes]) -> None:
         """Publish messages in order with one hand-over to nats-py: its ``publish`` costs as

@@ -38,8 +38,15 @@ KEY_BYTES = 32
 
 
 class Rejected(Exception):
-    """A message that must close the virtual connection: replayed, reordered, forged or
-    malformed. The message is a short code for logs (`relay_frame_rejected`)."""
+    """A message the receiver does not take: the message is a short code for logs. Only an
+    authenticated one (``malformed``: its MAC holds, so the peer sent it) closes the virtual
+    connection; see ``Unauthenticated``."""
+
+
+class Unauthenticated(Rejected):
+    """Short, replayed, reordered or forged: anyone who can publish on the subject could have
+    sent it, so it changes nothing (the counter stays where it was); the receiver drops it and
+    counts it (`relay_frame_dropped`)."""
 
 
 def b64(data: bytes) -> str:
@@ -152,7 +159,8 @@ class Opened:
 
 class Opener:
     """Opens the messages one side receives; anything but a fresh, authentic message raises
-    Rejected (the caller closes the connection)."""
+    Unauthenticated (the caller drops it; ``last`` is unchanged), and an authentic message of
+    an unknown kind raises Rejected (the peer broke the protocol: the caller closes)."""
 
     def __init__(self, key: bytes, direction: int) -> None:
         self._key = bytes(key)
@@ -161,16 +169,16 @@ class Opener:
 
     def open(self, payload: bytes) -> Opened:
         if len(payload) < COUNTER_BYTES + nacl.secret.SecretBox.MACBYTES + 1:
-            raise Rejected("short")
+            raise Unauthenticated("short")
         counter = int.from_bytes(payload[:COUNTER_BYTES], "big")
         if counter <= self.last:
-            raise Rejected("replayed")
+            raise Unauthenticated("replayed")
         try:
             plain = nacl.bindings.crypto_secretbox_open(
                 payload[COUNTER_BYTES:], self._direction + payload[:COUNTER_BYTES], self._key
             )
         except nacl.exceptions.CryptoError as exc:
-            raise Rejected("forged") from exc
+            raise Unauthenticated("forged") from exc
         if len(plain) > MAX_PLAINTEXT or plain[0] not in KINDS:
             raise Rejected("malformed")
         gap = counter != self.last + 1

@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable
 
 from bridge.logs import get_logger
 from bridge.relay import pieces, sealing
-from bridge.relay.sealing import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, Opener, Rejected, Sealer
+from bridge.relay.sealing import (
+    CLIENT_TO_DAEMON,
+    DAEMON_TO_CLIENT,
+    Opener,
+    Rejected,
+    Sealer,
+    Unauthenticated,
+)
 from bridge.transport import FrameTransport, TransportClosed
 
 log = get_logger("bridge.relay")
@@ -28,10 +35,17 @@ IDLE_S = 60.0
 
 CLOSE_REVOKED = 4401
 CLOSE_IDLE = 4408
+#: an authenticated message the protocol has no place for (an unknown kind)
 CLOSE_REJECTED = 4400
 
 #: publishes messages to one subject, in order
 Publish = Callable[[str, list[bytes]], Awaitable[None]]
+#: told of each message dropped as unauthenticated, with why ("forged", "replayed", "short")
+Dropped = Callable[["VirtualConnection", str], None]
+
+
+def _ignore(_vc: VirtualConnection, _why: str) -> None:
+    pass
 
 
 class VirtualConnection:
@@ -47,6 +61,7 @@ class VirtualConnection:
         publish: Publish,
         pending: Callable[[], int],
         max_frame: int,
+        on_dropped: Dropped = _ignore,
     ) -> None:
         self.conn = conn
         self.client_id = client_id
@@ -67,6 +82,10 @@ class VirtualConnection:
         self.close_code: int | None = None
         self.last_recv = self.last_sent = time.monotonic()
         self.dropped_publishes = 0
+        #: messages dropped as unauthenticated (anyone with the relay's client login can send
+        #: them: they change nothing, not even the silence timer)
+        self.dropped_unauthenticated = 0
+        self._on_dropped = on_dropped
         self._writer = asyncio.create_task(self._write_loop())
 
     # ---- FrameTransport -----------------------------------------------------------------------
@@ -132,7 +151,12 @@ class VirtualConnection:
             return
         try:
             opened = self._opener.open(payload)
+        except Unauthenticated as exc:
+            self.dropped_unauthenticated += 1
+            self._on_dropped(self, str(exc))
+            return
         except Rejected as exc:
+            # authentic (the client sealed it) yet not of the protocol: the client is broken
             log.warning("relay_frame_rejected", conn=self.conn, client=self.client_id, why=str(exc))
             # the client hears it at once and reopens, rather than after 60 s of silence
             self._queue(

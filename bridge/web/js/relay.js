@@ -10,8 +10,10 @@
 // - RelaySocket: one virtual connection that behaves like the page's WebSocket to the daemon
 //   (send(text), close(code, reason), onopen / onmessage({data}) / onclose({code, reason})), so
 //   protocol.js runs every feature over it unchanged. Each open makes fresh ephemeral keys;
-//   anything suspicious (a replayed, reordered or forged frame, 60 s of silence) closes it and
-//   protocol.js reopens a new one and re-subscribes from the last seq it showed.
+//   60 s of silence closes it and protocol.js reopens a new one and re-subscribes from the last
+//   seq it showed. A message that does not authenticate (forged, replayed, reordered, short:
+//   anyone holding the relay's client login can publish one) is dropped and counted, and
+//   changes nothing: only what the daemon itself sealed (its CLOSE) closes the connection.
 
 import { connect } from '../vendor/nats.ws/nats.js';
 import '../vendor/tweetnacl/nacl-fast.js';
@@ -29,6 +31,10 @@ export const KEEPALIVE_IDLE_MS = 20_000;
 export const SILENCE_MS = 60_000;
 const REQUEST_TIMEOUT_MS = 10_000;
 const TICK_MS = 2_000;
+/** Messages kept while an open is answered; more before the key is known are dropped. */
+const MAX_EARLY = 64;
+/** At most one console line a this long about dropped messages (anyone can send them). */
+const DROP_LOG_MS = 10_000;
 
 /**
  * Close codes a RelaySocket reports besides the daemon's own (4401: not paired or revoked).
@@ -37,7 +43,7 @@ const TICK_MS = 2_000;
 export const CLOSE = {
   RELAY_DOWN: 4100, // the NATS server cannot be reached
   OFFLINE: 4101, // the relay is up but the daemon does not answer
-  REJECTED: 4102, // a replayed, reordered or forged frame: the connection is not trusted
+  REJECTED: 4102, // the daemon's answer to an open does not check out, or refuses it
   SILENT: 4103, // nothing received for 60 s
 };
 
@@ -151,6 +157,9 @@ export class RelayStation extends EventTarget {
     this.record = record;
     this.prefix = `agent-bridge.${record.host}`;
     this.relayState = 'down';
+    /** Messages dropped on this workstation's connections because they did not authenticate. */
+    this.dropped = 0;
+    this.lastDropLog = -Infinity;
     this.timing = { keepaliveMs: KEEPALIVE_IDLE_MS, silenceMs: SILENCE_MS, tickMs: TICK_MS, ...timing };
   }
 
@@ -250,6 +259,15 @@ export class RelayStation extends EventTarget {
     this.#sockets.add(socket);
   }
 
+  /** A message dropped unauthenticated: counted, and told on the console at a bounded rate. */
+  noteDropped(why) {
+    this.dropped++;
+    const now = Date.now();
+    if (now - this.lastDropLog < DROP_LOG_MS) return;
+    this.lastDropLog = now;
+    console.warn(`agent-bridge relay: dropped a message that did not authenticate (${why}); ${this.dropped} so far`);
+  }
+
   detach(socket) {
     this.#sockets.delete(socket);
   }
@@ -301,7 +319,7 @@ export class RelaySocket {
     this.onclose = null;
     this.onerror = null;
     /** What happened, for the tests and the curious: counts of messages and rejects. */
-    this.stats = { sent: 0, received: 0, keepalivesSent: 0, conn: null };
+    this.stats = { sent: 0, received: 0, keepalivesSent: 0, dropped: 0, conn: null };
     station.attach(this);
     this.#start();
   }
@@ -370,6 +388,11 @@ export class RelaySocket {
     this.stats.sent++;
   }
 
+  #dropped(why) {
+    this.stats.dropped++;
+    this.#station.noteDropped(why);
+  }
+
   #onTick() {
     if (this.readyState !== 1) return;
     const now = Date.now();
@@ -386,7 +409,8 @@ export class RelaySocket {
 
   #onMessage(data) {
     if (this.readyState === 0) {
-      this.#early.push(data);
+      if (this.#early.length < MAX_EARLY) this.#early.push(data);
+      else this.#dropped('too many before the open was answered');
       return;
     }
     if (this.readyState !== 1) return;
@@ -394,7 +418,8 @@ export class RelaySocket {
     try {
       opened = this.#opener.open(data);
     } catch (err) {
-      this.lose(CLOSE.REJECTED, `a frame was rejected: ${err.message}`);
+      // Unauthenticated: not the daemon's. It moves no counter and keeps nothing alive.
+      this.#dropped(err.message);
       return;
     }
     this.#lastHeard = Date.now();
