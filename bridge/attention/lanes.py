@@ -6,8 +6,9 @@ sleep), and at most ``MAX_WAITING`` deliveries wait: beyond that the oldest is d
 destination that never answers holds its own lane only, never another's: a permission prompt's
 push to a working phone does not wait on someone else's dead push service.
 
-:class:`Lanes` owns the lanes' tasks: it starts one per lane, cancels it when the lane is
-dropped, and cancels and awaits them all on ``close``.
+:class:`Lanes` owns the lanes' tasks: it starts one per lane; a lane dropped ends at once
+(cancelled) or, finishing, once it made one attempt at each delivery it holds (no retries);
+``close`` cancels and awaits them all.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Lane:
         self.dropped = 0
         self._waiting: list[Delivery] = []
         self._current: Delivery | None = None
+        self._finishing = False
         self._wake = asyncio.Event()
 
     def put(self, delivery: Delivery, *, first: bool = False) -> None:
@@ -54,6 +56,15 @@ class Lane:
             if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
                 log.warning("notify_dropped", to=self.name, dropped=self.dropped)
         self._waiting.insert(0 if first else len(self._waiting), delivery)
+        self._wake.set()
+
+    def finish(self) -> None:
+        """Make one attempt at each delivery waiting for its first, then end: no retries."""
+        self._finishing = True
+        now = time.monotonic()
+        for delivery in self._waiting:
+            delivery.retries = ()
+            delivery.due = min(delivery.due, now)
         self._wake.set()
 
     @staticmethod
@@ -76,6 +87,8 @@ class Lane:
         try:
             while True:
                 taken = self._take()
+                if taken is None and self._finishing:
+                    return
                 if not isinstance(taken, Delivery):
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
@@ -105,7 +118,7 @@ class Lane:
             return
         if answer.ok:
             log.debug("notify_delivered", to=self.name)
-        elif answer.retry and not answer.gone and delivery.retries:
+        elif answer.retry and not answer.gone and delivery.retries and not self._finishing:
             delay, delivery.retries = delivery.retries[0], delivery.retries[1:]
             log.warning("notify_failed", to=self.name, answer=answer.text, retry_in_s=delay)
             delivery.due = time.monotonic() + delay
@@ -120,6 +133,8 @@ class Lanes:
     def __init__(self) -> None:
         self._lanes: dict[str, Lane] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        #: Dropped lanes' tasks making their last attempts.
+        self._finishing: set[asyncio.Task[None]] = set()
         self._closed = False
 
     def get(self, key: str) -> Lane | None:
@@ -136,15 +151,24 @@ class Lanes:
         self._tasks[key] = asyncio.create_task(lane.run(), name=f"notify-lane {lane.name}")
         return lane
 
-    def drop(self, key: str) -> None:
-        self._lanes.pop(key, None)
+    def drop(self, key: str, *, finish: bool = False) -> None:
+        """The lane under ``key`` ends: at once, or (``finish``) after one attempt at each
+        delivery it holds; a lane opened under ``key`` meanwhile is another."""
+        lane = self._lanes.pop(key, None)
         task = self._tasks.pop(key, None)
-        if task is not None:
+        if task is None or lane is None:
+            return
+        if finish:
+            lane.finish()
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
+        else:
             task.cancel()
 
     async def close(self) -> None:
         self._closed = True
-        tasks = list(self._tasks.values())
+        tasks = [*self._tasks.values(), *self._finishing]
+        self._finishing.clear()
         self._lanes.clear()
         self._tasks.clear()
         for task in tasks:

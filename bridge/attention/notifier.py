@@ -330,12 +330,13 @@ class Attention:
         while len(self.subscriptions) > MAX_SUBSCRIPTIONS:
             oldest = next(iter(self.subscriptions))
             del self.subscriptions[oldest]
-            self._lanes.drop("push " + oldest)
+            self._lanes.drop("push " + oldest, finish=True)
             await self.store.delete_push_subscription(oldest)
 
     async def unsubscribe(self, endpoint: str) -> bool:
         known = self.subscriptions.pop(endpoint, None) is not None
-        self._lanes.drop("push " + endpoint)
+        # What was raised before still goes (once): the device asked while it was subscribed.
+        self._lanes.drop("push " + endpoint, finish=True)
         await self.store.delete_push_subscription(endpoint)
         return known
 

@@ -5,7 +5,7 @@ The VAPID key pair is made once and kept in the state directory (``webpush-vapid
 in the store next to the sessions. ``http_ece`` encrypts (``aes128gcm``), ``py_vapid`` signs the
 VAPID JWT (both off the event loop), and the POST goes out on the event loop through ``httpx``:
 never following a redirect (the endpoint was checked, a ``Location`` was not), connecting within
-``CONNECT_TIMEOUT_S`` and answered within ``PUSH_TIMEOUT_S`` in all, the answer's body unread.
+``CONNECT_TIMEOUT_S`` and answered within ``PUSH_TIMEOUT_S`` in all, a long answer body unread.
 Each push carries a ``TTL`` header, and a push service that answers 404 or 410 has dropped the
 subscription, so it is removed here too.
 """
@@ -34,6 +34,8 @@ KEY_FILE = "webpush-vapid.pem"
 #: A push attempt, from connecting to the answer's status line, at most.
 PUSH_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 3.0
+#: A push service's answer body is read (so its connection is kept) only if it is this short.
+BODY_READ_MAX = 4096
 #: Browsers' endpoints are a few hundred bytes; a longer one is refused, not stored.
 MAX_ENDPOINT_BYTES = 4096
 
@@ -213,7 +215,14 @@ class WebPush:
             async with asyncio.timeout(PUSH_TIMEOUT_S):
                 request = client.build_request("POST", endpoint, headers=headers, content=body)
                 response = await client.send(request, stream=True)
-                await response.aclose()  # the status is the answer; the body is not read
+                try:
+                    # The status is the answer. A short body is read so that the connection
+                    # can carry the next push; a long or unsized one is not read at all.
+                    size = response.headers.get("content-length", "")
+                    if size.isdigit() and int(size) <= BODY_READ_MAX:
+                        await response.aread()
+                finally:
+                    await response.aclose()
         except TimeoutError:
             return Answer(False, f"{origin}: no answer within {PUSH_TIMEOUT_S:g} s")
         except httpx.ConnectTimeout:
