@@ -5,14 +5,17 @@
 Web Push service (RFC 8030): it checks the VAPID authorization (RFC 8292: an ES256 JWT signed
 with the key in ``k=``, ``aud`` = its own origin, ``exp`` within 24 h, a ``sub``), decrypts the
 ``aes128gcm`` body (RFC 8291) with the subscription's private keys through ``http_ece``, and
-answers 201, or 404/410 for endpoints it is told are gone.
+answers 201, or 404/410 for endpoints it is told are gone, or a redirect where it is told to.
+``SilentService`` accepts connections and never answers (a dead push service).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ class Hit:
     path: str
     headers: dict[str, str]
     body: bytes
+    method: str = "POST"
     at: float = field(default_factory=time.monotonic)
     wall: float = field(default_factory=time.time)
 
@@ -43,15 +47,20 @@ class _Server:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                hit = Hit(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                status, answer = owner.handle(hit)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                hit = Hit(self.path, headers, body, self.command)
+                status, answer, extra = owner.handle(hit)
                 with owner.lock:
                     owner.hits.append(hit)
                     owner.lock.notify_all()
                 self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
+
+            do_GET = do_PUT = do_POST  # recorded too: what a followed redirect would send
 
             def log_message(self, *_args: Any) -> None:
                 pass
@@ -61,7 +70,8 @@ class _Server:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
-    def handle(self, hit: Hit) -> tuple[int, bytes]:
+    def handle(self, hit: Hit) -> tuple[int, bytes, dict[str, str]]:
+        """The status, body and extra headers to answer ``hit`` with."""
         raise NotImplementedError
 
     def wait(self, count: int, timeout: float = 20.0) -> list[Hit]:
@@ -88,9 +98,9 @@ class Receiver(_Server):
     def url(self) -> str:
         return f"json://127.0.0.1:{self.port}/hook"
 
-    def handle(self, hit: Hit) -> tuple[int, bytes]:
+    def handle(self, hit: Hit) -> tuple[int, bytes, dict[str, str]]:
         status = self.statuses.pop(0) if self.statuses else 200
-        return status, b'{"ok":true}' if status < 300 else b'{"error":"down"}'
+        return status, b'{"ok":true}' if status < 300 else b'{"error":"down"}', {}
 
 
 def _b64d(text: str) -> bytes:
@@ -130,6 +140,8 @@ class FakePushService(_Server):
         self.gone: set[str] = set()
         #: name -> statuses to answer first (then it accepts)
         self.answers: dict[str, list[int]] = {}
+        #: name -> (3xx status, Location) to answer every time
+        self.redirects: dict[str, tuple[int, str]] = {}
         self.messages: list[dict[str, Any]] = []
         self.problems: list[str] = []
         self.vapid_public: str | None = None  # the daemon's key, once known
@@ -146,27 +158,31 @@ class FakePushService(_Server):
             "keys": {"p256dh": keys.p256dh(), "auth": _b64e(keys.auth)},
         }
 
-    def handle(self, hit: Hit) -> tuple[int, bytes]:
+    def handle(self, hit: Hit) -> tuple[int, bytes, dict[str, str]]:
         name = hit.path.rsplit("/", 1)[-1]
         if name in self.gone:
-            return 410, b"gone"
+            return 410, b"gone", {}
+        if name in self.redirects:
+            status, location = self.redirects[name]
+            return status, b"moved", {"Location": location}
         if self.answers.get(name):
-            return self.answers[name].pop(0), b"not now"
+            return self.answers[name].pop(0), b"not now", {}
         try:
             self._check_vapid(hit)
             payload = self._decrypt(name, hit)
         except Exception as exc:
             self.problems.append(f"{type(exc).__name__}: {exc}")
-            return 400, str(exc).encode()
+            return 400, str(exc).encode(), {}
         self.messages.append(
             {
                 "name": name,
                 "ttl": hit.headers.get("ttl"),
                 "urgency": hit.headers.get("urgency"),
                 "payload": payload,
+                "at": hit.at,
             }
         )
-        return 201, b""
+        return 201, b"", {}
 
     def _check_vapid(self, hit: Hit) -> None:
         from cryptography.hazmat.primitives import hashes
@@ -202,6 +218,55 @@ class FakePushService(_Server):
             hit.body, private_key=keys.private, auth_secret=keys.auth, version="aes128gcm"
         )
         return json.loads(plain)
+
+
+class SilentService:
+    """A push service that accepts connections, reads what comes and never answers: every
+    endpoint ``endpoint(name)`` hangs its client until the client gives up."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Condition()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def endpoint(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/push/{name}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _addr = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.conns.append(conn)
+                self.lock.notify_all()
+            threading.Thread(target=self._drain, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _drain(conn: socket.socket) -> None:
+        try:
+            while conn.recv(65536):
+                pass
+        except OSError:
+            pass
+
+    def wait(self, count: int, timeout: float = 20.0) -> None:
+        """Until ``count`` connections were made."""
+        with self.lock:
+            if not self.lock.wait_for(lambda: len(self.conns) >= count, timeout):
+                raise AssertionError(f"expected {count} connections, got {len(self.conns)}")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        self.sock.close()
+        with self.lock:
+            for conn in self.conns:
+                conn.close()
 
 
 def receivers() -> Iterator[Receiver]:

@@ -115,8 +115,8 @@ class Relay:
         self, host_id: str, role: str = "client", *, websocket: bool = False, **kw: Any
     ) -> Nats:
         """A NATS connection with a workstation's client (or daemon) login; ``websocket``:
-        through the WebSocket listener, as the web client dials (nats-py needs aiohttp, which
-        pywebpush brings)."""
+        through the WebSocket listener, as the web client dials (nats-py needs aiohttp, a test
+        dependency)."""
         login = self.account(host_id)[role]
         return await nats.connect(
             self.ws_url if websocket else self.url,

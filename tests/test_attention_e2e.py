@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import stat
 import time
 from collections.abc import Iterator
@@ -15,8 +16,10 @@ from typing import Any
 import pytest
 
 from bridge.attention.detect import workstation_name
+from bridge.attention.notifier import TEST_WINDOW_S
+from bridge.attention.webpush import MAX_ENDPOINT_BYTES, PUSH_TIMEOUT_S
 from tests.daemon import DaemonProcess
-from tests.notify_fakes import FakePushService, Receiver
+from tests.notify_fakes import FakePushService, Receiver, SilentService
 from tests.wsclient import Client, RequestFailed, blocks
 
 #: What every notification's title starts with: this machine's name (no `[relay] name` set).
@@ -349,4 +352,120 @@ async def test_web_push_retries_a_busy_service_but_not_a_refusal(
     assert [m["name"] for m in push_service.messages] == ["busy"]
     channels = await c.request("notify.channels")
     assert channels["webpush"]["subscriptions"] == 2  # a refusal does not remove it
+    await c.close()
+
+
+async def test_web_push_never_follows_a_redirect(
+    daemon_factory: Any, push_service: FakePushService, receiver: Receiver, project: Path
+) -> None:
+    """A push service answering 307 (POST again there) or 302 (GET there) points the daemon at
+    a host it was never asked about: nothing reaches it, the push fails and is not retried."""
+    d = start(daemon_factory, "[notify]\nmin_turn_s = 0\n")
+    c = await Client.open(d.url, d.token)
+    push_service.vapid_public = (await c.request("webpush.key"))["public_key"]
+    elsewhere = f"http://127.0.0.1:{receiver.port}/stolen"
+    push_service.redirects = {"moved": (307, elsewhere), "found": (302, elsewhere)}
+    for name in ("moved", "found"):
+        await c.request("webpush.subscribe", subscription=push_service.subscription(name))
+
+    results = (await c.request("notify.test"))["results"]
+    assert [r["ok"] for r in results] == [False, False], results
+    for r, status in zip(results, (307, 302), strict=True):
+        assert r["answer"] == f"{push_service.origin} answered {status}, a redirect: not followed"
+
+    session = await demo_session(c, project)
+    await run_turn(c, session, "echo go elsewhere")
+    push_service.wait(4)
+    await asyncio.sleep(1.5)  # past the first retry's delay: none comes
+    assert len(push_service.hits) == 4
+    assert receiver.hits == [], [(h.method, h.path) for h in receiver.hits]
+    assert d.log_text().count("a redirect: not followed") >= 2  # notify_gave_up, each
+    assert (await c.request("notify.channels"))["webpush"]["subscriptions"] == 2
+    await c.close()
+
+
+async def test_a_push_endpoint_over_the_cap_is_refused_and_nothing_is_stored(
+    daemon_factory: Any, push_service: FakePushService
+) -> None:
+    d = start(daemon_factory, "[notify]\nmin_turn_s = 0\n")
+    c = await Client.open(d.url, d.token)
+    sub = push_service.subscription("phone")
+    prefix = sub["endpoint"] + "/"
+    at_cap = prefix + "a" * (MAX_ENDPOINT_BYTES - len(prefix))
+    for size in (MAX_ENDPOINT_BYTES + 1, 1 << 20):
+        big = sub | {"endpoint": prefix + "a" * (size - len(prefix))}
+        with pytest.raises(RequestFailed) as err:
+            await c.request("webpush.subscribe", subscription=big)
+        assert err.value.code == "bad_request"
+        assert err.value.frame["message"] == (
+            f"a push endpoint must be at most {MAX_ENDPOINT_BYTES} bytes (this one has {size})"
+        )
+    assert (await c.request("notify.channels"))["webpush"]["subscriptions"] == 0
+    with sqlite3.connect(d.state_dir / "bridge.sqlite3") as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        rows = (
+            db.execute("SELECT count(*) FROM webpush_subscriptions").fetchone()[0]
+            if "webpush_subscriptions" in tables
+            else 0
+        )
+    assert rows == 0
+    await c.request("webpush.subscribe", subscription=sub | {"endpoint": at_cap})
+    assert (await c.request("notify.channels"))["webpush"]["subscriptions"] == 1
+    await c.close()
+
+
+async def test_dead_push_services_never_delay_a_good_one(
+    daemon_factory: Any, push_service: FakePushService, project: Path
+) -> None:
+    """Eight endpoints that take the connection and never answer, subscribed first, then a
+    phone: the phone's push arrives well before the dead ones' attempts time out."""
+    silent = SilentService()
+    try:
+        d = start(daemon_factory, "[notify]\nmin_turn_s = 0\n")
+        c = await Client.open(d.url, d.token)
+        push_service.vapid_public = (await c.request("webpush.key"))["public_key"]
+        for i in range(8):
+            dead = push_service.subscription(f"dead{i}") | {"endpoint": silent.endpoint(str(i))}
+            await c.request("webpush.subscribe", subscription=dead)
+        await c.request("webpush.subscribe", subscription=push_service.subscription("phone"))
+        session = await demo_session(c, project)
+        await run_turn(c, session, "echo waiting for you")
+        seen = time.monotonic()
+        # Bound: a quarter of one attempt's timeout, from the client seeing the turn's end.
+        push_service.wait(1, timeout=PUSH_TIMEOUT_S / 4)
+        assert push_service.messages[0]["name"] == "phone"
+        assert push_service.messages[0]["at"] - seen < PUSH_TIMEOUT_S / 4
+        silent.wait(8, timeout=PUSH_TIMEOUT_S / 4)  # each dead one is tried, all at once
+        await c.close()
+    finally:
+        silent.close()
+
+
+async def test_notify_test_is_rate_limited(
+    daemon_factory: Any, receiver: Receiver, push_service: FakePushService
+) -> None:
+    d = start(daemon_factory, notify_config(receiver))
+    c = await Client.open(d.url, d.token)
+    push_service.vapid_public = (await c.request("webpush.key"))["public_key"]
+    phone = push_service.subscription("phone")
+    await c.request("webpush.subscribe", subscription=phone)
+
+    results = (await c.request("notify.test"))["results"]
+    assert [r["ok"] for r in results] == [True, True], results
+    for _ in range(5):
+        with pytest.raises(RequestFailed) as err:
+            await c.request("notify.test")
+        assert err.value.code == "rate_limited"
+        message = err.value.frame["message"]
+        assert message.startswith("a test was sent through every channel ")
+        assert f"at most one every {TEST_WINDOW_S:g} s, try again in " in message
+    # A device testing itself has a window of its own.
+    results = (await c.request("notify.test", endpoint=phone["endpoint"]))["results"]
+    assert [r["ok"] for r in results] == [True]
+    with pytest.raises(RequestFailed) as err:
+        await c.request("notify.test", endpoint=phone["endpoint"])
+    assert err.value.code == "rate_limited"
+    assert err.value.frame["message"].startswith("a test was sent to this subscription ")
+    await asyncio.sleep(0.5)
+    assert len(receiver.hits) == 1 and len(push_service.messages) == 2
     await c.close()

@@ -295,6 +295,22 @@ async def test_subscriptions_need_https_or_loopback_http(tmp_path: Path, endpoin
     await a.close()
 
 
+@pytest.mark.parametrize("auth_bytes", [15, 17, 1 << 20])
+async def test_a_subscriptions_auth_secret_is_16_bytes(tmp_path: Path, auth_bytes: int) -> None:
+    """RFC 8291's auth secret is 16 bytes: a longer one (a megabyte) is not stored either."""
+    import base64
+
+    from bridge.attention.webpush import SubscriptionError
+
+    a = await make(tmp_path, FakeChannel())
+    auth = base64.urlsafe_b64encode(b"a" * auth_bytes).rstrip(b"=").decode()
+    keys = {"p256dh": "BA" + "A" * 85, "auth": auth}
+    with pytest.raises(SubscriptionError, match=r"keys\.auth must be 16 bytes"):
+        await a.subscribe({"endpoint": "https://push.example.com/x", "keys": keys})
+    assert a.subscriptions == {} and await a.store.push_subscriptions() == []
+    await a.close()
+
+
 @pytest.mark.parametrize(
     ("toml", "key"),
     [

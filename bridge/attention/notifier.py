@@ -7,15 +7,19 @@ every channel that takes its kind and to every Web Push subscription.
 
 At most one notification per session and kind leaves every ``RATE_WINDOW_S``: later ones in that
 window are folded into one sent when it ends (the newest, with ``count`` = how many it stands
-for). Delivery runs on a small thread pool, off the event loop, and a failed delivery is retried
-after ``RETRY_DELAYS_S`` (a Web Push subscription the push service no longer knows is removed).
+for). Each channel and each Web Push subscription has its own delivery lane
+(:mod:`bridge.attention.lanes`): one attempt at a time, a failed one retried after
+``RETRY_DELAYS_S`` without holding up the others; a channel's attempt runs on a thread of its
+own (Apprise blocks), a push on the event loop. A Web Push subscription the push service no
+longer knows is removed. ``notify.test`` goes through the same lanes, ahead of what waits there,
+at most once every ``TEST_WINDOW_S`` for all channels and once for each subscription.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
+import math
 import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,9 +40,17 @@ from bridge.attention.detect import (
     with_workstation,
     workstation_name,
 )
+from bridge.attention.lanes import Delivery, Lane, Lanes
 from bridge.attention.presence import Presence
 from bridge.attention.pushstore import PushSubscriptions
-from bridge.attention.webpush import KEY_FILE, WebPush, check_endpoint, check_keys, endpoint_origin
+from bridge.attention.webpush import (
+    KEY_FILE,
+    PUSH_TIMEOUT_S,
+    WebPush,
+    check_endpoint,
+    check_keys,
+    endpoint_origin,
+)
 from bridge.config import NOTIFY_KINDS, Config
 from bridge.logs import get_logger
 from bridge.redact import remember_secret
@@ -47,12 +59,21 @@ log = get_logger("bridge.attention")
 
 RATE_WINDOW_S = 10.0
 RETRY_DELAYS_S = (1.0, 4.0, 15.0)
-DELIVERY_THREADS = 4
+#: Threads for channels' attempts: one per channel, up to this many.
+CHANNEL_THREADS_MAX = 16
+#: ``notify.test``: at most one for all channels, and one per subscription, in this window.
+TEST_WINDOW_S = 10.0
+#: How long ``notify.test`` waits for the answers (one attempt in flight, then the test's own).
+TEST_WAIT_S = 2 * PUSH_TIMEOUT_S + 5.0
 EARLY_MAX = 100
 #: Web Push subscriptions kept; a new one beyond this replaces the oldest (browsers renew them).
 MAX_SUBSCRIPTIONS = 100
 _enc = msgspec.json.Encoder()
 _sub_dec = msgspec.json.Decoder(dict[str, Any])
+
+
+class TestTooSoon(Exception):
+    """``notify.test`` again within ``TEST_WINDOW_S`` of the same one."""
 
 
 @dataclass
@@ -92,8 +113,13 @@ class Attention:
         self.window_s = window_s
         self.retry_delays = retry_delays
         self._windows: dict[tuple[str, str], _Window] = {}
-        self._pool = ThreadPoolExecutor(DELIVERY_THREADS, thread_name_prefix="bridge-notify")
-        self._stop = threading.Event()
+        #: Each channel's and each subscription's delivery lane, and its task.
+        self._lanes = Lanes()
+        #: Made in ``start`` once the channels are known.
+        self._pool: ThreadPoolExecutor | None = None
+        #: Store writes started from a lane (a gone subscription): awaited on ``close``.
+        self._chores: set[asyncio.Task[None]] = set()
+        self._tested: dict[str, float] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Notices raised before ``start`` (a turn the daemon died in, closed by the recovery
         #: before the server listens): sent once links can be made.
@@ -109,10 +135,17 @@ class Attention:
             )
         for problem in self.problems:
             log.warning("notify_channel_unusable", problem=problem)
+        await asyncio.to_thread(self.webpush.warm)
+        threads = max(1, min(len(self.channels), CHANNEL_THREADS_MAX))
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="bridge-notify")
+        for i, channel in enumerate(self.channels):
+            self._lanes.open(f"channel {i}", Lane(channel.safe_url))
         for raw in await self.store.push_subscriptions():
             with contextlib.suppress(msgspec.DecodeError):
                 sub = _sub_dec.decode(raw)
                 self.subscriptions[str(sub.get("endpoint"))] = sub
+        for endpoint in self.subscriptions:
+            self._push_lane(endpoint)
         self._loop = asyncio.get_running_loop()  # from now on notices leave
         log.info(
             "notify_ready",
@@ -126,11 +159,17 @@ class Attention:
             self.raise_notice(notice)
 
     async def close(self) -> None:
-        self._stop.set()
+        """Every delivery task ends (what waits is not sent); the store writes finish."""
         for window in self._windows.values():
             if window.timer is not None:
                 window.timer.cancel()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._loop = None  # nothing leaves any more
+        await self._lanes.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        await self.webpush.aclose()
+        if self._chores:
+            await asyncio.gather(*self._chores, return_exceptions=True)
 
     def url_of(self, session: str) -> str:
         return f"{self.base_url}/#session={session}"
@@ -226,55 +265,56 @@ class Attention:
     def _dispatch(self, notice: Notice) -> None:
         with_workstation(notice, self.workstation)
         log.info("notify", kind=notice.kind, session=notice.session, count=notice.count)
-        for channel in self.channels:
-            if notice.kind in channel.kinds:
-                self._submit(self._deliver_channel, channel, notice)
+        body = f"{notice.body}\n\n{notice.url}"
+        for i, channel in enumerate(self.channels):
+            lane = self._lanes.get(f"channel {i}")
+            if notice.kind in channel.kinds and lane is not None:
+                attempt = partial(self._channel_attempt, channel, notice.title, body)
+                lane.put(Delivery(attempt, self.retry_delays))
         if notice.kind in self.webpush_kinds and self.subscriptions:
             payload = _enc.encode(notice)
             urgency = "high" if notice.kind == "permission" else "normal"
-            for sub in list(self.subscriptions.values()):
-                self._submit(self._deliver_push, sub, payload, urgency)
+            for endpoint, sub in list(self.subscriptions.items()):
+                attempt = partial(self.webpush.send, sub, payload, urgency)
+                self._push_lane(endpoint).put(Delivery(attempt, self.retry_delays))
 
-    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # shut down
-            self._pool.submit(fn, *args)
+    async def _channel_attempt(self, channel: Channel, title: str, body: str) -> Answer:
+        """Apprise blocks: on a thread (one per channel, so no channel waits for another)."""
+        if self._pool is None:
+            return Answer(False, "not sent: the notifier is not running", retry=False)
+        try:
+            future = asyncio.get_running_loop().run_in_executor(
+                self._pool, channel.send, title, body
+            )
+        except RuntimeError:  # the pool is shut down
+            return Answer(False, "not sent: the daemon is stopping", retry=False)
+        return await future
 
-    def _retrying(self, what: str, attempt: Callable[[], Answer]) -> Answer:
-        answer = attempt()
-        for delay in self.retry_delays:
-            if answer.ok or not answer.retry or answer.gone or self._stop.is_set():
-                break
-            log.warning("notify_failed", to=what, answer=answer.text, retry_in_s=delay)
-            if self._stop.wait(delay):
-                break
-            answer = attempt()
-        if answer.ok:
-            log.debug("notify_delivered", to=what)
-        elif not answer.gone:
-            log.warning("notify_gave_up", to=what, answer=answer.text)
-        return answer
+    def _push_lane(self, endpoint: str) -> Lane:
+        key = "push " + endpoint
+        lane = self._lanes.get(key)
+        if lane is None:
+            host = endpoint.split("//", 1)[-1].split("/", 1)[0]  # never the path: it is a secret
+            lane = self._lanes.open(key, Lane("webpush " + host, partial(self._gone, endpoint)))
+        return lane
 
-    def _deliver_channel(self, channel: Channel, notice: Notice) -> None:
-        body = f"{notice.body}\n\n{notice.url}"
-        self._retrying(channel.safe_url, lambda: channel.send(notice.title, body))
-
-    def _deliver_push(self, sub: dict[str, Any], payload: bytes, urgency: str) -> None:
-        endpoint = str(sub.get("endpoint"))
-        answer = self._retrying(
-            "webpush " + endpoint.split("//", 1)[-1].split("/", 1)[0],
-            lambda: self.webpush.send(sub, payload, urgency),
-        )
-        if answer.gone:
-            log.info("webpush_subscription_gone", answer=answer.text)
-            loop = self._loop
-            if loop is not None and not loop.is_closed():
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._forget, endpoint)
+    def _gone(self, endpoint: str, answer: Answer) -> None:
+        log.info("webpush_subscription_gone", answer=answer.text)
+        self._forget(endpoint)
 
     def _forget(self, endpoint: str) -> None:
+        """On the loop, from the endpoint's own lane: its task ends once this delivery does."""
         if self.subscriptions.pop(endpoint, None) is not None:
-            task = asyncio.ensure_future(self.store.delete_push_subscription(endpoint))
-            task.add_done_callback(lambda t: t.exception())
+            self._lanes.drop("push " + endpoint)
+            task = asyncio.create_task(self._delete(endpoint))
+            self._chores.add(task)
+            task.add_done_callback(self._chores.discard)
+
+    async def _delete(self, endpoint: str) -> None:
+        try:
+            await self.store.delete_push_subscription(endpoint)
+        except Exception:
+            log.exception("webpush_delete_failed")
 
     # ---- requests -----------------------------------------------------------------------------
 
@@ -286,13 +326,17 @@ class Attention:
         await self.store.save_push_subscription(endpoint, _enc.encode(subscription))
         self.subscriptions.pop(endpoint, None)  # newest last
         self.subscriptions[endpoint] = subscription
+        self._push_lane(endpoint)
         while len(self.subscriptions) > MAX_SUBSCRIPTIONS:
             oldest = next(iter(self.subscriptions))
             del self.subscriptions[oldest]
+            self._lanes.drop("push " + oldest, finish=True)
             await self.store.delete_push_subscription(oldest)
 
     async def unsubscribe(self, endpoint: str) -> bool:
         known = self.subscriptions.pop(endpoint, None) is not None
+        # What was raised before still goes (once): the device asked while it was subscribed.
+        self._lanes.drop("push " + endpoint, finish=True)
         await self.store.delete_push_subscription(endpoint)
         return known
 
@@ -326,30 +370,58 @@ class Attention:
         )
         return with_workstation(notice, self.workstation)
 
+    def _test_allowed(self, key: str) -> None:
+        now = time.monotonic()
+        last = self._tested.get(key)
+        if last is not None and now - last < TEST_WINDOW_S:
+            wait = math.ceil(TEST_WINDOW_S - (now - last))
+            what = "to this subscription" if key else "through every channel"
+            raise TestTooSoon(
+                f"a test was sent {what} {now - last:.0f} s ago: at most one every "
+                f"{TEST_WINDOW_S:g} s, try again in {wait} s"
+            )
+        if len(self._tested) >= 4 * MAX_SUBSCRIPTIONS:
+            self._tested = {k: t for k, t in self._tested.items() if now - t < TEST_WINDOW_S}
+        self._tested[key] = now
+
     async def send_test(self, kind: str, endpoint: str | None = None) -> list[dict[str, Any]]:
-        """One test notification through every channel (or to one subscription), at once and
-        without retries; what each answered."""
+        """One test notification through every channel (or to one subscription), without
+        retries, ahead of what waits in each lane; what each answered. At most one every
+        ``TEST_WINDOW_S`` for all, and one for each subscription (else :class:`TestTooSoon`)."""
+        self._test_allowed(endpoint or "")
         notice = self.test_notice(kind)
         body = f"{notice.body}\n\n{notice.url}"
         payload = _enc.encode(notice)
-        jobs: list[tuple[str, Callable[[], Answer], str | None]] = []
-        if endpoint is None:
-            for channel in self.channels:
-                jobs.append((channel.name, partial(channel.send, notice.title, body), None))
-            subs = list(self.subscriptions.values())
-        else:
-            subs = [self.subscriptions[endpoint]] if endpoint in self.subscriptions else []
-        for sub in subs:
-            where = str(sub.get("endpoint", ""))
-            name = "webpush " + endpoint_origin(where)
-            jobs.append((name, partial(self.webpush.send, sub, payload, "normal"), where))
         loop = asyncio.get_running_loop()
-        answers = await asyncio.gather(
-            *(loop.run_in_executor(self._pool, job) for _name, job, _where in jobs)
-        )
+        jobs: list[tuple[str, asyncio.Future[Answer]]] = []
+
+        def put(name: str, lane: Lane | None, attempt: Callable[[], Any]) -> None:
+            answer: asyncio.Future[Answer] = loop.create_future()
+            if lane is None:
+                answer.set_result(Answer(False, "not sent: the notifier is not running"))
+            else:
+                lane.put(Delivery(attempt, answer=answer), first=True)
+            jobs.append((name, answer))
+
+        if endpoint is None:
+            for i, channel in enumerate(self.channels):
+                attempt = partial(self._channel_attempt, channel, notice.title, body)
+                put(channel.name, self._lanes.get(f"channel {i}"), attempt)
+            subs = list(self.subscriptions.items())
+        else:
+            sub = self.subscriptions.get(endpoint)
+            subs = [(endpoint, sub)] if sub is not None else []
+        for where, sub in subs:
+            name = "webpush " + endpoint_origin(where)
+            put(name, self._push_lane(where), partial(self.webpush.send, sub, payload, "normal"))
+        if jobs:
+            await asyncio.wait([answer for _name, answer in jobs], timeout=TEST_WAIT_S)
         results = []
-        for (name, _job, gone_to), answer in zip(jobs, answers, strict=True):
-            results.append({"channel": name, "ok": answer.ok, "answer": answer.text})
-            if answer.gone and gone_to is not None:
-                self._forget(gone_to)
+        for name, answer in jobs:
+            if answer.done():
+                got = answer.result()
+            else:
+                answer.cancel()
+                got = Answer(False, f"no answer within {TEST_WAIT_S:g} s")
+            results.append({"channel": name, "ok": got.ok, "answer": got.text})
         return results

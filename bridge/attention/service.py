@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from bridge import paths
 from bridge.attention.detect import SessionInfo
-from bridge.attention.notifier import Attention
+from bridge.attention.notifier import Attention, TestTooSoon
 from bridge.attention.pushstore import PushSubscriptions
 from bridge.attention.webpush import SubscriptionError
 from bridge.pairing import pairing_host
@@ -92,8 +92,13 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
         return as_result(attention.describe(), NotifyChannelsResult)
 
     async def test(_conn: Connection, req: NotifyTest) -> NotifyTestResult:
+        from bridge.hub import HubError
+
         await attention.wait_ready()
-        answers = await attention.send_test(req.kind, req.endpoint)
+        try:
+            answers = await attention.send_test(req.kind, req.endpoint)
+        except TestTooSoon as exc:
+            raise HubError("rate_limited", str(exc)) from None
         return as_result({"results": answers}, NotifyTestResult)
 
     server.add_handler(ClientPresence, presence, Empty)

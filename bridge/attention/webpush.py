@@ -2,20 +2,27 @@
 
 The VAPID key pair is made once and kept in the state directory (``webpush-vapid.pem``, mode
 0600); browsers subscribe with its public key (``webpush.key``), and the subscriptions are kept
-in the store next to the sessions. ``pywebpush`` encrypts (``aes128gcm``) and signs the VAPID
-JWT; each push carries a ``TTL`` header, and a push service that answers 404 or 410 has dropped
-the subscription, so it is removed here too.
+in the store next to the sessions. ``http_ece`` encrypts (``aes128gcm``), ``py_vapid`` signs the
+VAPID JWT (both off the event loop), and the POST goes out on the event loop through ``httpx``:
+never following a redirect (the endpoint was checked, a ``Location`` was not), connecting within
+``CONNECT_TIMEOUT_S`` and answered within ``PUSH_TIMEOUT_S`` in all, a long answer body unread.
+Each push carries a ``TTL`` header, and a push service that answers 404 or 410 has dropped the
+subscription, so it is removed here too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import ipaddress
 import os
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from bridge.attention.channels import Answer
 from bridge.logs import get_logger
@@ -24,7 +31,13 @@ from bridge.redact import redact
 log = get_logger("bridge.attention")
 
 KEY_FILE = "webpush-vapid.pem"
+#: A push attempt, from connecting to the answer's status line, at most.
 PUSH_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 3.0
+#: A push service's answer body is read (so its connection is kept) only if it is this short.
+BODY_READ_MAX = 4096
+#: Browsers' endpoints are a few hundred bytes; a longer one is refused, not stored.
+MAX_ENDPOINT_BYTES = 4096
 
 
 class SubscriptionError(ValueError):
@@ -40,7 +53,13 @@ def _b64url_decode(text: str) -> bytes:
 
 
 def check_endpoint(endpoint: str) -> None:
-    """``https://``, or ``http://`` on a loopback address (local push services, tests)."""
+    """``https://``, or ``http://`` on a loopback address (local push services, tests), of at
+    most ``MAX_ENDPOINT_BYTES``."""
+    size = len(endpoint.encode("utf-8", "surrogatepass"))
+    if size > MAX_ENDPOINT_BYTES:
+        raise SubscriptionError(
+            f"a push endpoint must be at most {MAX_ENDPOINT_BYTES} bytes (this one has {size})"
+        )
     parts = urllib.parse.urlsplit(endpoint)
     if parts.scheme == "https" and parts.hostname:
         return
@@ -62,7 +81,7 @@ def check_keys(p256dh: str, auth: str) -> None:
         raise SubscriptionError("subscription keys must be base64url") from exc
     if len(point) != 65 or point[0] != 4:
         raise SubscriptionError("keys.p256dh must be an uncompressed P-256 point (65 bytes)")
-    if len(secret) < 16:
+    if len(secret) != 16:
         raise SubscriptionError("keys.auth must be 16 bytes")
 
 
@@ -108,11 +127,14 @@ def endpoint_origin(endpoint: str) -> str:
 
 
 class WebPush:
+    """Encrypts, signs and POSTs pushes; owns the HTTP client (``aclose`` ends it)."""
+
     def __init__(self, key_path: Path, subject: str, ttl: int) -> None:
         self.key_path = key_path
         self.subject = subject
         self.ttl = ttl
         self._vapid: Any = None
+        self._client: httpx.AsyncClient | None = None
 
     @property
     def vapid(self) -> Any:
@@ -123,29 +145,97 @@ class WebPush:
     def public_key(self) -> str:
         return public_key(self.vapid)
 
-    def send(self, subscription: dict[str, Any], payload: bytes, urgency: str) -> Answer:
-        """Encrypt and POST one message (blocking: call it on a thread)."""
-        from pywebpush import WebPushException, webpush  # type: ignore[import-untyped]
-
-        origin = endpoint_origin(str(subscription.get("endpoint", "")))
-        try:
-            response: Any = webpush(
-                subscription_info=subscription,
-                data=payload.decode(),
-                vapid_private_key=self.vapid,
-                vapid_claims={"sub": self.subject},  # a fresh dict: pywebpush adds aud and exp
-                content_encoding="aes128gcm",
-                ttl=self.ttl,
-                timeout=PUSH_TIMEOUT_S,
-                headers={"Urgency": urgency},
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                follow_redirects=False,
+                timeout=httpx.Timeout(PUSH_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+                # One attempt at a time per subscription (the notifier's lanes) bounds the
+                # connections; a pool limit would make a good endpoint wait for dead ones'.
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
             )
-        except WebPushException as exc:
-            status = exc.response.status_code if exc.response is not None else None
-            gone = status in (404, 410)
-            why = f"{origin} answered {status}" if status else f"{origin}: {exc.message}"
-            # 4xx other than 429: this request will never be accepted (a bad key, too big).
-            retry = status is None or status == 429 or status >= 500
-            return Answer(False, redact(why), gone=gone, retry=retry)
-        except Exception as exc:  # requests' connection errors, a bad key, ...
+        return self._client
+
+    def warm(self) -> None:
+        """What the first push would wait for, done early (on a thread): the HTTP client (it
+        reads the CA certificates), the modules its first request imports, the encryption."""
+        import importlib
+
+        for module in ("http_ece", "anyio._backends._asyncio", "anyio.streams.tls"):
+            importlib.import_module(module)
+        self.client()
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    def request(
+        self, subscription: dict[str, Any], payload: bytes, urgency: str
+    ) -> tuple[dict[str, str], bytes]:
+        """The headers and encrypted body of one push (CPU work: call it on a thread)."""
+        import http_ece  # type: ignore[import-untyped]
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        keys = subscription.get("keys") or {}
+        body: bytes = http_ece.encrypt(
+            payload,
+            private_key=ec.generate_private_key(ec.SECP256R1()),  # one per message
+            dh=_b64url_decode(str(keys.get("p256dh", ""))),
+            auth_secret=_b64url_decode(str(keys.get("auth", ""))),
+            version="aes128gcm",
+        )
+        claims = {
+            "sub": self.subject,
+            "aud": endpoint_origin(str(subscription.get("endpoint", ""))),
+            "exp": int(time.time()) + 12 * 3600,
+        }
+        headers: dict[str, str] = dict(self.vapid.sign(claims))
+        headers.update(
+            {
+                "Content-Encoding": "aes128gcm",
+                "Content-Type": "application/octet-stream",
+                "TTL": str(self.ttl),
+                "Urgency": urgency,
+            }
+        )
+        return headers, body
+
+    async def send(self, subscription: dict[str, Any], payload: bytes, urgency: str) -> Answer:
+        """Encrypt and POST one message; never raises, never follows a redirect."""
+        endpoint = str(subscription.get("endpoint", ""))
+        origin = endpoint_origin(endpoint)
+        try:
+            headers, body = await asyncio.to_thread(self.request, subscription, payload, urgency)
+        except Exception as exc:  # a key the browser gave that does not work
+            why = f"{origin}: cannot encrypt for this subscription: {type(exc).__name__}"
+            return Answer(False, redact(why), retry=False)
+        try:
+            client = self.client()
+            async with asyncio.timeout(PUSH_TIMEOUT_S):
+                request = client.build_request("POST", endpoint, headers=headers, content=body)
+                response = await client.send(request, stream=True)
+                try:
+                    # The status is the answer. A short body is read so that the connection
+                    # can carry the next push; a long or unsized one is not read at all.
+                    size = response.headers.get("content-length", "")
+                    if size.isdigit() and int(size) <= BODY_READ_MAX:
+                        await response.aread()
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            return Answer(False, f"{origin}: no answer within {PUSH_TIMEOUT_S:g} s")
+        except httpx.ConnectTimeout:
+            return Answer(False, f"{origin}: no connection within {CONNECT_TIMEOUT_S:g} s")
+        except (httpx.HTTPError, OSError) as exc:
             return Answer(False, redact(f"{origin}: {type(exc).__name__}: {exc}"))
-        return Answer(True, f"{origin} answered {response.status_code}")
+        status = response.status_code
+        if 200 <= status < 300:
+            return Answer(True, f"{origin} answered {status}")
+        if 300 <= status < 400:
+            # The endpoint was checked, where it points was not: never followed, not retried.
+            why = f"{origin} answered {status}, a redirect: not followed"
+            return Answer(False, why, retry=False)
+        # 4xx other than 429: this request will never be accepted (a bad key, too big).
+        retry = status == 429 or status >= 500
+        return Answer(False, f"{origin} answered {status}", gone=status in (404, 410), retry=retry)
