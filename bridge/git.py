@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
@@ -194,14 +196,17 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _read_small(path: str) -> str:
+def _read_small(path: str, size: int = 4096) -> bytes:
     """The first 4 KiB of a regular file (a FIFO or a device where one is expected is refused
     without blocking: the event loop calls this)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is not a regular file")
-        return os.read(fd, 4096).decode("utf-8", "replace")
+        data = b""
+        while len(data) < size and (chunk := os.read(fd, size - len(data))):
+            data += chunk
+        return data
     finally:
         os.close(fd)
 
@@ -222,14 +227,14 @@ def locate(cwd: str) -> Repo:
         if os.path.isdir(dotgit):
             gitdir = os.path.realpath(dotgit)
         else:
-            text = _read_small(dotgit).strip()
+            text = os.fsdecode(_read_small(dotgit).strip())
             if not text.startswith("gitdir:"):
                 raise GitError(f"fatal: invalid gitfile format: {dotgit}")
             gitdir = os.path.realpath(os.path.join(top, text[len("gitdir:") :].strip()))
         common = gitdir
         if os.path.isfile(os.path.join(gitdir, "commondir")):
-            linked = _read_small(os.path.join(gitdir, "commondir")).strip()
-            common = os.path.realpath(os.path.join(gitdir, linked))
+            linked = _read_small(os.path.join(gitdir, "commondir"))
+            common = os.path.realpath(os.path.join(gitdir, os.fsdecode(linked.strip())))
         if not os.path.isfile(os.path.join(gitdir, "HEAD")):
             raise GitError("fatal: not a git repository (no HEAD)")
     except (OSError, ValueError) as exc:
@@ -265,40 +270,141 @@ async def _exec(argv: Sequence[str], cwd: str, env: dict[str, str], limit: int) 
     return result
 
 
+#: (scope, key as git prints it, value or None for a bare boolean)
+_Entry = tuple[str, str, str | None]
+#: the system's and the person's settings are read again after this long (or when a file changed)
+OUTER_TTL_S = 10.0
+_outer_cache: tuple[float, tuple[object, ...], list[_Entry] | None] | None = None
+_SECTION = re.compile(r'\[([A-Za-z0-9-]+)(?:\s+"([^"\\]*)")?\]')
+_KEY = re.compile(r"([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?")
+
+
+def _parse_list(data: bytes) -> list[_Entry]:
+    """``git config --list --show-scope -z`` output."""
+    out: list[_Entry] = []
+    fields = data.split(b"\0")
+    for scope, entry in zip(fields[::2], fields[1::2], strict=False):
+        raw_key, newline, raw_value = entry.partition(b"\n")
+        value = raw_value.decode("utf-8", "replace") if newline else None
+        out.append((scope.decode("ascii", "replace"), raw_key.decode("utf-8", "replace"), value))
+    return out
+
+
+async def _outer() -> list[_Entry] | None:
+    """The system's and the person's settings (cached :data:`OUTER_TTL_S`), or None when they
+    hold an ``includeIf`` (whose condition depends on the repository)."""
+    global _outer_cache
+    now = time.monotonic()
+    env = _env()
+    key = _outer_key(env)
+    if _outer_cache is not None and _outer_cache[1] == key and now - _outer_cache[0] < OUTER_TTL_S:
+        return _outer_cache[2]
+    here = tempfile.gettempdir()
+    env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(here)
+    entries: list[_Entry] | None = []
+    for scope in ("--system", "--global"):
+        args = ["config", scope, "--list", "--show-scope", "--includes", "-z"]
+        result = await _exec(args, here, env, 1024 * 1024)
+        if result.returncode != 0 and "No such file" in result.stderr:
+            continue  # no such file: nothing set there
+        if result.returncode != 0 or result.truncated or entries is None:
+            entries = None
+            break
+        entries += _parse_list(result.stdout)
+    if entries is not None and any(k.lower().startswith("includeif.") for _, k, _ in entries):
+        entries = None
+    _outer_cache = (now, key, entries)
+    return entries
+
+
+def _outer_key(env: dict[str, str]) -> tuple[object, ...]:
+    """What the system's and the person's files are now: where they are, their stat data."""
+    home = env.get("HOME", "")
+    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    files = ("/etc/gitconfig", os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config"))
+    key: list[object] = [home, xdg]
+    for path in files:
+        try:
+            st = os.stat(path)
+            key.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            key.append(None)
+    return tuple(key)
+
+
+def _local_simple(repo: Repo) -> list[_Entry] | None:
+    """The repository's ``config`` when it is in the plain form git writes (blocking, one small
+    read), else None: includes, quotes, escapes, comments after a value or a worktree config
+    are left to ``git config`` itself."""
+    if any(os.path.lexists(os.path.join(d, "config.worktree")) for d in (repo.gitdir, repo.common)):
+        return None
+    path = os.path.join(repo.common, "config")
+    if not os.path.lexists(path):
+        return []
+    try:
+        text = _read_small(path, 64 * 1024).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(text) >= 64 * 1024:
+        return None
+    out: list[_Entry] = []
+    section: str | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            m = _SECTION.fullmatch(line)
+            if m is None or m.group(1).lower() in ("include", "includeif"):
+                return None
+            sub = m.group(2)
+            section = m.group(1).lower() + (f".{sub}" if sub is not None else "")
+            continue
+        m = _KEY.fullmatch(line)
+        value = m.group(2) if m is not None else None
+        if m is None or section is None or (value is not None and any(c in value for c in '"\\#;')):
+            return None
+        out.append(("local", f"{section}.{m.group(1).lower()}", value))
+    return out
+
+
 async def _settings(repo: Repo, filters: bool) -> tuple[list[tuple[str, str]], str]:
     """The kept settings of every scope, in git's order, and the object format.
 
-    ``git config --list`` follows ``include`` and ``includeIf`` as git would and runs nothing.
+    ``git config --list`` follows ``include`` and ``includeIf`` as git would and runs nothing;
+    a plain repository configuration is read here instead (one process less per repository).
     A ``core.worktree`` that is not the directory holding ``.git`` is refused.
     """
-    env = {**_env(), "GIT_DIR": repo.gitdir}
-    args = ["config", "--list", "--show-scope", "--includes", "-z"]
-    result = await _exec(args, repo.top, env, 1024 * 1024)
-    if result.returncode != 0 or result.truncated:
-        why = result.stderr.strip().splitlines()
-        raise GitError(why[-1] if why else "git config failed (or the configuration is too big)")
+    outer = await _outer()
+    local = _local_simple(repo) if outer is not None else None
+    if outer is not None and local is not None:
+        entries = outer + local
+    else:
+        env = {**_env(), "GIT_DIR": repo.gitdir}
+        args = ["config", "--list", "--show-scope", "--includes", "-z"]
+        result = await _exec(args, repo.top, env, 1024 * 1024)
+        if result.returncode != 0 or result.truncated:
+            why = result.stderr.strip().splitlines()
+            raise GitError(why[-1] if why else "git config failed (or is too big)")
+        entries = _parse_list(result.stdout)
     kept: list[tuple[str, str]] = []
     object_format = "sha1"
-    fields = result.stdout.split(b"\0")
-    for scope, entry in zip(fields[::2], fields[1::2], strict=False):
-        if scope == b"command":
+    for scope, raw_key, value in entries:
+        key = raw_key.lower()
+        if scope == "command" or value is None:
             continue
-        raw_key, newline, raw_value = entry.partition(b"\n")
-        key = raw_key.decode("utf-8", "replace").lower()
-        value = raw_value.decode("utf-8", "replace") if newline else None
-        if key == "core.worktree" and value is not None:
+        if key == "core.worktree":
             worktree = os.path.realpath(os.path.join(repo.gitdir, os.path.expanduser(value)))
             if worktree != repo.top:
                 raise GitRefused(
                     "core.worktree of this repository names another directory: refused"
                 )
-        elif key == "extensions.objectformat" and value is not None:
+        elif key == "extensions.objectformat":
             if value.lower() not in EMPTY_TREE:
                 raise GitRefused(f"unsupported object format `{value}`")
             object_format = value.lower()
-        elif _kept(key, value, filters) and value is not None:
-            # Subsection names keep their case (branch.Feature.merge).
-            kept.append((raw_key.decode("utf-8", "replace"), value))
+        elif _kept(key, value, filters):
+            kept.append((raw_key, value))  # subsections keep their case (branch.Feature.merge)
     if len(kept) > MAX_KEPT:
         log.debug("git_settings_capped", top=repo.top, count=len(kept))
         kept = kept[-MAX_KEPT:]
@@ -315,7 +421,7 @@ def _shadow(repo: Repo, object_format: str) -> str:
             config += f"[extensions]\n\tobjectformat = {object_format}\n"
         with open(os.path.join(shadow, "config"), "w", encoding="utf-8") as f:
             f.write(config)
-        with open(os.path.join(shadow, "HEAD"), "w", encoding="utf-8") as f:
+        with open(os.path.join(shadow, "HEAD"), "wb") as f:
             f.write(_read_small(os.path.join(repo.gitdir, "HEAD")))
         links = {name: os.path.join(repo.common, name) for name in ("refs", "packed-refs")}
         links.update({name: os.path.join(repo.common, name) for name in ("info", "shallow")})

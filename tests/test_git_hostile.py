@@ -207,7 +207,8 @@ async def test_the_person_s_own_ignore_file_and_line_endings_still_count(
     home = tmp_path / "home"
     home.mkdir()
     (home / "ignore-everywhere").write_text("*.log\n")
-    (home / ".gitconfig").write_text(f"[core]\n\texcludesFile = {home}/ignore-everywhere\n")
+    excludes = f"[core]\n\texcludesFile = {home}/ignore-everywhere\n"
+    (home / ".gitconfig").write_text(excludes)
     monkeypatch.setenv("HOME", str(home))
     # git settings in the daemon's own environment are not passed on either
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", "'core.excludesfile'='/dev/null'")
@@ -217,6 +218,14 @@ async def test_the_person_s_own_ignore_file_and_line_endings_still_count(
     (repo / "b.txt").write_text("b\r\n")  # the same once line endings are normalised
     st = await workspace.status(str(repo))
     assert [f["path"] for f in st["files"]] == ["b.txt"]  # its size changed: as git says
+    assert await workspace.diff(str(repo), "b.txt") == {"diff": "", "truncated": False}
+    # The same through an includeIf of the person's and a quoted value in the repository's.
+    (home / "work.cfg").write_text(excludes)
+    (home / ".gitconfig").write_text(f'[includeIf "gitdir:{repo.resolve()}/"]\n\tpath = work.cfg\n')
+    config = repo / ".git" / "config"
+    config.write_text(config.read_text().replace("autocrlf = input", 'autocrlf = "input" ; note'))
+    st = await workspace.status(str(repo))
+    assert [f["path"] for f in st["files"]] == ["b.txt"]
     assert await workspace.diff(str(repo), "b.txt") == {"diff": "", "truncated": False}
 
 
