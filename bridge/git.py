@@ -244,7 +244,7 @@ def locate(cwd: str) -> Repo:
 
 
 def _kept(key: str, value: str | None, filters: bool) -> bool:
-    if value is None or len(value) > 4096 or "\x00" in value:
+    if value is None or len(value) > 1024 or "\x00" in value:
         return False
     if key in LFS_COMMANDS:
         return filters and value.strip() in LFS_COMMANDS[key]
@@ -299,8 +299,7 @@ async def _outer() -> list[_Entry] | None:
     key = _outer_key(env)
     if _outer_cache is not None and _outer_cache[1] == key and now - _outer_cache[0] < OUTER_TTL_S:
         return _outer_cache[2]
-    here = tempfile.gettempdir()
-    env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(here)
+    here = "/"  # no repository to find (a /tmp/.git anyone may write is not looked at)
     entries: list[_Entry] | None = []
     for scope in ("--system", "--global"):
         args = ["config", scope, "--list", "--show-scope", "--includes", "-z"]
@@ -460,11 +459,18 @@ class Git:
         return await _exec(args, cwd, self.env, limit)
 
     async def status(
-        self, cwd: str, *, untracked: bool = True, pathspec: str | None = None
+        self,
+        cwd: str,
+        *,
+        untracked: bool = True,
+        pathspec: str | None = None,
+        dirty_only: bool = False,
     ) -> GitStatus:
         """``git status --porcelain=v2 --branch -z`` of ``cwd``, submodules looked into here.
 
         Paths are relative to the repository's top, also when ``cwd`` is a subdirectory.
+        ``dirty_only``: only ``dirty`` has to be right (no submodule is looked into once
+        anything changed, none after the first that did).
         """
         args = ["status", "--porcelain=v2", "--branch", "-z", "--ignore-submodules=dirty"]
         args.append("--untracked-files=normal" if untracked else "--untracked-files=no")
@@ -475,9 +481,12 @@ class Git:
             why = result.stderr.strip().splitlines()
             raise GitError(why[-1] if why else f"git status exited with {result.returncode}")
         st = parse_porcelain_v2(result.stdout)
+        if dirty_only and st.dirty:
+            return st
         listed = {path for path, *_ in st.entries}
         added = False
-        for sub in await self.submodules(cwd, pathspec, untracked=untracked):
+        subs = await self.submodules(cwd, pathspec, untracked=untracked, first_change=dirty_only)
+        for sub in subs:
             if sub.any_changes and sub.path not in listed:
                 st.entries.append((sub.path, ".M", None, True))
                 added = True
@@ -486,9 +495,16 @@ class Git:
         return st
 
     async def submodules(
-        self, cwd: str, pathspec: str | None, *, untracked: bool = True
+        self,
+        cwd: str,
+        pathspec: str | None,
+        *,
+        untracked: bool = True,
+        first_change: bool = False,
     ) -> list[Submodule]:
-        """The checked-out submodules under ``pathspec`` and whether their files changed."""
+        """The checked-out submodules under ``pathspec`` and whether their files changed
+        (at most :data:`MAX_SUBMODULES`, within :data:`GIT_TIMEOUT_S` in all; with
+        ``first_change``, up to the first that changed)."""
         if self.depth >= MAX_SUBMODULE_DEPTH or not os.path.lexists(
             os.path.join(self.repo.top, ".gitmodules")
         ):
@@ -498,25 +514,30 @@ class Git:
             args += ["--", pathspec]
         result = await self.run(cwd, args)
         out: list[Submodule] = []
+        deadline = time.monotonic() + GIT_TIMEOUT_S
         for raw in result.stdout.split(b"\0"):
             meta, _, path = raw.decode("utf-8", "replace").partition("\t")
             parts = meta.split()
             if len(parts) != 3 or parts[0] != "160000":
                 continue
-            if len(out) >= MAX_SUBMODULES:
+            if len(out) >= MAX_SUBMODULES or time.monotonic() > deadline:
                 log.debug("git_submodules_capped", top=self.repo.top)
                 break
-            where = os.path.join(self.repo.top, path)
+            where = os.path.realpath(os.path.join(self.repo.top, path))
+            if not where.startswith(self.repo.top.rstrip(os.sep) + os.sep):
+                continue  # a crafted index's path, or a link, leading out of the work tree
             if not os.path.lexists(os.path.join(where, ".git")):
                 continue  # not checked out
             try:
                 async with opened(where, filters=self.filters, depth=self.depth + 1) as sub:
-                    st = await sub.status(where, untracked=untracked)
+                    st = await sub.status(where, untracked=untracked, dirty_only=True)
             except GitError as exc:
                 log.debug("git_submodule_skipped", path=where, error=str(exc))
                 continue
             tracked = any(xy != "??" for _, xy, _, _ in st.entries)
             out.append(Submodule(path, parts[1], st.head, tracked, st.dirty))
+            if first_change and st.dirty:
+                break
         return out
 
 
@@ -556,7 +577,7 @@ async def opened(cwd: str, *, filters: bool = False, depth: int = 0) -> AsyncIte
 async def status(cwd: str, *, untracked: bool = True, pathspec: str | None = None) -> GitStatus:
     """The status of the work tree holding ``cwd``, without content filters (a listing's)."""
     async with opened(cwd) as g:
-        return await g.status(cwd, untracked=untracked, pathspec=pathspec)
+        return await g.status(cwd, untracked=untracked, pathspec=pathspec, dirty_only=True)
 
 
 def parse_porcelain_v2(data: bytes) -> GitStatus:
