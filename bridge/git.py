@@ -38,6 +38,7 @@ timeout, output capped) with ``GIT_OPTIONAL_LOCKS=0``. The porcelain parser belo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -550,7 +551,7 @@ async def opened(cwd: str, *, filters: bool = False, depth: int = 0) -> AsyncIte
     repo = locate(cwd)
     kept, object_format = await _settings(repo, filters)
     try:
-        shadow = _shadow(repo, object_format)
+        shadow = await asyncio.to_thread(_shadow, repo, object_format)
     except OSError as exc:
         raise GitError(f"fatal: not a git repository ({exc})") from None
     try:
@@ -571,7 +572,7 @@ async def opened(cwd: str, *, filters: bool = False, depth: int = 0) -> AsyncIte
             env[f"GIT_CONFIG_VALUE_{i}"] = value
         yield Git(repo, env, object_format, filters, depth)
     finally:
-        shutil.rmtree(shadow, ignore_errors=True)
+        await asyncio.shield(asyncio.to_thread(shutil.rmtree, shadow, ignore_errors=True))
 
 
 async def status(cwd: str, *, untracked: bool = True, pathspec: str | None = None) -> GitStatus:
