@@ -20,9 +20,11 @@ hook, a content filter, an fsmonitor, a pager... that git would run. So git neve
   command can write an index, least of all the real one; objects come through
   ``GIT_OBJECT_DIRECTORY``;
 - the system's, the person's and the repository's configuration (``git config --list``, which
-  runs nothing) pass only the settings in :data:`KEPT` (data: line endings, ignore files,
-  upstream names, rename limits...), through ``GIT_CONFIG_COUNT``; git itself reads no other
-  configuration file (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``);
+  runs nothing, or read here when it is in the plain form git writes) pass only the settings in
+  :data:`KEPT` (data: line endings, ignore files, upstream names, rename limits...), through
+  ``GIT_CONFIG_COUNT``; git itself reads no other configuration file
+  (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``), and none of the daemon's own
+  ``GIT_*`` variables;
 - the only program besides git that may run is git-lfs, for a ``filter.lfs.*`` that is git-lfs's
   own command line (:data:`LFS_COMMANDS`), and only when the caller asks (``filters=True``:
   the workspace views; never for ``projects.list``). It then stores what it cleans in the
