@@ -108,7 +108,9 @@ def plant_hostile_config(gitdir: Path, worktree: Path, markers: Path, via: str) 
     """Write into ``gitdir`` the configuration an attacker would: every program git could run
     from it touches a file in ``markers`` (a hook in ``core.hooksPath`` and in ``hooks/``,
     ``core.fsmonitor``, a ``filter.<name>.clean`` and a ``filter.<name>.process`` that
-    ``HOSTILE_FILES``' ``.gitattributes`` selects, ``diff.external``, a textconv, ``core.pager``).
+    ``HOSTILE_FILES``' ``.gitattributes`` selects, ``diff.external``, a textconv, ``core.pager``,
+    an editor, ssh, askpass, credential helper, gpg, alternate refs and pack-objects hook, and an
+    ``ext::`` remote the current branch tracks).
 
     ``via``: ``direct`` (in ``config``), ``include`` (a file ``include.path`` names) or
     ``includeIf`` (a file ``includeIf "gitdir:..."`` names). ``HOSTILE_FILES`` in ``worktree``
@@ -141,6 +143,17 @@ def plant_hostile_config(gitdir: Path, worktree: Path, markers: Path, via: str) 
         f"\thooksPath = {hooks}\n"
         f"\tfsmonitor = {program('fsmonitor')}\n"
         f"\tpager = {program('pager', 'cat')}\n"
+        f"\teditor = {program('editor')}\n"
+        f"\taskPass = {program('askpass')}\n"
+        f"\tsshCommand = {program('ssh')}\n"
+        f"\talternateRefsCommand = {program('alternate-refs')}\n"
+        f"[credential]\n\thelper = {program('credential')}\n"
+        f"[gpg]\n\tprogram = {program('gpg')}\n"
+        f"[uploadpack]\n\tpackObjectsHook = {program('pack-objects-hook')}\n"
+        "[protocol]\n\tallow = always\n"
+        f'[remote "origin"]\n\turl = ext::{program("ext")}\n'
+        "\tfetch = +refs/heads/*:refs/remotes/origin/*\n"
+        '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n'
         f'[filter "evil"]\n\tclean = {program("clean", "cat")}\n'
         f"\tsmudge = {program('smudge', 'cat')}\n"
         f'[filter "proc"]\n\tprocess = {process}\n'

@@ -242,3 +242,40 @@ async def test_a_fifo_where_git_keeps_a_small_file_is_refused_without_waiting(
         with pytest.raises(workspace.WorkspaceError) as err:
             await workspace.status(str(repo))
         assert err.value.code == "bad_request"
+
+
+async def test_git_lfs_s_own_filter_runs_for_the_views_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one program besides git: git-lfs, with git-lfs's own command line, in the workspace
+    views of an opened directory; never in projects.list, and never under another name."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "git-lfs"  # stands in for git-lfs: passes content through, leaves a mark
+    fake.write_text(f'#!/bin/sh\ntouch "{markers}/git-lfs-$1"\ncat\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    repo = make_repo(
+        tmp_path / "code" / "big",
+        {".gitattributes": "*.bin filter=lfs\n*.dat filter=fake\n", "a.bin": "A\n", "d.dat": "D\n"},
+    )
+    with (repo / ".git" / "config").open("a") as out:
+        out.write(
+            '[filter "lfs"]\n\tclean = git-lfs clean -- %f\n\trequired = true\n'
+            '[filter "fake"]\n\tclean = git-lfs clean-but-not-quite %f\n'
+        )
+    for name in ("a.bin", "d.dat"):
+        os.utime(repo / name, (2_000_000_000.0, 2_000_000_000.0))
+    (listed,) = await listing_of(tmp_path / "code").listing()
+    assert listed["git"]["dirty"] is False and fired(markers) == []
+    (repo / "a.bin").write_text("A2\n")
+    (repo / "d.dat").write_text("D2\n")
+    assert "+A2\n" in (await workspace.diff(str(repo), "a.bin"))["diff"]
+    assert "+D2\n" in (await workspace.diff(str(repo), "d.dat"))["diff"]
+    assert fired(markers) == ["git-lfs-clean"]
+    assert bgit._kept("filter.lfs.clean", "git-lfs clean -- %f", True)
+    assert not bgit._kept("filter.lfs.clean", "git-lfs clean -- %f", False)
+    assert not bgit._kept("filter.lfs.clean", "sh -c 'git-lfs clean -- %f'", True)
+    assert not bgit._kept("filter.lfs.process", "git-lfs filter-process; touch x", True)
