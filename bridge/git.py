@@ -127,7 +127,6 @@ EMPTY_TREE = {
     "sha1": "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
     "sha256": "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321",
 }
-_SMALL = 64 * 1024
 
 
 class GitError(Exception):
@@ -200,8 +199,8 @@ def _env() -> dict[str, str]:
 
 
 def _read_small(path: str, size: int = 4096) -> bytes:
-    """The first 4 KiB of a regular file (a FIFO or a device where one is expected is refused
-    without blocking: the event loop calls this)."""
+    """The first ``size`` bytes of a regular file (a FIFO or a device where one is expected is
+    refused without blocking: the event loop calls this)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
