@@ -394,16 +394,19 @@ async def _settings(repo: Repo, filters: bool) -> tuple[list[tuple[str, str]], s
         key = raw_key.lower()
         if scope == "command" or value is None:
             continue
-        if key == "core.worktree":
+        own = scope in ("local", "worktree")  # git reads these three from the repository only
+        if key == "core.worktree" and own:
             worktree = os.path.realpath(os.path.join(repo.gitdir, os.path.expanduser(value)))
             if worktree != repo.top:
                 raise GitRefused(
                     "core.worktree of this repository names another directory: refused"
                 )
-        elif key == "extensions.objectformat":
+        elif key == "extensions.objectformat" and own:
             if value.lower() not in EMPTY_TREE:
                 raise GitRefused(f"unsupported object format `{value}`")
             object_format = value.lower()
+        elif key == "extensions.refstorage" and own and value.lower() != "files":
+            raise GitRefused(f"refs stored as `{value}` are not read here (only `files`)")
         elif _kept(key, value, filters):
             kept.append((raw_key, value))  # subsections keep their case (branch.Feature.merge)
     if len(kept) > MAX_KEPT:
