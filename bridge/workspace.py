@@ -162,6 +162,7 @@ async def diff(root: str, file: str | None = None, staged: bool = False) -> dict
             data, truncated = result.stdout, result.truncated
             if not staged and not truncated:
                 data = await _dirty_submodules(g, root, spec, data)
+                data, truncated = data[:MAX_BYTES], len(data) > MAX_BYTES
             if not data and rel is not None and real is not None and not staged:
                 data, truncated = await _untracked_diff(g, root, rel)
     except git.GitError as exc:
@@ -211,7 +212,7 @@ async def _dirty_submodules(g: git.Git, root: str, spec: str, data: bytes) -> by
                 at = m.start()
                 break
         data = data[:at] + block + data[at:]
-    return data[:MAX_BYTES]
+    return data
 
 
 async def _untracked_diff(g: git.Git, root: str, rel: str) -> tuple[bytes, bool]:
