@@ -14,6 +14,10 @@ inside a repository marks its git state stale, a ``.git`` appearing or going awa
 directory added near the top) marks the walk stale. Directories outside the roots, or every
 directory when the watch cannot run, are re-asked after ``[projects] git_cache_s``. A warm
 answer therefore runs no ``git`` and touches no disk.
+
+A repository under the roots may be one the person never opened (a tarball unpacked there):
+its git state is asked without its own configuration and with no content filter at all
+(:func:`bridge.git.status`), so listing it runs nothing it names.
 """
 
 from __future__ import annotations

@@ -9,18 +9,21 @@ Everything here is bounded and confined:
   real path; anything else is refused before a byte is read;
 - at most :data:`MAX_BYTES` of a diff or a file is returned, with ``truncated``; a binary file's
   diff is git's one-line "Binary files ... differ", its content comes as base64;
-- git runs through :mod:`bridge.git` (no shell, no optional locks, no external diff or textconv
-  program, a timeout): it never changes the index under a running agent.
+- git runs through :mod:`bridge.git` (no shell, a timeout, the repository's own configuration
+  left out, only plumbing that never writes the index: ``diff-files``, ``diff-index``): it runs
+  nothing the repository names and never changes the index under a running agent.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import re
 import stat
 from typing import Any
 
 from bridge import git
+from bridge.process import BoundedResult
 
 MAX_BYTES = 1024 * 1024
 #: bytes looked at for a NUL when deciding a file is binary (git's own heuristic)
@@ -67,10 +70,16 @@ def confine(root: str, file: str) -> tuple[str, str]:
     return relative, real
 
 
+#: the options of every diff: no external diff or textconv program, submodules as one line
+DIFF_OPTIONS = ("-p", "--no-color", "--no-ext-diff", "--no-textconv", "--submodule=short")
+
+
 def _git_error(exc: git.GitError) -> WorkspaceError:
     text = str(exc)
     if "not a git repository" in text.lower():
         return WorkspaceError("bad_request", "not a git repository")
+    if isinstance(exc, git.GitRefused):
+        return WorkspaceError("bad_request", text)
     return WorkspaceError("bad_request", f"git failed: {text}")
 
 
@@ -81,8 +90,9 @@ async def status(root: str) -> dict[str, Any]:
     under it are listed, with paths relative to it, like every other ``file`` of this module.
     """
     try:
-        prefix = await git.prefix(root)
-        st = await git.status(root, pathspec=".")
+        async with git.opened(root, filters=True) as g:
+            prefix = g.repo.prefix
+            st = await g.status(root, pathspec=".")
     except git.GitError as exc:
         raise _git_error(exc) from None
     files: list[dict[str, Any]] = []
@@ -129,30 +139,83 @@ def _text_of(data: bytes, truncated: bool) -> str:
 
 
 async def diff(root: str, file: str | None = None, staged: bool = False) -> dict[str, Any]:
-    """Unified diff of the work tree (or the index with ``staged``), of one file or all."""
-    args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--submodule=short"]
-    if staged:
-        args.append("--cached")
+    """Unified diff of the work tree (or the index with ``staged``), of one file or all.
+
+    ``git diff-files -p`` (work tree against the index) and ``git diff-index --cached -p``
+    (the index against HEAD) are what ``git diff`` shows, without its rewriting the index.
+    """
     rel: str | None = None
     real: str | None = None
+    spec = "."  # a subdirectory's own changes only
     if file is not None:
         rel, real = confine(root, file)
-        args += ["--", rel]
-    else:
-        args += ["--", "."]  # a subdirectory's own changes only
+        spec = rel
     try:
-        result = await git.run_git(root, args, limit=MAX_BYTES)
-        if result.returncode not in (0, 1) and not result.truncated:
-            raise _git_error(git.GitError(result.stderr.strip() or "git diff failed"))
-        data, truncated = result.stdout, result.truncated
-        if not data and rel is not None and real is not None and not staged:
-            data, truncated = await _untracked_diff(root, rel, real)
+        async with git.opened(root, filters=True) as g:
+            if staged:
+                result = await _staged(g, root, spec)
+            else:
+                args = ["diff-files", *DIFF_OPTIONS, "--ignore-submodules=dirty", "--", spec]
+                result = await g.run(root, args, limit=MAX_BYTES)
+            if result.returncode not in (0, 1) and not result.truncated:
+                raise git.GitError(result.stderr.strip() or "git diff failed")
+            data, truncated = result.stdout, result.truncated
+            if not staged and not truncated:
+                data = await _dirty_submodules(g, root, spec, data)
+                data, truncated = data[:MAX_BYTES], len(data) > MAX_BYTES
+            if not data and rel is not None and real is not None and not staged:
+                data, truncated = await _untracked_diff(g, root, rel)
     except git.GitError as exc:
         raise _git_error(exc) from None
     return {"diff": _text_of(data, truncated), "truncated": truncated}
 
 
-async def _untracked_diff(root: str, rel: str, real: str) -> tuple[bytes, bool]:
+async def _staged(g: git.Git, root: str, spec: str) -> BoundedResult:
+    """``git diff-index --cached -p HEAD``; against the empty tree before the first commit."""
+    for base in ("HEAD", git.EMPTY_TREE[g.object_format]):
+        args = ["diff-index", "--cached", *DIFF_OPTIONS, "-M", base, "--", spec]
+        result = await g.run(root, args, limit=MAX_BYTES)
+        if result.returncode != 128 or result.stdout:
+            break
+    return result
+
+
+_PLUS_COMMIT = re.compile(rb"^(\+Subproject commit [0-9a-f]+)$", re.M)
+
+
+async def _dirty_submodules(g: git.Git, root: str, spec: str, data: bytes) -> bytes:
+    """git's ``-dirty`` for submodules whose tracked files changed (git's own recursion would
+    run ``git status`` there with the submodule's configuration, so it is off)."""
+    for sub in await g.submodules(root, spec):
+        if not sub.tracked_changes or sub.head is None:
+            continue
+        shown = os.path.relpath(os.path.join(g.repo.top, sub.path), root)
+        header = f"diff --git a/{shown} b/{shown}\n".encode()
+        at = data.find(header)
+        if at >= 0:  # its commit changed too
+            end = data.find(b"\ndiff --git ", at)
+            end = len(data) if end < 0 else end + 1
+            block = _PLUS_COMMIT.sub(rb"\1-dirty", data[at:end], count=1)
+            data = data[:at] + block + data[end:]
+            continue
+        block = (
+            header
+            + (
+                f"--- a/{shown}\n+++ b/{shown}\n@@ -1 +1 @@\n"
+                f"-Subproject commit {sub.recorded}\n+Subproject commit {sub.head}-dirty\n"
+            ).encode()
+        )
+        # git's order: by path
+        at = len(data)
+        for m in re.finditer(rb"^diff --git .*\n", data, re.M):
+            if m.group(0) > header:
+                at = m.start()
+                break
+        data = data[:at] + block + data[at:]
+    return data
+
+
+async def _untracked_diff(g: git.Git, root: str, rel: str) -> tuple[bytes, bool]:
     """A new, untracked file: its whole content as an addition (``git diff --no-index``)."""
     try:
         st = os.lstat(os.path.join(root, rel))
@@ -160,11 +223,11 @@ async def _untracked_diff(root: str, rel: str, real: str) -> tuple[bytes, bool]:
         return b"", False
     if not stat.S_ISREG(st.st_mode):
         return b"", False
-    tracked = await git.run_git(root, ["ls-files", "-z", "--", rel], limit=4096)
+    tracked = await g.run(root, ["ls-files", "-z", "--", rel], limit=4096)
     if tracked.stdout:
         return b"", False  # tracked and unchanged
     args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-index", "--"]
-    result = await git.run_git(root, [*args, "/dev/null", rel], limit=MAX_BYTES)
+    result = await g.run(root, [*args, "/dev/null", rel], limit=MAX_BYTES)
     return result.stdout, result.truncated
 
 
