@@ -11,7 +11,6 @@ bridge/connection.py.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from bridge.dispatch import Handler, Routes
 from bridge.endpoint import Endpoint, HttpHandler
 from bridge.hub import Hub, HubError
 from bridge.logs import get_logger
+from bridge.process import TaskOwner, task_group
 from bridge.projects_api import ProjectsApi
 from bridge.protocol import (
     CLOSE_PROTOCOL,
@@ -65,7 +65,8 @@ class BridgeServer:
             config.limits.max_unauthenticated, config.limits.auth_failures_per_minute
         )
         self.endpoint = Endpoint(self)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: the server's tasks: the token watcher, and each connection's close
+        self.tasks = TaskOwner("server")
         #: Called with each connection that closes (presence, for one).
         self.on_disconnect: list[Callable[[Connection], None]] = []
         #: More fields of ``/healthz``, each asked at every probe (the daemon's "relay").
@@ -126,15 +127,11 @@ class BridgeServer:
             conn.close(CLOSE_SHUTDOWN, "daemon shutting down")
         await asyncio.sleep(0)
         await self.endpoint.close()
-        for task in list(self._tasks):
-            task.cancel()
+        await self.tasks.close()
         await self.projects_api.close()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self.tasks.spawn(coro)
 
     # ---- one connection ------------------------------------------------------------------------
 
@@ -146,7 +143,7 @@ class BridgeServer:
         already (the Unix socket; a relay's client authenticated by its key), so no token is
         needed."""
         self.tokens.refresh()  # not polled while no client is connected
-        conn = Connection(transport, self.config.limits, trusted=trusted)
+        conn = Connection(transport, self.config.limits, trusted=trusted, owner=self.tasks)
         if header_token is not None:
             if not token_matches(self.tokens.token, header_token):
                 await self.admission.penalty(conn.peer)
@@ -159,22 +156,24 @@ class BridgeServer:
             self.admission.enter(conn)
         self.connections.add(conn)
         self.tokens.connected()
-        sender = asyncio.create_task(conn.sender())
         try:
-            if await self._handshake(conn):
-                await self._requests(conn)
-        except TransportClosed:
-            pass
+            # the connection owns its sender: the group cancels it at the end and reaps it
+            async with task_group() as tg:
+                tg.start_soon(conn.sender, name="connection sender")
+                try:
+                    if await self._handshake(conn):
+                        await self._requests(conn)
+                except TransportClosed:
+                    pass
+                finally:
+                    self.admission.leave(conn)
+                    self.connections.discard(conn)
+                    self.hub.drop_connection(conn)
+                    for hook in self.on_disconnect:
+                        hook(conn)
+                    conn.close(1000, "")
+                    tg.cancel_scope.cancel()
         finally:
-            self.admission.leave(conn)
-            self.connections.discard(conn)
-            self.hub.drop_connection(conn)
-            for hook in self.on_disconnect:
-                hook(conn)
-            conn.close(1000, "")
-            sender.cancel()
-            with contextlib.suppress(BaseException):
-                await sender
             # The code it was closed with goes out before the endpoint closes what is left.
             await conn.wait_closed()
 
