@@ -25,7 +25,7 @@ from bridge.dispatch import Handler, Routes
 from bridge.endpoint import Endpoint, HttpHandler
 from bridge.hub import Hub, HubError
 from bridge.logs import get_logger
-from bridge.process import TaskOwner, task_group
+from bridge.process import TaskOwner
 from bridge.projects_api import ProjectsApi
 from bridge.protocol import (
     CLOSE_PROTOCOL,
@@ -156,25 +156,23 @@ class BridgeServer:
             self.admission.enter(conn)
         self.connections.add(conn)
         self.tokens.connected()
+        # the connection owns its sender: cancelled at its end and waited for (a plain task,
+        # not a task group: this is the hot path of every frame sent)
+        sender = asyncio.create_task(conn.sender(), name="connection sender")
         try:
-            # the connection owns its sender: the group cancels it at the end and reaps it
-            async with task_group() as tg:
-                tg.start_soon(conn.sender, name="connection sender")
-                try:
-                    if await self._handshake(conn):
-                        await self._requests(conn)
-                except TransportClosed:
-                    pass
-                finally:
-                    self.admission.leave(conn)
-                    self.connections.discard(conn)
-                    self.hub.drop_connection(conn)
-                    for hook in self.on_disconnect:
-                        hook(conn)
-                    conn.close(1000, "")
-                    tg.cancel_scope.cancel()
+            if await self._handshake(conn):
+                await self._requests(conn)
+        except TransportClosed:
+            pass
         finally:
-            # The code it was closed with goes out before the endpoint closes what is left.
+            self.admission.leave(conn)
+            self.connections.discard(conn)
+            self.hub.drop_connection(conn)
+            for hook in self.on_disconnect:
+                hook(conn)
+            conn.close(1000, "")
+            sender.cancel()
+            await asyncio.wait({sender})
             await conn.wait_closed()
 
     async def _handshake(self, conn: Connection) -> bool:
