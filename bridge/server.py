@@ -173,6 +173,7 @@ class BridgeServer:
             conn.close(1000, "")
             sender.cancel()
             await asyncio.wait({sender})
+            # The code it was closed with goes out before the endpoint closes what is left.
             await conn.wait_closed()
 
     async def _handshake(self, conn: Connection) -> bool:
