@@ -11,6 +11,7 @@ bridge/connection.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -156,8 +157,7 @@ class BridgeServer:
             self.admission.enter(conn)
         self.connections.add(conn)
         self.tokens.connected()
-        # the connection owns its sender: cancelled at its end and waited for (a plain task,
-        # not a task group: this is the hot path of every frame sent)
+        # the connection owns its sender: cancelled at its end and waited for
         sender = asyncio.create_task(conn.sender(), name="connection sender")
         try:
             if await self._handshake(conn):
@@ -172,7 +172,8 @@ class BridgeServer:
                 hook(conn)
             conn.close(1000, "")
             sender.cancel()
-            await asyncio.wait({sender})
+            with contextlib.suppress(BaseException):
+                await sender
             # The code it was closed with goes out before the endpoint closes what is left.
             await conn.wait_closed()
 
