@@ -8,7 +8,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from bridge.redact import remember_secret
+from bridge.util.redact import remember_secret
 
 TOKEN_BYTES = 32  # 256 bits
 

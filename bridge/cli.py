@@ -23,8 +23,8 @@ from bridge.cli_common import (
     run_client,
 )
 from bridge.config import ConfigError
-from bridge.exits import fail
 from bridge.netaddr import is_loopback
+from bridge.util.exits import fail
 
 Handler = Callable[[argparse.Namespace], int]
 

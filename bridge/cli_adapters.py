@@ -20,7 +20,7 @@ from typing import Any
 
 from bridge.cli_common import config_of
 from bridge.config import Config
-from bridge.exits import fail
+from bridge.util.exits import fail
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "ext_adapters_example"
 TEMPLATE = "toy.py"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import Config, load_config
-from bridge.exits import fail
+from bridge.util.exits import fail
 
 CONFIG_HELP = "config file (default: the XDG config dir)"
 

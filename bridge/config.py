@@ -281,9 +281,9 @@ def _describe(exc: msgspec.ValidationError) -> str:
 
 
 def _check_private(file: Path) -> None:
-    """The configuration and its directory must be the user's alone (bridge/perms.py): they
+    """The configuration and its directory must be the user's alone (bridge/util/perms.py): they
     name the programs the daemon runs, and hold the token."""
-    from bridge.perms import CONFIG_RUNS, permission_problem, real_path_problem
+    from bridge.util.perms import CONFIG_RUNS, permission_problem, real_path_problem
 
     for target, what in ((file.parent, "configuration directory"), (file, "configuration file")):
         if target.exists():
@@ -405,7 +405,7 @@ def _validate_relay(relay: RelayConfig, bad: Any) -> None:
 
     if relay.url and not relay.url.startswith(("nats://", "tls://")):
         raise bad("relay.url", "must be a nats:// or tls:// URL")
-    from bridge.redact import remember_url_login
+    from bridge.util.redact import remember_url_login
 
     remember_url_login(relay.url)  # nats://user:PASSWORD@host: masked in every log line
     if relay.host_id and not re.fullmatch(HOST_ID_RE, relay.host_id):

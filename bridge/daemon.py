@@ -24,17 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge import __version__, doctor, logthrottle, notify, paths
+from bridge import __version__, doctor, paths
 from bridge.config import Config, ConfigError
-from bridge.exits import fail
 from bridge.hub import Hub
 from bridge.logs import get_logger
 from bridge.netaddr import is_loopback
-from bridge.redact import remember_agent_env, remember_env_secrets
 from bridge.registry import Registry, load_builtin_classes
 from bridge.server import BridgeServer
 from bridge.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
 from bridge.store import MemoryStore, SqliteStore, Store
+from bridge.util import logthrottle, notify
+from bridge.util.exits import fail
+from bridge.util.redact import remember_agent_env, remember_env_secrets
 
 if TYPE_CHECKING:
     from bridge.loader import AdapterLoader

@@ -39,7 +39,6 @@ from typing import Any, Literal, TypeVar
 
 from bridge.adapters.base import BaseAdapter, DetectedAgent
 from bridge.config import Config
-from bridge.dirwatch import IN_CREATE, IN_MOVED_TO, DirWatch, WatchUnavailable, nearest_existing
 from bridge.loadprobe import (
     CHANGED_WHILE_CHECKED,
     ENTRY_POINT_GROUP,
@@ -52,9 +51,16 @@ from bridge.loadprobe import (
 )
 from bridge.loadprobe import probe as probe  # re-exported: `adapters check` runs the same probe
 from bridge.logs import get_logger
-from bridge.perms import permission_problem as permission_problem  # re-exported
-from bridge.perms import real_path_problem
 from bridge.registry import Registry
+from bridge.util.dirwatch import (
+    IN_CREATE,
+    IN_MOVED_TO,
+    DirWatch,
+    WatchUnavailable,
+    nearest_existing,
+)
+from bridge.util.perms import permission_problem as permission_problem  # re-exported
+from bridge.util.perms import real_path_problem
 
 log = get_logger("bridge.loader")
 

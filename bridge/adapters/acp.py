@@ -73,7 +73,7 @@ from bridge.parsers.jsonrpc import (
 )
 from bridge.parsers.untrusted import clean
 from bridge.process import ChildProcess, binary_version
-from bridge.redact import remember_env_secrets
+from bridge.util.redact import remember_env_secrets
 
 log = get_logger("bridge.adapters.acp")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bridge.exits import fail
+from bridge.util.exits import fail
 
 HOW_TO_USE = """\
 To use it on that workstation, put this in its config.toml and restart the daemon:

@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from bridge.exits import fail
+from bridge.util.exits import fail
 
 
 def _web_base(settings: Any) -> str:
