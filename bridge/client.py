@@ -18,7 +18,7 @@ from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed
 
 from bridge import __version__, paths
-from bridge.protocol import PROTOCOL_VERSION, SUBPROTOCOL_JSON
+from bridge.wire.protocol import PROTOCOL_VERSION, SUBPROTOCOL_JSON
 
 
 class ClientError(Exception):

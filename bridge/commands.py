@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bridge.agent_types import COMMON_COMMANDS
+from bridge.wire.agent_types import COMMON_COMMANDS
 
 _NAMES = {c.name for c in COMMON_COMMANDS}
 _TAKES_ARGUMENT = {"/model"}

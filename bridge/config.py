@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from bridge import paths
-from bridge.agent_types import AdapterConfig
+from bridge.wire.agent_types import AdapterConfig
 
 ENV_PREFIX = "AGENT_BRIDGE_"
 MiB = 1024 * 1024

@@ -15,7 +15,8 @@ import time
 from bridge.config import LimitsConfig
 from bridge.logs import get_logger
 from bridge.outbox import Outbox, Sized, measure, measure_run
-from bridge.protocol import (
+from bridge.transport import FrameTransport, TransportClosed
+from bridge.wire.protocol import (
     CLOSE_TOO_SLOW,
     CLOSE_UNAUTHORIZED,
     EncodedFrame,
@@ -25,7 +26,6 @@ from bridge.protocol import (
     RequestId,
     Result,
 )
-from bridge.transport import FrameTransport, TransportClosed
 
 log = get_logger("bridge.server")
 

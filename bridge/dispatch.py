@@ -16,8 +16,8 @@ from typing import Any
 from bridge.connection import Connection
 from bridge.hub import HubError
 from bridge.logs import get_logger
-from bridge.protocol import Hello, Request, Result
-from bridge.results import Empty
+from bridge.wire.protocol import Hello, Request, Result
+from bridge.wire.results import Empty
 
 log = get_logger("bridge.server")
 
@@ -31,7 +31,7 @@ ALREADY_ANSWERED = Empty()
 class Route:
     request: type
     handler: Handler
-    #: The answer's type (bridge/results.py), as the protocol names it.
+    #: The answer's type (bridge/wire/results.py), as the protocol names it.
     result: type[Result]
     #: ``ok`` promises that what the request changed is committed (create, attach, send,
     #: permission, close).

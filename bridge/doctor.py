@@ -32,9 +32,9 @@ from typing import Any
 import msgspec
 
 from bridge import paths
-from bridge.agent_types import DAEMON_AGENT, Check, overall_status
 from bridge.config import Config, ConfigError, load_config
 from bridge.netaddr import is_loopback
+from bridge.wire.agent_types import DAEMON_AGENT, Check, overall_status
 
 PROBE_TIMEOUT_S = 2.0
 MIN_TOKEN_CHARS = 32  # what a user-made token should at least have; ours has 43

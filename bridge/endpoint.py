@@ -28,10 +28,10 @@ from bridge.auth import token_matches
 from bridge.config import Config
 from bridge.connection import Connection
 from bridge.logs import get_logger
-from bridge.protocol import SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK
 from bridge.sockbuf import fix_send_buffer
 from bridge.tokens import TokenWatch
 from bridge.transport import FrameTransport
+from bridge.wire.protocol import SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK
 from bridge.wstransport import WRITE_LIMIT, WebSocketTransport, peer_of
 
 log = get_logger("bridge.server")

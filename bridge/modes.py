@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from bridge.adapters.base import BaseAdapter, mode_ids
 from bridge.blocks import Block, SystemBlock
 from bridge.logs import get_logger
-from bridge.results import SessionModeResult
+from bridge.wire.results import SessionModeResult
 
 if TYPE_CHECKING:
     from bridge.hub.state import Session

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
-from bridge.protocol import EncodedEvent, Outgoing
+from bridge.wire.protocol import EncodedEvent, Outgoing
 
 #: Bytes an event frame adds around its block (session id, seq, time stamp).
 EVENT_OVERHEAD = 96

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 from bridge.config import Config
 from bridge.dispatch import Routes
 from bridge.projects import Projects, usage_from_sessions
-from bridge.protocol import (
+from bridge.wire.protocol import (
     ProjectsList,
     SessionMode,
     WorkspaceDiff,
     WorkspaceFile,
     WorkspaceStatus,
 )
-from bridge.results import (
+from bridge.wire.results import (
     ProjectsListResult,
     SessionModeResult,
     WorkspaceDiffResult,

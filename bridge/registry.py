@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from bridge.adapters.base import AdapterConfig, BaseAdapter, Check, DetectedAgent, mode_list
 from bridge.config import Config
 from bridge.logs import get_logger
-from bridge.protocol import AgentObject
+from bridge.wire.protocol import AgentObject
 
 log = get_logger("bridge.registry")
 

@@ -11,12 +11,13 @@ import shlex
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from bridge.agent_types import DAEMON_AGENT, Check, overall_status
 from bridge.config import Config
 from bridge.connection import Connection
 from bridge.dispatch import ALREADY_ANSWERED, Routes
 from bridge.hub import Hub, HubError
-from bridge.protocol import (
+from bridge.registry import Registry
+from bridge.wire.agent_types import DAEMON_AGENT, Check, overall_status
+from bridge.wire.protocol import (
     AgentsCheck,
     AgentsList,
     ModelsList,
@@ -34,8 +35,7 @@ from bridge.protocol import (
     SessionUnsubscribe,
     UsageGet,
 )
-from bridge.registry import Registry
-from bridge.results import (
+from bridge.wire.results import (
     AgentsCheckResult,
     AgentsListResult,
     Empty,

@@ -18,7 +18,6 @@ from typing import Any
 
 from bridge import __version__
 from bridge.admission import Admission
-from bridge.agent_types import Check
 from bridge.auth import token_matches
 from bridge.config import Config
 from bridge.connection import Connection
@@ -27,7 +26,13 @@ from bridge.endpoint import Endpoint, HttpHandler
 from bridge.hub import Hub, HubError
 from bridge.logs import get_logger
 from bridge.projects_api import ProjectsApi
-from bridge.protocol import (
+from bridge.registry import Registry
+from bridge.requests import CoreRequests
+from bridge.store import StoreUnavailable
+from bridge.tokens import TokenWatch
+from bridge.transport import FrameTransport, TransportClosed
+from bridge.wire.agent_types import Check
+from bridge.wire.protocol import (
     CLOSE_PROTOCOL,
     CLOSE_SHUTDOWN,
     CLOSE_UNAUTHORIZED,
@@ -40,12 +45,7 @@ from bridge.protocol import (
     Result,
     decode_request,
 )
-from bridge.registry import Registry
-from bridge.requests import CoreRequests
-from bridge.results import HelloResult, ServerInfo
-from bridge.store import StoreUnavailable
-from bridge.tokens import TokenWatch
-from bridge.transport import FrameTransport, TransportClosed
+from bridge.wire.results import HelloResult, ServerInfo
 
 log = get_logger("bridge.server")
 

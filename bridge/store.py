@@ -31,8 +31,8 @@ import msgspec
 
 from bridge.eventrows import CHUNK_EVENTS, DEC_CHUNK, INSERT_CHUNK, chunk_rows, insert_chunks
 from bridge.logs import get_logger
-from bridge.protocol import SessionState, Writer
 from bridge.storehealth import StoreHealth
+from bridge.wire.protocol import SessionState, Writer
 
 log = get_logger("bridge.store")
 

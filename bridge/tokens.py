@@ -14,8 +14,8 @@ from pathlib import Path
 from bridge.auth import load_or_create_token, token_matches
 from bridge.connection import Connection
 from bridge.logs import get_logger
-from bridge.protocol import CLOSE_UNAUTHORIZED
 from bridge.util.dirwatch import DirWatch, WatchUnavailable
+from bridge.wire.protocol import CLOSE_UNAUTHORIZED
 
 log = get_logger("bridge.server")
 

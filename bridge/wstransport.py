@@ -15,8 +15,8 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
-from bridge.protocol import SUBPROTOCOL_MSGPACK
 from bridge.transport import TransportClosed
+from bridge.wire.protocol import SUBPROTOCOL_MSGPACK
 
 #: Bytes a connection's socket buffer may hold before sending waits for the client.
 WRITE_LIMIT = 256 * 1024

@@ -18,7 +18,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bridge.agent_types import AdapterConfig  # noqa: E402
+from bridge.wire.agent_types import AdapterConfig  # noqa: E402
 from bridge.config import (  # noqa: E402
     AcpAgentConfig,
     AdaptersConfig,

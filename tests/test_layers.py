@@ -110,9 +110,9 @@ ABOVE = ("bridge.server", "bridge.daemon", "bridge.cli", "bridge.hub", "bridge.a
 #: the layers below the adapters and the hub (agent_types holds what they share)
 BELOW = (
     "bridge.blocks",
-    "bridge.protocol",
-    "bridge.results",
-    "bridge.agent_types",
+    "bridge.wire.protocol",
+    "bridge.wire.results",
+    "bridge.wire.agent_types",
     "bridge.config",
     "bridge.commands",
     "bridge.parsers",

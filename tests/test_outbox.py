@@ -4,7 +4,7 @@ queues, when it is behind, when it overflows, and how long data has waited unrea
 from __future__ import annotations
 
 from bridge.outbox import EVENT_OVERHEAD, Outbox, measure, measure_run
-from bridge.protocol import EncodedEvent, EncodedFrame, Err, Outgoing
+from bridge.wire.protocol import EncodedEvent, EncodedFrame, Err, Outgoing
 
 KiB = 1024
 

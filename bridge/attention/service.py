@@ -10,7 +10,7 @@ from bridge.attention.notifier import Attention, TestTooSoon
 from bridge.attention.pushstore import PushSubscriptions
 from bridge.attention.webpush import SubscriptionError
 from bridge.pairing import pairing_host
-from bridge.protocol import (
+from bridge.wire.protocol import (
     ClientPresence,
     NotifyChannels,
     NotifyTest,
@@ -18,7 +18,7 @@ from bridge.protocol import (
     WebpushSubscribe,
     WebpushUnsubscribe,
 )
-from bridge.results import (
+from bridge.wire.results import (
     Empty,
     NotifyChannelsResult,
     NotifyTestResult,

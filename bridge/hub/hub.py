@@ -22,7 +22,6 @@ from pathlib import Path
 
 from bridge import modes
 from bridge.adapters.base import BaseAdapter, ResumeCommand, cwd_matches
-from bridge.agent_types import ModelInfo
 from bridge.blocks import (
     AgentInfoBlock,
     ErrorBlock,
@@ -35,10 +34,11 @@ from bridge.commands import SlashCommand, help_text, parse_command
 from bridge.config import Config
 from bridge.invariants import TurnGuard
 from bridge.logs import get_logger
-from bridge.protocol import Attachment, SessionObject
 from bridge.registry import AgentEntry, Registry
-from bridge.results import SessionModeResult, SessionSubscribeResult
 from bridge.store import AttachmentData, MessageRecord, SessionRecord, Store
+from bridge.wire.agent_types import ModelInfo
+from bridge.wire.protocol import Attachment, SessionObject
+from bridge.wire.results import SessionModeResult, SessionSubscribeResult
 
 from .fanout import REPLAY_CHUNK, Fanout
 from .parking import Parking

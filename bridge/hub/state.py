@@ -25,9 +25,9 @@ from typing import Any, Literal, Protocol
 from bridge.adapters.base import BaseAdapter
 from bridge.blocks import Block, EndReason, UsageBlock
 from bridge.invariants import TurnGuard
-from bridge.protocol import EncodedEvent, Outgoing, SessionState, Writer
 from bridge.retry import RetryWatch
 from bridge.store import MessageRecord, SessionRecord, StoredEvent
+from bridge.wire.protocol import EncodedEvent, Outgoing, SessionState, Writer
 
 Intent = Literal["handoff"] | None
 

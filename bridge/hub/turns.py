@@ -18,7 +18,6 @@ import structlog
 
 from bridge import modes, retry
 from bridge.adapters.base import BaseAdapter, cwd_matches, instantiate
-from bridge.agent_types import ModelInfo
 from bridge.blocks import (
     AgentInfoBlock,
     AttachmentRef,
@@ -39,6 +38,7 @@ from bridge.logs import get_logger
 from bridge.registry import AgentEntry, Registry
 from bridge.resident import Residency
 from bridge.store import MessageRecord, Store
+from bridge.wire.agent_types import ModelInfo
 
 from .fanout import UNCOMMITTED_HIGH, Fanout
 from .state import HubError, Session, Tasks, Turn

@@ -1,7 +1,7 @@
 """Wire frames of protocol v1 and their two encodings (JSON text, MessagePack binary).
 
 Client requests are one tagged union on the field ``t``, each answered by an ``ok`` frame whose
-``result`` is declared in ``bridge/results.py``; server frames are encoded once per event and
+``result`` is declared in ``bridge/wire/results.py``; server frames are encoded once per event and
 shared by every subscriber (``EncodedFrame``). Decoding is strict about types and
 lenient about unknown fields, so newer clients keep working.
 """
@@ -292,7 +292,7 @@ class _ServerFrame(msgspec.Struct, kw_only=True, tag_field="t"):
 
 
 class Result(msgspec.Struct, kw_only=True):
-    """Base of the answers to requests: each request's own is declared in bridge/results.py."""
+    """Base of the answers to requests: each request's own is declared in bridge/wire/results.py."""
 
 
 class Ok(_ServerFrame, tag="ok", kw_only=True):

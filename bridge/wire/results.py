@@ -1,7 +1,7 @@
 """What each request answers: the ``result`` of its ``ok`` frame (docs/protocol.md).
 
-Every answer is a :class:`~bridge.protocol.Result`, so ``Ok.result`` is typed and the schema
-(``bridge/schema.py``) lists each one. A field that is sometimes absent from the wire (not
+Every answer is a :class:`~bridge.wire.protocol.Result`, so ``Ok.result`` is typed and the schema
+(``bridge/wire/schema.py``) lists each one. A field that is sometimes absent from the wire (not
 ``null``) defaults to ``msgspec.UNSET``. Answers built elsewhere as dicts (the workspace, the
 projects list, the notifier) are converted at the edge with :func:`as_result`; keep their
 fields here in step with those dicts, or a key is dropped from the answer.
@@ -13,9 +13,9 @@ from typing import Literal, TypeVar
 
 import msgspec
 
-from bridge.agent_types import Check, ModelInfo
 from bridge.blocks import AgentInfoBlock, UsageBlock
-from bridge.protocol import AgentObject, Result, SessionObject, SessionState
+from bridge.wire.agent_types import Check, ModelInfo
+from bridge.wire.protocol import AgentObject, Result, SessionObject, SessionState
 
 R = TypeVar("R", bound=Result)
 
