@@ -31,8 +31,8 @@ from bridge.logs import get_logger
 from bridge.netaddr import is_loopback
 from bridge.registry import Registry, load_builtin_classes
 from bridge.server import BridgeServer
-from bridge.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
-from bridge.store import MemoryStore, SqliteStore, Store
+from bridge.store.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
+from bridge.store.store import MemoryStore, SqliteStore, Store
 from bridge.util import logthrottle, notify
 from bridge.util.exits import fail
 from bridge.util.redact import remember_agent_env, remember_env_secrets

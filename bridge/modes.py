@@ -25,7 +25,7 @@ from bridge.wire.results import SessionModeResult
 
 if TYPE_CHECKING:
     from bridge.hub.state import Session
-    from bridge.store import Store
+    from bridge.store.store import Store
 
 log = get_logger("bridge.modes")
 

@@ -28,7 +28,7 @@ from bridge.logs import get_logger
 from bridge.projects_api import ProjectsApi
 from bridge.registry import Registry
 from bridge.requests import CoreRequests
-from bridge.store import StoreUnavailable
+from bridge.store.store import StoreUnavailable
 from bridge.tokens import TokenWatch
 from bridge.transport import FrameTransport, TransportClosed
 from bridge.wire.agent_types import Check

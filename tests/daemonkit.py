@@ -110,7 +110,7 @@ async def seed_history(d: DaemonProcess, cwd: Path, total: int, block: int = 64 
     import asyncio
     import time
 
-    from bridge.store import SessionRecord, SqliteStore, StoredEvent
+    from bridge.store.store import SessionRecord, SqliteStore, StoredEvent
 
     session = "s_seeded"
     count = max(1, total // block)

@@ -38,7 +38,7 @@ from bridge.blocks import (
 from bridge.config import AcpAgentConfig, Config
 from bridge.invariants import CONTRACT, TurnGuard
 from bridge.process import SpawnError
-from bridge.store import AttachmentData
+from bridge.store.store import AttachmentData
 
 FAKE_AGENT = Path(__file__).parent / "fixtures" / "acp" / "fake_agent.py"
 

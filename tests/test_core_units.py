@@ -32,7 +32,7 @@ from bridge.blocks import (
 from bridge.commands import parse_command
 from bridge.config import ConfigError, load_config
 from bridge.invariants import TurnGuard
-from bridge.store import MessageRecord, SessionRecord, SqliteStore, StoredEvent
+from bridge.store.store import MessageRecord, SessionRecord, SqliteStore, StoredEvent
 from bridge.util.redact import redact, remember_env_secrets
 from tests.contractkit import adapter_class
 

@@ -26,7 +26,7 @@ from bridge.hub.state import (
     key_of,
     transition,
 )
-from bridge.store import MemoryStore, MessageRecord, SessionRecord
+from bridge.store.store import MemoryStore, MessageRecord, SessionRecord
 from bridge.wire.protocol import EncodedEvent
 from tests.hubkit import (
     PreloadedStore,

@@ -119,8 +119,8 @@ BELOW = (
     "bridge.handoff",
     "bridge.failures",
     "bridge.invariants",
-    "bridge.store",
-    "bridge.eventrows",
+    "bridge.store.store",
+    "bridge.store.eventrows",
     "bridge.transport",
     "bridge.outbox",
 )

@@ -35,7 +35,7 @@ from bridge.config import Config
 from bridge.invariants import TurnGuard
 from bridge.logs import get_logger
 from bridge.registry import AgentEntry, Registry
-from bridge.store import AttachmentData, MessageRecord, SessionRecord, Store
+from bridge.store.store import AttachmentData, MessageRecord, SessionRecord, Store
 from bridge.wire.agent_types import ModelInfo
 from bridge.wire.protocol import Attachment, SessionObject
 from bridge.wire.results import SessionModeResult, SessionSubscribeResult

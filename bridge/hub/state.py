@@ -26,7 +26,7 @@ from bridge.adapters.base import BaseAdapter
 from bridge.blocks import Block, EndReason, UsageBlock
 from bridge.invariants import TurnGuard
 from bridge.retry import RetryWatch
-from bridge.store import MessageRecord, SessionRecord, StoredEvent
+from bridge.store.store import MessageRecord, SessionRecord, StoredEvent
 from bridge.wire.protocol import EncodedEvent, Outgoing, SessionState, Writer
 
 Intent = Literal["handoff"] | None

@@ -37,7 +37,7 @@ from bridge.invariants import TurnGuard
 from bridge.logs import get_logger
 from bridge.registry import AgentEntry, Registry
 from bridge.resident import Residency
-from bridge.store import MessageRecord, Store
+from bridge.store.store import MessageRecord, Store
 from bridge.wire.agent_types import ModelInfo
 
 from .fanout import UNCOMMITTED_HIGH, Fanout

@@ -2,7 +2,7 @@
 ``CHUNK_EVENTS`` events or ``CHUNK_BYTES`` bytes, and inserted a few statements per batch.
 
 Sans-I/O but for ``insert_chunks``, which runs the statements on the writer's connection
-(bridge/store.py).
+(bridge/store/store.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import msgspec
 
 
 class EventLike(Protocol):
-    """What a row needs of a stored event (bridge/store.py ``StoredEvent``)."""
+    """What a row needs of a stored event (bridge/store/store.py ``StoredEvent``)."""
 
     session: str
     seq: int

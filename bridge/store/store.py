@@ -7,7 +7,7 @@ pushes the events to clients. So an event a client has seen is on disk, and a ``
 loses at most events nobody saw. ``MemoryStore`` has the same interface without a disk.
 
 Events are stored in runs: a row of ``event_chunks`` holds up to ``CHUNK_EVENTS`` consecutive
-events of one session, MessagePack-encoded (bridge/eventrows.py), so a commit is one statement
+events of one session, MessagePack-encoded (bridge/store/eventrows.py), so a commit is one statement
 however many events it carries. Retention cuts inside a row where it must, so what is kept is exact.
 """
 
@@ -29,9 +29,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from bridge.eventrows import CHUNK_EVENTS, DEC_CHUNK, INSERT_CHUNK, chunk_rows, insert_chunks
 from bridge.logs import get_logger
-from bridge.storehealth import StoreHealth
+from bridge.store.eventrows import CHUNK_EVENTS, DEC_CHUNK, INSERT_CHUNK, chunk_rows, insert_chunks
+from bridge.store.health import StoreHealth
 from bridge.wire.protocol import SessionState, Writer
 
 log = get_logger("bridge.store")
@@ -192,7 +192,7 @@ class Store:
     """Interface shared by the SQLite and in-memory stores."""
 
     on_commit: CommitCallback | None = None
-    #: Whether writes succeed; see bridge/storehealth.py.
+    #: Whether writes succeed; see bridge/store/health.py.
     health: StoreHealth
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
