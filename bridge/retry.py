@@ -27,8 +27,8 @@ from bridge.blocks import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from bridge.failures import MAX_RETRY_AFTER_S
 from bridge.logs import get_logger
+from bridge.parsers.failures import MAX_RETRY_AFTER_S
 
 log = get_logger("bridge.retry")
 

@@ -117,7 +117,7 @@ BELOW = (
     "bridge.commands",
     "bridge.parsers",
     "bridge.handoff",
-    "bridge.failures",
+    "bridge.parsers.failures",
     "bridge.invariants",
     "bridge.store.store",
     "bridge.store.eventrows",

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bridge.blocks import AgentInfoBlock, Block, Command, ErrorBlock, SystemBlock, UsageBlock
+from bridge.logs import get_logger
 
 # Re-exported for adapters (built-in and drop-in): classify what the agent reported.
-from bridge.failures import FailureReport as FailureReport
-from bridge.failures import classify_failure as classify_failure
-from bridge.failures import failure_block as failure_block
-from bridge.logs import get_logger
+from bridge.parsers.failures import FailureReport as FailureReport
+from bridge.parsers.failures import classify_failure as classify_failure
+from bridge.parsers.failures import failure_block as failure_block
 from bridge.process import CaptureResult, build_env, run_capture
 from bridge.wire.agent_types import COMMON_COMMANDS as COMMON_COMMANDS
 from bridge.wire.agent_types import AdapterConfig as AdapterConfig

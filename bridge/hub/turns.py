@@ -32,9 +32,9 @@ from bridge.blocks import (
     is_block,
 )
 from bridge.config import Config
-from bridge.failures import bridge_failure
 from bridge.invariants import TurnGuard
 from bridge.logs import get_logger
+from bridge.parsers.failures import bridge_failure
 from bridge.registry import AgentEntry, Registry
 from bridge.resident import Residency
 from bridge.store.store import MessageRecord, Store
