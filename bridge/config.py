@@ -89,7 +89,7 @@ class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch: bool = True
     #: Seconds a persistent agent process may sit without a turn before it is stopped (0: never).
     idle_stop_s: float = 600.0
-    #: Times a turn that ended with a retryable failure is tried again (bridge/retry.py).
+    #: Times a turn that ended with a retryable failure is tried again (bridge/hub/retry.py).
     retry_max: int = 2
 
 

@@ -2,7 +2,7 @@
 ``session.mode`` and the ``mode`` of ``session.create`` (the latter two live in the hub).
 
 ``ProjectsApi.register`` adds them to the server's ``Routes`` (bridge/dispatch.py); the work is
-done in ``bridge/projects.py``, ``bridge/workspace.py`` and ``bridge/modes.py``.
+done in ``bridge/projects.py``, ``bridge/workspace.py`` and ``bridge/hub/modes.py``.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from bridge.blocks import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from bridge.commands import parse_command
 from bridge.config import ConfigError, load_config
+from bridge.hub.commands import parse_command
 from bridge.invariants import TurnGuard
 from bridge.store.store import MessageRecord, SessionRecord, SqliteStore, StoredEvent
 from bridge.util.redact import redact, remember_env_secrets

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from bridge.blocks import Block, EndReason, SystemBlock, UsageBlock, block_to_json
 from bridge.config import Config
+from bridge.hub.textsafe import encode_block
 from bridge.invariants import TurnGuard
 from bridge.store.store import Store, StoredEvent
-from bridge.textsafe import encode_block
 from bridge.wire.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
 from bridge.wire.results import SessionSubscribeResult
 

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from bridge import modes
 from bridge.adapters.base import BaseAdapter, ResumeCommand, cwd_matches
 from bridge.blocks import (
     AgentInfoBlock,
@@ -30,8 +29,9 @@ from bridge.blocks import (
     UserBlock,
     block_from_json,
 )
-from bridge.commands import SlashCommand, help_text, parse_command
 from bridge.config import Config
+from bridge.hub import modes
+from bridge.hub.commands import SlashCommand, help_text, parse_command
 from bridge.invariants import TurnGuard
 from bridge.logs import get_logger
 from bridge.registry import AgentEntry, Registry
@@ -491,7 +491,7 @@ class Hub:
         return await self.turns.usage(self.get(session_id))
 
     async def set_mode(self, session_id: str, mode: str) -> SessionModeResult:
-        """``session.mode`` (bridge/modes.py)."""
+        """``session.mode`` (bridge/hub/modes.py)."""
         s = self.get(session_id)
         cls = self.turns.cls(s)
         if (why := modes.problem(cls, mode)) is not None:
