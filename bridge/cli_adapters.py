@@ -43,8 +43,8 @@ def _problems_from(error: str) -> list[str]:
 
 
 def _builtin_ids(config: Config) -> dict[str, str]:
-    from bridge import acp_config
-    from bridge.registry import load_builtin_classes
+    from bridge.loading import acp_config
+    from bridge.loading.registry import load_builtin_classes
 
     ids = {c.agent_id: "a built-in adapter" for c in load_builtin_classes()}
     for cls in acp_config.adapters_from_config(config):
@@ -54,7 +54,7 @@ def _builtin_ids(config: Config) -> dict[str, str]:
 
 def check_file(path: Path, config: Config) -> dict[str, Any]:
     """Everything the loader would say about ``path``, as data."""
-    from bridge import loader
+    from bridge.loading import loader
 
     problems: list[str] = []
     notes: list[str] = []
@@ -107,7 +107,7 @@ def check_file(path: Path, config: Config) -> dict[str, Any]:
 
 def _collisions(path: Path, adapters_dir: Path, ids: list[str]) -> list[str]:
     """Other files in the adapters directory that declare one of ``ids``, and who wins."""
-    from bridge import loader
+    from bridge.loading import loader
 
     notes: list[str] = []
     if not adapters_dir.is_dir():
@@ -178,7 +178,7 @@ def render_template(source: str, agent_id: str) -> str:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    from bridge import loader
+    from bridge.loading import loader
 
     agent_id: str = args.name
     if not loader.valid_id(agent_id) or agent_id.startswith(("_", "-")):

@@ -3,7 +3,7 @@
 The daemon's own checks (config, token file, state directory, listen address and port,
 adapters directory) live in :func:`daemon_checks` so the running server can answer
 ``agents.check`` for the reserved pseudo-agent ``daemon`` with the same findings. Each adapter's
-``check_environment`` runs through the same :class:`~bridge.registry.Registry` the daemon
+``check_environment`` runs through the same :class:`~bridge.loading.registry.Registry` the daemon
 builds (built-ins, ACP agents from the config, the adapters directory and packaged adapters).
 
 Exit status: 0 when every finding is ``info``, 1 with a ``warn``, 2 with an ``error``. Only the
@@ -436,7 +436,7 @@ def _relay_dropped_checks(dropped: Any) -> list[Check]:
 
 
 def _adapters_dir_checks(directory: Path) -> list[Check]:
-    from bridge import loader  # its rules decide what gets loaded; say the same here
+    from bridge.loading import loader  # its rules decide what gets loaded; say the same here
 
     if not directory.exists():
         return [
@@ -498,8 +498,8 @@ async def agent_findings(config: Config) -> list[Finding]:
     """Every adapter the daemon would load, each with its environment check."""
     import structlog
 
-    from bridge import acp_config, loader
-    from bridge.registry import Registry, load_builtin_classes
+    from bridge.loading import acp_config, loader
+    from bridge.loading.registry import Registry, load_builtin_classes
 
     collector = _LogCollector()
     saved = structlog.get_config()

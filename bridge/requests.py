@@ -15,7 +15,7 @@ from bridge.config import Config
 from bridge.connection import Connection
 from bridge.dispatch import ALREADY_ANSWERED, Routes
 from bridge.hub import Hub, HubError
-from bridge.registry import Registry
+from bridge.loading.registry import Registry
 from bridge.wire.agent_types import DAEMON_AGENT, Check, overall_status
 from bridge.wire.protocol import (
     AgentsCheck,

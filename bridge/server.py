@@ -24,9 +24,9 @@ from bridge.connection import Connection
 from bridge.dispatch import Handler, Routes
 from bridge.endpoint import Endpoint, HttpHandler
 from bridge.hub import Hub, HubError
+from bridge.loading.registry import Registry
 from bridge.logs import get_logger
 from bridge.projects_api import ProjectsApi
-from bridge.registry import Registry
 from bridge.requests import CoreRequests
 from bridge.store.store import StoreUnavailable
 from bridge.tokens import TokenWatch

@@ -85,7 +85,7 @@ def cycles(edges: dict[str, frozenset[str]]) -> list[list[str]]:
 def test_the_graph_reads_every_kind_of_import() -> None:
     # relative (hub), package-level ``from bridge import x``, and lazy imports inside functions
     assert "bridge.hub.state" in graph()["bridge.hub.fanout"]
-    assert "bridge.loader" in graph()["bridge.daemon"]
+    assert "bridge.loading.loader" in graph()["bridge.daemon"]
     assert "bridge.cli_session" in graph()["bridge.cli"]
 
 

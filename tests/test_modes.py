@@ -13,7 +13,7 @@ from bridge.adapters.codex import CodexAdapter
 from bridge.adapters.kilo import KiloAdapter
 from bridge.adapters.opencode import OpenCodeAdapter
 from bridge.hub import modes
-from bridge.registry import load_builtin_classes
+from bridge.loading.registry import load_builtin_classes
 from tests.contractkit import adapter_class
 from tests.daemon import DaemonProcess
 from tests.loaderkit import drop_in

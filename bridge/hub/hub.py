@@ -33,8 +33,8 @@ from bridge.config import Config
 from bridge.hub import modes
 from bridge.hub.commands import SlashCommand, help_text, parse_command
 from bridge.invariants import TurnGuard
+from bridge.loading.registry import AgentEntry, Registry
 from bridge.logs import get_logger
-from bridge.registry import AgentEntry, Registry
 from bridge.store.store import AttachmentData, MessageRecord, SessionRecord, Store
 from bridge.wire.agent_types import ModelInfo
 from bridge.wire.protocol import Attachment, SessionObject

@@ -34,9 +34,9 @@ from bridge.config import Config
 from bridge.hub import modes, retry
 from bridge.hub.resident import Residency
 from bridge.invariants import TurnGuard
+from bridge.loading.registry import AgentEntry, Registry
 from bridge.logs import get_logger
 from bridge.parsers.failures import bridge_failure
-from bridge.registry import AgentEntry, Registry
 from bridge.store.store import MessageRecord, Store
 from bridge.wire.agent_types import ModelInfo
 

@@ -20,8 +20,8 @@ from typing import Any
 from bridge.adapters.acp import AcpBase
 from bridge.adapters.base import BaseAdapter
 from bridge.config import AcpAgentConfig, Config
+from bridge.loading.registry import BUILTIN_ADAPTERS
 from bridge.logs import get_logger
-from bridge.registry import BUILTIN_ADAPTERS
 
 log = get_logger("bridge.acp_config")
 

@@ -2,9 +2,9 @@
 
 Loading a drop-in file takes two steps, because a Python import cannot be cancelled from
 another thread: an endless loop at module level would otherwise pin a daemon thread forever.
-1. A probe subprocess (``python -m bridge.loadprobe probe --file FILE``) imports the file under an
-   alarm of ``adapters.import_timeout`` seconds and reports the adapter classes it defines or,
-   in plain words, why it cannot; the probe is killed if it outlives the alarm by
+1. A probe subprocess (``python -m bridge.loading.loadprobe probe --file FILE``) imports the
+   file under an alarm of ``adapters.import_timeout`` seconds and reports the adapter classes it
+   defines or, in plain words, why it cannot; the probe is killed if it outlives the alarm by
    ``loadprobe.PROBE_SLACK_S``. Nothing a broken file does at import reaches the daemon.
 2. Only a file the probe accepted is imported in the daemon: compiled from the very bytes that
    were hashed, under its own module name (``agent_bridge_ext_<stem>_<n>``, so every version
@@ -39,7 +39,7 @@ from typing import Any, Literal, TypeVar
 
 from bridge.adapters.base import BaseAdapter, DetectedAgent
 from bridge.config import Config
-from bridge.loadprobe import (
+from bridge.loading.loadprobe import (
     CHANGED_WHILE_CHECKED,
     ENTRY_POINT_GROUP,
     ProbeResult,
@@ -49,9 +49,11 @@ from bridge.loadprobe import (
     module_name_for,
     timeout_message,
 )
-from bridge.loadprobe import probe as probe  # re-exported: `adapters check` runs the same probe
+from bridge.loading.loadprobe import (
+    probe as probe,  # re-exported: `adapters check` runs the same probe
+)
+from bridge.loading.registry import Registry
 from bridge.logs import get_logger
-from bridge.registry import Registry
 from bridge.util.dirwatch import (
     IN_CREATE,
     IN_MOVED_TO,

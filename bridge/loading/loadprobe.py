@@ -1,8 +1,8 @@
-"""The import probe of drop-in adapters (step 1 of bridge/loader.py), and what the daemon and
-``agent-bridge adapters check`` share with it: a file's adapter classes, why there are none in
+"""The import probe of drop-in adapters (step 1 of bridge/loading/loader.py), and what the daemon
+and ``agent-bridge adapters check`` share with it: a file's adapter classes, why there are none in
 plain words, and importing exactly the bytes that were checked.
 
-``python -m bridge.loadprobe probe --file FILE`` imports the file under an alarm of
+``python -m bridge.loading.loadprobe probe --file FILE`` imports the file under an alarm of
 ``--timeout`` seconds in its own interpreter and prints a ``ProbeResult`` as JSON; ``probe``
 runs it as a child process and kills it if it outlives the alarm by ``PROBE_SLACK_S``.
 """
@@ -119,7 +119,7 @@ CHANGED_WHILE_CHECKED = "the file changed while it was being checked; it is chec
 
 def _probe_main(argv: list[str]) -> int:
     """Import one file or entry point under an alarm and print a ProbeResult as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m bridge.loadprobe probe")
+    parser = argparse.ArgumentParser(prog="python -m bridge.loading.loadprobe probe")
     parser.add_argument("--timeout", type=float, required=True)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--file")
@@ -198,7 +198,7 @@ async def probe(
     argv = [
         sys.executable,
         "-m",
-        "bridge.loadprobe",
+        "bridge.loading.loadprobe",
         "probe",
         "--timeout",
         f"{timeout:g}",
@@ -263,5 +263,8 @@ def import_source(name: str, path: Path, source: bytes) -> types.ModuleType:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "probe":
         sys.exit(_probe_main(sys.argv[2:]))
-    print("usage: python -m bridge.loadprobe probe --timeout S (--file PATH | --entry-point M:A)")
+    print(
+        "usage: python -m bridge.loading.loadprobe probe --timeout S"
+        " (--file PATH | --entry-point M:A)"
+    )
     sys.exit(2)
