@@ -2,7 +2,7 @@
 ``session.mode`` and the ``mode`` of ``session.create`` (the latter two live in the hub).
 
 ``ProjectsApi.register`` adds them to the server's ``Routes`` (bridge/dispatch.py); the work is
-done in ``bridge/projects.py``, ``bridge/workspace.py`` and ``bridge/hub/modes.py``.
+done in ``bridge/workspace/projects.py``, ``bridge/workspace/views.py`` and ``bridge/hub/modes.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.config import Config
 from bridge.dispatch import Routes
-from bridge.projects import Projects, usage_from_sessions
 from bridge.wire.protocol import (
     ProjectsList,
     SessionMode,
@@ -30,7 +29,8 @@ from bridge.wire.results import (
     WorkspaceStatusResult,
     as_result,
 )
-from bridge.workspace import WorkspaceError, diff, read_file, real_dir, status
+from bridge.workspace.projects import Projects, usage_from_sessions
+from bridge.workspace.views import WorkspaceError, diff, read_file, real_dir, status
 
 if TYPE_CHECKING:
     from bridge.hub import Hub

@@ -17,7 +17,7 @@ answer therefore runs no ``git`` and touches no disk.
 
 A repository under the roots may be one the person never opened (a tarball unpacked there):
 its git state is asked without its own configuration and with no content filter at all
-(:func:`bridge.git.status`), so listing it runs nothing it names.
+(:func:`bridge.workspace.git.status`), so listing it runs nothing it names.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bridge import git
 from bridge.logs import get_logger
+from bridge.workspace import git
 
 log = get_logger("bridge.projects")
 

@@ -9,9 +9,10 @@ Everything here is bounded and confined:
   real path; anything else is refused before a byte is read;
 - at most :data:`MAX_BYTES` of a diff or a file is returned, with ``truncated``; a binary file's
   diff is git's one-line "Binary files ... differ", its content comes as base64;
-- git runs through :mod:`bridge.git` (no shell, a timeout, the repository's own configuration
-  left out, only plumbing that never writes the index: ``diff-files``, ``diff-index``): it runs
-  nothing the repository names and never changes the index under a running agent.
+- git runs through :mod:`bridge.workspace.git` (no shell, a timeout, the repository's own
+  configuration left out, only plumbing that never writes the index: ``diff-files``,
+  ``diff-index``): it runs nothing the repository names and never changes the index under a running
+  agent.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import re
 import stat
 from typing import Any
 
-from bridge import git
 from bridge.process import BoundedResult
+from bridge.workspace import git
 
 MAX_BYTES = 1024 * 1024
 #: bytes looked at for a NUL when deciding a file is binary (git's own heuristic)
