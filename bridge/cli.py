@@ -23,7 +23,7 @@ from bridge.cli_common import (
     run_client,
 )
 from bridge.config import ConfigError
-from bridge.netaddr import is_loopback
+from bridge.server.netaddr import is_loopback
 from bridge.util.exits import fail
 
 Handler = Callable[[argparse.Namespace], int]
@@ -60,16 +60,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from bridge.auth import load_or_create_token
+    from bridge.server.auth import load_or_create_token
 
     print(load_or_create_token(paths.token_file()))
     return 0
 
 
 def cmd_pair(args: argparse.Namespace) -> int:
-    from bridge.auth import load_or_create_token, rotate_token
     from bridge.client import read_runtime_info
-    from bridge.pairing import pairing_host, pairing_url, qr_text, web_url
+    from bridge.server.auth import load_or_create_token, rotate_token
+    from bridge.server.pairing import pairing_host, pairing_url, qr_text, web_url
 
     if args.relay:
         from bridge.relay.pairlink import pairing_link

@@ -59,12 +59,12 @@ class LimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: A connection whose socket has taken no byte this long while data waits is closed (4408).
     write_stall_s: float = 30.0
     #: The kernel's send buffer of each accepted connection (SO_SNDBUF; Linux doubles it).
-    #: Fixed, so a client that stopped reading stops taking bytes early (bridge/sockbuf.py).
+    #: Fixed, so a client that stopped reading stops taking bytes early (bridge/server/sockbuf.py).
     socket_send_buffer: int = 256 * KiB
     auth_failures_per_minute: int = 10
     #: Persistent agent processes kept running at once; beyond that the longest-idle stops.
     max_agent_processes: int = 8
-    #: TCP handshakes that have not authenticated yet, held at once (bridge/admission.py).
+    #: TCP handshakes that have not authenticated yet, held at once (bridge/server/admission.py).
     max_unauthenticated: int = 64
 
 

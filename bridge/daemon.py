@@ -29,8 +29,8 @@ from bridge.config import Config, ConfigError
 from bridge.hub import Hub
 from bridge.loading.registry import Registry, load_builtin_classes
 from bridge.logs import get_logger
-from bridge.netaddr import is_loopback
-from bridge.server import BridgeServer
+from bridge.server.netaddr import is_loopback
+from bridge.server.server import BridgeServer
 from bridge.store.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
 from bridge.store.store import MemoryStore, SqliteStore, Store
 from bridge.util import logthrottle, notify
@@ -143,7 +143,7 @@ class Daemon:
             self.registry.register(cls, "config", notify=False)
 
     def _start_web(self) -> None:
-        from bridge import web
+        from bridge.server import web
 
         handler = web.http_handler(self.server)
         if handler is not None:

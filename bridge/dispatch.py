@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.connection import Connection
 from bridge.hub import HubError
 from bridge.logs import get_logger
+from bridge.server.connection import Connection
 from bridge.wire.protocol import Hello, Request, Result
 from bridge.wire.results import Empty
 

@@ -33,7 +33,7 @@ import msgspec
 
 from bridge import paths
 from bridge.config import Config, ConfigError, load_config
-from bridge.netaddr import is_loopback
+from bridge.server.netaddr import is_loopback
 from bridge.wire.agent_types import DAEMON_AGENT, Check, overall_status
 
 PROBE_TIMEOUT_S = 2.0

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from bridge.config import Config
-from bridge.connection import Connection
 from bridge.dispatch import ALREADY_ANSWERED, Routes
 from bridge.hub import Hub, HubError
 from bridge.loading.registry import Registry
+from bridge.server.connection import Connection
 from bridge.wire.agent_types import DAEMON_AGENT, Check, overall_status
 from bridge.wire.protocol import (
     AgentsCheck,

@@ -111,7 +111,7 @@ def test_a_hub_stage_imports_only_the_stages_below_it(stage: str) -> None:
 
 
 #: what the layers below must not reach up to
-ABOVE = ("bridge.server", "bridge.daemon", "bridge.cli", "bridge.hub", "bridge.adapters")
+ABOVE = ("bridge.server.server", "bridge.daemon", "bridge.cli", "bridge.hub", "bridge.adapters")
 #: the layers below the adapters and the hub (agent_types holds what they share)
 BELOW = (
     "bridge.blocks",
@@ -126,8 +126,8 @@ BELOW = (
     "bridge.invariants",
     "bridge.store.store",
     "bridge.store.eventrows",
-    "bridge.transport",
-    "bridge.outbox",
+    "bridge.server.transport",
+    "bridge.server.outbox",
 )
 
 
@@ -143,8 +143,8 @@ def test_nothing_below_imports_from_above() -> None:
 
 
 def test_server_and_doctor_do_not_import_each_other() -> None:
-    assert "bridge.doctor" not in graph()["bridge.server"]
-    assert "bridge.server" not in graph()["bridge.doctor"]
+    assert "bridge.doctor" not in graph()["bridge.server.server"]
+    assert "bridge.server.server" not in graph()["bridge.doctor"]
 
 
 def _all_imports(path: Path) -> set[str]:
@@ -160,27 +160,28 @@ def _all_imports(path: Path) -> set[str]:
 
 #: a client connection, from its outbox to the server's requests, over any FrameTransport
 CONNECTION_SIDE = (
-    "bridge.transport",
-    "bridge.outbox",
-    "bridge.connection",
+    "bridge.server.transport",
+    "bridge.server.outbox",
+    "bridge.server.connection",
     "bridge.dispatch",
     "bridge.requests",
-    "bridge.tokens",
-    "bridge.server",
+    "bridge.server.tokens",
+    "bridge.server.server",
 )
 
 
 @pytest.mark.parametrize("name", CONNECTION_SIDE)
 def test_a_connection_does_not_depend_on_websockets(name: str) -> None:
     """The relay serves virtual connections with the same code (docs/architecture.md): only
-    the WebSocket edge (bridge/wstransport.py, bridge/endpoint.py) knows websockets."""
+    the WebSocket edge (bridge/server/wstransport.py, bridge/server/endpoint.py) knows
+    websockets."""
     imports = _all_imports(modules()[name])
     assert not {m for m in imports if m.split(".")[0] == "websockets"}
-    assert "bridge.wstransport" not in graph()[name]
+    assert "bridge.server.wstransport" not in graph()[name]
 
 
 def test_the_outbox_is_sans_io() -> None:
-    imports = _all_imports(modules()["bridge.outbox"])
+    imports = _all_imports(modules()["bridge.server.outbox"])
     assert not imports & {"asyncio", "socket", "time", "selectors"}
 
 

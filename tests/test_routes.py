@@ -13,7 +13,7 @@ import pytest
 
 from bridge.dispatch import Routes
 from bridge.hub import HubError
-from bridge.server import BridgeServer
+from bridge.server.server import BridgeServer
 from bridge.wire.protocol import (
     Hello,
     Ping,

@@ -18,7 +18,7 @@ from bridge.util.exits import fail
 
 def _web_base(settings: Any) -> str:
     from bridge.client import read_runtime_info
-    from bridge.pairing import pairing_host
+    from bridge.server.pairing import pairing_host
 
     if settings.web_url:
         return str(settings.web_url)
@@ -32,9 +32,9 @@ def _web_base(settings: Any) -> str:
 def pairing_link(args: argparse.Namespace) -> int:
     """``pair --relay``: a one-time link with the relay's address and this daemon's key."""
     from bridge.cli_common import config_of
-    from bridge.pairing import qr_text
     from bridge.relay import account, clients
     from bridge.relay.sealing import b64
+    from bridge.server.pairing import qr_text
 
     config = config_of(args)
     settings = account.resolve(config.relay)

@@ -3,7 +3,7 @@
 Each connection has one bounded outbox drained by one sender task, so every frame it gets
 (answers, events, state) keeps its order, and a client that stops reading fills only its own
 outbox and is cut off with 4408 without slowing the agent or anyone else. It works over any
-``FrameTransport`` (bridge/transport.py): a WebSocket, or a virtual connection of the relay.
+``FrameTransport`` (bridge/server/transport.py): a WebSocket, or a virtual connection of the relay.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 
 from bridge.config import LimitsConfig
 from bridge.logs import get_logger
-from bridge.outbox import Outbox, Sized, measure, measure_run
-from bridge.transport import FrameTransport, TransportClosed
+from bridge.server.outbox import Outbox, Sized, measure, measure_run
+from bridge.server.transport import FrameTransport, TransportClosed
 from bridge.wire.protocol import (
     CLOSE_TOO_SLOW,
     CLOSE_UNAUTHORIZED,
@@ -87,7 +87,7 @@ class Connection:
         self.opened_at = time.monotonic()
 
     def evict(self) -> None:
-        """Give its unauthenticated slot to a newer handshake (bridge/admission.py)."""
+        """Give its unauthenticated slot to a newer handshake (bridge/server/admission.py)."""
         self.close(CLOSE_UNAUTHORIZED, "too many unauthenticated connections")
 
     @property

@@ -3,7 +3,7 @@ WebSocket endpoint, whose connections ``BridgeServer.serve`` runs over a
 ``WebSocketTransport``.
 
 Everything about a request before the upgrade is decided here: a repeated header, the origin,
-and whether a connection slot is free (bridge/admission.py).
+and whether a connection slot is free (bridge/server/admission.py).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from websockets.http11 import Request as HttpRequest
 from websockets.http11 import Response as HttpResponse
 
 from bridge import __version__
-from bridge.admission import Admission
-from bridge.auth import token_matches
 from bridge.config import Config
-from bridge.connection import Connection
 from bridge.logs import get_logger
-from bridge.sockbuf import fix_send_buffer
-from bridge.tokens import TokenWatch
-from bridge.transport import FrameTransport
+from bridge.server.admission import Admission
+from bridge.server.auth import token_matches
+from bridge.server.connection import Connection
+from bridge.server.sockbuf import fix_send_buffer
+from bridge.server.tokens import TokenWatch
+from bridge.server.transport import FrameTransport
+from bridge.server.wstransport import WRITE_LIMIT, WebSocketTransport, peer_of
 from bridge.wire.protocol import SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK
-from bridge.wstransport import WRITE_LIMIT, WebSocketTransport, peer_of
 
 log = get_logger("bridge.server")
 
@@ -70,7 +70,7 @@ def bearer(header: str) -> str:
 
 
 class Served(Protocol):
-    """What the endpoint needs of the server (bridge/server.py) behind it."""
+    """What the endpoint needs of the server (bridge/server/server.py) behind it."""
 
     config: Config
     tokens: TokenWatch
@@ -93,7 +93,8 @@ class Endpoint:
         self.server = server
         self.config = server.config
         self._servers: list[Server] = []
-        #: Tried in order for any path other than /healthz and the WebSocket's (bridge/web.py).
+        #: Tried in order for any path other than /healthz and the WebSocket's
+        #: (bridge/server/web.py).
         self.http_handlers: list[HttpHandler] = []
         self.tcp_address: tuple[str, int] | None = None
         self.unix_path: Path | None = None
@@ -164,7 +165,7 @@ class Endpoint:
         return None
 
     def _admit(self, connection: ServerConnection, request: HttpRequest) -> HttpResponse | None:
-        """Connection slots: see bridge/admission.py."""
+        """Connection slots: see bridge/server/admission.py."""
         server = self.server
         unix = peer_of(connection) == "unix"
         header = request.headers.get("Authorization")

@@ -1,6 +1,6 @@
 """What is queued for one connection, and how long it has waited: no I/O, no clock of its own.
 
-The connection (bridge/connection.py) owns one ``Outbox``, pushes every frame for its client
+The connection (bridge/server/connection.py) owns one ``Outbox``, pushes every frame for its client
 into it, and its sender takes bursts out and reports what the transport did with them
 (``wrote``, ``observe``); every decision is made here, from those reports and the ``now`` the
 caller passes:

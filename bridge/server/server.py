@@ -1,11 +1,11 @@
 """The daemon's client side: one ``BridgeServer`` runs every client connection, over any
-transport (bridge/transport.py), from the hello to the last frame.
+transport (bridge/server/transport.py), from the hello to the last frame.
 
-It holds what the connections share: the token (bridge/tokens.py), the admission of
-unauthenticated peers (bridge/admission.py), the table of request handlers
+It holds what the connections share: the token (bridge/server/tokens.py), the admission of
+unauthenticated peers (bridge/server/admission.py), the table of request handlers
 (bridge/dispatch.py), and the broadcasts every connection gets. Listening and HTTP are the
-endpoint's (bridge/endpoint.py); the queue and the sender of one connection are
-bridge/connection.py.
+endpoint's (bridge/server/endpoint.py); the queue and the sender of one connection are
+bridge/server/connection.py.
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from bridge import __version__
-from bridge.admission import Admission
-from bridge.auth import token_matches
 from bridge.config import Config
-from bridge.connection import Connection
 from bridge.dispatch import Handler, Routes
-from bridge.endpoint import Endpoint, HttpHandler
 from bridge.hub import Hub, HubError
 from bridge.loading.registry import Registry
 from bridge.logs import get_logger
 from bridge.projects_api import ProjectsApi
 from bridge.requests import CoreRequests
+from bridge.server.admission import Admission
+from bridge.server.auth import token_matches
+from bridge.server.connection import Connection
+from bridge.server.endpoint import Endpoint, HttpHandler
+from bridge.server.tokens import TokenWatch
+from bridge.server.transport import FrameTransport, TransportClosed
 from bridge.store.store import StoreUnavailable
-from bridge.tokens import TokenWatch
-from bridge.transport import FrameTransport, TransportClosed
 from bridge.wire.agent_types import Check
 from bridge.wire.protocol import (
     CLOSE_PROTOCOL,

@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import Collection
 from pathlib import Path
 
-from bridge.auth import load_or_create_token, token_matches
-from bridge.connection import Connection
 from bridge.logs import get_logger
+from bridge.server.auth import load_or_create_token, token_matches
+from bridge.server.connection import Connection
 from bridge.util.dirwatch import DirWatch, WatchUnavailable
 from bridge.wire.protocol import CLOSE_UNAUTHORIZED
 

@@ -1,7 +1,7 @@
 """The seam between a client connection and what carries its frames.
 
-A ``Connection`` (bridge/connection.py) and ``BridgeServer.serve`` speak to a client through a
-``FrameTransport`` only, so the same code serves a WebSocket (bridge/wstransport.py) and a
+A ``Connection`` (bridge/server/connection.py) and ``BridgeServer.serve`` speak to a client through
+a ``FrameTransport`` only, so the same code serves a WebSocket (bridge/server/wstransport.py) and a
 virtual connection the relay carries: one client's frames, in order, with a way to tell how
 much the peer has not taken yet (what the outbox's pacing and stall timer read).
 """

@@ -26,8 +26,8 @@ from websockets.http11 import Request, Response
 from bridge.logs import get_logger
 
 if TYPE_CHECKING:
-    from bridge.endpoint import HttpHandler
-    from bridge.server import BridgeServer
+    from bridge.server.endpoint import HttpHandler
+    from bridge.server.server import BridgeServer
 
 log = get_logger("bridge.web")
 

@@ -1,5 +1,5 @@
 """A client connection over a WebSocket (``websockets``): the ``FrameTransport`` the daemon's
-own endpoint serves (bridge/endpoint.py).
+own endpoint serves (bridge/server/endpoint.py).
 
 What is specific to websockets lives here: the socket buffer's write limit, framing a burst of
 frames into one socket write, and the largest message a client may send.
@@ -15,7 +15,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
-from bridge.transport import TransportClosed
+from bridge.server.transport import TransportClosed
 from bridge.wire.protocol import SUBPROTOCOL_MSGPACK
 
 #: Bytes a connection's socket buffer may hold before sending waits for the client.

@@ -3,7 +3,7 @@
 Everything here is bounded and confined:
 
 - the directory must be a project (``projects.list``) or a session's cwd; the caller
-  (``bridge/server.py``) checks that on the real path;
+  (``bridge/server/server.py``) checks that on the real path;
 - a ``file`` is relative to that directory, without ``..``, NUL or a ``.git`` component, and its
   real path (symlinks resolved, the file's own link included) must stay inside the directory's
   real path; anything else is refused before a byte is read;
