@@ -163,8 +163,8 @@ CONNECTION_SIDE = (
     "bridge.server.transport",
     "bridge.server.outbox",
     "bridge.server.connection",
-    "bridge.dispatch",
-    "bridge.requests",
+    "bridge.api.dispatch",
+    "bridge.api.requests",
     "bridge.server.tokens",
     "bridge.server.server",
 )

@@ -1,4 +1,4 @@
-"""The table of request handlers (bridge/dispatch.py): every request of the protocol is served
+"""The table of request handlers (bridge/api/dispatch.py): every request of the protocol is served
 by exactly one handler, answered with the type the protocol names for it, and its ``ok`` waits
 for the commit exactly where the protocol promises durability."""
 
@@ -11,7 +11,7 @@ from typing import Any, get_args
 
 import pytest
 
-from bridge.dispatch import Routes
+from bridge.api.dispatch import Routes
 from bridge.hub import HubError
 from bridge.server.server import BridgeServer
 from bridge.wire.protocol import (

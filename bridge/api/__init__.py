@@ -1,2 +1,1 @@
-"""The request handlers and the one table (Routes) that says which handler answers which request.
-"""
+"""The request handlers and the one table (Routes) that says which handler answers which request."""

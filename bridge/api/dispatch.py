@@ -1,7 +1,7 @@
 """Which handler answers which request, with what, and whether its ``ok`` waits for the commit.
 
 One ``Routes`` table holds every request type the daemon serves, each once: the server's own
-(bridge/requests.py), projects and workspaces (bridge/projects_api.py) and notifications
+(bridge/api/requests.py), projects and workspaces (bridge/api/projects.py) and notifications
 (bridge/attention). ``dispatch`` runs a request's handler and answers it; for a durable
 request (what it changed must be on disk when the client hears ``ok``) it awaits the store's
 commit barrier first, so no handler has to remember to.

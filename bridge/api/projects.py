@@ -1,7 +1,7 @@
 """The requests of "Projects, workspace, modes": ``projects.list``, ``workspace.*``,
 ``session.mode`` and the ``mode`` of ``session.create`` (the latter two live in the hub).
 
-``ProjectsApi.register`` adds them to the server's ``Routes`` (bridge/dispatch.py); the work is
+``ProjectsApi.register`` adds them to the server's ``Routes`` (bridge/api/dispatch.py); the work is
 done in ``bridge/workspace/projects.py``, ``bridge/workspace/views.py`` and ``bridge/hub/modes.py``.
 """
 
@@ -12,8 +12,8 @@ import os
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from bridge.api.dispatch import Routes
 from bridge.config import Config
-from bridge.dispatch import Routes
 from bridge.wire.protocol import (
     ProjectsList,
     SessionMode,

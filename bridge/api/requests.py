@@ -1,5 +1,5 @@
 """The daemon's own requests: agents, sessions, usage, ping; each registered in the server's
-``Routes`` (bridge/dispatch.py) with its answer type, and durable where ``ok`` promises it.
+``Routes`` (bridge/api/dispatch.py) with its answer type, and durable where ``ok`` promises it.
 
 Thin on purpose: every handler asks the hub or the registry and shapes the answer.
 """
@@ -11,8 +11,8 @@ import shlex
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from bridge.api.dispatch import ALREADY_ANSWERED, Routes
 from bridge.config import Config
-from bridge.dispatch import ALREADY_ANSWERED, Routes
 from bridge.hub import Hub, HubError
 from bridge.loading.registry import Registry
 from bridge.server.connection import Connection

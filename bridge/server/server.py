@@ -3,7 +3,7 @@ transport (bridge/server/transport.py), from the hello to the last frame.
 
 It holds what the connections share: the token (bridge/server/tokens.py), the admission of
 unauthenticated peers (bridge/server/admission.py), the table of request handlers
-(bridge/dispatch.py), and the broadcasts every connection gets. Listening and HTTP are the
+(bridge/api/dispatch.py), and the broadcasts every connection gets. Listening and HTTP are the
 endpoint's (bridge/server/endpoint.py); the queue and the sender of one connection are
 bridge/server/connection.py.
 """
@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from bridge import __version__
+from bridge.api.dispatch import Handler, Routes
+from bridge.api.projects import ProjectsApi
+from bridge.api.requests import CoreRequests
 from bridge.config import Config
-from bridge.dispatch import Handler, Routes
 from bridge.hub import Hub, HubError
 from bridge.loading.registry import Registry
 from bridge.logs import get_logger
-from bridge.projects_api import ProjectsApi
-from bridge.requests import CoreRequests
 from bridge.server.admission import Admission
 from bridge.server.auth import token_matches
 from bridge.server.connection import Connection
@@ -75,7 +75,7 @@ class BridgeServer:
         self.routes = Routes(self._durable)
         self.core = CoreRequests(config, hub, registry, lambda: self.url)
         self.core.register(self.routes)
-        # projects.list, workspace.*, session.mode (bridge/projects_api.py)
+        # projects.list, workspace.*, session.mode (bridge/api/projects.py)
         self.projects_api = ProjectsApi(config, hub)
         self.projects_api.register(self.routes)
 
