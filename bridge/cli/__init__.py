@@ -1,0 +1,3 @@
+"""The command line: its subcommands, the client it talks to the daemon with, the renderer, the
+service installer, doctor.
+"""
