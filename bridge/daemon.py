@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge import __version__, doctor, paths
+from bridge import __version__, paths
+from bridge.cli import doctor
 from bridge.config import Config, ConfigError
 from bridge.hub import Hub
 from bridge.loading.registry import Registry, load_builtin_classes

@@ -288,7 +288,7 @@ class MissingAdapter(BaseAdapter):
 
 
 def test_an_unconfigured_missing_builtin_is_optional(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bridge import doctor
+    from bridge.cli import doctor
     from bridge.loading import registry
 
     monkeypatch.setattr(registry, "load_builtin_classes", lambda: [DemoAdapter, MissingAdapter])

@@ -338,7 +338,7 @@ def test_classifier_never_raises(
 
 
 def test_watch_shows_the_hint_and_says_whether_it_is_temporary() -> None:
-    from bridge.render import Renderer
+    from bridge.cli.render import Renderer
 
     error = classify_failure("claude", "API Error: Request rejected (429) · retry after 7s")
     out = Renderer(color=False).block(json.loads(block_to_json(error)))

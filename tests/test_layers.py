@@ -86,7 +86,7 @@ def test_the_graph_reads_every_kind_of_import() -> None:
     # relative (hub), package-level ``from bridge import x``, and lazy imports inside functions
     assert "bridge.hub.state" in graph()["bridge.hub.fanout"]
     assert "bridge.loading.loader" in graph()["bridge.daemon"]
-    assert "bridge.cli_session" in graph()["bridge.cli"]
+    assert "bridge.cli.session" in graph()["bridge.cli.cli"]
 
 
 def test_no_import_cycle_even_through_lazy_imports() -> None:
@@ -111,7 +111,7 @@ def test_a_hub_stage_imports_only_the_stages_below_it(stage: str) -> None:
 
 
 #: what the layers below must not reach up to
-ABOVE = ("bridge.server.server", "bridge.daemon", "bridge.cli", "bridge.hub", "bridge.adapters")
+ABOVE = ("bridge.server.server", "bridge.daemon", "bridge.cli.cli", "bridge.hub", "bridge.adapters")
 #: the layers below the adapters and the hub (agent_types holds what they share)
 BELOW = (
     "bridge.blocks",
@@ -143,8 +143,8 @@ def test_nothing_below_imports_from_above() -> None:
 
 
 def test_server_and_doctor_do_not_import_each_other() -> None:
-    assert "bridge.doctor" not in graph()["bridge.server.server"]
-    assert "bridge.server.server" not in graph()["bridge.doctor"]
+    assert "bridge.cli.doctor" not in graph()["bridge.server.server"]
+    assert "bridge.server.server" not in graph()["bridge.cli.doctor"]
 
 
 def _all_imports(path: Path) -> set[str]:

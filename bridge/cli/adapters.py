@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.cli_common import config_of
+from bridge.cli.common import config_of
 from bridge.config import Config
 from bridge.util.exits import fail
 
-EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "ext_adapters_example"
+EXAMPLE_DIR = Path(__file__).resolve().parent.parent.parent / "ext_adapters_example"
 TEMPLATE = "toy.py"
 HELPER = "_toy_agent.py"
 CONTRACT_MARK = "breaks the adapter contract: "
@@ -230,7 +230,7 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
-    from bridge.cli import command_adder
+    from bridge.cli.cli import command_adder
 
     def print_help(_args: argparse.Namespace) -> int:
         parser.print_help()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bridge import __version__, paths
-from bridge.cli_common import (
+from bridge.cli.common import (
     CONFIG_HELP,
     IntermixedParser,
     ask_daemon,
@@ -67,7 +67,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_pair(args: argparse.Namespace) -> int:
-    from bridge.client import read_runtime_info
+    from bridge.cli.client import read_runtime_info
     from bridge.server.auth import load_or_create_token, rotate_token
     from bridge.server.pairing import pairing_host, pairing_url, qr_text, web_url
 
@@ -238,8 +238,8 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from bridge.cli_session import follow, stdin_is_terminal
-    from bridge.render import Renderer
+    from bridge.cli.render import Renderer
+    from bridge.cli.session import follow, stdin_is_terminal
 
     renderer = Renderer(color=not args.no_color and sys.stdout.isatty())
 
@@ -273,7 +273,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         result: dict[str, Any] = await ask_daemon("session.handoff", session=args.session, **extra)
         return result
 
-    from bridge.client import ClientError
+    from bridge.cli.client import ClientError
 
     try:
         result = asyncio.run(go())
@@ -356,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("projects", cmd_projects, "List projects: repositories and session directories")
     p.add_argument("--json", action="store_true")
 
-    from bridge.cli_session import add_commands
+    from bridge.cli.session import add_commands
 
     add_commands(add)
 
@@ -395,9 +395,9 @@ def _load_extensions() -> None:
     import importlib
 
     for name in (
-        "bridge.cli_adapters",
-        "bridge.doctor",
-        "bridge.service",
+        "bridge.cli.adapters",
+        "bridge.cli.doctor",
+        "bridge.cli.service",
         "bridge.attention.cli",
         "bridge.relay.cli",
     ):

@@ -49,7 +49,7 @@ def config_of(args: argparse.Namespace) -> Config:
 def run_client(coro: Coroutine[Any, Any, int]) -> int:
     """Run a command's client coroutine: its exit status, a daemon's error as one line (1),
     Ctrl-C as 130."""
-    from bridge.client import ClientError
+    from bridge.cli.client import ClientError
 
     try:
         return asyncio.run(coro)
@@ -61,7 +61,7 @@ def run_client(coro: Coroutine[Any, Any, int]) -> int:
 
 async def connect() -> Any:
     """A connection to the running daemon (``BridgeClient``)."""
-    from bridge.client import BridgeClient
+    from bridge.cli.client import BridgeClient
 
     return await BridgeClient.connect()
 

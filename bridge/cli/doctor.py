@@ -313,7 +313,7 @@ def _port_free(host: str, port: int) -> str | None:
 
 
 def _port_checks(config: Config) -> list[Check]:
-    from bridge.client import read_runtime_info
+    from bridge.cli.client import read_runtime_info
 
     conf = config.server
     checks: list[Check] = []

@@ -271,7 +271,7 @@ def _user() -> str:
 
 
 def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
-    from bridge.cli import command_adder
+    from bridge.cli.cli import command_adder
 
     parser = add("service", _usage(sub), "Install, remove or inspect the systemd user service")
     actions = parser.add_subparsers(dest="service_action", metavar="ACTION")

@@ -1,6 +1,6 @@
 """``agent-bridge new``, ``permission`` and the live view behind ``watch``.
 
-``follow`` prints a session's frames through :class:`~bridge.render.Renderer`. On a terminal
+``follow`` prints a session's frames through :class:`~bridge.cli.render.Renderer`. On a terminal
 (stdin a TTY) it also offers the options of a pending permission request as keys ``1``..``9``
 and answers with ``session.permission``; elsewhere it only prints, and a request can be
 answered with ``agent-bridge permission SESSION REQUEST_ID OPTION_ID``.
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bridge.cli_common import ask_daemon, run_client
-from bridge.render import Renderer
+from bridge.cli.common import ask_daemon, run_client
+from bridge.cli.render import Renderer
 
 
 class PendingPermissions:
@@ -120,7 +120,7 @@ async def follow(
             return
         option = options[index]
         rid = str(request.get("id"))
-        from bridge.client import ClientError
+        from bridge.cli.client import ClientError
 
         try:
             await client.request(
@@ -199,7 +199,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     renderer = Renderer(color=not args.no_color and interactive)
 
     async def go() -> int:
-        from bridge.client import BridgeClient
+        from bridge.cli.client import BridgeClient
 
         client = await BridgeClient.connect()
         try:
