@@ -110,36 +110,111 @@ def test_a_hub_stage_imports_only_the_stages_below_it(stage: str) -> None:
     assert hub_imports <= below
 
 
-#: what the layers below must not reach up to
-ABOVE = ("bridge.server.server", "bridge.daemon", "bridge.cli.cli", "bridge.hub", "bridge.adapters")
-#: the layers below the adapters and the hub (agent_types holds what they share)
-BELOW = (
-    "bridge.blocks",
-    "bridge.wire.protocol",
-    "bridge.wire.results",
-    "bridge.wire.agent_types",
-    "bridge.config",
-    "bridge.hub.commands",
-    "bridge.parsers",
-    "bridge.handoff",
-    "bridge.parsers.failures",
-    "bridge.invariants",
-    "bridge.store.store",
-    "bridge.store.eventrows",
-    "bridge.server.transport",
-    "bridge.server.outbox",
-)
+#: The layers of bridge/, bottom first (docs/architecture.md, "The packages"): which modules
+#: each holds (a module belongs to the longest prefix that names it) and which layers below it
+#: it may import. A module imports its own layer and those listed; nothing else, nothing above.
+LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # what every layer stands on: version, helpers, logging, locations, blocks, processes
+    "base": (
+        ("bridge", "bridge.util", "bridge.logs", "bridge.paths", "bridge.blocks", "bridge.process"),
+        (),
+    ),
+    "wire": (("bridge.wire", "bridge.config", "bridge.invariants"), ("base",)),
+    "store": (("bridge.store",), ("base", "wire")),
+    "workspace": (("bridge.workspace",), ("base", "wire")),
+    "parsers": (("bridge.parsers",), ("base", "wire")),
+    "handoff": (("bridge.handoff",), ("base", "wire", "parsers")),
+    "adapters": (("bridge.adapters",), ("base", "wire", "parsers", "handoff")),
+    "loading": (("bridge.loading",), ("base", "wire", "adapters")),
+    "hub": (("bridge.hub",), ("base", "wire", "store", "parsers", "adapters", "loading")),
+    # one client connection over any transport: what the request handlers are handed
+    "connection": (
+        ("bridge.server.transport", "bridge.server.outbox", "bridge.server.connection"),
+        ("base", "wire"),
+    ),
+    "api": (("bridge.api",), ("base", "wire", "workspace", "loading", "hub", "connection")),
+    "server": (
+        ("bridge.server",),
+        ("base", "wire", "store", "loading", "hub", "connection", "api"),
+    ),
+    "attention": (("bridge.attention",), ("base", "wire", "store", "hub", "connection", "server")),
+    "relay": (("bridge.relay",), ("base", "wire", "connection", "server")),
+    # the entry points: the daemon's wiring and the command line (a package's own subcommands
+    # included); they import each other only where no cycle results (checked above)
+    "entry": (
+        (
+            "bridge.__main__",
+            "bridge.daemon",
+            "bridge.cli",
+            "bridge.attention.cli",
+            "bridge.relay.cli",
+            "bridge.relay.pairlink",
+        ),
+        (
+            "base",
+            "wire",
+            "store",
+            "workspace",
+            "parsers",
+            "handoff",
+            "adapters",
+            "loading",
+            "hub",
+            "connection",
+            "api",
+            "server",
+            "attention",
+            "relay",
+        ),
+    ),
+}
 
 
-def test_nothing_below_imports_from_above() -> None:
-    upward = {
+def layer_of(name: str) -> str:
+    best, found = "", ""
+    for layer, (members, _) in LAYERS.items():
+        for prefix in members:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, found = prefix, layer
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    assert {name for name in modules() if not layer_of(name)} == set()
+
+
+def test_the_table_only_points_down() -> None:
+    """The table itself has no cycle: a layer may import only layers listed before it."""
+    order = list(LAYERS)
+    for i, (layer, (_, allowed)) in enumerate(LAYERS.items()):
+        assert set(allowed) <= set(order[:i]), layer
+
+
+def test_nothing_imports_a_layer_the_table_does_not_allow() -> None:
+    bad = {
         (name, target)
         for name, targets in graph().items()
-        if name.startswith(BELOW)
         for target in targets
-        if target.startswith(ABOVE)
+        if (a := layer_of(name)) != (b := layer_of(target)) and b not in LAYERS[a][1]
     }
-    assert upward == set()
+    assert bad == set()
+
+
+def test_the_table_catches_an_upward_import() -> None:
+    assert layer_of("bridge.store.store") == "store"
+    assert "hub" not in LAYERS[layer_of("bridge.store.store")][1]
+    assert layer_of("bridge.server.connection") == "connection"
+    assert layer_of("bridge.server.server") == "server"
+
+
+#: at most this many modules directly in bridge/ (``__init__`` and ``__main__`` included): the
+#: rest lives in the package named after what it is
+MAX_ROOT_MODULES = 10
+
+
+def test_the_root_of_bridge_holds_few_modules() -> None:
+    root = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, root
 
 
 def test_server_and_doctor_do_not_import_each_other() -> None:
