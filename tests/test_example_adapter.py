@@ -311,7 +311,7 @@ async def test_a_terminal_only_session_is_listed(installed: DaemonProcess, tmp_p
 
 #: A drop-in that imports every name docs/writing-an-adapter.md tells authors to import, from
 #: where it says; the layout of bridge/ may change, these imports may not.
-DOCUMENTED_IMPORTS_DROPIN = '''
+DOCUMENTED_IMPORTS_DROPIN = """
 from typing import ClassVar
 
 from bridge.adapters.base import (
@@ -365,7 +365,7 @@ class Documented(ModuleHandoff, BaseAdapter):
 
     async def stop(self):
         pass
-'''
+"""
 
 
 def adapters_check(home: Path, path: Path) -> subprocess.CompletedProcess[str]:
