@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.redact import redact, remember_agent_env
+from bridge.util.redact import redact, remember_agent_env
 
 DEFAULT_MAX_LINE = 8 * 1024 * 1024
 DEFAULT_STDERR_KEEP = 64 * 1024
