@@ -2,10 +2,10 @@
 
 Builds ``--repos`` real git repositories under one root (a committed template copied, every
 third one left dirty), plus ``--sessions`` session directories, then times what the daemon does
-for ``projects.list`` (bridge/projects.py):
+for ``projects.list`` (bridge/workspace/projects.py):
 
 - cold: the walk of the root and each repository's git state (``GIT_CONCURRENCY`` at once):
-  ``git config --list`` and ``git status`` in a private git directory (bridge/git.py);
+  ``git config --list`` and ``git status`` in a private git directory (bridge/workspace/git.py);
 - warm: nothing changed since (the target: under 200 ms for 500 repositories);
 - after one repository changed: the watch marks it stale, only its git state is asked again.
 
@@ -30,9 +30,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bridge import git
 from bridge.process import run_bounded
-from bridge.projects import Projects
+from bridge.workspace import git
+from bridge.workspace.projects import Projects
 
 WARM_TARGET_S = 0.2
 

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from bridge import paths
-from bridge.agent_types import AdapterConfig
+from bridge.wire.agent_types import AdapterConfig
 
 ENV_PREFIX = "AGENT_BRIDGE_"
 MiB = 1024 * 1024
@@ -59,12 +59,12 @@ class LimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: A connection whose socket has taken no byte this long while data waits is closed (4408).
     write_stall_s: float = 30.0
     #: The kernel's send buffer of each accepted connection (SO_SNDBUF; Linux doubles it).
-    #: Fixed, so a client that stopped reading stops taking bytes early (bridge/sockbuf.py).
+    #: Fixed, so a client that stopped reading stops taking bytes early (bridge/server/sockbuf.py).
     socket_send_buffer: int = 256 * KiB
     auth_failures_per_minute: int = 10
     #: Persistent agent processes kept running at once; beyond that the longest-idle stops.
     max_agent_processes: int = 8
-    #: TCP handshakes that have not authenticated yet, held at once (bridge/admission.py).
+    #: TCP handshakes that have not authenticated yet, held at once (bridge/server/admission.py).
     max_unauthenticated: int = 64
 
 
@@ -89,7 +89,7 @@ class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch: bool = True
     #: Seconds a persistent agent process may sit without a turn before it is stopped (0: never).
     idle_stop_s: float = 600.0
-    #: Times a turn that ended with a retryable failure is tried again (bridge/retry.py).
+    #: Times a turn that ended with a retryable failure is tried again (bridge/hub/retry.py).
     retry_max: int = 2
 
 
@@ -281,9 +281,9 @@ def _describe(exc: msgspec.ValidationError) -> str:
 
 
 def _check_private(file: Path) -> None:
-    """The configuration and its directory must be the user's alone (bridge/perms.py): they
+    """The configuration and its directory must be the user's alone (bridge/util/perms.py): they
     name the programs the daemon runs, and hold the token."""
-    from bridge.perms import CONFIG_RUNS, permission_problem, real_path_problem
+    from bridge.util.perms import CONFIG_RUNS, permission_problem, real_path_problem
 
     for target, what in ((file.parent, "configuration directory"), (file, "configuration file")):
         if target.exists():
@@ -405,7 +405,7 @@ def _validate_relay(relay: RelayConfig, bad: Any) -> None:
 
     if relay.url and not relay.url.startswith(("nats://", "tls://")):
         raise bad("relay.url", "must be a nats:// or tls:// URL")
-    from bridge.redact import remember_url_login
+    from bridge.util.redact import remember_url_login
 
     remember_url_login(relay.url)  # nats://user:PASSWORD@host: masked in every log line
     if relay.host_id and not re.fullmatch(HOST_ID_RE, relay.host_id):

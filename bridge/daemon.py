@@ -24,21 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge import __version__, doctor, logthrottle, notify, paths
+from bridge import __version__, paths
+from bridge.cli import doctor
 from bridge.config import Config, ConfigError
-from bridge.exits import fail
 from bridge.hub import Hub
+from bridge.loading.registry import Registry, load_builtin_classes
 from bridge.logs import get_logger
-from bridge.netaddr import is_loopback
 from bridge.process import TaskOwner
-from bridge.redact import remember_agent_env, remember_env_secrets
-from bridge.registry import Registry, load_builtin_classes
-from bridge.server import BridgeServer
-from bridge.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
-from bridge.store import MemoryStore, SqliteStore, Store
+from bridge.server.netaddr import is_loopback
+from bridge.server.server import BridgeServer
+from bridge.store.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
+from bridge.store.store import MemoryStore, SqliteStore, Store
+from bridge.util import logthrottle, notify
+from bridge.util.exits import fail
+from bridge.util.redact import remember_agent_env, remember_env_secrets
 
 if TYPE_CHECKING:
-    from bridge.loader import AdapterLoader
+    from bridge.loading.loader import AdapterLoader
 
 log = get_logger("bridge.daemon")
 
@@ -137,13 +139,13 @@ class Daemon:
     def _register_adapters(self) -> None:
         for cls in load_builtin_classes():
             self.registry.register(cls, "builtin", notify=False)
-        from bridge import acp_config
+        from bridge.loading import acp_config
 
         for cls in acp_config.adapters_from_config(self.config):
             self.registry.register(cls, "config", notify=False)
 
     def _start_web(self) -> None:
-        from bridge import web
+        from bridge.server import web
 
         handler = web.http_handler(self.server)
         if handler is not None:
@@ -152,7 +154,7 @@ class Daemon:
     def _scan_external_adapters(self) -> AdapterLoader | None:
         """List drop-in files and entry points as loading before the server listens: a client
         that asks at once must see them (the load itself runs after readiness)."""
-        from bridge import loader
+        from bridge.loading import loader
 
         try:
             adapters = loader.AdapterLoader(self.registry, self.config)

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from bridge.redact import redact_value
+from bridge.util.redact import redact_value
 
 
 def _redact_processor(

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 
-from bridge.redact import redact, remember_agent_env
+from bridge.util.redact import redact, remember_agent_env
 
 DEFAULT_MAX_LINE = 8 * 1024 * 1024
 DEFAULT_STDERR_KEEP = 64 * 1024

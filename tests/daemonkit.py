@@ -110,7 +110,7 @@ async def seed_history(d: DaemonProcess, cwd: Path, total: int, block: int = 64 
     import asyncio
     import time
 
-    from bridge.store import SessionRecord, SqliteStore, StoredEvent
+    from bridge.store.store import SessionRecord, SqliteStore, StoredEvent
 
     session = "s_seeded"
     count = max(1, total // block)
@@ -147,7 +147,7 @@ async def seed_history(d: DaemonProcess, cwd: Path, total: int, block: int = 64 
 def make_certificate(where: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (and the LAN address) and its key (0600);
     the calling test is skipped without openssl."""
-    from bridge.pairing import lan_address
+    from bridge.server.pairing import lan_address
 
     openssl = shutil.which("openssl")
     if openssl is None:

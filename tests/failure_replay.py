@@ -15,10 +15,10 @@ from typing import Any
 from bridge.adapters.acp import rpc_failure
 from bridge.adapters.hermes import reported_failure as hermes_failure
 from bridge.blocks import Block, ErrorBlock
-from bridge.failures import FailureReport, failure_block
 from bridge.parsers.claude import ClaudeParser
 from bridge.parsers.codex import CodexParser
 from bridge.parsers.droid import DroidParser
+from bridge.parsers.failures import FailureReport, failure_block
 from bridge.parsers.jsonrpc import RpcError
 from bridge.parsers.opencode import OpenCodeParser
 from bridge.parsers.pi import PiParser

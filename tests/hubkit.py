@@ -23,9 +23,9 @@ from bridge.blocks import Block, SessionEndBlock, TextBlock
 from bridge.config import Config, HubConfig
 from bridge.hub import Hub
 from bridge.hub import state as hub_state
-from bridge.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
-from bridge.registry import Registry
-from bridge.store import MemoryStore, MessageRecord, SessionRecord
+from bridge.loading.registry import Registry
+from bridge.store.store import MemoryStore, MessageRecord, SessionRecord
+from bridge.wire.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
 from tests.fixtures.handoff.fake_term_adapter import TerminalAgent
 
 

@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from bridge import loader
 from bridge.adapters.demo import DemoAdapter
 from bridge.config import AdaptersConfig, Config
-from bridge.registry import Registry
+from bridge.loading import loader
+from bridge.loading.registry import Registry
 from tests.wsclient import Client
 
 #: The start of a test drop-in module: an abstract adapter that queues what it is sent, for

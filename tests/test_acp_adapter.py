@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from bridge.acp_config import adapter_class, adapters_from_config
 from bridge.adapters.acp import AcpAdapter, AcpBase
 from bridge.adapters.base import contract_problems, instantiate
 from bridge.blocks import (
@@ -37,8 +36,9 @@ from bridge.blocks import (
 )
 from bridge.config import AcpAgentConfig, Config
 from bridge.invariants import CONTRACT, TurnGuard
+from bridge.loading.acp_config import adapter_class, adapters_from_config
 from bridge.process import SpawnError
-from bridge.store import AttachmentData
+from bridge.store.store import AttachmentData
 
 FAKE_AGENT = Path(__file__).parent / "fixtures" / "acp" / "fake_agent.py"
 

@@ -31,8 +31,8 @@ from bridge.blocks import (
     block_to_json,
 )
 from bridge.config import Config, NotifyConfig, RelayConfig
-from bridge.redact import remember_secret
-from bridge.store import MemoryStore, StoredEvent
+from bridge.store.store import MemoryStore, StoredEvent
+from bridge.util.redact import remember_secret
 
 INFO = SessionInfo(agent="claude", cwd="/home/me/shop")
 
@@ -393,7 +393,7 @@ def test_a_channel_is_shown_masked_and_its_secrets_are_redacted_everywhere(
 ) -> None:
     from bridge.attention.channels import Channel
     from bridge.config import NotifyTarget
-    from bridge.redact import redact
+    from bridge.util.redact import redact
 
     channel = Channel(NotifyTarget(url=url), 0)
     assert channel.safe_url == shown

@@ -108,7 +108,7 @@ def test_insecure_public_bind_warns(daemon_factory: object) -> None:
 
 
 def _parsed(argv: list[str]) -> dict[str, object]:
-    from bridge.cli import _load_extensions, build_parser
+    from bridge.cli.cli import _load_extensions, build_parser
 
     _load_extensions()
     args = vars(build_parser().parse_args(argv))

@@ -311,7 +311,7 @@ def test_resume_continues_a_demo_session_in_a_terminal_and_back(
 def test_watch_renderer_prints_no_empty_assistant_line() -> None:
     """What Claude's stream gives: the text, usage, then a bare `done` for the text's id (and
     one for an id never shown). No `assistant:` line without text."""
-    from bridge.render import Renderer
+    from bridge.cli.render import Renderer
 
     r = Renderer(color=False)
     frames = [

@@ -19,7 +19,6 @@ from bridge.adapters.base import (
     contract_problems,
     instantiate,
 )
-from bridge.auth import load_or_create_token, token_matches
 from bridge.blocks import (
     AgentInfoBlock,
     Block,
@@ -29,11 +28,12 @@ from bridge.blocks import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from bridge.commands import parse_command
 from bridge.config import ConfigError, load_config
+from bridge.hub.commands import parse_command
 from bridge.invariants import TurnGuard
-from bridge.redact import redact, remember_env_secrets
-from bridge.store import MessageRecord, SessionRecord, SqliteStore, StoredEvent
+from bridge.server.auth import load_or_create_token, token_matches
+from bridge.store.store import MessageRecord, SessionRecord, SqliteStore, StoredEvent
+from bridge.util.redact import redact, remember_env_secrets
 from tests.contractkit import adapter_class
 
 # ---- the adapter contract --------------------------------------------------------------------

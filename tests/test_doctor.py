@@ -18,7 +18,7 @@ import pytest
 from bridge.adapters.base import AdapterConfig, BaseAdapter
 from bridge.adapters.demo import DemoAdapter
 from bridge.config import Config
-from bridge.registry import load_builtin_classes
+from bridge.loading.registry import load_builtin_classes
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client, RequestFailed
 
@@ -288,7 +288,8 @@ class MissingAdapter(BaseAdapter):
 
 
 def test_an_unconfigured_missing_builtin_is_optional(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bridge import doctor, registry
+    from bridge.cli import doctor
+    from bridge.loading import registry
 
     monkeypatch.setattr(registry, "load_builtin_classes", lambda: [DemoAdapter, MissingAdapter])
     config = Config()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bridge import loader
+from bridge.loading import loader
 from tests.loaderkit import LoaderHarness as Harness
 from tests.loaderkit import adapter_source, write
 

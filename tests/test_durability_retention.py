@@ -9,7 +9,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from bridge.store import MessageRecord, SessionRecord, SqliteStore
+from bridge.store.store import MessageRecord, SessionRecord, SqliteStore
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge.auth import load_or_create_token
 from bridge.logs import configure_logging, get_logger
 from bridge.parsers import jsonrpc
 from bridge.process import ChildProcess, build_env
-from bridge.redact import FRAGMENT_LEN, redact, remember_env_secrets
+from bridge.server.auth import load_or_create_token
+from bridge.util.redact import FRAGMENT_LEN, redact, remember_env_secrets
 from tests.daemon import DaemonProcess
 from tests.daemonkit import install_dropin
 from tests.loaderkit import new_session, say

@@ -305,3 +305,94 @@ async def test_a_terminal_only_session_is_listed(installed: DaemonProcess, tmp_p
         await asyncio.sleep(0.5)
     assert mine and mine[0]["agent"] == "toy" and mine[0]["title"] == "started in a terminal"
     await c.close()
+
+
+# ---- the documented imports ----------------------------------------------------------------------
+
+#: A drop-in that imports every name docs/writing-an-adapter.md tells authors to import, from
+#: where it says; the layout of bridge/ may change, these imports may not.
+DOCUMENTED_IMPORTS_DROPIN = """
+from typing import ClassVar
+
+from bridge.adapters.base import (
+    CONTINUE_PROMPT,
+    AdapterConfig,
+    BaseAdapter,
+    Check,
+    DetectedAgent,
+    ExternalSession,
+    ModelInfo,
+    ResumeCommand,
+    classify_failure,
+    cwd_matches,
+)
+from bridge.adapters.handoff_hooks import HandoffModule, ModuleHandoff
+from bridge.blocks import SessionEndBlock, TextBlock
+from bridge.handoff import claude as claude_handoff
+from bridge.handoff import codex as codex_handoff
+from bridge.handoff.procscan import is_own
+from bridge.invariants import TurnGuard
+from bridge.process import OWN_PIDS, ChildProcess
+
+USED = (CONTINUE_PROMPT, AdapterConfig, Check, DetectedAgent, ExternalSession, ModelInfo,
+        ResumeCommand, classify_failure, cwd_matches, HandoffModule, codex_handoff, is_own,
+        TurnGuard, OWN_PIDS, ChildProcess)
+
+
+class Documented(ModuleHandoff, BaseAdapter):
+    agent_id = "documented"
+    display_name = "Documented imports"
+    provides_models = False
+    provides_usage = False
+    handoff_module: ClassVar[HandoffModule] = claude_handoff
+
+    def __init__(self, model=None):
+        self.sent = []
+
+    async def start(self, session_id):
+        return self.make_agent_info(version="1")
+
+    async def send(self, text, attachments=None):
+        self.sent.append(text)
+
+    async def stream(self):
+        for text in self.sent:
+            yield TextBlock(text=text)
+            yield SessionEndBlock(reason="completed")
+
+    async def interrupt(self):
+        pass
+
+    async def stop(self):
+        pass
+"""
+
+
+def adapters_check(home: Path, path: Path) -> subprocess.CompletedProcess[str]:
+    """``agent-bridge adapters check``: the daemon's own import probe, in a subprocess."""
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config")}
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", "adapters", "check", str(path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("name", ["toy.py", "documented.py"])
+def test_a_drop_in_written_against_the_documented_imports_loads(tmp_path: Path, name: str) -> None:
+    """The reference adapter, and a drop-in importing every name the guide gives from where it
+    gives it, pass the checks the daemon's loader applies before it imports a file."""
+    if name == "toy.py":
+        path = tmp_path / name
+        shutil.copy(EXAMPLE / name, path)
+        shutil.copy(EXAMPLE / "_toy_agent.py", tmp_path / "_toy_agent.py")
+    else:
+        path = tmp_path / name
+        path.write_text(DOCUMENTED_IMPORTS_DROPIN)
+    path.chmod(0o600)
+    run = adapters_check(tmp_path, path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{path}: ok" in run.stdout

@@ -1,4 +1,4 @@
-"""The failure classifier (bridge/failures.py) on what the real CLIs print, and on garbage.
+"""The failure classifier (bridge/parsers/failures.py) on what the real CLIs print, and on garbage.
 
 The recorded failures (tests/fixtures/failures/, see tests/capture_failures.py) are replayed
 through the parser each adapter uses; the expected code per agent and scenario is the table
@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge import failures
 from bridge.adapters.base import classify_failure
 from bridge.blocks import ErrorBlock, SystemBlock, block_to_json
-from bridge.failures import (
+from bridge.parsers import failures
+from bridge.parsers.failures import (
     CODES,
     RETRYABLE,
     TABLES,
@@ -338,7 +338,7 @@ def test_classifier_never_raises(
 
 
 def test_watch_shows_the_hint_and_says_whether_it_is_temporary() -> None:
-    from bridge.render import Renderer
+    from bridge.cli.render import Renderer
 
     error = classify_failure("claude", "API Error: Request rejected (429) · retry after 7s")
     out = Renderer(color=False).block(json.loads(block_to_json(error)))

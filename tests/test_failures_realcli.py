@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bridge.blocks import ErrorBlock, SessionEndBlock, SystemBlock, TextBlock
-from bridge.failures import RETRYABLE
+from bridge.parsers.failures import RETRYABLE
 from tests import realcli
 from tests.capture_failures import AGENTS, run_failing_turn, scenarios
 from tests.fakes import FakeAnthropic, FakeChat, FakeResponses, HttpError, Reply

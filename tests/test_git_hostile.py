@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from bridge import git as bgit
-from bridge import workspace
-from bridge.projects import Projects
+from bridge.workspace import git as bgit
+from bridge.workspace import views as workspace
+from bridge.workspace.projects import Projects
 from tests.daemon import DaemonProcess
 from tests.gitrepo import git, make_hostile_repo, make_repo, plant_hostile_config
 from tests.wsclient import Client

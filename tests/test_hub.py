@@ -26,8 +26,8 @@ from bridge.hub.state import (
     key_of,
     transition,
 )
-from bridge.protocol import EncodedEvent
-from bridge.store import MemoryStore, MessageRecord, SessionRecord
+from bridge.store.store import MemoryStore, MessageRecord, SessionRecord
+from bridge.wire.protocol import EncodedEvent
 from tests.hubkit import (
     PreloadedStore,
     Sub,

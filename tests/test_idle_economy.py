@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from bench.wakeups import thread_switches
-from bridge.dirwatch import DirWatch, nearest_existing
+from bridge.util.dirwatch import DirWatch, nearest_existing
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client
 

@@ -39,8 +39,12 @@ def imported(name: str, path: Path) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+            submodules = {f"{base}.{alias.name}" for alias in node.names} & known.keys()
+            # ``from package import module`` runs the module; the package's own __init__ counts
+            # only when a name is taken from it
+            if len(submodules) < len(node.names):
+                found.add(base)
+            found.update(submodules)
     return {m for m in found if m in known and m != name}
 
 
@@ -81,8 +85,8 @@ def cycles(edges: dict[str, frozenset[str]]) -> list[list[str]]:
 def test_the_graph_reads_every_kind_of_import() -> None:
     # relative (hub), package-level ``from bridge import x``, and lazy imports inside functions
     assert "bridge.hub.state" in graph()["bridge.hub.fanout"]
-    assert "bridge.loader" in graph()["bridge.daemon"]
-    assert "bridge.cli_session" in graph()["bridge.cli"]
+    assert "bridge.loading.loader" in graph()["bridge.daemon"]
+    assert "bridge.cli.session" in graph()["bridge.cli.cli"]
 
 
 def test_no_import_cycle_even_through_lazy_imports() -> None:
@@ -101,45 +105,121 @@ HUB_STAGES = ("state", "fanout", "turns", "parking", "hub")
 @pytest.mark.parametrize("stage", HUB_STAGES)
 def test_a_hub_stage_imports_only_the_stages_below_it(stage: str) -> None:
     below = {f"bridge.hub.{s}" for s in HUB_STAGES[: HUB_STAGES.index(stage)]}
-    hub_imports = {m for m in graph()[f"bridge.hub.{stage}"] if m.startswith("bridge.hub")}
+    stages = {f"bridge.hub.{s}" for s in HUB_STAGES}
+    hub_imports = graph()[f"bridge.hub.{stage}"] & stages
     assert hub_imports <= below
 
 
-#: what the layers below must not reach up to
-ABOVE = ("bridge.server", "bridge.daemon", "bridge.cli", "bridge.hub", "bridge.adapters")
-#: the layers below the adapters and the hub (agent_types holds what they share)
-BELOW = (
-    "bridge.blocks",
-    "bridge.protocol",
-    "bridge.results",
-    "bridge.agent_types",
-    "bridge.config",
-    "bridge.commands",
-    "bridge.parsers",
-    "bridge.handoff",
-    "bridge.failures",
-    "bridge.invariants",
-    "bridge.store",
-    "bridge.eventrows",
-    "bridge.transport",
-    "bridge.outbox",
-)
+#: The layers of bridge/, bottom first (docs/architecture.md, "The packages"): which modules
+#: each holds (a module belongs to the longest prefix that names it) and which layers below it
+#: it may import. A module imports its own layer and those listed; nothing else, nothing above.
+LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # what every layer stands on: version, helpers, logging, locations, blocks, processes
+    "base": (
+        ("bridge", "bridge.util", "bridge.logs", "bridge.paths", "bridge.blocks", "bridge.process"),
+        (),
+    ),
+    "wire": (("bridge.wire", "bridge.config", "bridge.invariants"), ("base",)),
+    "store": (("bridge.store",), ("base", "wire")),
+    "workspace": (("bridge.workspace",), ("base", "wire")),
+    "parsers": (("bridge.parsers",), ("base", "wire")),
+    "handoff": (("bridge.handoff",), ("base", "wire", "parsers")),
+    "adapters": (("bridge.adapters",), ("base", "wire", "parsers", "handoff")),
+    "loading": (("bridge.loading",), ("base", "wire", "adapters")),
+    "hub": (("bridge.hub",), ("base", "wire", "store", "parsers", "adapters", "loading")),
+    # one client connection over any transport: what the request handlers are handed
+    "connection": (
+        ("bridge.server.transport", "bridge.server.outbox", "bridge.server.connection"),
+        ("base", "wire"),
+    ),
+    "api": (("bridge.api",), ("base", "wire", "workspace", "loading", "hub", "connection")),
+    "server": (
+        ("bridge.server",),
+        ("base", "wire", "store", "loading", "hub", "connection", "api"),
+    ),
+    "attention": (("bridge.attention",), ("base", "wire", "store", "hub", "connection", "server")),
+    "relay": (("bridge.relay",), ("base", "wire", "connection", "server")),
+    # the entry points: the daemon's wiring and the command line (a package's own subcommands
+    # included); they import each other only where no cycle results (checked above)
+    "entry": (
+        (
+            "bridge.__main__",
+            "bridge.daemon",
+            "bridge.cli",
+            "bridge.attention.cli",
+            "bridge.relay.cli",
+            "bridge.relay.pairlink",
+        ),
+        (
+            "base",
+            "wire",
+            "store",
+            "workspace",
+            "parsers",
+            "handoff",
+            "adapters",
+            "loading",
+            "hub",
+            "connection",
+            "api",
+            "server",
+            "attention",
+            "relay",
+        ),
+    ),
+}
 
 
-def test_nothing_below_imports_from_above() -> None:
-    upward = {
+def layer_of(name: str) -> str:
+    best, found = "", ""
+    for layer, (members, _) in LAYERS.items():
+        for prefix in members:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, found = prefix, layer
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    assert {name for name in modules() if not layer_of(name)} == set()
+
+
+def test_the_table_only_points_down() -> None:
+    """The table itself has no cycle: a layer may import only layers listed before it."""
+    order = list(LAYERS)
+    for i, (layer, (_, allowed)) in enumerate(LAYERS.items()):
+        assert set(allowed) <= set(order[:i]), layer
+
+
+def test_nothing_imports_a_layer_the_table_does_not_allow() -> None:
+    bad = {
         (name, target)
         for name, targets in graph().items()
-        if name.startswith(BELOW)
         for target in targets
-        if target.startswith(ABOVE)
+        if (a := layer_of(name)) != (b := layer_of(target)) and b not in LAYERS[a][1]
     }
-    assert upward == set()
+    assert bad == set()
+
+
+def test_the_table_catches_an_upward_import() -> None:
+    assert layer_of("bridge.store.store") == "store"
+    assert "hub" not in LAYERS[layer_of("bridge.store.store")][1]
+    assert layer_of("bridge.server.connection") == "connection"
+    assert layer_of("bridge.server.server") == "server"
+
+
+#: at most this many modules directly in bridge/ (``__init__`` and ``__main__`` included): the
+#: rest lives in the package named after what it is
+MAX_ROOT_MODULES = 10
+
+
+def test_the_root_of_bridge_holds_few_modules() -> None:
+    root = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, root
 
 
 def test_server_and_doctor_do_not_import_each_other() -> None:
-    assert "bridge.doctor" not in graph()["bridge.server"]
-    assert "bridge.server" not in graph()["bridge.doctor"]
+    assert "bridge.cli.doctor" not in graph()["bridge.server.server"]
+    assert "bridge.server.server" not in graph()["bridge.cli.doctor"]
 
 
 def _all_imports(path: Path) -> set[str]:
@@ -155,27 +235,28 @@ def _all_imports(path: Path) -> set[str]:
 
 #: a client connection, from its outbox to the server's requests, over any FrameTransport
 CONNECTION_SIDE = (
-    "bridge.transport",
-    "bridge.outbox",
-    "bridge.connection",
-    "bridge.dispatch",
-    "bridge.requests",
-    "bridge.tokens",
-    "bridge.server",
+    "bridge.server.transport",
+    "bridge.server.outbox",
+    "bridge.server.connection",
+    "bridge.api.dispatch",
+    "bridge.api.requests",
+    "bridge.server.tokens",
+    "bridge.server.server",
 )
 
 
 @pytest.mark.parametrize("name", CONNECTION_SIDE)
 def test_a_connection_does_not_depend_on_websockets(name: str) -> None:
     """The relay serves virtual connections with the same code (docs/architecture.md): only
-    the WebSocket edge (bridge/wstransport.py, bridge/endpoint.py) knows websockets."""
+    the WebSocket edge (bridge/server/wstransport.py, bridge/server/endpoint.py) knows
+    websockets."""
     imports = _all_imports(modules()[name])
     assert not {m for m in imports if m.split(".")[0] == "websockets"}
-    assert "bridge.wstransport" not in graph()[name]
+    assert "bridge.server.wstransport" not in graph()[name]
 
 
 def test_the_outbox_is_sans_io() -> None:
-    imports = _all_imports(modules()["bridge.outbox"])
+    imports = _all_imports(modules()["bridge.server.outbox"])
     assert not imports & {"asyncio", "socket", "time", "selectors"}
 
 

@@ -127,7 +127,7 @@ async def test_a_file_dropped_in_during_the_first_load_is_picked_up(
 def test_loading_timeout_is_bounded() -> None:
     """A lookup gives up after its timeout when the load never ends."""
     from bridge.config import Config
-    from bridge.registry import Registry
+    from bridge.loading.registry import Registry
 
     async def go() -> None:
         registry = Registry(Config())

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge import loader, loadprobe
 from bridge.adapters.demo import DemoAdapter
+from bridge.loading import loader, loadprobe
 from tests.loaderkit import LoaderHarness as Harness
 from tests.loaderkit import adapter_source, write
 

@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from bridge import modes
 from bridge.adapters.base import BaseAdapter, ModeInfo, contract_problems, instantiate, mode_list
 from bridge.adapters.codex import CodexAdapter
 from bridge.adapters.kilo import KiloAdapter
 from bridge.adapters.opencode import OpenCodeAdapter
-from bridge.registry import load_builtin_classes
+from bridge.hub import modes
+from bridge.loading.registry import load_builtin_classes
 from tests.contractkit import adapter_class
 from tests.daemon import DaemonProcess
 from tests.loaderkit import drop_in
 from tests.wsclient import Client, text_of
 
 MOODY = """
-from bridge import modes
+from bridge.hub import modes
 from bridge.adapters.base import BaseAdapter, ModeInfo
 from bridge.blocks import SessionEndBlock, TextBlock
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.notify import Notifier
+from bridge.util.notify import Notifier
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from types import ModuleType
 
-from bridge.cli import _load_extensions, build_parser
+from bridge.cli.cli import _load_extensions, build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "operations.md"

@@ -1,10 +1,10 @@
-"""The outbox of one connection (bridge/outbox.py), without sockets or an event loop: what it
+"""The outbox of one connection (bridge/server/outbox.py), without sockets or an event loop: what it
 queues, when it is behind, when it overflows, and how long data has waited unread."""
 
 from __future__ import annotations
 
-from bridge.outbox import EVENT_OVERHEAD, Outbox, measure, measure_run
-from bridge.protocol import EncodedEvent, EncodedFrame, Err, Outgoing
+from bridge.server.outbox import EVENT_OVERHEAD, Outbox, measure, measure_run
+from bridge.wire.protocol import EncodedEvent, EncodedFrame, Err, Outgoing
 
 KiB = 1024
 

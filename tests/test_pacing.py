@@ -3,7 +3,7 @@
 Issue 15, item 8: twenty subscribers that had stopped reading held a fast turn for 20 ms each
 per burst of blocks, one after the other, before each counted as stalled. The hub now waits
 for all of them at once (and the connection stops being waited for once its socket took
-nothing during a wait: bridge/connection.py ``Connection.catch_up``).
+nothing during a wait: bridge/server/connection.py ``Connection.catch_up``).
 """
 
 from __future__ import annotations

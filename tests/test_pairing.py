@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from bridge.pairing import lan_address, qr_text
+from bridge.server.pairing import lan_address, qr_text
 from tests.daemon import DaemonProcess
 from tests.daemonkit import make_certificate, run_bridge
 from tests.wsclient import Client

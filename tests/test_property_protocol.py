@@ -29,7 +29,7 @@ from bridge.blocks import (
     UsageBlock,
 )
 from bridge.invariants import TurnGuard
-from bridge.protocol import ERROR_CODES, METHODS, ProtocolError, decode_request
+from bridge.wire.protocol import ERROR_CODES, METHODS, ProtocolError, decode_request
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

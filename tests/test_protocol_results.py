@@ -1,4 +1,4 @@
-"""The typed answers (bridge/results.py) encode exactly as the dicts the daemon answered with:
+"""The typed answers (bridge/wire/results.py) encode exactly as the dicts the daemon answered with:
 same keys, same order, absent fields absent (not null), in JSON and MessagePack."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from bridge.agent_types import ModelInfo
 from bridge.blocks import AgentInfoBlock, UsageBlock
-from bridge.protocol import EncodedFrame, Ok, Result, SessionObject
-from bridge.results import (
+from bridge.wire.agent_types import ModelInfo
+from bridge.wire.protocol import EncodedFrame, Ok, Result, SessionObject
+from bridge.wire.results import (
     RESULTS,
     Empty,
     HelloResult,
@@ -28,7 +28,7 @@ from bridge.results import (
     WorkspaceStatusResult,
     as_result,
 )
-from bridge.schema import build_schema
+from bridge.wire.schema import build_schema
 
 SESSION = SessionObject(
     session="s_1",

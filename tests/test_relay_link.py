@@ -19,7 +19,7 @@ from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
 from bridge.relay.sealing import KeyPair, b64
 from bridge.relay.vconn import VirtualConnection
-from bridge.transport import TransportClosed
+from bridge.server.transport import TransportClosed
 from tests.relaykit import Relay, RelayClient
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from bridge.config import ConfigError, RelayConfig, load_config
-from bridge.redact import redact
 from bridge.relay import account
 from bridge.relay.sealing import unb64
+from bridge.util.redact import redact
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.natslogins import (

@@ -165,7 +165,7 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
 def test_relay_serve_without_nats_server_says_how_to_install_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bridge.cli import main
+    from bridge.cli.cli import main
     from bridge.relay import natsserver
 
     monkeypatch.setattr(natsserver.sysconfig, "get_path", lambda _name: str(tmp_path))
@@ -206,7 +206,7 @@ def test_pair_link_prefers_config_web_url_then_the_accounts_then_the_daemon(
     from bridge.config import RelayConfig
     from bridge.relay import account, pairlink
 
-    monkeypatch.setattr("bridge.client.read_runtime_info", lambda: {"port": 9999})
+    monkeypatch.setattr("bridge.cli.client.read_runtime_info", lambda: {"port": 9999})
     file = tmp_path / "box.json"
     body = {"url": "nats://r:4222", "client_url": "ws://r:4280", "host_id": "box"}
     file.write_text(json.dumps({**body, "web_url": "https://r:4281/"}))

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from bridge.config import ConfigError, RelayConfig, load_config
-from bridge.redact import redact
 from bridge.relay import account, natsserver
 from bridge.relay.clients import ClientRegistry, clean_name
 from bridge.relay.sealing import KeyPair
+from bridge.util.redact import redact
 
 
 def mode(path: Path) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.adapters.base import BaseAdapter, contract_problems
-from bridge.resident import IdlePolicy, Residency, holds_process, may_stop
+from bridge.hub.resident import IdlePolicy, Residency, holds_process, may_stop
 
 
 class Persistent:

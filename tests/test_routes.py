@@ -1,4 +1,4 @@
-"""The table of request handlers (bridge/dispatch.py): every request of the protocol is served
+"""The table of request handlers (bridge/api/dispatch.py): every request of the protocol is served
 by exactly one handler, answered with the type the protocol names for it, and its ``ok`` waits
 for the commit exactly where the protocol promises durability."""
 
@@ -11,9 +11,10 @@ from typing import Any, get_args
 
 import pytest
 
-from bridge.dispatch import Routes
+from bridge.api.dispatch import Routes
 from bridge.hub import HubError
-from bridge.protocol import (
+from bridge.server.server import BridgeServer
+from bridge.wire.protocol import (
     Hello,
     Ping,
     Request,
@@ -24,8 +25,7 @@ from bridge.protocol import (
     SessionSend,
     SessionSubscribe,
 )
-from bridge.results import RESULTS, Empty
-from bridge.server import BridgeServer
+from bridge.wire.results import RESULTS, Empty
 from tests.hubkit import make_hub
 
 #: Requests whose ``ok`` promises that what they changed is on disk (docs/protocol.md).
@@ -62,7 +62,7 @@ async def test_every_request_has_exactly_one_handler(
 async def test_each_answer_is_the_one_the_protocol_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``XResult`` for request ``X`` when bridge/results.py (and so the schema) has one, else
+    """``XResult`` for request ``X`` when bridge/wire/results.py (and so the schema) has one, else
     ``Empty``; and the handler is declared to return it."""
     answers = {result.__name__: result for result in RESULTS}
     for route in await _daemon_routes(tmp_path, monkeypatch):

@@ -8,14 +8,14 @@ from typing import Any
 
 import jsonschema
 
-from bridge.schema import SCHEMA_PATH, render
+from bridge.wire.schema import SCHEMA_PATH, render
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client, blocks
 
 
 def test_committed_schema_matches_the_code() -> None:
     committed = SCHEMA_PATH.read_text(encoding="utf-8")
-    assert committed == render(), "run `python -m bridge.schema --write` and commit the result"
+    assert committed == render(), "run `python -m bridge.wire.schema --write` and commit the result"
 
 
 def _validator(root: str) -> jsonschema.Draft202012Validator:

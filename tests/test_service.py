@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.service import UNIT_NAME, exec_start_of, render_unit
+from bridge.cli.service import UNIT_NAME, exec_start_of, render_unit
 
 ROOT = Path(__file__).resolve().parent.parent
 REPO_UNIT = ROOT / "systemd" / UNIT_NAME
@@ -74,8 +74,8 @@ def installed(home: Path) -> Path:
 
 def test_repo_unit_is_the_rendered_template() -> None:
     assert REPO_UNIT.read_text() == render_unit(), (
-        "systemd/agent-bridge.service drifted from bridge/service.py; regenerate it with "
-        "python -c 'from bridge.service import render_unit; print(render_unit(), end=\"\")'"
+        "systemd/agent-bridge.service drifted from bridge/cli/service.py; regenerate it with "
+        "python -c 'from bridge.cli.service import render_unit; print(render_unit(), end=\"\")'"
     )
 
 

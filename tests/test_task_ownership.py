@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
-from bridge import logthrottle
 from bridge.config import RelayConfig, load_config
 from bridge.daemon import Daemon, ServeOptions
 from bridge.hub import Hub
@@ -22,6 +21,7 @@ from bridge.relay import account
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
 from bridge.relay.sealing import b64
+from bridge.util import logthrottle
 from tests.hubkit import Sub, make_hub, project_dir, until
 from tests.relaykit import Relay, RelayClient
 from tests.test_relay_link import echo, until_connected

@@ -1,8 +1,8 @@
 """workspace.status / diff / file and projects.list on real git repositories made in temp dirs.
 
-The functions are driven directly (bridge/workspace.py, bridge/projects.py) and, at the end,
-through a real daemon over WebSocket (confinement to projects and session directories, the
-`agent-bridge projects` command).
+The functions are driven directly (bridge/workspace/views.py, bridge/workspace/projects.py) and,
+at the end, through a real daemon over WebSocket (confinement to projects and session directories,
+the `agent-bridge projects` command).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from bridge import git as bgit
-from bridge import workspace
 from bridge.process import SpawnError, run_bounded
-from bridge.projects import Projects, scan_roots
+from bridge.workspace import git as bgit
+from bridge.workspace import views as workspace
+from bridge.workspace.projects import Projects, scan_roots
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.gitrepo import commit_all, git, make_repo

@@ -16,7 +16,7 @@ own methods (Qwen's ``craft/*``) and fields. A small codec plus a pure mapper is
 trust and can be fuzzed.
 
 Built-ins subclass ``AcpBase`` (Gemini, Hermes); ``AcpAdapter`` (``agent_id = "acp"``) runs the
-command line configured in ``[agents.acp]``; ``bridge/acp_config.py`` makes one class per
+command line configured in ``[agents.acp]``; ``bridge/loading/acp_config.py`` makes one class per
 ``[acp.<name>]`` table of config.toml.
 """
 
@@ -73,7 +73,7 @@ from bridge.parsers.jsonrpc import (
 )
 from bridge.parsers.untrusted import clean
 from bridge.process import ChildProcess, TaskOwner, binary_version
-from bridge.redact import remember_env_secrets
+from bridge.util.redact import remember_env_secrets
 
 log = get_logger("bridge.adapters.acp")
 
@@ -759,7 +759,7 @@ class AcpAdapter(AcpBase):
     """Any ACP agent, from ``[agents.acp] binary`` plus ``options.args``.
 
     Prefer ``[acp.<name>] command = [...]`` in config.toml: each such table becomes an agent
-    of its own (``bridge/acp_config.py``).
+    of its own (``bridge/loading/acp_config.py``).
     """
 
     agent_id = "acp"

@@ -14,25 +14,25 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bridge.agent_types import COMMON_COMMANDS as COMMON_COMMANDS
-from bridge.agent_types import AdapterConfig as AdapterConfig
-from bridge.agent_types import Check as Check
-from bridge.agent_types import CheckLevel as CheckLevel
-from bridge.agent_types import DetectedAgent as DetectedAgent
-from bridge.agent_types import ExternalSession as ExternalSession
-from bridge.agent_types import HandoffMode as HandoffMode
-from bridge.agent_types import ModeInfo as ModeInfo
-from bridge.agent_types import ModelInfo as ModelInfo
-from bridge.agent_types import ResumeCommand as ResumeCommand
-from bridge.agent_types import overall_status as overall_status
 from bridge.blocks import AgentInfoBlock, Block, Command, ErrorBlock, SystemBlock, UsageBlock
+from bridge.logs import get_logger
 
 # Re-exported for adapters (built-in and drop-in): classify what the agent reported.
-from bridge.failures import FailureReport as FailureReport
-from bridge.failures import classify_failure as classify_failure
-from bridge.failures import failure_block as failure_block
-from bridge.logs import get_logger
+from bridge.parsers.failures import FailureReport as FailureReport
+from bridge.parsers.failures import classify_failure as classify_failure
+from bridge.parsers.failures import failure_block as failure_block
 from bridge.process import CaptureResult, build_env, run_capture
+from bridge.wire.agent_types import COMMON_COMMANDS as COMMON_COMMANDS
+from bridge.wire.agent_types import AdapterConfig as AdapterConfig
+from bridge.wire.agent_types import Check as Check
+from bridge.wire.agent_types import CheckLevel as CheckLevel
+from bridge.wire.agent_types import DetectedAgent as DetectedAgent
+from bridge.wire.agent_types import ExternalSession as ExternalSession
+from bridge.wire.agent_types import HandoffMode as HandoffMode
+from bridge.wire.agent_types import ModeInfo as ModeInfo
+from bridge.wire.agent_types import ModelInfo as ModelInfo
+from bridge.wire.agent_types import ResumeCommand as ResumeCommand
+from bridge.wire.agent_types import overall_status as overall_status
 
 log = get_logger("bridge.adapters")
 

@@ -4,7 +4,7 @@ The process reads user messages and control answers on stdin and writes stream-j
 stdout (``bridge.parsers.claude`` turns it into blocks). It starts with the session's first
 message and stays up across turns, so later turns cost no start-up; it is started again (with
 ``--resume``) when it died, the model changed, or the daemon stopped it after
-``adapters.idle_stop_s`` without a turn (``bridge/resident.py``).
+``adapters.idle_stop_s`` without a turn (``bridge/hub/resident.py``).
 Tools that need approval arrive as ``control_request`` ``can_use_tool`` because of
 ``--permission-prompt-tool stdio``; interrupt is a ``control_request`` too, and the process
 survives it.

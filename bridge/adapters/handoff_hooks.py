@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import ClassVar, Protocol
 
-from bridge.agent_types import ExternalSession, ResumeCommand
 from bridge.blocks import Block
+from bridge.wire.agent_types import ExternalSession, ResumeCommand
 
 
 class HandoffModule(Protocol):

@@ -60,7 +60,7 @@ from bridge.handoff import opencode as handoff_opencode
 from bridge.logs import get_logger
 from bridge.parsers.opencode import PERMISSION_OPTIONS, OpenCodeParser, sse_data
 from bridge.process import ChildProcess, SpawnError, build_env, run_capture
-from bridge.redact import remember_secret
+from bridge.util.redact import remember_secret
 
 log = get_logger("bridge.adapters.opencode")
 

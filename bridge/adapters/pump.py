@@ -35,8 +35,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from bridge.blocks import DiffBlock, ErrorBlock
-from bridge.failures import FailureReport, failure_block
 from bridge.logs import get_logger
+from bridge.parsers.failures import FailureReport, failure_block
 from bridge.process import ChildProcess
 
 log = get_logger("bridge.adapters.pump")

@@ -3,7 +3,7 @@
 Apprise knows the services (ntfy, Telegram, Pushover, Slack, Discord, Gotify, e-mail, JSON
 webhooks, ...). Channel URLs hold secrets (bot tokens, passwords, topic names), so a channel is
 only ever shown by Apprise's privacy form of its URL, the parts that form hides are remembered as
-secrets (``bridge.redact``) before anything is logged, and what Apprise itself logs is routed
+secrets (``bridge.util.redact``) before anything is logged, and what Apprise itself logs is routed
 through the daemon's redacting log instead of Python's default stderr handler.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from bridge.config import NOTIFY_KINDS, NotifyTarget
 from bridge.logs import get_logger
-from bridge.redact import redact, remember_secret
+from bridge.util.redact import redact, remember_secret
 
 log = get_logger("bridge.attention")
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bridge.adapters.base import Check
-from bridge.cli_common import CONFIG_HELP, ask_daemon, config_of
+from bridge.cli.common import CONFIG_HELP, ask_daemon, config_of
 from bridge.config import NOTIFY_KINDS, Config
 
 REACH_TIMEOUT_S = 5.0
@@ -87,7 +87,7 @@ def _local_test(config: Config, kind: str) -> list[dict[str, Any]]:
 
 
 def cmd_notify_test(args: argparse.Namespace) -> int:
-    from bridge.client import ClientError, DaemonNotRunning
+    from bridge.cli.client import ClientError, DaemonNotRunning
     from bridge.logs import configure_logging
 
     config = config_of(args)

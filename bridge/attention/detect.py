@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from bridge.redact import redact
+from bridge.util.redact import redact
 
 BODY_MAX = 240
 TITLE_MAX = 120

@@ -54,7 +54,7 @@ from bridge.attention.webpush import (
 from bridge.config import NOTIFY_KINDS, Config
 from bridge.logs import get_logger
 from bridge.process import TaskOwner
-from bridge.redact import remember_secret
+from bridge.util.redact import remember_secret
 
 log = get_logger("bridge.attention")
 #: how long ``close`` lets the store writes started from lanes finish before it cancels them

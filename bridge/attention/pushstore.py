@@ -7,7 +7,7 @@ import asyncio
 import sqlite3
 import time
 
-from bridge.store import SqliteStore, Store
+from bridge.store.store import SqliteStore, Store
 
 
 class PushSubscriptions:

@@ -9,8 +9,8 @@ from bridge.attention.detect import SessionInfo
 from bridge.attention.notifier import Attention, TestTooSoon
 from bridge.attention.pushstore import PushSubscriptions
 from bridge.attention.webpush import SubscriptionError
-from bridge.pairing import pairing_host
-from bridge.protocol import (
+from bridge.server.pairing import pairing_host
+from bridge.wire.protocol import (
     ClientPresence,
     NotifyChannels,
     NotifyTest,
@@ -18,7 +18,7 @@ from bridge.protocol import (
     WebpushSubscribe,
     WebpushUnsubscribe,
 )
-from bridge.results import (
+from bridge.wire.results import (
     Empty,
     NotifyChannelsResult,
     NotifyTestResult,
@@ -27,9 +27,9 @@ from bridge.results import (
 )
 
 if TYPE_CHECKING:
-    from bridge.connection import Connection
     from bridge.hub import Hub
-    from bridge.server import BridgeServer
+    from bridge.server.connection import Connection
+    from bridge.server.server import BridgeServer
 
 
 def web_base_url(server: BridgeServer) -> str:

@@ -26,7 +26,7 @@ import httpx
 
 from bridge.attention.channels import Answer
 from bridge.logs import get_logger
-from bridge.redact import redact
+from bridge.util.redact import redact
 
 log = get_logger("bridge.attention")
 

@@ -30,13 +30,13 @@ from typing import Any
 
 import msgspec
 
-from bridge.agent_types import ExternalSession, ResumeCommand
 from bridge.blocks import Block, SystemBlock, UserBlock
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads, tail_lines
 from bridge.handoff.listing import MAX_LISTED, newest_first, one_line_title
 from bridge.handoff.mirror import TranscriptMirror
 from bridge.handoff.tail import Dedupe
+from bridge.wire.agent_types import ExternalSession, ResumeCommand
 
 #: ``startedAt`` (ms, written by Claude's JS) may trail the exec by this much.
 STARTED_AT_SLACK_S = 10.0

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.agent_types import ExternalSession, ResumeCommand
 from bridge.blocks import (
     Block,
     TextBlock,
@@ -38,6 +37,7 @@ from bridge.handoff.listing import MAX_LISTED, newest_first, one_line_title
 from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
 from bridge.handoff.turns import MirrorTurns
+from bridge.wire.agent_types import ExternalSession, ResumeCommand
 
 _THREAD = re.compile(r"([0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12})$")
 _NOT_PROMPT = ("<environment_context>", "<user_instructions>", "<skills_instructions>", "# AGENTS")

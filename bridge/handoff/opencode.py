@@ -21,7 +21,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from bridge.agent_types import ExternalSession
 from bridge.blocks import Block, TextBlock, ThinkingBlock, UserBlock
 from bridge.handoff import procscan
 from bridge.handoff.files import loads
@@ -30,6 +29,7 @@ from bridge.handoff.mirror import PollingMirror
 from bridge.handoff.sqlite_ro import open_ro, reading
 from bridge.handoff.turns import MirrorTurns
 from bridge.parsers.opencode import KINDS
+from bridge.wire.agent_types import ExternalSession
 
 _SID = re.compile(r"^ses_[A-Za-z0-9]{8,64}$")
 _DONE_TOOL = ("completed", "error")

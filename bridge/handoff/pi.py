@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.agent_types import ExternalSession
 from bridge.blocks import Block, TextBlock, ThinkingBlock, UserBlock
 from bridge.handoff import procscan
 from bridge.handoff.files import StatCache, head_lines, loads
@@ -29,6 +28,7 @@ from bridge.handoff.mirror import TranscriptMirror, found_once
 from bridge.handoff.tail import Dedupe
 from bridge.handoff.turns import MirrorTurns
 from bridge.parsers.pi import KINDS
+from bridge.wire.agent_types import ExternalSession
 
 _SID = re.compile(r"_([0-9a-fA-F-]{16,64})$")
 _is_pi = procscan.argv_names("pi")

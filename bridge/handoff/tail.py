@@ -19,7 +19,7 @@ from pathlib import Path
 
 import structlog
 
-from bridge.dirwatch import DirWatch, WatchUnavailable
+from bridge.util.dirwatch import DirWatch, WatchUnavailable
 
 log = structlog.get_logger("bridge.handoff.tail")
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 from bridge.blocks import Block, EndReason, SystemBlock, UsageBlock, block_to_json
 from bridge.config import Config
+from bridge.hub.textsafe import encode_block
 from bridge.invariants import TurnGuard
-from bridge.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
-from bridge.results import SessionSubscribeResult
-from bridge.store import Store, StoredEvent
-from bridge.textsafe import encode_block
+from bridge.store.store import Store, StoredEvent
+from bridge.wire.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
+from bridge.wire.results import SessionSubscribeResult
 
 from .state import (
     Event,

@@ -20,9 +20,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from bridge import modes
 from bridge.adapters.base import BaseAdapter, ResumeCommand, cwd_matches
-from bridge.agent_types import ModelInfo
 from bridge.blocks import (
     AgentInfoBlock,
     ErrorBlock,
@@ -31,14 +29,16 @@ from bridge.blocks import (
     UserBlock,
     block_from_json,
 )
-from bridge.commands import SlashCommand, help_text, parse_command
 from bridge.config import Config
+from bridge.hub import modes
+from bridge.hub.commands import SlashCommand, help_text, parse_command
 from bridge.invariants import TurnGuard
+from bridge.loading.registry import AgentEntry, Registry
 from bridge.logs import get_logger
-from bridge.protocol import Attachment, SessionObject
-from bridge.registry import AgentEntry, Registry
-from bridge.results import SessionModeResult, SessionSubscribeResult
-from bridge.store import AttachmentData, MessageRecord, SessionRecord, Store
+from bridge.store.store import AttachmentData, MessageRecord, SessionRecord, Store
+from bridge.wire.agent_types import ModelInfo
+from bridge.wire.protocol import Attachment, SessionObject
+from bridge.wire.results import SessionModeResult, SessionSubscribeResult
 
 from .fanout import REPLAY_CHUNK, Fanout
 from .parking import Parking
@@ -490,7 +490,7 @@ class Hub:
         return await self.turns.usage(self.get(session_id))
 
     async def set_mode(self, session_id: str, mode: str) -> SessionModeResult:
-        """``session.mode`` (bridge/modes.py)."""
+        """``session.mode`` (bridge/hub/modes.py)."""
         s = self.get(session_id)
         cls = self.turns.cls(s)
         if (why := modes.problem(cls, mode)) is not None:

@@ -24,11 +24,11 @@ from typing import Literal, Protocol
 
 from bridge.adapters.base import BaseAdapter
 from bridge.blocks import Block, EndReason, UsageBlock
+from bridge.hub.retry import RetryWatch
 from bridge.invariants import TurnGuard
 from bridge.process import TaskOwner
-from bridge.protocol import EncodedEvent, Outgoing, SessionState, Writer
-from bridge.retry import RetryWatch
-from bridge.store import MessageRecord, SessionRecord, StoredEvent
+from bridge.store.store import MessageRecord, SessionRecord, StoredEvent
+from bridge.wire.protocol import EncodedEvent, Outgoing, SessionState, Writer
 
 Intent = Literal["handoff"] | None
 
@@ -201,7 +201,7 @@ class Turn:
     end_reason: EndReason | None = None
     #: A terminal was seen taking the session during this turn (said once).
     terminal_seen: bool = False
-    #: What the attempt produced, for the automatic retry (bridge/retry.py).
+    #: What the attempt produced, for the automatic retry (bridge/hub/retry.py).
     watch: RetryWatch = field(default_factory=RetryWatch)
 
 

@@ -16,9 +16,7 @@ from typing import TypeVar
 
 import structlog
 
-from bridge import modes, retry
 from bridge.adapters.base import BaseAdapter, cwd_matches, instantiate
-from bridge.agent_types import ModelInfo
 from bridge.blocks import (
     AgentInfoBlock,
     AttachmentRef,
@@ -33,12 +31,14 @@ from bridge.blocks import (
     is_block,
 )
 from bridge.config import Config
-from bridge.failures import bridge_failure
+from bridge.hub import modes, retry
+from bridge.hub.resident import Residency
 from bridge.invariants import TurnGuard
+from bridge.loading.registry import AgentEntry, Registry
 from bridge.logs import get_logger
-from bridge.registry import AgentEntry, Registry
-from bridge.resident import Residency
-from bridge.store import MessageRecord, Store
+from bridge.parsers.failures import bridge_failure
+from bridge.store.store import MessageRecord, Store
+from bridge.wire.agent_types import ModelInfo
 
 from .fanout import UNCOMMITTED_HIGH, Fanout
 from .state import HubError, Session, Tasks, Turn
@@ -109,7 +109,7 @@ class TurnRunner:
         self.fanout = fanout
         self.tasks = tasks
         self.park_if_owned = park_if_owned
-        #: which persistent agent processes stay resident (bridge/resident.py)
+        #: which persistent agent processes stay resident (bridge/hub/resident.py)
         self.resident = Residency(
             config.adapters.idle_stop_s, config.limits.max_agent_processes, self.stop_adapter
         )

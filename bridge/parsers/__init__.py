@@ -29,7 +29,6 @@ from bridge.blocks import (
     ToolStatus,
     UsageBlock,
 )
-from bridge.failures import FailureReport, classify
 from bridge.parsers.diff import (
     Hunk,
     added_file_diff,
@@ -40,6 +39,7 @@ from bridge.parsers.diff import (
     render_unified,
     unified_diff,
 )
+from bridge.parsers.failures import FailureReport, classify
 from bridge.parsers.untrusted import (
     MAX_LINE_CHARS,
     MAX_TEXT,
@@ -170,7 +170,8 @@ def retry_notice(
     wait: str = "",
 ) -> SystemBlock:
     """The notice that the agent retries a failed model call by itself (``api_retry``): which
-    attempt, why, and the failure's code and hint as :func:`bridge.failures.classify` sees it."""
+    attempt, why, and the failure's code and hint as
+    :func:`bridge.parsers.failures.classify` sees it."""
     counts = ""
     if attempt:
         counts = f" (attempt {attempt} of {of})" if of else f" (attempt {attempt})"

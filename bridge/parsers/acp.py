@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge import blocks
-from bridge.agent_types import COMMON_COMMANDS
 from bridge.parsers.diff import unified_diff
 from bridge.parsers.untrusted import MAX_ITEMS, MAX_VALUE_TEXT, clean, dumps_plain, plain
+from bridge.wire.agent_types import COMMON_COMMANDS
 
 # ---- untrusted values ---------------------------------------------------------------------------
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge import blocks
-from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     added_file_diff,
     apply_hunks,
@@ -46,6 +45,7 @@ from bridge.parsers import (
     short,
     unfinished_tool,
 )
+from bridge.parsers.failures import FailureReport, failure_block
 
 __all__ = ["ClaudeParser", "is_unknown_session", "user_message"]
 

@@ -34,7 +34,6 @@ from typing import Any
 import msgspec
 
 from bridge import blocks
-from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     added_file_diff,
     apply_hunks,
@@ -49,6 +48,7 @@ from bridge.parsers import (
     tool_end,
     unfinished_tool,
 )
+from bridge.parsers.failures import FailureReport, failure_block
 from bridge.parsers.jsonrpc import METHOD_NOT_FOUND
 
 CLIENT_NAME = "agent-bridge"

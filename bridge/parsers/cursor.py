@@ -16,7 +16,6 @@ import json
 from typing import Any
 
 from bridge import blocks
-from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     JsonLinesParser,
     accumulate_usage,
@@ -30,6 +29,7 @@ from bridge.parsers import (
     running_call,
     tool_end,
 )
+from bridge.parsers.failures import FailureReport, failure_block
 
 KINDS = {
     "read": "read",

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from bridge import blocks
-from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     Hunk,
     JsonLinesParser,
@@ -27,6 +26,7 @@ from bridge.parsers import (
     short,
     tool_end,
 )
+from bridge.parsers.failures import FailureReport, failure_block
 
 KINDS = {
     "Read": "read",

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from bridge.parsers.untrusted import clean, dumps_plain, plain
-from bridge.redact import redact
+from bridge.util.redact import redact
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

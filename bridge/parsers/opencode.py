@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge import blocks
-from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     accumulate_usage,
     added_file_diff,
@@ -31,6 +30,7 @@ from bridge.parsers import (
     short,
     tool_end,
 )
+from bridge.parsers.failures import FailureReport, failure_block
 
 KINDS = {
     "bash": "execute",

@@ -12,7 +12,6 @@ import re
 from typing import Any
 
 from bridge import blocks
-from bridge.failures import FailureReport, failure_block
 from bridge.parsers import (
     Hunk,
     JsonLinesParser,
@@ -30,6 +29,7 @@ from bridge.parsers import (
     short,
     tool_end,
 )
+from bridge.parsers.failures import FailureReport, failure_block
 
 KINDS = {
     "bash": "execute",

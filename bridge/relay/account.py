@@ -4,7 +4,7 @@ account file, or with a hosted NATS's creds / nkey file (docs/remote-access.md).
 Every credentials file must be the user's alone (mode 0600, bridge/relay/privfile.py); a creds
 or nkey file is read and checked as nats-py will read it (bridge/relay/natskeys.py), so a bad
 one stops the start. The passwords read here, and one in the URL, are remembered by
-bridge/redact.py so no log line shows them; ``shown_url`` is the URL without its login. An
+bridge/util/redact.py so no log line shows them; ``shown_url`` is the URL without its login. An
 error names the key, and the account file when the bad value came from it.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import HOST_ID_RE, ConfigError, RelayConfig
-from bridge.redact import remember_secret, remember_url_login
 from bridge.relay import privfile
+from bridge.util.redact import remember_secret, remember_url_login
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,6 @@ from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.logs import get_logger
-from bridge.logthrottle import Throttle
-from bridge.netaddr import is_loopback
 from bridge.relay.natsserver import (
     ADMIN_PREFIX,
     ADMIN_USER,
@@ -38,6 +36,8 @@ from bridge.relay.natsserver import (
     RelayState,
 )
 from bridge.relay.privfile import PrivateFileError
+from bridge.server.netaddr import is_loopback
+from bridge.util.logthrottle import Throttle
 
 log = get_logger("bridge.relay.admin")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bridge.exits import fail
+from bridge.util.exits import fail
 
 HOW_TO_USE = """\
 To use it on that workstation, put this in its config.toml and restart the daemon:
@@ -205,7 +205,7 @@ def cmd_clients_revoke(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
-    from bridge.cli import command_adder
+    from bridge.cli.cli import command_adder
 
     relay = add("relay", _usage(sub, "relay"), "Run a self-hosted relay (NATS) for remote access")
     actions = relay.add_subparsers(dest="relay_action", metavar="ACTION")

@@ -20,9 +20,9 @@ from nats.aio.client import Client as Nats
 from nats.errors import NoRespondersError
 
 from bridge.logs import get_logger
-from bridge.redact import remember_secret
 from bridge.relay.clients import Client, ClientRegistry
 from bridge.relay.natsserver import ADMIN_PREFIX
+from bridge.util.redact import remember_secret
 
 log = get_logger("bridge.relay")
 

@@ -12,7 +12,7 @@ Anyone holding the relay's client login (every paired phone's, a revoked one's t
 on ``P.status``, ``P.pair``, ``P.open`` and ``P.vc.*.up``. What they send without a key changes
 nothing: a frame that does not authenticate is dropped and counted (``dropped``), a request is
 answered only on a reply subject under the workstation's inbox prefix, and the log lines such
-input causes are throttled (bridge/logthrottle.py).
+input causes are throttled (bridge/util/logthrottle.py).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.logs import get_logger
-from bridge.logthrottle import Throttle
 from bridge.process import TaskOwner, task_group
 from bridge.relay import handshake, natskeys
 from bridge.relay.account import RelaySettings, shown_url
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.identity import ClientLogins
 from bridge.relay.vconn import CLOSE_REVOKED, VirtualConnection
+from bridge.util.logthrottle import Throttle
 
 log = get_logger("bridge.relay")
 

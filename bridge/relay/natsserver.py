@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from bridge import paths
-from bridge.netaddr import is_loopback
 from bridge.relay import privfile
+from bridge.server.netaddr import is_loopback
 
 DEFAULT_PORT = 4222
 DEFAULT_WS_PORT = 4280
@@ -257,7 +257,7 @@ def render(state: RelayState) -> dict[str, Any]:
 def _public_host(state: RelayState) -> str:
     if state.public_host:
         return state.public_host
-    from bridge.pairing import pairing_host
+    from bridge.server.pairing import pairing_host
 
     return pairing_host(state.host)
 

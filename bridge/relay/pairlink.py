@@ -13,12 +13,12 @@ import json
 import time
 from typing import Any
 
-from bridge.exits import fail
+from bridge.util.exits import fail
 
 
 def _web_base(settings: Any) -> str:
-    from bridge.client import read_runtime_info
-    from bridge.pairing import pairing_host
+    from bridge.cli.client import read_runtime_info
+    from bridge.server.pairing import pairing_host
 
     if settings.web_url:
         return str(settings.web_url)
@@ -31,10 +31,10 @@ def _web_base(settings: Any) -> str:
 
 def pairing_link(args: argparse.Namespace) -> int:
     """``pair --relay``: a one-time link with the relay's address and this daemon's key."""
-    from bridge.cli_common import config_of
-    from bridge.pairing import qr_text
+    from bridge.cli.common import config_of
     from bridge.relay import account, clients
     from bridge.relay.sealing import b64
+    from bridge.server.pairing import qr_text
 
     config = config_of(args)
     settings = account.resolve(config.relay)

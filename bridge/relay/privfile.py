@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from bridge.perms import permission_problem
+from bridge.util.perms import permission_problem
 
 WHY = "it holds relay keys or credentials"
 
@@ -19,7 +19,7 @@ class PrivateFileError(Exception):
 
 
 def problem(path: Path) -> str | None:
-    """Like config.toml's check (bridge/perms.py), and no group or other bits at all."""
+    """Like config.toml's check (bridge/util/perms.py), and no group or other bits at all."""
     found = permission_problem(path, what="credentials file", why=WHY)
     if found:
         return found

@@ -1,6 +1,6 @@
 """A virtual connection: one client's protocol-v1 connection carried as sealed NATS messages
-(docs/protocol.md, "Relay"). It is a FrameTransport (bridge/transport.py), so the server serves
-it like a WebSocket connection.
+(docs/protocol.md, "Relay"). It is a FrameTransport (bridge/server/transport.py), so the server
+serves it like a WebSocket connection.
 
 ``write`` seals at once and queues; one writer task publishes in order, so the counter order
 on the wire is the sealing order. ``buffered`` counts what waits here and in nats-py's buffer.
@@ -24,7 +24,7 @@ from bridge.relay.sealing import (
     Sealer,
     Unauthenticated,
 )
-from bridge.transport import FrameTransport, TransportClosed
+from bridge.server.transport import FrameTransport, TransportClosed
 
 log = get_logger("bridge.relay")
 

@@ -1,7 +1,7 @@
 """The web client served by `agent-bridge relay serve` on a port of its own, so a phone away
 from home loads the page from the relay machine rather than from a daemon it cannot reach.
 
-The same files and headers as the daemon's (bridge/web.py), over websockets' HTTP/1.1 parser
+The same files and headers as the daemon's (bridge/server/web.py), over websockets' HTTP/1.1 parser
 like the daemon's port; every request is answered before any upgrade, so there is no WebSocket
 and no daemon API here: the page talks only to workstations paired through the relay.
 """
@@ -15,9 +15,9 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from bridge import __version__
-from bridge.endpoint import json_response, tls_context
 from bridge.logs import get_logger
-from bridge.web import WebClient, builtin_client
+from bridge.server.endpoint import json_response, tls_context
+from bridge.server.web import WebClient, builtin_client
 
 log = get_logger("bridge.relay.web")
 

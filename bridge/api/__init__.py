@@ -1,0 +1,1 @@
+"""The request handlers and the one table (Routes) that says which handler answers which request."""

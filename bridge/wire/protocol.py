@@ -1,0 +1,465 @@
+"""Wire frames of protocol v1 and their two encodings (JSON text, MessagePack binary).
+
+Client requests are one tagged union on the field ``t``, each answered by an ``ok`` frame whose
+``result`` is declared in ``bridge/wire/results.py``; server frames are encoded once per event and
+shared by every subscriber (``EncodedFrame``). Decoding is strict about types and
+lenient about unknown fields, so newer clients keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+import msgspec
+
+from bridge.blocks import Block
+
+PROTOCOL_VERSION = 1
+SUBPROTOCOL_JSON = "bridge.v1.json"
+SUBPROTOCOL_MSGPACK = "bridge.v1.msgpack"
+
+RequestId = int | str | None
+SessionState = Literal["idle", "running", "parked", "ended"]
+Writer = Literal["bridge", "terminal", "none"]
+
+ERROR_CODES = (
+    "unauthorized",
+    "bad_request",
+    "unknown_method",
+    "not_found",
+    "conflict",
+    "too_large",
+    "rate_limited",
+    "agent_unavailable",
+    "internal",
+)
+
+CLOSE_SHUTDOWN = 1001
+CLOSE_PROTOCOL = 4400
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_TOO_SLOW = 4408
+
+
+# ---- client requests ---------------------------------------------------------------------------
+
+
+class _Request(msgspec.Struct, kw_only=True, tag_field="t"):
+    id: RequestId = None
+
+
+class ClientInfo(msgspec.Struct, kw_only=True):
+    name: str = ""
+    version: str = ""
+
+
+class Hello(_Request, tag="hello", kw_only=True):
+    protocol: int
+    token: str | None = None
+    client: ClientInfo | None = None
+
+
+class AgentsList(_Request, tag="agents.list", kw_only=True):
+    pass
+
+
+class AgentsCheck(_Request, tag="agents.check", kw_only=True):
+    agent: str
+
+
+class ModelsList(_Request, tag="models.list", kw_only=True):
+    agent: str
+
+
+class SessionsList(_Request, tag="sessions.list", kw_only=True):
+    include_external: bool = True
+
+
+class SessionCreate(_Request, tag="session.create", kw_only=True):
+    agent: str
+    cwd: str
+    model: str | None = None
+    effort: str | None = None
+    resume: str | None = None
+    mode: str | None = None
+
+
+class SessionAttach(_Request, tag="session.attach", kw_only=True):
+    agent: str
+    agent_session_id: str
+    cwd: str
+
+
+class SessionSubscribe(_Request, tag="session.subscribe", kw_only=True):
+    session: str
+    after_seq: int = 0
+
+
+class SessionUnsubscribe(_Request, tag="session.unsubscribe", kw_only=True):
+    session: str
+
+
+class Attachment(msgspec.Struct, kw_only=True):
+    name: str
+    mime: str
+    data: bytes
+
+
+class SessionSend(_Request, tag="session.send", kw_only=True):
+    session: str
+    text: str
+    attachments: list[Attachment] = msgspec.field(default_factory=list)
+    client_msg_id: str | None = None
+
+
+class SessionInterrupt(_Request, tag="session.interrupt", kw_only=True):
+    session: str
+
+
+class SessionPermission(_Request, tag="session.permission", kw_only=True):
+    session: str
+    request_id: str
+    option_id: str
+
+
+class SessionHandoff(_Request, tag="session.handoff", kw_only=True):
+    session: str
+    dry_run: bool = False  # only answer the command; hand nothing off
+
+
+class SessionClose(_Request, tag="session.close", kw_only=True):
+    session: str
+
+
+class UsageGet(_Request, tag="usage.get", kw_only=True):
+    session: str
+
+
+class Ping(_Request, tag="ping", kw_only=True):
+    pass
+
+
+# ---- projects, workspace, modes (Additions) -----------------------------------------------------
+
+
+class ProjectsList(_Request, tag="projects.list", kw_only=True):
+    pass
+
+
+class WorkspaceStatus(_Request, tag="workspace.status", kw_only=True):
+    path: str
+
+
+class WorkspaceDiff(_Request, tag="workspace.diff", kw_only=True):
+    path: str
+    file: str | None = None
+    staged: bool = False
+
+
+class WorkspaceFile(_Request, tag="workspace.file", kw_only=True):
+    path: str
+    file: str
+
+
+class SessionMode(_Request, tag="session.mode", kw_only=True):
+    session: str
+    mode: str
+
+
+# ---- attention: presence and notifications (docs/notifications.md) -----------------------------
+
+
+class ClientPresence(_Request, tag="client.presence", kw_only=True):
+    """Whether a person is looking at this client, and which session is in view."""
+
+    visible: bool
+    session: str | None = None
+
+
+class WebpushKey(_Request, tag="webpush.key", kw_only=True):
+    pass
+
+
+class PushKeys(msgspec.Struct, kw_only=True):
+    p256dh: str
+    auth: str
+
+
+class PushSubscription(msgspec.Struct, kw_only=True):
+    """What the browser's ``PushSubscription.toJSON()`` gives."""
+
+    endpoint: str
+    expirationTime: int | float | None = None  # the browser's own field name
+    keys: PushKeys
+
+
+class WebpushSubscribe(_Request, tag="webpush.subscribe", kw_only=True):
+    subscription: PushSubscription
+
+
+class WebpushUnsubscribe(_Request, tag="webpush.unsubscribe", kw_only=True):
+    endpoint: str
+
+
+class NotifyChannels(_Request, tag="notify.channels", kw_only=True):
+    """The configured channels (URLs with their secrets masked) and Web Push's state."""
+
+
+class NotifyTest(_Request, tag="notify.test", kw_only=True):
+    """Send a test notification through every channel; the result says what each answered."""
+
+    kind: Literal["permission", "turn_end", "error", "handoff"] = "turn_end"
+    endpoint: str | None = None
+
+
+Request = (
+    Hello
+    | AgentsList
+    | AgentsCheck
+    | ModelsList
+    | SessionsList
+    | SessionCreate
+    | SessionAttach
+    | SessionSubscribe
+    | SessionUnsubscribe
+    | SessionSend
+    | SessionInterrupt
+    | SessionPermission
+    | SessionHandoff
+    | SessionClose
+    | UsageGet
+    | Ping
+    | ProjectsList
+    | WorkspaceStatus
+    | WorkspaceDiff
+    | WorkspaceFile
+    | SessionMode
+    | ClientPresence
+    | WebpushKey
+    | WebpushSubscribe
+    | WebpushUnsubscribe
+    | NotifyChannels
+    | NotifyTest
+)
+
+#: Every request's ``t``.
+METHODS: frozenset[str] = frozenset(str(cls.__struct_config__.tag) for cls in get_args(Request))
+
+
+# ---- objects in results ------------------------------------------------------------------------
+
+
+class AgentObject(msgspec.Struct, kw_only=True):
+    agent: str
+    display_name: str
+    source: Literal["builtin", "external"]
+    available: bool
+    binary: str | None
+    version: str | None
+    capabilities: dict[str, bool]
+    provides_models: bool
+    provides_usage: bool
+    handoff: Literal["per_turn", "persistent", "none"]
+    doc: str
+    error: str | None = None
+    file: str | None = None
+    modes: list[dict[str, str]] = msgspec.field(default_factory=list)
+
+
+class SessionObject(msgspec.Struct, kw_only=True):
+    session: str
+    agent: str
+    cwd: str
+    title: str
+    state: SessionState
+    writer: Writer
+    created_at: str
+    updated_at: str
+    last_seq: int
+    agent_session_id: str | None
+    external: bool
+    queued: int = 0
+    model: str | None = None
+    mode: str | None = None
+    #: The session's persistent agent process is running (its next turn starts without delay).
+    resident: bool = False
+
+
+# ---- server frames -----------------------------------------------------------------------------
+
+
+class _ServerFrame(msgspec.Struct, kw_only=True, tag_field="t"):
+    pass
+
+
+class Result(msgspec.Struct, kw_only=True):
+    """Base of the answers to requests: each request's own is declared in bridge/wire/results.py."""
+
+
+class Ok(_ServerFrame, tag="ok", kw_only=True):
+    id: RequestId
+    result: Result
+
+
+class Err(_ServerFrame, tag="err", kw_only=True):
+    id: RequestId
+    code: str
+    message: str
+
+
+class EventFrame(_ServerFrame, tag="event", kw_only=True):
+    session: str
+    seq: int
+    ts: str
+    block: Block
+
+
+class StateFrame(_ServerFrame, tag="state", kw_only=True):
+    session: str
+    state: SessionState
+    writer: Writer
+    queued: int
+
+
+class AgentsChanged(_ServerFrame, tag="agents_changed", kw_only=True):
+    pass
+
+
+class DaemonFrame(_ServerFrame, tag="daemon", kw_only=True, omit_defaults=True):
+    """The daemon's own health: ``store`` is "failing" (with ``message``) or "ok" again."""
+
+    store: Literal["ok", "failing"]
+    message: str | None = None
+
+
+ServerFrame = Ok | Err | EventFrame | StateFrame | AgentsChanged | DaemonFrame
+
+
+# ---- codecs -----------------------------------------------------------------------------------
+
+_json_enc = msgspec.json.Encoder()
+_mp_enc = msgspec.msgpack.Encoder()
+_json_req = msgspec.json.Decoder(Request)
+_mp_req = msgspec.msgpack.Decoder(Request)
+_json_any = msgspec.json.Decoder()
+_mp_any = msgspec.msgpack.Decoder()
+
+
+class ProtocolError(Exception):
+    """A frame that cannot be served; carries the id when one could be read."""
+
+    def __init__(self, code: str, message: str, request_id: RequestId = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.request_id = request_id
+
+
+def _salvage_id(obj: Any) -> RequestId:
+    if isinstance(obj, dict):
+        value = obj.get("id")
+        if isinstance(value, int | str) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def decode_request(data: bytes | str, msgpack: bool) -> Request:
+    """Decode one client frame, or raise ``ProtocolError`` saying what is wrong."""
+    try:
+        if msgpack:
+            return _mp_req.decode(data if isinstance(data, bytes) else data.encode())
+        return _json_req.decode(data)
+    except (UnicodeError, RecursionError) as exc:
+        # Lone surrogates in a str, or nesting deeper than the decoder recurses.
+        raise ProtocolError("bad_request", f"malformed frame: {exc}") from None
+    except msgspec.DecodeError as exc:
+        try:
+            generic = _mp_any.decode(data) if msgpack else _json_any.decode(data)  # type: ignore[arg-type]
+        except (msgspec.DecodeError, TypeError, UnicodeError, RecursionError):
+            raise ProtocolError("bad_request", f"malformed frame: {exc}") from None
+        rid = _salvage_id(generic)
+        if not isinstance(generic, dict):
+            raise ProtocolError("bad_request", "a frame must be an object", rid) from None
+        method = generic.get("t")
+        if not isinstance(method, str):
+            raise ProtocolError("bad_request", "the frame has no string field `t`", rid) from None
+        if method not in METHODS:
+            raise ProtocolError("unknown_method", f"unknown request `{method}`", rid) from None
+        raise ProtocolError("bad_request", f"invalid `{method}`: {exc}", rid) from None
+
+
+class EncodedFrame:
+    """A server frame encoded at most once per encoding, shared by all connections."""
+
+    __slots__ = ("_json", "_msgpack", "frame")
+
+    def __init__(self, frame: ServerFrame) -> None:
+        self.frame = frame
+        self._json: bytes | None = None
+        self._msgpack: bytes | None = None
+
+    def json(self) -> bytes:
+        if self._json is None:
+            self._json = _json_enc.encode(self.frame)
+        return self._json
+
+    def msgpack(self) -> bytes:
+        if self._msgpack is None:
+            self._msgpack = _mp_enc.encode(self.frame)
+        return self._msgpack
+
+    def encoded(self, msgpack: bool) -> bytes:
+        return self.msgpack() if msgpack else self.json()
+
+
+class EncodedEvent:
+    """An ``event`` frame built around a block already encoded as JSON (as it is stored).
+
+    The JSON frame is assembled around the stored bytes without re-encoding the block, which
+    keeps fan-out and replay cheap; MessagePack is produced on first use.
+    """
+
+    __slots__ = ("_json", "_msgpack", "block_json", "seq", "session", "ts")
+
+    def __init__(self, session: str, seq: int, ts: str, block_json: bytes) -> None:
+        self.session = session
+        self.seq = seq
+        self.ts = ts
+        self.block_json = block_json
+        self._json: bytes | None = None
+        self._msgpack: bytes | None = None
+
+    def json(self) -> bytes:
+        if self._json is None:
+            self._json = b"".join(
+                (
+                    b'{"t":"event","session":',
+                    _json_enc.encode(self.session),
+                    b',"seq":',
+                    str(self.seq).encode(),
+                    b',"ts":',
+                    _json_enc.encode(self.ts),
+                    b',"block":',
+                    self.block_json,
+                    b"}",
+                )
+            )
+        return self._json
+
+    def msgpack(self) -> bytes:
+        if self._msgpack is None:
+            block = _json_any.decode(self.block_json)
+            self._msgpack = _mp_enc.encode(
+                {
+                    "t": "event",
+                    "session": self.session,
+                    "seq": self.seq,
+                    "ts": self.ts,
+                    "block": block,
+                }
+            )
+        return self._msgpack
+
+    def encoded(self, msgpack: bool) -> bytes:
+        return self.msgpack() if msgpack else self.json()
+
+
+Outgoing = EncodedFrame | EncodedEvent

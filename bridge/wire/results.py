@@ -1,0 +1,255 @@
+"""What each request answers: the ``result`` of its ``ok`` frame (docs/protocol.md).
+
+Every answer is a :class:`~bridge.wire.protocol.Result`, so ``Ok.result`` is typed and the schema
+(``bridge/wire/schema.py``) lists each one. A field that is sometimes absent from the wire (not
+``null``) defaults to ``msgspec.UNSET``. Answers built elsewhere as dicts (the workspace, the
+projects list, the notifier) are converted at the edge with :func:`as_result`; keep their
+fields here in step with those dicts, or a key is dropped from the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+import msgspec
+
+from bridge.blocks import AgentInfoBlock, UsageBlock
+from bridge.wire.agent_types import Check, ModelInfo
+from bridge.wire.protocol import AgentObject, Result, SessionObject, SessionState
+
+R = TypeVar("R", bound=Result)
+
+
+def as_result(data: object, result: type[R]) -> R:
+    """``data`` (a dict built by another module) as the answer ``result``."""
+    return msgspec.convert(data, result)
+
+
+class Empty(Result, kw_only=True):
+    """``{}``: done (``session.unsubscribe``, ``session.interrupt``, ``session.permission``,
+    ``session.close``, ``ping``, ``client.presence``, ``webpush.subscribe``,
+    ``webpush.unsubscribe``)."""
+
+
+# ---- the core requests ---------------------------------------------------------------------------
+
+
+class ServerInfo(msgspec.Struct, kw_only=True):
+    name: str
+    version: str
+    #: The daemon user's home directory: where a client can start its working-directory field.
+    home: str
+
+
+class HelloResult(Result, kw_only=True):
+    """The answer to ``hello``."""
+
+    protocol: int
+    server: ServerInfo
+
+
+class AgentsListResult(Result, kw_only=True):
+    """The answer to ``agents.list``."""
+
+    agents: list[AgentObject]
+
+
+class AgentsCheckResult(Result, kw_only=True):
+    """The answer to ``agents.check``."""
+
+    status: Literal["pass", "warn", "fail"]
+    checks: list[Check]
+    tested_at: str
+
+
+class ModelsListResult(Result, kw_only=True):
+    """The answer to ``models.list``: empty where the agent provides none."""
+
+    models: list[ModelInfo]
+
+
+class SessionsListResult(Result, kw_only=True):
+    """The answer to ``sessions.list``."""
+
+    sessions: list[SessionObject]
+
+
+class SessionCreateResult(Result, kw_only=True):
+    """The answer to ``session.create``."""
+
+    session: SessionObject
+    info: AgentInfoBlock
+
+
+class SessionAttachResult(Result, kw_only=True):
+    """The answer to ``session.attach``."""
+
+    session: SessionObject
+
+
+class SessionSubscribeResult(Result, kw_only=True):
+    """The answer to ``session.subscribe`` (the replay follows it)."""
+
+    last_seq: int
+    state: SessionState
+
+
+class SessionSendResult(Result, kw_only=True):
+    """The answer to ``session.send``: false when the message started a turn at once."""
+
+    queued: bool
+
+
+class SessionHandoffResult(Result, kw_only=True):
+    """The answer to ``session.handoff``: the terminal command, and ``argv`` as one line."""
+
+    argv: list[str]
+    cwd: str
+    command: str
+
+
+class UsageGetResult(Result, kw_only=True):
+    """The answer to ``usage.get``."""
+
+    usage: UsageBlock | None
+
+
+# ---- projects, workspace, modes ---------------------------------------------------------------
+
+
+class ProjectGit(msgspec.Struct, kw_only=True):
+    branch: str | None
+    dirty: bool
+    ahead: int
+    behind: int
+
+
+class ProjectObject(msgspec.Struct, kw_only=True):
+    """PROJECT."""
+
+    path: str
+    name: str
+    git: ProjectGit | None
+    last_used: str | None
+    sessions: int
+
+
+class ProjectsListResult(Result, kw_only=True):
+    """The answer to ``projects.list``: most recent first."""
+
+    projects: list[ProjectObject]
+
+
+class FileObject(msgspec.Struct, kw_only=True):
+    """FILE: one changed path of ``workspace.status``."""
+
+    path: str
+    status: str
+    xy: str
+    staged: bool
+    unstaged: bool
+    orig_path: str | msgspec.UnsetType = msgspec.UNSET  # a rename or copy only
+    submodule: bool | msgspec.UnsetType = msgspec.UNSET  # a submodule only (true)
+
+
+class WorkspaceStatusResult(Result, kw_only=True):
+    """The answer to ``workspace.status``."""
+
+    branch: str | None
+    head: str | None
+    upstream: str | None
+    ahead: int
+    behind: int
+    files: list[FileObject]
+
+
+class WorkspaceDiffResult(Result, kw_only=True):
+    """The answer to ``workspace.diff``."""
+
+    diff: str
+    truncated: bool
+
+
+class WorkspaceFileResult(Result, kw_only=True):
+    """The answer to ``workspace.file``: ``text``, or ``base64`` when ``binary``."""
+
+    path: str
+    size: int
+    truncated: bool
+    binary: bool
+    text: str | msgspec.UnsetType = msgspec.UNSET
+    base64: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class SessionModeResult(Result, kw_only=True):
+    """The answer to ``session.mode``: ``live`` when the running agent switched at once."""
+
+    mode: str
+    live: bool
+
+
+# ---- attention ----------------------------------------------------------------------------------
+
+
+class WebpushKeyResult(Result, kw_only=True):
+    """The answer to ``webpush.key``."""
+
+    public_key: str
+
+
+class ChannelObject(msgspec.Struct, kw_only=True):
+    name: str
+    url: str  # its secrets masked
+    service: str
+    kinds: list[str]
+
+
+class WebpushState(msgspec.Struct, kw_only=True):
+    kinds: list[str]
+    subscriptions: int
+
+
+class NotifyChannelsResult(Result, kw_only=True):
+    """The answer to ``notify.channels``."""
+
+    channels: list[ChannelObject]
+    problems: list[str]
+    webpush: WebpushState
+    min_turn_s: float
+
+
+class ChannelAnswer(msgspec.Struct, kw_only=True):
+    channel: str
+    ok: bool
+    answer: str
+
+
+class NotifyTestResult(Result, kw_only=True):
+    """The answer to ``notify.test``: what each channel answered."""
+
+    results: list[ChannelAnswer]
+
+
+#: Every answer, as the schema lists them.
+RESULTS: tuple[type[Result], ...] = (
+    Empty,
+    HelloResult,
+    AgentsListResult,
+    AgentsCheckResult,
+    ModelsListResult,
+    SessionsListResult,
+    SessionCreateResult,
+    SessionAttachResult,
+    SessionSubscribeResult,
+    SessionSendResult,
+    SessionHandoffResult,
+    UsageGetResult,
+    ProjectsListResult,
+    WorkspaceStatusResult,
+    WorkspaceDiffResult,
+    WorkspaceFileResult,
+    SessionModeResult,
+    WebpushKeyResult,
+    NotifyChannelsResult,
+    NotifyTestResult,
+)
