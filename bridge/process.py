@@ -411,17 +411,30 @@ class TaskOwner:
     async def close(self, *, grace: float = 0.0, timeout: float = 5.0) -> None:
         """Let the tasks end by themselves for up to ``grace`` seconds, then cancel those left
         and wait up to ``timeout`` for them (a task its own clean-up starts included). The
-        wait is shielded: an owner cancelled while closing still reaps what it started."""
+        wait is shielded, from an anyio scope's cancellation and from the closing task's own:
+        an owner cancelled while closing still reaps what it started, then is cancelled."""
         self.closing = True
+        loop = asyncio.get_running_loop()
+        cancel_at = loop.time() + grace
+        deadline = cancel_at + timeout
+        cancelled = False
+        asked: set[asyncio.Task[Any]] = set()
         with anyio.CancelScope(shield=True):
-            if grace > 0 and self._tasks:
-                await asyncio.wait(list(self._tasks), timeout=grace)
-            with anyio.move_on_after(timeout):
-                while self._tasks:
-                    tasks = list(self._tasks)
+            while self._tasks and (now := loop.time()) < deadline:
+                tasks = list(self._tasks)
+                if now >= cancel_at:
                     for task in tasks:
-                        task.cancel()
-                    await asyncio.wait(tasks)
+                        if task not in asked:  # once: its clean-up is not cut short
+                            asked.add(task)
+                            task.cancel()
+                try:
+                    await asyncio.wait(
+                        tasks, timeout=(cancel_at if now < cancel_at else deadline) - now
+                    )
+                except asyncio.CancelledError:
+                    cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
 
 
 @contextlib.asynccontextmanager

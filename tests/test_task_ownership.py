@@ -17,6 +17,7 @@ from websockets.asyncio.client import connect
 from bridge.config import RelayConfig, load_config
 from bridge.daemon import Daemon, ServeOptions
 from bridge.hub import Hub
+from bridge.process import TaskOwner
 from bridge.relay import account
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
@@ -154,3 +155,25 @@ async def test_a_relay_link_cut_then_closed_leaves_no_task(relay: Relay, tmp_pat
     assert left_over(before) == []
     await nc.close()
     await nothing_left(before)
+
+
+async def test_an_owner_cancelled_while_closing_still_reaps_its_tasks() -> None:
+    owner = TaskOwner("test")
+    cleaned = asyncio.Event()
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.2)  # its clean-up takes a moment
+            cleaned.set()
+            raise
+
+    task = owner.spawn(slow_to_stop())
+    await asyncio.sleep(0)
+    closing = asyncio.create_task(owner.close())
+    await asyncio.sleep(0.05)
+    closing.cancel()  # the owner's own shutdown is cancelled halfway
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert task.done() and cleaned.is_set()
