@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from bridge.relay import account
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
 from bridge.relay.sealing import b64
-from bridge.util import logthrottle
+from bridge.util import logthrottle, redact
 from tests.hubkit import Sub, make_hub, project_dir, until
 from tests.relaykit import Relay, RelayClient
 from tests.test_relay_link import echo, until_connected
@@ -80,7 +82,7 @@ async def test_the_hub_leaves_no_task_once_shut_down(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def daemon_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def daemon_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The environment of a daemon run in this process (as tests/daemon.py sets it for one in
     its own); its loop errors reach the asyncio logger, as the suite's check expects."""
     home = tmp_path / "home"
@@ -94,7 +96,12 @@ def daemon_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("AGENT_BRIDGE_ADAPTERS_RETRY_MAX", "0")
     monkeypatch.setattr(logthrottle, "install", lambda loop: None)
-    return home
+    # what the daemon sets for its whole process is this process's: put back afterwards
+    monkeypatch.setattr(redact, "_known", set(redact._known))
+    monkeypatch.setattr(redact, "_fragments", set(redact._fragments))
+    switch = sys.getswitchinterval()
+    yield home
+    sys.setswitchinterval(switch)
 
 
 async def test_a_daemon_and_a_connection_dropped_mid_turn_leave_no_task(
