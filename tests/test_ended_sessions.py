@@ -5,6 +5,7 @@ is read back from the store when a request names it; start-up loads no ended ses
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from bridge.hub import Hub, HubError
 from bridge.hub.hub import ENDED_IN_MEMORY
 from bridge.store import SessionRecord, SqliteStore
 from tests.daemon import DaemonProcess
+from tests.daemonkit import run_bridge
 from tests.hubkit import Sub, make_hub, project_dir, until
 from tests.wsclient import Client
 
@@ -160,6 +162,13 @@ async def test_sessions_list_limit_and_cursor_over_the_protocol(
         assert rest["next_cursor"] is None
         err = await c.call("sessions.list", limit=0)
         assert (err["t"], err["code"]) == ("err", "bad_request"), err
+        # `agent-bridge sessions --all` follows the cursors; `--limit` alone is one page.
+        for extra, want in ((["--all"], ids[::-1]), ([], ids[:2:-1])):
+            out = run_bridge(
+                "sessions", "--json", "--no-external", "--limit", "2", *extra, env=d.env
+            )
+            assert out.returncode == 0, out.stderr
+            assert [s["session"] for s in json.loads(out.stdout)] == want
     finally:
         await c.close()
         assert d.stop() == 0
