@@ -51,6 +51,9 @@ log = get_logger("bridge.store")
 
 MAX_BATCH = 5000
 CHECKPOINT_EVERY_S = 1.0
+#: A WAL this long is checkpointed whole and truncated: under steady writes passive checkpoints
+#: never let SQLite restart it, and it grew without end (docs/benchmarks.md, "Session churn").
+WAL_TRUNCATE_BYTES = 64 * 1024 * 1024
 #: A write that failed is retried after this, doubling up to RETRY_MAX_S.
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
@@ -419,6 +422,7 @@ class SqliteStore(Store):
     def _checkpoints(self) -> None:
         conn = self._connect()
         try:
+            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
             while True:
                 # At most one checkpoint a second, and none while nothing was written: an
                 # idle daemon's threads do not wake (docs/benchmarks.md, T8).
@@ -427,7 +431,10 @@ class SqliteStore(Store):
                     break
                 self._written.clear()
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    _busy, frames, _done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if frames * page >= WAL_TRUNCATE_BYTES:
+                        # Waits (busy_timeout) for the writer's transaction and the readers.
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
 

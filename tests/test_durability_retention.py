@@ -147,3 +147,36 @@ async def test_ended_sessions_are_kept_unless_their_retention_is_set(tmp_path: P
         assert await store.load_session("old_idle") is not None  # not ended: never removed
     finally:
         await store.close()
+
+
+async def test_the_wal_stays_bounded_under_steady_writes(tmp_path: Path, monkeypatch: Any) -> None:
+    """Commits that never pause kept every passive checkpoint behind, so SQLite never restarted
+    the WAL: it grew by every page written (gigabytes in a 10-minute soak, its index mapped in
+    the daemon's memory). Past ``WAL_TRUNCATE_BYTES`` it is checkpointed whole and truncated."""
+    from bridge import store as store_module
+
+    monkeypatch.setattr(store_module, "CHECKPOINT_EVERY_S", 0.02)
+    monkeypatch.setattr(store_module, "WAL_TRUNCATE_BYTES", 1 * MiB)
+    db = tmp_path / "bridge.sqlite3"
+    store = SqliteStore(db)
+    store.open(asyncio.get_running_loop())
+    wal = Path(f"{db}-wal")
+    largest = 0
+    try:
+        seq = 0
+        until = time.monotonic() + 4.0
+        while time.monotonic() < until:  # one commit after another, no pause
+            for _ in range(4):
+                seq += 1
+                store.append_event(StoredEvent("s1", seq, "t", b'{"x":"' + b"y" * 4000 + b'"}'))
+            await store.barrier()
+            largest = max(largest, wal.stat().st_size)
+        written = seq * 4000
+        assert written > 24 * MiB, "too few writes to tell"
+        # Without the truncation it holds every page written (more than the events' bytes).
+        assert largest < written / 2, (
+            f"the WAL reached {largest / MiB:.0f} MiB of {written / MiB:.0f}"
+        )
+        assert [e.seq for e in await store.read_events("s1", seq - 2, 10)] == [seq - 1, seq]
+    finally:
+        await store.close()
