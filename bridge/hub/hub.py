@@ -92,7 +92,7 @@ class Hub:
     # ---- start-up and shutdown ---------------------------------------------------------------
 
     async def start(self) -> None:
-        # Sessions not ended; an ended one is read back when a request names it (``get``).
+        # Sessions not ended; an ended one is read back when a request names it (``find``).
         sessions, messages, seqs = await asyncio.to_thread(self.store.load)
         for rec in sessions:
             self.sessions[rec.id] = _revive(rec, seqs.get(rec.id, 0))
