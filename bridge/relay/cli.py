@@ -281,6 +281,9 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     p = action("rotate", cmd_relay_rotate, "Give a workstation a new pairing login")
     p.add_argument("name")
     p.add_argument("--dir", help="the relay's directory (default: under the state dir)")
+    from bridge.relay import service  # relay service install|status|uninstall
+
+    service.register(actions)
 
     p = add("clients", cmd_clients, "List the clients paired through the relay")
     p.add_argument("--json", action="store_true")
