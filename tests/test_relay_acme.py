@@ -169,6 +169,21 @@ def _relay(tmp_path: Path, pebble: Pebble, http_port: int | None = None) -> Serv
     return relay
 
 
+def _failing_run(tmp_path: Path, pebble: Pebble, http_port: int) -> tuple[int, str]:
+    """`relay serve` run to its end (it fails before listening); its status and output."""
+    from tests.daemon import ROOT
+    from tests.daemonkit import bridge_argv
+
+    relay = _relay(tmp_path, pebble, http_port)
+    argv = bridge_argv("relay", "serve", "--dir", str(relay.rdir), "--port", str(relay.port))
+    argv += ["--ws-port", str(relay.ws_port), "--web-port", str(relay.web_port), *relay.options]
+    done = subprocess.run(
+        argv, env=relay.env, cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
+    assert not (relay.rdir / "nats-server.pid").exists()  # nats-server never started
+    return done.returncode, done.stdout + done.stderr
+
+
 def _trusting(root: bytes) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cadata=root.decode())
     return ctx
@@ -269,13 +284,36 @@ def test_an_unreachable_challenge_port_fails_clearly_naming_the_fix(
     tmp_path: Path, pebble: Pebble
 ) -> None:
     """pebble dials its httpPort, where nothing listens: relay serve listens elsewhere."""
-    relay = _relay(tmp_path, pebble, http_port=natsserver.free_port())
-    with pytest.raises(RuntimeError):
-        relay.start()
-    assert relay.proc is not None
-    assert relay.proc.wait(30) == 1
-    printed = relay.printed()
+    status, printed = _failing_run(tmp_path, pebble, natsserver.free_port())
+    assert status == 1, printed
     assert f"could not connect to {DOMAIN} on port" in printed, printed
     assert "open port" in printed and "firewall" in printed, printed
     assert "Traceback" not in printed, printed
-    assert not (relay.rdir / "nats-server.pid").exists()  # nats-server never started
+
+
+def test_another_server_on_the_challenge_port_fails_naming_dns_or_that_server(
+    tmp_path: Path, pebble: Pebble
+) -> None:
+    """Another web server answers where the CA dials (DNS pointing at another machine looks
+    the same to the CA): the message says so, and nothing is left running."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", pebble.http_port), NotFound)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        status, printed = _failing_run(tmp_path, pebble, natsserver.free_port())
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert status == 1, printed
+    assert f"the CA reached {DOMAIN} on port" in printed, printed
+    assert "points at another machine" in printed, printed
+    assert "Traceback" not in printed, printed
