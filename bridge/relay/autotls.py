@@ -185,6 +185,17 @@ def issue(files: AcmeFiles, settings: Settings, domain: str, tokens: dict[str, s
         ) from None
     except errors.Error as exc:
         raise AutoTLSError(f"the ACME exchange with {settings.directory} failed: {exc}") from None
+    except OSError as exc:
+        raise AutoTLSError(f"cannot write the certificate in {files.dir}: {exc}") from None
+    except AutoTLSError:
+        raise
+    except privfile.PrivateFileError as exc:  # the account key with the wrong owner or mode
+        raise AutoTLSError(str(exc)) from None
+    except Exception as exc:  # a CA's odd answer: said, with the details in the log
+        log.exception("acme_issue_failed", directory=settings.directory)
+        raise AutoTLSError(
+            f"the ACME exchange with {settings.directory} failed unexpectedly: {exc!r}"
+        ) from None
 
 
 def _issue(files: AcmeFiles, settings: Settings, domain: str, tokens: dict[str, str]) -> bytes:
@@ -410,7 +421,11 @@ class AutoTLS:
                 )
                 await asyncio.sleep(retry)
                 continue
-            installed()
+            try:
+                installed()
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                print(f"agent-bridge: loading the renewed certificate failed: {exc}", flush=True)
+                continue
             print(f"certificate for {self.domain} renewed", flush=True)
 
     async def close(self) -> None:
