@@ -317,3 +317,57 @@ def test_another_server_on_the_challenge_port_fails_naming_dns_or_that_server(
     assert f"the CA reached {DOMAIN} on port" in printed, printed
     assert "points at another machine" in printed, printed
     assert "Traceback" not in printed, printed
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_chromium_loads_the_page_and_opens_wss_with_the_issued_certificate(
+    tmp_path: Path, pebble: Pebble
+) -> None:
+    """Chromium, with relay.test mapped to 127.0.0.1 and the issued chain's keys trusted (it
+    has no way to add pebble's root), loads the page over https and the NATS WebSocket over
+    wss from it."""
+    import base64
+    import hashlib
+
+    from tests.web.browser import Browser, missing
+
+    if missing() is not None:
+        pytest.skip(str(missing()))
+    relay = _relay(tmp_path, pebble).start()
+    try:
+        chain = x509.load_pem_x509_certificates((relay.rdir / "acme" / "cert.pem").read_bytes())
+        spki = [
+            base64.b64encode(
+                hashlib.sha256(
+                    c.public_key().public_bytes(
+                        serialization.Encoding.DER,
+                        serialization.PublicFormat.SubjectPublicKeyInfo,
+                    )
+                ).digest()
+            ).decode()
+            for c in chain
+        ]
+        browser = Browser(
+            tmp_path / "browser",
+            [
+                f"--host-resolver-rules=MAP {DOMAIN} 127.0.0.1",
+                "--ignore-certificate-errors-spki-list=" + ",".join(spki),
+            ],
+        )
+        try:
+            page = browser.page()
+            page.goto(f"https://{DOMAIN}:{relay.web_port}/")
+            assert page.url() == f"https://{DOMAIN}:{relay.web_port}/"
+            first = page.eval(
+                "new Promise((ok, no) => {"
+                f"  const ws = new WebSocket('wss://{DOMAIN}:{relay.ws_port}');"
+                "  ws.onmessage = async (m) => { ok(await m.data.text()); ws.close(); };"
+                "  ws.onerror = () => no(new Error('wss failed'));"
+                "})"
+            )
+            assert str(first).startswith("INFO "), first
+        finally:
+            browser.close()
+    finally:
+        assert relay.stop() == 0
