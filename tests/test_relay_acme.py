@@ -371,3 +371,41 @@ def test_chromium_loads_the_page_and_opens_wss_with_the_issued_certificate(
             browser.close()
     finally:
         assert relay.stop() == 0
+
+
+def test_a_restart_without_the_acme_flags_keeps_automatic_tls_and_the_account(
+    tmp_path: Path, pebble: Pebble
+) -> None:
+    """What a systemd restart does: `relay serve --dir` alone serves over TLS from the same
+    ACME account; --tls-cert turns ACME off again."""
+    settings = tmp_path / "relay" / "acme" / "settings.json"
+    first = _relay(tmp_path, pebble).start()
+    assert first.stop() == 0
+    account = json.loads(settings.read_text())["account_url"]
+    assert account.startswith("https://127.0.0.1:")
+    again = ServedRelay(tmp_path, "Test Box", "--public-host", DOMAIN)
+    again.env["REQUESTS_CA_BUNDLE"] = str(pebble.ca_bundle)
+    again.start()
+    try:
+        ctx = _trusting(pebble.root())
+        assert _served_cert(again.ws_port, ctx) == _file_cert(again)
+        assert json.loads(settings.read_text())["account_url"] == account
+        # the challenge listener is up again, for the renewals
+        with socket.create_connection(("127.0.0.1", pebble.http_port), timeout=10) as plain:
+            plain.sendall(f"GET / HTTP/1.1\r\nHost: {DOMAIN}\r\n\r\n".encode())
+            assert plain.recv(4096).decode().startswith("HTTP/1.1 301")
+    finally:
+        assert again.stop() == 0
+    from tests.daemonkit import make_certificate
+
+    cert, key = make_certificate(tmp_path)
+    own = ServedRelay(tmp_path, "Test Box", "--tls-cert", str(cert), "--tls-key", str(key))
+    own.start()
+    try:
+        assert not settings.exists()
+        plain = ssl.create_default_context(cafile=str(cert))
+        plain.check_hostname = False
+        served = _served_cert(own.ws_port, plain)
+        assert served == x509.load_pem_x509_certificate(cert.read_bytes())
+    finally:
+        assert own.stop() == 0
