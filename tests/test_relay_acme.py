@@ -322,7 +322,7 @@ def test_another_server_on_the_challenge_port_fails_naming_dns_or_that_server(
 @pytest.mark.browser
 @pytest.mark.slow
 def test_chromium_loads_the_page_and_opens_wss_with_the_issued_certificate(
-    tmp_path: Path, pebble: Pebble
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, pebble: Pebble
 ) -> None:
     """Chromium, with relay.test mapped to 127.0.0.1 and the issued chain's keys trusted (it
     has no way to add pebble's root), loads the page over https and the NATS WebSocket over
@@ -349,7 +349,7 @@ def test_chromium_loads_the_page_and_opens_wss_with_the_issued_certificate(
             for c in chain
         ]
         browser = Browser(
-            tmp_path / "browser",
+            tmp_path_factory.mktemp("browser"),  # short: Chromium's socket path has a limit
             [
                 f"--host-resolver-rules=MAP {DOMAIN} 127.0.0.1",
                 "--ignore-certificate-errors-spki-list=" + ",".join(spki),
