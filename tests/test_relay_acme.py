@@ -409,3 +409,25 @@ def test_a_restart_without_the_acme_flags_keeps_automatic_tls_and_the_account(
         assert served == x509.load_pem_x509_certificate(cert.read_bytes())
     finally:
         assert own.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("problem", "said"),
+    [
+        ("dns", "point its DNS A/AAAA record at this machine"),
+        ("rateLimited", "--acme-directory https://acme-staging-v02"),
+        ("connection", "open port 80 to this machine"),
+        ("unauthorized", "points at another machine"),
+    ],
+)
+def test_each_ca_problem_names_its_fix(problem: str, said: str) -> None:
+    """The problems a CA reports that pebble cannot be made to (a name with no DNS record,
+    Let's Encrypt's rate limit) are said with their fix too."""
+    from acme import messages
+
+    from bridge.relay import autotls
+
+    err = messages.Error(typ=f"urn:ietf:params:acme:error:{problem}", detail="as the CA said")
+    settings = autotls.Settings("ops@example.org")
+    text = autotls._acme_problem(err, "relay.example.org", settings)
+    assert said in text and "as the CA said" in text, text
