@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from bridge.cli.service import exec_start_of
 from bridge.relay.service import UNIT_NAME
-from bridge.service import exec_start_of
 from tests.test_service import SCRIPT, fake_systemctl, needs_script, run
 
 

@@ -5,7 +5,8 @@ A system unit, not a user one: only the system manager can hand a process the on
 it needs to listen on ports 80 and 443 (CAP_NET_BIND_SERVICE) while it runs as an ordinary
 user. ``install`` writes ``/etc/systemd/system/agent-bridge-relay.service`` (so it runs under
 sudo) for the user who called sudo, with this installation's ``agent-bridge`` and the relay
-directory spelled out; the unit helpers and systemctl calls are the daemon's (bridge/service.py).
+directory spelled out; the unit helpers and systemctl calls are the daemon's
+(bridge/cli/service.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bridge import service
+from bridge.cli import service
 
 UNIT_NAME = "agent-bridge-relay.service"
 SYSTEM_UNIT_DIR = "/etc/systemd/system"
@@ -200,7 +201,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def register(relay_actions: Any) -> None:
     """``relay service install|status|uninstall`` under ``relay``'s actions."""
-    from bridge.cli import command_adder
+    from bridge.cli.cli import command_adder
 
     parent = relay_actions.add_parser(
         "service", help="Install, remove or inspect the relay's systemd service"
