@@ -95,6 +95,13 @@ _SESSION_COLUMNS = (("state", "TEXT"), ("updated_at", "REAL"), ("cwd", "TEXT"))
 SAVE_SESSION = (
     "INSERT OR REPLACE INTO sessions (id, data, state, updated_at, cwd) VALUES (?, ?, ?, ?, ?)"
 )
+SAVE_MESSAGE = (
+    "INSERT OR REPLACE INTO messages"
+    " (session, client_msg_id, data, status, answered, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+SET_MESSAGE_STATE = (
+    "UPDATE messages SET status = ?, answered = ? WHERE session = ? AND client_msg_id = ?"
+)
 #: Ended sessions, newest first, from before a cursor (``updated_at``, ``id``).
 LIST_ENDED = (
     "SELECT data FROM sessions WHERE state = 'ended'"

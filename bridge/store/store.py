@@ -36,8 +36,10 @@ from bridge.store.eventrows import (
     LIST_ENDED,
     LIVE,
     LIVE_IDS,
+    SAVE_MESSAGE,
     SAVE_SESSION,
     SESSION_INDEX,
+    SET_MESSAGE_STATE,
     add_session_columns,
     chunk_rows,
     insert_chunks,
@@ -380,6 +382,7 @@ class SqliteStore(Store):
         self._checkpoint_stop = threading.Event()
         #: set after each write: the checkpoint thread sleeps on it while nothing is written
         self._written = threading.Event()
+        self._truncate = threading.Event()
         self._closed = False
         self.health = StoreHealth()
         #: monotonic time after which a failing write is given up (set while stopping)
@@ -433,8 +436,9 @@ class SqliteStore(Store):
                 with contextlib.suppress(sqlite3.Error):
                     _busy, frames, _done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     if frames * page >= WAL_TRUNCATE_BYTES:
-                        # Waits (busy_timeout) for the writer's transaction and the readers.
-                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                        # done by the writer between two batches: from here it would wait on
+                        # a writer that never pauses (a busy daemon's) and rarely get its turn
+                        self._truncate.set()
         finally:
             conn.close()
 
@@ -696,6 +700,10 @@ class SqliteStore(Store):
                         break
                 if not self._write_until_done(conn, batch):
                     return
+                if self._truncate.is_set():  # waits (busy_timeout) only for readers
+                    self._truncate.clear()
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
 
@@ -767,18 +775,9 @@ class SqliteStore(Store):
             if op.kind == "session":
                 conn.execute(SAVE_SESSION, op.args)
             elif op.kind == "message":
-                conn.execute(
-                    "INSERT OR REPLACE INTO messages"
-                    " (session, client_msg_id, data, status, answered, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    op.args,
-                )
+                conn.execute(SAVE_MESSAGE, op.args)
             elif op.kind == "message_state":
-                conn.execute(
-                    "UPDATE messages SET status = ?, answered = ?"
-                    " WHERE session = ? AND client_msg_id = ?",
-                    op.args,
-                )
+                conn.execute(SET_MESSAGE_STATE, op.args)
             elif op.kind == "prune":
                 prune_rows(conn, *op.args)
             elif op.kind == "flush":
