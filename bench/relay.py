@@ -281,11 +281,17 @@ async def first_text(target: Target, runs: int) -> list[float]:
         await c.close()
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+async def relay_daemon() -> tuple[DaemonTarget, RelayTarget]:
+    """A daemon connected to a real nats-server on 127.0.0.1, and a client paired through it
+    (``stop()`` of the daemon target, then of the relay target's ``relay``, ends both)."""
     home = Path(tempfile.mkdtemp(prefix="bench-relay-"))
     relay = Relay(home / "relay", names=("bench",)).start()
     account = relay.rdir.account_file("bench")
-    daemon = await DaemonTarget(config=f'[relay]\naccount = "{account}"\n').start()
+    try:
+        daemon = await DaemonTarget(config=f'[relay]\naccount = "{account}"\n').start()
+    except BaseException:
+        relay.stop()
+        raise
     try:
         deadline = time.monotonic() + 20
         while healthz(daemon.port).get("relay") != "connected":
@@ -296,6 +302,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         out = run_bridge("pair", "--relay", "--json", env=daemon.daemon.env, check=True)
         via = RelayTarget(daemon, relay, decode_link(json.loads(out.stdout)["link"]))
         await via.pair()
+    except BaseException:
+        daemon.stop()
+        relay.stop()
+        raise
+    return daemon, via
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    daemon, via = await relay_daemon()
+    relay = via.relay
+    try:
         lat_direct: list[float] = []
         lat_relay: list[float] = []
         thr_direct: list[float] = []

@@ -74,6 +74,8 @@ class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     path: str = ""
     max_events_per_session: int = 100_000
     max_age_days: float = 30.0
+    #: An ended session last changed this many days ago is removed whole; 0 (default): never.
+    ended_max_age_days: float = 0.0
     #: Writes failing this long interrupt running turns (docs/protocol.md, durability).
     fail_after_s: float = 30.0
 

@@ -208,7 +208,8 @@ class Daemon:
     def _status_text(self) -> str:
         states: dict[str, int] = {}
         for s in self.hub.sessions.values():
-            states[s.rec.state] = states.get(s.rec.state, 0) + 1
+            if s.rec.state != "ended":  # ended ones are on disk, a few of them in memory
+                states[s.rec.state] = states.get(s.rec.state, 0) + 1
         parts = [f"{n} {state}" for state, n in sorted(states.items())] or ["no sessions"]
         return f"{len(self.server.connections)} clients; sessions: " + ", ".join(parts)
 
@@ -284,17 +285,12 @@ class Daemon:
     async def _retention(self) -> None:
         conf = self.config.store
         while True:
-            self._forget_old_ended_sessions(conf.max_age_days * 86400)
-            self.store.prune(conf.max_events_per_session, conf.max_age_days * 86400)
+            ended_s = conf.ended_max_age_days * 86400
+            if ended_s > 0:
+                # Removed whole: the store deletes its rows (``prune``), the hub forgets it.
+                self.hub.forget_ended(time.time() - ended_s)
+            self.store.prune(conf.max_events_per_session, conf.max_age_days * 86400, ended_s)
             await asyncio.sleep(RETENTION_EVERY_S)
-
-    def _forget_old_ended_sessions(self, max_age_s: float) -> None:
-        """Retention removes an ended session older than ``store.max_age_days`` whole: the
-        store deletes its rows (``prune``), and the hub stops listing it."""
-        cutoff = time.time() - max_age_s
-        for sid, s in list(self.hub.sessions.items()):
-            if s.rec.state == "ended" and s.rec.updated_at < cutoff:
-                del self.hub.sessions[sid]
 
     async def shutdown(self) -> None:
         # A store that cannot write must not hold the shutdown forever.

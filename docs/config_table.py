@@ -102,7 +102,10 @@ MEANING: dict[str, str] = {
     "store.max_events_per_session": "Events kept per session; older ones are pruned (at start "
     "and hourly).",
     "store.max_age_days": "Events, and messages no longer queued (bodies, attachments), older "
-    "than this are pruned; an ended session last changed before this is removed whole.",
+    "than this are pruned (each session's newest event stays).",
+    "store.ended_max_age_days": "An ended session last changed more than this many days ago is "
+    "removed whole (events, messages, the session; at start and hourly). `0` (the default) "
+    "keeps ended sessions: nothing is removed unasked.",
     "store.fail_after_s": "Seconds of failing writes (disk full, database locked, I/O error) "
     "after which running turns are interrupted; nothing unstored is ever shown meanwhile.",
     "adapters.dir": 'Drop-in adapters directory; `""` = `$XDG_CONFIG_HOME/agent-bridge/adapters`.',

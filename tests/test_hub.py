@@ -83,7 +83,7 @@ async def quiet_hub() -> AsyncIterator[Hub]:
 async def session(hub: Hub, tmp_path: Path, agent: str = "term") -> tuple[str, Sub]:
     created, _ = await hub.create(agent, project_dir(tmp_path))
     sub = Sub()
-    _, begin = hub.subscribe(created.session, sub, 0)
+    _, begin = await hub.subscribe(created.session, sub, 0)
     begin()
     return created.session, sub
 
@@ -170,7 +170,7 @@ async def test_a_turn_streams_in_order_and_replays_the_same_way(
             assert items[i - 1].block_json.startswith(b'{"type":"system"')  # type: ignore[union-attr]
 
     late = Sub()
-    _, begin = hub.subscribe(sid, late, 2)
+    _, begin = await hub.subscribe(sid, late, 2)
     begin()
     await until(lambda: hub.get(sid).subs[id(late)].live)
     assert [seq for seq, _ in late.events()] == seqs[2:]

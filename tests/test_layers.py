@@ -149,6 +149,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "bridge.attention.cli",
             "bridge.relay.cli",
             "bridge.relay.pairlink",
+            "bridge.relay.service",
         ),
         (
             "base",

@@ -42,7 +42,7 @@ async def test_subscribers_far_behind_are_waited_for_at_once(tmp_path: Path) -> 
         sid = created.session
         subs = [FarBehind() for _ in range(20)]
         for sub in subs:
-            _, begin = hub.subscribe(sid, sub, 0)
+            _, begin = await hub.subscribe(sid, sub, 0)
             begin()
         s = hub.get(sid)
         await until(lambda: all(x.live for x in s.subs.values()), what="live subscriptions")

@@ -42,7 +42,9 @@ def make_projects(config: Config, hub: Hub | None) -> Projects:
     async def usage() -> list[tuple[str, float | None]]:
         if hub is None:
             return []
-        return await usage_from_sessions(lambda: hub.list_sessions(True))
+        own = [(cwd, at) for cwd, at in await hub.session_dirs()]
+        external = await usage_from_sessions(hub.external_sessions)
+        return own + external
 
     return Projects(
         roots=conf.roots,
@@ -92,11 +94,11 @@ class ProjectsApi:
 
     # ---- confinement ------------------------------------------------------------------------
 
-    def _session_dirs(self) -> set[str]:
+    async def _session_dirs(self) -> set[str]:
         out: set[str] = set()
-        for s in self.hub.sessions.values():
+        for cwd in {cwd for cwd, _at in await self.hub.session_dirs()}:
             try:
-                out.add(os.path.realpath(s.rec.cwd))
+                out.add(os.path.realpath(cwd))
             except (OSError, ValueError):
                 continue
         return out
@@ -109,7 +111,7 @@ class ProjectsApi:
             root = real_dir(path)
         except WorkspaceError as exc:
             raise HubError(exc.code, str(exc)) from None
-        if root in self._session_dirs() or self.projects.known(root):
+        if self.projects.known(root) or root in await self._session_dirs():
             return root
         await self.projects.listing()  # the cached list: cheap when warm
         if self.projects.known(root):

@@ -101,7 +101,10 @@ class CoreRequests:
         return ModelsListResult(models=await self.hub.models(req.agent))
 
     async def sessions_list(self, _conn: Connection, req: SessionsList) -> SessionsListResult:
-        return SessionsListResult(sessions=await self.hub.list_sessions(req.include_external))
+        sessions, next_cursor = await self.hub.list_sessions(
+            req.include_external, req.limit, req.cursor
+        )
+        return SessionsListResult(sessions=sessions, next_cursor=next_cursor)
 
     async def session_create(self, _conn: Connection, req: SessionCreate) -> SessionCreateResult:
         session, info = await self.hub.create(
@@ -117,13 +120,13 @@ class CoreRequests:
         """Answered here, before the replay starts: the answer precedes the events."""
         if req.after_seq < 0:
             raise HubError("bad_request", "`after_seq` must be 0 or more")
-        result, begin = self.hub.subscribe(req.session, conn, req.after_seq)
+        result, begin = await self.hub.subscribe(req.session, conn, req.after_seq)
         conn.reply(req.id, result)
         begin()
         return ALREADY_ANSWERED
 
     async def session_unsubscribe(self, conn: Connection, req: SessionUnsubscribe) -> Empty:
-        self.hub.unsubscribe(req.session, conn)
+        await self.hub.unsubscribe(req.session, conn)
         return Empty()
 
     async def session_send(self, _conn: Connection, req: SessionSend) -> SessionSendResult:

@@ -182,8 +182,14 @@ def print_agents_table(agents: list[dict[str, Any]]) -> None:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     async def go() -> int:
-        result = await ask_daemon("sessions.list", include_external=not args.no_external)
+        fields: dict[str, Any] = {"include_external": not args.no_external}
+        if args.limit is not None:
+            fields["limit"] = args.limit
+        result = await ask_daemon("sessions.list", **fields)
         sessions = result["sessions"]
+        while args.all and result.get("next_cursor"):  # the older pages, one after another
+            result = await ask_daemon("sessions.list", **fields, cursor=result["next_cursor"])
+            sessions += result["sessions"]
         if args.json:
             print(json.dumps(sessions, indent=2))
             return 0
@@ -352,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sessions", cmd_sessions, "List sessions (bridge and terminal)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-external", action="store_true", help="hide terminal sessions")
+    p.add_argument(
+        "--limit", type=int, help="sessions per page, most recent first (daemon default 1000)"
+    )
+    p.add_argument("--all", action="store_true", help="every session, all pages")
 
     p = add("projects", cmd_projects, "List projects: repositories and session directories")
     p.add_argument("--json", action="store_true")

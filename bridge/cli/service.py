@@ -142,37 +142,44 @@ def _unescape(word: str) -> str:
 # ---- systemctl -----------------------------------------------------------------------------------
 
 
-def _systemctl(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str] | None:
-    """``systemctl --user ARGS``; None when systemctl is not installed."""
+def _systemctl(
+    *args: str, capture: bool = False, scope: str = "--user"
+) -> subprocess.CompletedProcess[str] | None:
+    """``systemctl --user ARGS`` (``scope`` "--system": the relay's system unit,
+    bridge/relay/service.py); None when systemctl is not installed."""
     exe = shutil.which("systemctl")
     if exe is None:
         return None
     try:
         return subprocess.run(
-            [exe, "--user", *args],
+            [exe, scope, *args],
             capture_output=capture,
             text=True,
             timeout=SYSTEMCTL_TIMEOUT_S,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"agent-bridge: systemctl --user {' '.join(args)}: {exc}", file=sys.stderr)
+        print(f"agent-bridge: systemctl {scope} {' '.join(args)}: {exc}", file=sys.stderr)
         return subprocess.CompletedProcess([exe, *args], 1, "", str(exc))
 
 
-def _print_commands(commands: list[list[str]]) -> None:
+def _print_commands(commands: list[list[str]], scope: str = "--user") -> None:
     for command in commands:
-        print("  systemctl --user " + " ".join(command))
+        print(f"  {_shown(scope)}" + " ".join(command))
 
 
-def _run_commands(commands: list[list[str]]) -> int:
+def _shown(scope: str) -> str:
+    return "systemctl --user " if scope == "--user" else "sudo systemctl "
+
+
+def _run_commands(commands: list[list[str]], scope: str = "--user") -> int:
     if shutil.which("systemctl") is None:
         print("agent-bridge: systemctl is not installed here; run these where systemd runs:")
-        _print_commands(commands)
+        _print_commands(commands, scope)
         return 1
     for command in commands:
-        print("+ systemctl --user " + " ".join(command), flush=True)
-        result = _systemctl(*command)
+        print(f"+ systemctl {scope} " + " ".join(command), flush=True)
+        result = _systemctl(*command, scope=scope)
         if result is None or result.returncode != 0:
             return 1
     return 0

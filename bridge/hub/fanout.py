@@ -70,6 +70,7 @@ class Fanout:
         s.rec.updated_at = now
         if isinstance(block, UsageBlock):
             s.usage = block
+            s.rec.usage = block_json
         s.uncommitted += 1
         if s.uncommitted >= UNCOMMITTED_HIGH:
             s.drained.clear()

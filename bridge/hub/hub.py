@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import shlex
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,7 +37,13 @@ from bridge.hub.commands import SlashCommand, help_text, parse_command
 from bridge.invariants import TurnGuard
 from bridge.loading.registry import AgentEntry, Registry
 from bridge.logs import get_logger
-from bridge.store.store import AttachmentData, MessageRecord, SessionRecord, Store
+from bridge.store.store import (
+    AttachmentData,
+    MessageRecord,
+    SessionRecord,
+    Store,
+    StoreUnavailable,
+)
 from bridge.wire.agent_types import ModelInfo
 from bridge.wire.protocol import Attachment, SessionObject
 from bridge.wire.results import SessionModeResult, SessionSubscribeResult
@@ -51,6 +59,12 @@ log = get_logger("bridge.hub")
 FIRST_SCAN_WAIT_S = 2.0
 #: Deadline of one adapter's scan for terminal sessions (it reads the CLI's files).
 SCAN_TIMEOUT_S = 10.0
+#: Ended sessions kept in memory, the most recently ended or read: a client reading one right
+#: after it ends does not wait for the store. The others are read back when asked for.
+ENDED_IN_MEMORY = 64
+#: ``sessions.list``: sessions per page when the request names no ``limit``, and the most.
+LIST_DEFAULT = 1000
+LIST_MAX = 5000
 
 
 class Hub:
@@ -58,7 +72,9 @@ class Hub:
         self.config = config
         self.registry = registry
         self.store = store
+        #: Sessions not ended, and the ENDED_IN_MEMORY ended ones used last (``_ended``).
         self.sessions: dict[str, Session] = {}
+        self._ended: OrderedDict[str, None] = OrderedDict()
         self.tasks = Tasks()
         self.fanout = Fanout(config, store, self.sessions, self.tasks)
         self.turns = TurnRunner(
@@ -76,25 +92,25 @@ class Hub:
     # ---- start-up and shutdown ---------------------------------------------------------------
 
     async def start(self) -> None:
+        # Sessions not ended; an ended one is read back when a request names it (``find``).
         sessions, messages, seqs = await asyncio.to_thread(self.store.load)
         for rec in sessions:
-            s = Session(rec=rec, next_seq=max(rec.last_seq, seqs.get(rec.id, 0)) + 1)
-            s.published_seq = s.next_seq - 1  # everything on disk may be replayed
-            s.idle.set()
-            self.sessions[rec.id] = s
+            self.sessions[rec.id] = _revive(rec, seqs.get(rec.id, 0))
         for msg in messages:
             owner = self.sessions.get(msg.session)
-            if owner is None:
-                continue
-            queued = msg.status == "queued"
-            owner.answered[msg.client_msg_id] = (
-                queued if msg.answered_queued is None else msg.answered_queued
-            )
-            if queued:
-                owner.queue.append(self.store.spill(msg))
-        for s in self.sessions.values():
+            if owner is not None:
+                self._known_message(owner, msg)
+        for s in list(self.sessions.values()):
             await self._recover(s)
         self.tasks.spawn(self.parking.sweep_terminals())
+
+    def _known_message(self, s: Session, msg: MessageRecord) -> None:
+        queued = msg.status == "queued"
+        s.answered[msg.client_msg_id] = (
+            queued if msg.answered_queued is None else msg.answered_queued
+        )
+        if queued:
+            s.queue.append(self.store.spill(msg))
 
     async def _recover(self, s: Session) -> None:
         """Close a turn the daemon died in, restore parking, and continue the queue."""
@@ -171,13 +187,63 @@ class Hub:
     # ---- queries -----------------------------------------------------------------------------
 
     def get(self, session_id: str) -> Session:
+        """A session in memory (not ended, or ended lately); ``find`` reads back the others."""
         s = self.sessions.get(session_id)
         if s is None:
             raise HubError("not_found", f"no session `{session_id}`")
         return s
 
+    async def find(self, session_id: str) -> Session:
+        """The session, read back from the store if it ended and left memory."""
+        s = self.sessions.get(session_id)
+        if s is None:
+            loaded = await self.store.load_session(session_id)
+            if loaded is None:
+                raise HubError("not_found", f"no session `{session_id}`")
+            s = self.sessions.get(session_id)  # read back meanwhile by another request
+            if s is None:
+                rec, messages, top = loaded
+                s = _revive(rec, top)
+                for msg in messages:
+                    self._known_message(s, msg)
+                self.sessions[s.id] = s
+        if s.rec.state == "ended":
+            self._remember_ended(s)
+        return s
+
+    def _remember_ended(self, s: Session) -> None:
+        self._ended[s.id] = None
+        self._ended.move_to_end(s.id)
+        self.trim()
+
+    def trim(self) -> None:
+        """Drop from memory the ended sessions used longest ago beyond ENDED_IN_MEMORY; one
+        that a connection still subscribes to, or whose events are not all committed, stays
+        until it is free."""
+        excess = len(self._ended) - ENDED_IN_MEMORY
+        for sid in list(self._ended):
+            if excess <= 0:
+                return
+            s = self.sessions.get(sid)
+            if s is not None and (s.subs or s.uncommitted or s.last_pending is not None):
+                continue
+            del self._ended[sid]
+            if s is not None and s.rec.state == "ended":
+                del self.sessions[sid]
+            excess -= 1
+
+    def forget_ended(self, cutoff: float) -> None:
+        """Retention removed the ended sessions last changed before ``cutoff``."""
+        for sid, s in list(self.sessions.items()):
+            if s.rec.state == "ended" and s.rec.updated_at < cutoff:
+                del self.sessions[sid]
+                self._ended.pop(sid, None)
+
     def session_object(self, s: Session) -> SessionObject:
-        rec = s.rec
+        return self._object(s.rec, s.next_seq - 1, len(s.queue), self.resident.resident(s))
+
+    @staticmethod
+    def _object(rec: SessionRecord, last_seq: int, queued: int, resident: bool) -> SessionObject:
         return SessionObject(
             session=rec.id,
             agent=rec.agent,
@@ -187,26 +253,51 @@ class Hub:
             writer=rec.writer,
             created_at=iso(rec.created_at),
             updated_at=iso(rec.updated_at),
-            last_seq=s.next_seq - 1,
+            last_seq=last_seq,
             agent_session_id=rec.agent_session_id,
             external=rec.external,
-            queued=len(s.queue),
+            queued=queued,
             model=rec.model,
             mode=rec.mode,
-            resident=self.resident.resident(s),
+            resident=resident,
         )
 
-    async def list_sessions(self, include_external: bool) -> list[SessionObject]:
-        own = sorted(
-            (self.session_object(s) for s in self.sessions.values()),
-            key=lambda o: o.updated_at,
-            reverse=True,
-        )
-        if not include_external:
-            return own
-        return own + await self._external_sessions()
+    async def list_sessions(
+        self, include_external: bool, limit: int | None = None, cursor: str | None = None
+    ) -> tuple[list[SessionObject], str | None]:
+        """One page of the daemon's sessions, most recently changed first, and the cursor of
+        the next page (None after the last); external ones follow on the first page."""
+        if limit is None:
+            limit = LIST_DEFAULT
+        if not 1 <= limit <= LIST_MAX:
+            raise HubError("bad_request", f"`limit` must be 1 to {LIST_MAX}")
+        before = (math.inf, "") if cursor is None else _parse_cursor(cursor)
+        found: dict[str, tuple[tuple[float, str], SessionObject]] = {
+            s.id: ((s.rec.updated_at, s.id), self.session_object(s))
+            for s in self.sessions.values()
+            if (s.rec.updated_at, s.id) < before
+        }
+        for rec in await self.store.list_ended(before, limit + 1):
+            if rec.id not in found:
+                obj = self._object(rec, rec.last_seq, 0, False)
+                found[rec.id] = ((rec.updated_at, rec.id), obj)
+        page = sorted(found.values(), key=lambda item: item[0], reverse=True)
+        more = len(page) > limit
+        page = page[:limit]
+        own = [obj for _key, obj in page]
+        next_cursor = f"{page[-1][0][0]!r}:{page[-1][0][1]}" if more else None
+        if not include_external or cursor is not None:
+            return own, next_cursor
+        return own + await self.external_sessions(), next_cursor
 
-    async def _external_sessions(self) -> list[SessionObject]:
+    async def session_dirs(self) -> list[tuple[str, float]]:
+        """(``cwd``, ``updated_at``) of every session of the daemon's, ended ones included."""
+        out = {s.id: (s.rec.cwd, s.rec.updated_at) for s in self.sessions.values()}
+        for sid, cwd, updated in await self.store.ended_dirs():
+            out.setdefault(sid, (cwd, updated))
+        return list(out.values())
+
+    async def external_sessions(self) -> list[SessionObject]:
         stamp, cached = self._external_cache
         if time.monotonic() - stamp > self.config.hub.external_cache:
             if self._external_refresh is None or self._external_refresh.done():
@@ -388,7 +479,7 @@ class Hub:
         return self.session_object(s)
 
     async def close(self, session_id: str) -> None:
-        s = self.get(session_id)
+        s = await self.find(session_id)
         if s.rec.state == "ended":
             return
         if s.turn is not None:
@@ -402,6 +493,9 @@ class Hub:
         dropped = self.turns.drop_queue(s)
         why = "closed by a client" + (f"; {dropped} queued message(s) dropped" if dropped else "")
         self.fanout.transition(s, "close", why)
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.barrier()  # on disk before it may leave memory
+        self._remember_ended(s)
 
     # ---- sending -----------------------------------------------------------------------------
 
@@ -437,7 +531,7 @@ class Hub:
         attachments: list[Attachment],
         client_msg_id: str | None,
     ) -> bool:
-        s = self.get(session_id)
+        s = await self.find(session_id)
         msg_id = client_msg_id or f"m_{uuid.uuid4().hex[:16]}"
         if client_msg_id is not None and msg_id in s.answered:
             return s.answered[msg_id]
@@ -481,17 +575,17 @@ class Hub:
     # ---- requests the stages answer --------------------------------------------------------------
 
     async def interrupt(self, session_id: str) -> None:
-        await self.turns.interrupt(self.get(session_id), "interrupted by a client")
+        await self.turns.interrupt(await self.find(session_id), "interrupted by a client")
 
     async def permission(self, session_id: str, request_id: str, option_id: str) -> None:
-        await self.turns.permission(self.get(session_id), request_id, option_id)
+        await self.turns.permission(await self.find(session_id), request_id, option_id)
 
     async def usage(self, session_id: str) -> UsageBlock | None:
-        return await self.turns.usage(self.get(session_id))
+        return await self.turns.usage(await self.find(session_id))
 
     async def set_mode(self, session_id: str, mode: str) -> SessionModeResult:
         """``session.mode`` (bridge/hub/modes.py)."""
-        s = self.get(session_id)
+        s = await self.find(session_id)
         cls = self.turns.cls(s)
         if (why := modes.problem(cls, mode)) is not None:
             raise HubError("bad_request", why)
@@ -503,18 +597,20 @@ class Hub:
         return await self.turns.models(agent)
 
     async def handoff(self, session_id: str, *, dry_run: bool = False) -> ResumeCommand:
-        return await self.parking.handoff(self.get(session_id), dry_run=dry_run)
+        return await self.parking.handoff(await self.find(session_id), dry_run=dry_run)
 
-    def subscribe(
+    async def subscribe(
         self, session_id: str, conn: Subscriber, after_seq: int
     ) -> tuple[SessionSubscribeResult, Callable[[], None]]:
-        return self.fanout.subscribe(self.get(session_id), conn, after_seq)
+        return self.fanout.subscribe(await self.find(session_id), conn, after_seq)
 
-    def unsubscribe(self, session_id: str, conn: Subscriber) -> None:
-        self.fanout.unsubscribe(self.get(session_id), conn)
+    async def unsubscribe(self, session_id: str, conn: Subscriber) -> None:
+        self.fanout.unsubscribe(await self.find(session_id), conn)
+        self.trim()
 
     def drop_connection(self, conn: Subscriber) -> None:
         self.fanout.drop_connection(conn)
+        self.trim()
 
     # ---- slash commands ----------------------------------------------------------------------
 
@@ -570,6 +666,29 @@ class Hub:
         s.restart_adapter = True
         self.store.save_session(s.rec)
         emit(s, SystemBlock(code="model", text=f"model {model} from the next turn"))
+
+
+def _revive(rec: SessionRecord, top_seq: int) -> Session:
+    """A session read from the store (at start-up, or an ended one asked for)."""
+    s = Session(rec=rec, next_seq=max(rec.last_seq, top_seq) + 1)
+    s.published_seq = s.next_seq - 1  # everything on disk may be replayed
+    s.idle.set()
+    if rec.usage is not None:
+        with contextlib.suppress(Exception):
+            usage = block_from_json(rec.usage)
+            s.usage = usage if isinstance(usage, UsageBlock) else None
+    return s
+
+
+def _parse_cursor(cursor: str) -> tuple[float, str]:
+    at, sep, sid = cursor.partition(":")
+    try:
+        when = float(at)
+    except ValueError:
+        when = math.nan
+    if not sep or not sid or not math.isfinite(when):
+        raise HubError("bad_request", "`cursor` is not one this daemon gave") from None
+    return when, sid
 
 
 def _cancel(s: Session) -> None:

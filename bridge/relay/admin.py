@@ -50,6 +50,10 @@ PASSWORD_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 RELOAD_WAIT_S = 10.0
 
 
+async def _ignore_error(_exc: Exception) -> None:
+    return None
+
+
 class Refused(Exception):
     """An error code for the reply."""
 
@@ -198,6 +202,8 @@ class AdminService:
                     allow_reconnect=False,
                     max_reconnect_attempts=0,
                     connect_timeout=2,
+                    # refused until the reload is read: expected, not worth nats-py's traceback
+                    error_cb=_ignore_error,
                 )
             except Exception as exc:
                 if loop.time() > deadline:

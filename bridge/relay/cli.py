@@ -46,6 +46,13 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
                 setattr(state, key, value)
         if bool(state.tls_cert) != bool(state.tls_key):
             return fail("--tls-cert and --tls-key go together", 2)
+        # automatic TLS (bridge/relay/autotls.py): the listeners use the ACME files
+        from bridge.relay import autotls
+
+        try:
+            acme = autotls.configure(args, rdir.dir, state)
+        except autotls.AutoTLSError as exc:
+            return fail(exc, 2)
         rdir.ensure_not_running()
         with rdir.locked():
             rdir.save(state)
@@ -59,24 +66,45 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
     for warning in (natsserver.plain_ws_warning(state), natsserver.plain_web_warning(state)):
         if warning:
             print(warning, file=sys.stderr, flush=True)
-    return asyncio.run(_serve(rdir, state, binary))
+    return asyncio.run(_serve(rdir, state, binary, acme))
 
 
-async def _serve(rdir: Any, state: Any, binary: Path) -> int:
+async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
     """The web client's port (when on), nats-server and its admin service (the clients' own
     users), until SIGTERM/SIGINT or nats-server exits; all stop together."""
     from bridge.relay import natsserver, webserve
     from bridge.relay.admin import AdminService
 
+    auto = None
+    if acme is not None:  # automatic TLS: the first certificate before any listener needs it
+        from bridge.relay import autotls
+
+        https = natsserver.web_url(state)
+        auto = autotls.AutoTLS(rdir.dir, acme, state.public_host, state.host, https)
+        try:
+            await auto.start()
+        except autotls.AutoTLSError as exc:
+            await auto.close()
+            return fail(exc)
     web = webserve.relay_web() if state.web_port else None
     if web is not None:
         try:
             await web.start(state.host, state.web_port, state.tls_cert, state.tls_key)
         except (OSError, ValueError) as exc:
+            if auto is not None:
+                await auto.close()
             return fail(f"the web client's port {state.host}:{state.web_port}: {exc}")
     proc = natsserver.start(rdir)
     admin = AdminService(rdir, state, lambda: proc.send_signal(signal.SIGHUP))
     stopping: list[int] = []
+    if auto is not None:  # a renewed certificate: nats-server and the web listener reload it
+
+        def installed() -> None:
+            proc.send_signal(signal.SIGHUP)
+            if web is not None:
+                web.reload_tls(state.tls_cert, state.tls_key)
+
+        auto.watch(installed)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         stopping.append(signum)
@@ -102,6 +130,8 @@ async def _serve(rdir: Any, state: Any, binary: Path) -> int:
         print("relay stopped", flush=True)
         return 0
     finally:
+        if auto is not None:
+            await auto.close()
         await admin.close()
         natsserver.stop(proc)
         if web is not None:
@@ -229,12 +259,31 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
         help="the name daemons and phones dial (default: the address, or the LAN address)",
     )
     p.add_argument("--name", help="the first workstation's name (default: this host's name)")
+    p.add_argument(
+        "--acme-email",
+        dest="acme_email",
+        help="obtain and renew a certificate for --public-host from an ACME CA (Let's Encrypt)",
+    )
+    p.add_argument(
+        "--acme-directory",
+        dest="acme_directory",
+        help="the ACME CA's directory URL (default: Let's Encrypt; its staging one for tests)",
+    )
+    p.add_argument(
+        "--acme-http-port",
+        dest="acme_http_port",
+        type=int,
+        help="port answering the CA's HTTP-01 challenge (default 80: what the CA dials)",
+    )
     p = action("add", cmd_relay_add, "Add a workstation: its users and account file")
     p.add_argument("name")
     p.add_argument("--dir", help="the relay's directory (default: under the state dir)")
     p = action("rotate", cmd_relay_rotate, "Give a workstation a new pairing login")
     p.add_argument("name")
     p.add_argument("--dir", help="the relay's directory (default: under the state dir)")
+    from bridge.relay import service  # relay service install|status|uninstall
+
+    service.register(actions)
 
     p = add("clients", cmd_clients, "List the clients paired through the relay")
     p.add_argument("--json", action="store_true")

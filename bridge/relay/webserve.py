@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
@@ -29,6 +30,7 @@ class RelayWeb:
     def __init__(self, client: WebClient) -> None:
         self.client = client
         self.server: Server | None = None
+        self.tls: ssl.SSLContext | None = None
 
     def answer(self, connection: ServerConnection, request: Request) -> Response:
         try:
@@ -45,7 +47,7 @@ class RelayWeb:
 
     async def start(self, host: str, port: int, tls_cert: str = "", tls_key: str = "") -> int:
         """Listen; the port actually bound."""
-        tls = tls_context(tls_cert, tls_key) if tls_cert else None
+        tls = self.tls = tls_context(tls_cert, tls_key) if tls_cert else None
         self.server = await serve(
             _never,
             host,
@@ -56,6 +58,11 @@ class RelayWeb:
             close_timeout=3,
         )
         return int(next(iter(self.server.sockets)).getsockname()[1])
+
+    def reload_tls(self, tls_cert: str, tls_key: str) -> None:
+        """A renewed certificate (bridge/relay/autotls.py): the next handshakes present it."""
+        if self.tls is not None:
+            self.tls.load_cert_chain(tls_cert, tls_key)
 
     async def close(self) -> None:
         if self.server is not None:

@@ -85,3 +85,141 @@ def insert_chunks(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> 
         while len(rows) - at >= n:
             conn.execute(sql, [value for row in rows[at : at + n] for value in row])
             at += n
+
+
+# ---- the sessions table's plain columns ----------------------------------------------------------
+
+#: Beside each session's record: what start-up, ``sessions.list`` and retention filter and sort
+#: on without decoding records (only sessions not ended are loaded at start).
+_SESSION_COLUMNS = (("state", "TEXT"), ("updated_at", "REAL"), ("cwd", "TEXT"))
+SAVE_SESSION = (
+    "INSERT OR REPLACE INTO sessions (id, data, state, updated_at, cwd) VALUES (?, ?, ?, ?, ?)"
+)
+SAVE_MESSAGE = (
+    "INSERT OR REPLACE INTO messages"
+    " (session, client_msg_id, data, status, answered, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+SET_MESSAGE_STATE = (
+    "UPDATE messages SET status = ?, answered = ? WHERE session = ? AND client_msg_id = ?"
+)
+#: Ended sessions, newest first, from before a cursor (``updated_at``, ``id``).
+LIST_ENDED = (
+    "SELECT data FROM sessions WHERE state = 'ended'"
+    " AND (updated_at < ? OR (updated_at = ? AND id < ?))"
+    " ORDER BY updated_at DESC, id DESC LIMIT ?"
+)
+#: Sessions that are not ended: what start-up loads.
+LIVE = "state IS NOT 'ended'"
+LIVE_IDS = "session IN (SELECT id FROM sessions WHERE state IS NOT 'ended')"
+
+
+def add_session_columns(conn: sqlite3.Connection, decode: Any) -> None:
+    """Add the plain columns to a database from before them, filled from each record once."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    if all(name in have for name, _ in _SESSION_COLUMNS):
+        return
+    conn.execute("BEGIN")
+    try:
+        for name, kind in _SESSION_COLUMNS:
+            if name not in have:
+                conn.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
+        for sid, data in conn.execute("SELECT id, data FROM sessions").fetchall():
+            rec = decode(data)
+            conn.execute(
+                "UPDATE sessions SET state = ?, updated_at = ?, cwd = ? WHERE id = ?",
+                (rec.state, rec.updated_at, rec.cwd, sid),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+SESSION_INDEX = "CREATE INDEX IF NOT EXISTS sessions_by_time ON sessions (state, updated_at, id)"
+
+
+# ---- migration and retention (on the writer's connection) --------------------------------------
+
+
+class _Event:
+    __slots__ = ("block_json", "seq", "session", "ts", "ts_unix")
+
+    def __init__(self, session: str, seq: int, ts: str, block_json: bytes, ts_unix: float) -> None:
+        self.session, self.seq, self.ts = session, seq, ts
+        self.block_json, self.ts_unix = block_json, ts_unix
+
+
+def migrate_event_rows(conn: sqlite3.Connection) -> int | None:
+    """Databases from before ``event_chunks`` hold a row per event: move them over, once (the
+    number of events moved; None when there was nothing to move)."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+    ).fetchone()
+    if found is None:
+        return None
+    moved = 0
+    conn.execute("BEGIN")
+    try:
+        cursor = conn.execute(
+            "SELECT session, seq, ts, ts_unix, block FROM events ORDER BY session, seq"
+        )
+        while rows := cursor.fetchmany(CHUNK_EVENTS * 8):
+            events = [_Event(s, q, t, bytes(b), u) for s, q, t, u, b in rows]
+            insert_chunks(conn, chunk_rows(events))
+            moved += len(rows)
+        conn.execute("DROP TABLE events")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return moved
+
+
+def prune_rows(
+    conn: sqlite3.Connection, max_events: int, cutoff: float, gone: float | None
+) -> None:
+    """Keep the newest ``max_events`` of each session, and nothing older than ``cutoff``, except
+    each session's newest event, so its numbering is never lost. Messages no longer queued
+    (their ``user`` blocks are in the events) go after ``cutoff`` too, and an ended session
+    last changed before ``gone`` (``store.ended_max_age_days``; None: never) goes whole."""
+    if gone is not None:
+        ended = "SELECT id FROM sessions WHERE state = 'ended' AND updated_at < ?"
+        for (sid,) in conn.execute(ended, (gone,)).fetchall():
+            for table, column in (
+                ("sessions", "id"),
+                ("event_chunks", "session"),
+                ("messages", "session"),
+            ):
+                conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))  # noqa: S608
+    conn.execute(
+        "DELETE FROM messages WHERE status IS NOT NULL AND status != 'queued' AND created_at < ?",
+        (cutoff,),
+    )
+    tops = conn.execute("SELECT session, MAX(last_seq) FROM event_chunks GROUP BY session")
+    for session, top in tops.fetchall():
+        floor = top - max_events  # events up to this seq go
+        conn.execute(
+            "DELETE FROM event_chunks WHERE session = ?"
+            " AND (last_seq <= ? OR (last_ts < ? AND last_seq < ?))",
+            (session, floor, cutoff, top),
+        )
+        # What is left to cut is at the start of the oldest chunk that remains.
+        row = conn.execute(
+            "SELECT first_seq, events FROM event_chunks WHERE session = ?"
+            " ORDER BY first_seq LIMIT 1",
+            (session,),
+        ).fetchone()
+        if row is None:
+            continue
+        items = DEC_CHUNK.decode(row[1])
+        kept = [
+            _Event(session, seq, ts, block, ts_unix)
+            for seq, ts, ts_unix, block in items
+            if seq > floor and (ts_unix >= cutoff or seq == top)
+        ]
+        if len(kept) < len(items):
+            conn.execute(
+                "DELETE FROM event_chunks WHERE session = ? AND first_seq = ?",
+                (session, row[0]),
+            )
+            insert_chunks(conn, chunk_rows(kept))

@@ -30,7 +30,22 @@ from typing import Any, Literal
 import msgspec
 
 from bridge.logs import get_logger
-from bridge.store.eventrows import CHUNK_EVENTS, DEC_CHUNK, INSERT_CHUNK, chunk_rows, insert_chunks
+from bridge.store.eventrows import (
+    DEC_CHUNK,
+    INSERT_CHUNK,
+    LIST_ENDED,
+    LIVE,
+    LIVE_IDS,
+    SAVE_MESSAGE,
+    SAVE_SESSION,
+    SESSION_INDEX,
+    SET_MESSAGE_STATE,
+    add_session_columns,
+    chunk_rows,
+    insert_chunks,
+    migrate_event_rows,
+    prune_rows,
+)
 from bridge.store.health import StoreHealth
 from bridge.wire.protocol import SessionState, Writer
 
@@ -38,6 +53,9 @@ log = get_logger("bridge.store")
 
 MAX_BATCH = 5000
 CHECKPOINT_EVERY_S = 1.0
+#: A WAL this long is checkpointed whole and truncated: under steady writes passive checkpoints
+#: never let SQLite restart it, and it grew without end (docs/benchmarks.md, "Session churn").
+WAL_TRUNCATE_BYTES = 64 * 1024 * 1024
 #: A write that failed is retried after this, doubling up to RETRY_MAX_S.
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
@@ -67,6 +85,8 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     intent: Literal["handoff"] | None = None
     #: The agent mode (``session.mode``), one of the adapter's ``modes``; None: its default.
     mode: str | None = None
+    #: The session's last ``usage`` block (JSON), for ``usage.get`` of one read back.
+    usage: bytes | None = None
 
 
 class AttachmentData(msgspec.Struct, kw_only=True):
@@ -103,6 +123,8 @@ class StoredEvent:
 
 
 CommitCallback = Callable[[list[StoredEvent]], None]
+#: A session read back on demand: its record, its messages (stand-ins), its highest stored seq.
+Loaded = tuple[SessionRecord, list[MessageRecord], int]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -130,31 +152,6 @@ _enc = msgspec.msgpack.Encoder()
 #: A read of history (a replay, recovery) returns at most about this many bytes at a time,
 #: however many events were asked for: replays stream in bounded pieces.
 READ_BYTES = 4 * 1024 * 1024
-
-
-def _migrate_event_rows(conn: sqlite3.Connection) -> None:
-    """Databases from before ``event_chunks`` hold a row per event: move them over, once."""
-    found = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
-    ).fetchone()
-    if found is None:
-        return
-    moved = 0
-    conn.execute("BEGIN")
-    try:
-        cursor = conn.execute(
-            "SELECT session, seq, ts, ts_unix, block FROM events ORDER BY session, seq"
-        )
-        while rows := cursor.fetchmany(CHUNK_EVENTS * 8):
-            events = [StoredEvent(s, q, t, bytes(b), u) for s, q, t, u, b in rows]
-            insert_chunks(conn, chunk_rows(events))
-            moved += len(rows)
-        conn.execute("DROP TABLE events")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    log.info("store_migrated", events=moved, to="event_chunks")
 
 
 def _private_files(path: Path) -> None:
@@ -199,7 +196,20 @@ class Store:
         raise NotImplementedError
 
     def load(self) -> tuple[list[SessionRecord], list[MessageRecord], dict[str, int]]:
-        """Sessions, their messages (oldest first), and the highest stored seq per session."""
+        """Sessions not ended, their messages (oldest first), and the highest stored seq per
+        session. Ended sessions stay on disk until asked for (``load_session``)."""
+        raise NotImplementedError
+
+    async def load_session(self, session: str) -> Loaded | None:
+        """One session (an ended one, typically), or None if the store has none of that id."""
+        raise NotImplementedError
+
+    async def list_ended(self, before: tuple[float, str], limit: int) -> list[SessionRecord]:
+        """Ended sessions whose (``updated_at``, ``id``) is below ``before``, newest first."""
+        raise NotImplementedError
+
+    async def ended_dirs(self) -> list[tuple[str, str, float]]:
+        """(``id``, ``cwd``, ``updated_at``) of every ended session."""
         raise NotImplementedError
 
     def append_event(self, event: StoredEvent) -> None:
@@ -226,7 +236,9 @@ class Store:
     async def first_seq(self, session: str) -> int | None:
         raise NotImplementedError
 
-    def prune(self, max_events: int, max_age_s: float) -> None:
+    def prune(self, max_events: int, max_age_s: float, ended_max_age_s: float = 0.0) -> None:
+        """Retention (bridge/store/eventrows.py ``prune_rows``); ``ended_max_age_s`` 0 keeps ended
+        sessions."""
         raise NotImplementedError
 
     async def flush(self) -> None:
@@ -297,7 +309,39 @@ class MemoryStore(Store):
         events = self._events.get(session)
         return events[0].seq if events else None
 
-    def prune(self, max_events: int, max_age_s: float) -> None:
+    async def load_session(self, session: str) -> Loaded | None:
+        rec = self._sessions.get(session)
+        if rec is None:
+            return None
+        messages = sorted(
+            (m for (sid, _), m in self._messages.items() if sid == session),
+            key=lambda m: m.created_at,
+        )
+        events = self._events.get(session)
+        return rec, messages, events[-1].seq if events else 0
+
+    def _ended(self) -> list[SessionRecord]:
+        return [r for r in self._sessions.values() if r.state == "ended"]
+
+    async def list_ended(self, before: tuple[float, str], limit: int) -> list[SessionRecord]:
+        found = sorted(
+            (r for r in self._ended() if (r.updated_at, r.id) < before),
+            key=lambda r: (r.updated_at, r.id),
+            reverse=True,
+        )
+        return found[:limit]
+
+    async def ended_dirs(self) -> list[tuple[str, str, float]]:
+        return [(r.id, r.cwd, r.updated_at) for r in self._ended()]
+
+    def prune(self, max_events: int, max_age_s: float, ended_max_age_s: float = 0.0) -> None:
+        if ended_max_age_s > 0:
+            gone = time.time() - ended_max_age_s
+            for rec in [r for r in self._ended() if r.updated_at < gone]:
+                del self._sessions[rec.id]
+                self._events.pop(rec.id, None)
+                for key in [k for k in self._messages if k[0] == rec.id]:
+                    del self._messages[key]
         cutoff = time.time() - max_age_s
         for session, events in self._events.items():
             keep = [e for e in events[-max_events:] if e.ts_unix >= cutoff]
@@ -338,6 +382,7 @@ class SqliteStore(Store):
         self._checkpoint_stop = threading.Event()
         #: set after each write: the checkpoint thread sleeps on it while nothing is written
         self._written = threading.Event()
+        self._truncate = threading.Event()
         self._closed = False
         self.health = StoreHealth()
         #: monotonic time after which a failing write is given up (set while stopping)
@@ -358,8 +403,12 @@ class SqliteStore(Store):
         _private_files(self.path)
         writer = self._connect()
         writer.executescript(_SCHEMA)
-        _migrate_event_rows(writer)
+        moved = migrate_event_rows(writer)
+        if moved is not None:
+            log.info("store_migrated", events=moved, to="event_chunks")
         _add_message_columns(writer)
+        add_session_columns(writer, _dec_session.decode)
+        writer.execute(SESSION_INDEX)
         # Checkpoints (copying the WAL into the database, with an fsync) run on their own
         # connection and thread: done by the writer on commit, they held back every event
         # behind them by 5 to 70 ms (docs/benchmarks.md, T3).
@@ -376,6 +425,7 @@ class SqliteStore(Store):
     def _checkpoints(self) -> None:
         conn = self._connect()
         try:
+            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
             while True:
                 # At most one checkpoint a second, and none while nothing was written: an
                 # idle daemon's threads do not wake (docs/benchmarks.md, T8).
@@ -384,7 +434,11 @@ class SqliteStore(Store):
                     break
                 self._written.clear()
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    _busy, frames, _done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if frames * page >= WAL_TRUNCATE_BYTES:
+                        # done by the writer between two batches: from here it would wait on
+                        # a writer that never pauses (a busy daemon's) and rarely get its turn
+                        self._truncate.set()
         finally:
             conn.close()
 
@@ -393,29 +447,37 @@ class SqliteStore(Store):
         with self._read_lock:
             sessions = [
                 _dec_session.decode(row[0])
-                for row in self._reader.execute("SELECT data FROM sessions")
+                for row in self._reader.execute("SELECT data FROM sessions WHERE " + LIVE)  # noqa: S608
             ]
-            messages = self._load_messages(self._reader)
+            messages = self._load_messages(self._reader, LIVE_IDS)
             seqs = dict(
                 self._reader.execute(
-                    "SELECT session, MAX(last_seq) FROM event_chunks GROUP BY session"
+                    "SELECT session, MAX(last_seq) FROM event_chunks WHERE "  # noqa: S608
+                    + LIVE_IDS
+                    + " GROUP BY session"
                 )
             )
         messages.sort(key=lambda m: m.created_at)
         return sessions, messages, seqs
 
     @staticmethod
-    def _load_messages(conn: sqlite3.Connection) -> list[MessageRecord]:
+    def _load_messages(
+        conn: sqlite3.Connection, where: str, args: tuple[Any, ...] = ()
+    ) -> list[MessageRecord]:
         """Stand-ins read from plain columns (state, answer, time): start-up reads no message
         body; a queued message's body is read when its turn starts (``unspill``). Rows
         written before those columns existed are read whole, once."""
         out = [
             _dec_message.decode(row[0])
-            for row in conn.execute("SELECT data FROM messages WHERE status IS NULL")
+            for row in conn.execute(
+                "SELECT data FROM messages WHERE status IS NULL AND " + where,  # noqa: S608
+                args,
+            )
         ]
+        plain = "SELECT session, client_msg_id, status, answered, created_at FROM messages"
         for session, msg_id, status, answered, created in conn.execute(
-            "SELECT session, client_msg_id, status, answered, created_at FROM messages"
-            " WHERE status IS NOT NULL"
+            plain + " WHERE status IS NOT NULL AND " + where,
+            args,
         ):
             # Queued ones are stand-ins too: their bodies are read when their turns start.
             out.append(
@@ -457,7 +519,8 @@ class SqliteStore(Store):
         self._put(event)  # the commonest operation goes unwrapped
 
     def save_session(self, record: SessionRecord) -> None:
-        self._put(_Op("session", (record.id, _enc.encode(record))))
+        row = (record.id, _enc.encode(record), record.state, record.updated_at, record.cwd)
+        self._put(_Op("session", row))
 
     def save_message(self, record: MessageRecord) -> None:
         answered = None if record.answered_queued is None else int(record.answered_queued)
@@ -512,8 +575,10 @@ class SqliteStore(Store):
             whole, status=record.status, answered_queued=record.answered_queued, spilled=False
         )
 
-    def prune(self, max_events: int, max_age_s: float) -> None:
-        self._put(_Op("prune", (max_events, time.time() - max_age_s)))
+    def prune(self, max_events: int, max_age_s: float, ended_max_age_s: float = 0.0) -> None:
+        now = time.time()
+        gone = now - ended_max_age_s if ended_max_age_s > 0 else None
+        self._put(_Op("prune", (max_events, now - max_age_s, gone)))
 
     async def flush(self) -> None:
         with contextlib.suppress(StoreUnavailable):
@@ -576,6 +641,41 @@ class SqliteStore(Store):
                 rows.close()
         return out[:limit]
 
+    async def _query(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``work`` on the reader connection, off the event loop."""
+
+        def run() -> Any:
+            assert self._reader is not None
+            with self._read_lock:
+                return work(self._reader)
+
+        return await asyncio.get_running_loop().run_in_executor(self._read_pool, run)
+
+    async def load_session(self, session: str) -> Loaded | None:
+        def work(conn: sqlite3.Connection) -> Loaded | None:
+            row = conn.execute("SELECT data FROM sessions WHERE id = ?", (session,)).fetchone()
+            if row is None:
+                return None
+            messages = self._load_messages(conn, "session = ?", (session,))
+            messages.sort(key=lambda m: m.created_at)
+            top = conn.execute(
+                "SELECT MAX(last_seq) FROM event_chunks WHERE session = ?", (session,)
+            ).fetchone()
+            return _dec_session.decode(row[0]), messages, top[0] or 0
+
+        loaded: Loaded | None = await self._query(work)
+        return loaded
+
+    async def list_ended(self, before: tuple[float, str], limit: int) -> list[SessionRecord]:
+        at, sid = before
+        rows = await self._query(lambda c: c.execute(LIST_ENDED, (at, at, sid, limit)).fetchall())
+        return [_dec_session.decode(row[0]) for row in rows]
+
+    async def ended_dirs(self) -> list[tuple[str, str, float]]:
+        sql = "SELECT id, cwd, updated_at FROM sessions WHERE state = 'ended'"
+        rows: list[tuple[str, str, float]] = await self._query(lambda c: c.execute(sql).fetchall())
+        return rows
+
     async def first_seq(self, session: str) -> int | None:
         def query() -> int | None:
             assert self._reader is not None
@@ -600,6 +700,10 @@ class SqliteStore(Store):
                         break
                 if not self._write_until_done(conn, batch):
                     return
+                if self._truncate.is_set():  # waits (busy_timeout) only for readers
+                    self._truncate.clear()
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
 
@@ -669,22 +773,13 @@ class SqliteStore(Store):
             if isinstance(op, StoredEvent):
                 continue  # inserted after the other operations, as rows
             if op.kind == "session":
-                conn.execute("INSERT OR REPLACE INTO sessions (id, data) VALUES (?, ?)", op.args)
+                conn.execute(SAVE_SESSION, op.args)
             elif op.kind == "message":
-                conn.execute(
-                    "INSERT OR REPLACE INTO messages"
-                    " (session, client_msg_id, data, status, answered, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    op.args,
-                )
+                conn.execute(SAVE_MESSAGE, op.args)
             elif op.kind == "message_state":
-                conn.execute(
-                    "UPDATE messages SET status = ?, answered = ?"
-                    " WHERE session = ? AND client_msg_id = ?",
-                    op.args,
-                )
+                conn.execute(SET_MESSAGE_STATE, op.args)
             elif op.kind == "prune":
-                self._prune(conn, *op.args)
+                prune_rows(conn, *op.args)
             elif op.kind == "flush":
                 waiters.append(op.args)
             elif op.kind == "stop":
@@ -702,54 +797,3 @@ class SqliteStore(Store):
         if events and self.on_commit is not None:
             self.on_commit(events)
         self._resolve(waiters, True)
-
-    @staticmethod
-    def _prune(conn: sqlite3.Connection, max_events: int, cutoff: float) -> None:
-        """Keep the newest ``max_events`` of each session, and nothing older than ``cutoff``,
-        except each session's newest event, so its numbering is never lost. Messages no
-        longer queued (their ``user`` blocks are in the events) go after ``cutoff`` too, and
-        an ended session last changed before ``cutoff`` goes whole."""
-        for sid, data in conn.execute("SELECT id, data FROM sessions").fetchall():
-            rec = _dec_session.decode(data)
-            if rec.state == "ended" and rec.updated_at < cutoff:
-                for table, column in (
-                    ("sessions", "id"),
-                    ("event_chunks", "session"),
-                    ("messages", "session"),
-                ):
-                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (sid,))  # noqa: S608
-        conn.execute(
-            "DELETE FROM messages WHERE status IS NOT NULL AND status != 'queued'"
-            " AND created_at < ?",
-            (cutoff,),
-        )
-        tops = conn.execute(
-            "SELECT session, MAX(last_seq) FROM event_chunks GROUP BY session"
-        ).fetchall()
-        for session, top in tops:
-            floor = top - max_events  # events up to this seq go
-            conn.execute(
-                "DELETE FROM event_chunks WHERE session = ?"
-                " AND (last_seq <= ? OR (last_ts < ? AND last_seq < ?))",
-                (session, floor, cutoff, top),
-            )
-            # What is left to cut is at the start of the oldest chunk that remains.
-            row = conn.execute(
-                "SELECT first_seq, events FROM event_chunks WHERE session = ?"
-                " ORDER BY first_seq LIMIT 1",
-                (session,),
-            ).fetchone()
-            if row is None:
-                continue
-            items = DEC_CHUNK.decode(row[1])
-            kept = [
-                StoredEvent(session, seq, ts, block, ts_unix)
-                for seq, ts, ts_unix, block in items
-                if seq > floor and (ts_unix >= cutoff or seq == top)
-            ]
-            if len(kept) < len(items):
-                conn.execute(
-                    "DELETE FROM event_chunks WHERE session = ? AND first_seq = ?",
-                    (session, row[0]),
-                )
-                insert_chunks(conn, chunk_rows(kept))

@@ -72,6 +72,10 @@ class ModelsList(_Request, tag="models.list", kw_only=True):
 
 class SessionsList(_Request, tag="sessions.list", kw_only=True):
     include_external: bool = True
+    #: Sessions per page (default and most: bridge/hub/hub.py LIST_DEFAULT, LIST_MAX).
+    limit: int | None = None
+    #: ``next_cursor`` of the page before; None: the first page.
+    cursor: str | None = None
 
 
 class SessionCreate(_Request, tag="session.create", kw_only=True):

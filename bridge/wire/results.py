@@ -72,6 +72,8 @@ class SessionsListResult(Result, kw_only=True):
     """The answer to ``sessions.list``."""
 
     sessions: list[SessionObject]
+    #: Pass as ``cursor`` for the next page; None after the last page.
+    next_cursor: str | None = None
 
 
 class SessionCreateResult(Result, kw_only=True):

@@ -14,6 +14,7 @@ import queue
 import shutil
 import subprocess
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,11 @@ class BrowserError(AssertionError):
 
 
 class Browser:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, extra_args: Sequence[str] = ()) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self._log = open(workdir / "driver.log", "w")  # noqa: SIM115 - closed in close()
         env = dict(os.environ, CHROMIUM=CHROMIUM, TMPDIR=str(workdir))
+        env["CHROMIUM_EXTRA_ARGS"] = json.dumps(list(extra_args))
         self.proc = subprocess.Popen(
             ["node", str(HERE / "driver.mjs")],
             cwd=str(HERE),

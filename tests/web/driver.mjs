@@ -13,6 +13,8 @@ const browser = await chromium.launch({
   args: [
     '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
     '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    // a test's own (tests/web/browser.py Browser(extra_args=...)): host mappings, trust
+    ...JSON.parse(process.env.CHROMIUM_EXTRA_ARGS || '[]'),
   ],
 });
 
