@@ -60,7 +60,7 @@ async def nothing_left(before: set[asyncio.Task[object]]) -> None:
 async def hub_session(hub: Hub, tmp_path: Path, agent: str = "demo") -> tuple[str, Sub]:
     created, _ = await hub.create(agent, project_dir(tmp_path))
     sub = Sub()
-    _, begin = hub.subscribe(created.session, sub, 0)
+    _, begin = await hub.subscribe(created.session, sub, 0)
     begin()
     return created.session, sub
 
@@ -72,7 +72,7 @@ async def test_the_hub_leaves_no_task_once_shut_down(tmp_path: Path) -> None:
     await hub.send(sid, "echo one", [], None)
     await until(lambda: len(sub.blocks("session_end")) == 1, what="the first turn")
     late = Sub()  # a replay, then live
-    _, begin = hub.subscribe(sid, late, 0)
+    _, begin = await hub.subscribe(sid, late, 0)
     begin()
     await hub.send(sid, "slow two", [], None)  # running when the hub shuts down
     await hub.send(sid, "echo three", [], None)  # queued behind it
