@@ -30,6 +30,7 @@ from bridge.config import Config, ConfigError
 from bridge.hub import Hub
 from bridge.loading.registry import Registry, load_builtin_classes
 from bridge.logs import get_logger
+from bridge.process import TaskOwner
 from bridge.server.netaddr import is_loopback
 from bridge.server.server import BridgeServer
 from bridge.store.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
@@ -113,7 +114,9 @@ class Daemon:
         #: the link to the relay (bridge/relay/link.py) when [relay] is set
         self.relay: Any = None
         self._extras: list[Any] = []
-        self._extras_tasks: set[asyncio.Future[None]] = set()
+        #: the daemon's own tasks (adapter loading, the watchdog, retention, interrupts): they
+        #: end before the parts they use are shut down
+        self.tasks = TaskOwner("daemon")
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -125,9 +128,7 @@ class Daemon:
         if running:
             log.error("store_failing_interrupting", sessions=len(running))
         for session_id in running:
-            task = asyncio.ensure_future(self._interrupt_quietly(session_id))
-            self._extras_tasks.add(task)
-            task.add_done_callback(self._extras_tasks.discard)
+            self.tasks.spawn(self._interrupt_quietly(session_id), name="interrupt")
 
     async def _interrupt_quietly(self, session_id: str) -> None:
         try:
@@ -269,18 +270,16 @@ class Daemon:
         await attention.start(self.attention, self.server)
         notifier = notify.Notifier.from_env()
         notifier.ready(self._status_text())
-        loading = asyncio.create_task(self._load_external_adapters(adapters))
-        watchdog = asyncio.create_task(notifier.run_watchdog(self._status_text))
-        retention = asyncio.create_task(self._retention())
+        self.tasks.spawn(self._load_external_adapters(adapters), name="loading")
+        self.tasks.spawn(notifier.run_watchdog(self._status_text), name="watchdog")
+        self.tasks.spawn(self._retention(), name="retention")
         try:
             await self._stop.wait()
         finally:
             notifier.stopping()
             log.info("shutting_down")
-            for task in (loading, watchdog, retention):
-                task.cancel()
-            with contextlib.suppress(BaseException):
-                await loading  # its probe subprocesses are killed on the way out
+            # cancelled and waited for: loading's probe subprocesses are killed on the way out
+            await self.tasks.close()
             await self.shutdown()
 
     async def _retention(self) -> None:

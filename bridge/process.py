@@ -15,9 +15,13 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
 
 from bridge.util.redact import redact, remember_agent_env
 
@@ -372,3 +376,76 @@ async def run_bounded(
             timed_out = True
             code = await child.terminate(0.5)
     return BoundedResult(code, bytes(data), child.stderr_tail(2000), truncated, timed_out)
+
+
+_T = TypeVar("_T")
+
+
+class TaskOwner:
+    """The owner of background tasks, whose lifetime bounds theirs (the daemon, the server, a
+    connection, the hub, the relay link, an adapter): each task it starts is named after it
+    and kept until it ends, and :meth:`close` cancels every one still running and waits for
+    it, so none outlives its owner. Where one scope holds the tasks (a run method), an anyio
+    task group does the same; this is for owners that start and stop in different calls."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        #: set by :meth:`close` (and by an owner that is shutting down)
+        self.closing = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, _T], *, name: str = "") -> asyncio.Task[_T]:
+        label = name or getattr(coro, "__qualname__", "task")
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}: {label}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def cancel_all(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def close(self, *, grace: float = 0.0, timeout: float = 5.0) -> None:
+        """Let the tasks end by themselves for up to ``grace`` seconds, then cancel those left
+        and wait up to ``timeout`` for them (a task its own clean-up starts included). The
+        wait is shielded, from an anyio scope's cancellation and from the closing task's own:
+        an owner cancelled while closing still reaps what it started, then is cancelled."""
+        self.closing = True
+        loop = asyncio.get_running_loop()
+        cancel_at = loop.time() + grace
+        deadline = cancel_at + timeout
+        cancelled = False
+        asked: set[asyncio.Task[Any]] = set()
+        with anyio.CancelScope(shield=True):
+            while self._tasks and (now := loop.time()) < deadline:
+                tasks = list(self._tasks)
+                if now >= cancel_at:
+                    for task in tasks:
+                        if task not in asked:  # once: its clean-up is not cut short
+                            asked.add(task)
+                            task.cancel()
+                try:
+                    await asyncio.wait(
+                        tasks, timeout=(cancel_at if now < cancel_at else deadline) - now
+                    )
+                except asyncio.CancelledError:
+                    cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
+
+
+@contextlib.asynccontextmanager
+async def task_group() -> AsyncIterator[anyio.abc.TaskGroup]:
+    """An anyio task group for a scope that owns tasks (a connection's sender, a link's
+    ticker): they end with it. A lone exception comes out as itself, as it would without the
+    group, not wrapped in an ``ExceptionGroup``."""
+    try:
+        async with anyio.create_task_group() as tg:
+            yield tg
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -38,6 +39,42 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         shutil.rmtree(own, ignore_errors=True)
 
 
+#: what asyncio logs when a task is garbage-collected while still pending: a task nobody owned
+DESTROYED_PENDING = "Task was destroyed but it is pending"
+
+
+class _DestroyedPending(logging.Handler):
+    """Counts asyncio's "Task was destroyed but it is pending" reports, in this process."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(DESTROYED_PENDING):
+            self.seen.append(self.format(record))
+
+
+_destroyed_pending = _DestroyedPending()
+logging.getLogger("asyncio").addHandler(_destroyed_pending)
+
+
+@pytest.fixture(autouse=True)
+def no_task_destroyed_pending() -> Iterator[None]:
+    """A task destroyed while pending is an error of the test it happened in: every task has
+    an owner that cancels and reaps it (bridge/process.py TaskOwner)."""
+    before = len(_destroyed_pending.seen)
+    yield
+    new = _destroyed_pending.seen[before:]
+    if new:
+        pytest.fail("\n".join(new), pytrace=False)
+
+
+def daemon_log_problems(d: DaemonProcess) -> list[str]:
+    """The lines of a daemon's log that report a task destroyed while pending."""
+    return [line for line in d.log_text().splitlines() if DESTROYED_PENDING in line]
+
+
 @pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[type[DaemonProcess] | object]:
     started: list[DaemonProcess] = []
@@ -51,6 +88,9 @@ def daemon_factory(tmp_path: Path) -> Iterator[type[DaemonProcess] | object]:
     yield make
     for d in started:
         d.stop()
+    problems = [line for d in started for line in daemon_log_problems(d)]
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
 
 
 @pytest.fixture

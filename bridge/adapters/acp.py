@@ -72,7 +72,7 @@ from bridge.parsers.jsonrpc import (
     encode_result,
 )
 from bridge.parsers.untrusted import clean
-from bridge.process import ChildProcess, binary_version
+from bridge.process import ChildProcess, TaskOwner, binary_version
 from bridge.util.redact import remember_env_secrets
 
 log = get_logger("bridge.adapters.acp")
@@ -189,7 +189,8 @@ class AcpBase(CliAdapter, abstract=True):
         self._write_lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self._pending: dict[RpcId, asyncio.Future[Response]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: the agent process's tasks: its exit watcher and the fs requests it made
+        self._tasks = TaskOwner("acp")
         self._prefix = f"acp{uuid.uuid4().hex[:6]}"
         self._perm_ids = itertools.count(1)
         self._mapper = UpdateMapper(
@@ -353,10 +354,8 @@ class AcpBase(CliAdapter, abstract=True):
         proc = await pump.spawn(argv, cwd=self.cwd, env=self._child_env())
         self._proc = proc
         self._pending.clear()
-        self._reader = asyncio.create_task(self._read_loop(pump, proc))
-        watcher = asyncio.create_task(self._watch_exit(proc))
-        self._tasks.add(watcher)
-        watcher.add_done_callback(self._tasks.discard)
+        self._reader = self._tasks.spawn(self._read_loop(pump, proc), name="reader")
+        self._tasks.spawn(self._watch_exit(proc), name="exit watcher")
         try:
             await self._initialize()
             await self._open_session()
@@ -380,8 +379,8 @@ class AcpBase(CliAdapter, abstract=True):
                 await asyncio.wait_for(reader, 3.0)
             except (TimeoutError, asyncio.CancelledError):
                 reader.cancel()
-        for task in list(self._tasks):
-            task.cancel()
+        await self._tasks.close()
+        self._tasks = TaskOwner("acp")  # the next process's
         self._fail_pending("the agent was stopped")
 
     def _fail_pending(self, why: str) -> None:
@@ -559,9 +558,7 @@ class AcpBase(CliAdapter, abstract=True):
                         self._events.put_nowait(block)
                 await self._reply(encode_result(msg.id, {"outcome": {"outcome": "cancelled"}}))
         elif msg.method in ("fs/read_text_file", "fs/write_text_file") and self._fs:
-            task = asyncio.create_task(self._serve_fs(msg))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self._serve_fs(msg), name="fs")
         else:
             await self._reply(
                 encode_error(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from bridge.attention.channels import Answer
 from bridge.logs import get_logger
+from bridge.process import TaskOwner
 
 log = get_logger("bridge.attention")
 
@@ -133,8 +134,8 @@ class Lanes:
     def __init__(self) -> None:
         self._lanes: dict[str, Lane] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        #: Dropped lanes' tasks making their last attempts.
-        self._finishing: set[asyncio.Task[None]] = set()
+        #: owns every lane's task, a dropped lane's making its last attempts included
+        self._owner = TaskOwner("notify lanes")
         self._closed = False
 
     def get(self, key: str) -> Lane | None:
@@ -148,7 +149,7 @@ class Lanes:
         if self._closed:
             return lane
         self._lanes[key] = lane
-        self._tasks[key] = asyncio.create_task(lane.run(), name=f"notify-lane {lane.name}")
+        self._tasks[key] = self._owner.spawn(lane.run(), name=f"notify-lane {lane.name}")
         return lane
 
     def drop(self, key: str, *, finish: bool = False) -> None:
@@ -159,18 +160,12 @@ class Lanes:
         if task is None or lane is None:
             return
         if finish:
-            lane.finish()
-            self._finishing.add(task)
-            task.add_done_callback(self._finishing.discard)
+            lane.finish()  # its task stays the owner's until it ends
         else:
             task.cancel()
 
     async def close(self) -> None:
         self._closed = True
-        tasks = [*self._tasks.values(), *self._finishing]
-        self._finishing.clear()
         self._lanes.clear()
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._owner.close()

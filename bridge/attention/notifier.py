@@ -53,9 +53,12 @@ from bridge.attention.webpush import (
 )
 from bridge.config import NOTIFY_KINDS, Config
 from bridge.logs import get_logger
+from bridge.process import TaskOwner
 from bridge.util.redact import remember_secret
 
 log = get_logger("bridge.attention")
+#: how long ``close`` lets the store writes started from lanes finish before it cancels them
+CHORES_GRACE_S = 30.0
 
 RATE_WINDOW_S = 10.0
 RETRY_DELAYS_S = (1.0, 4.0, 15.0)
@@ -118,7 +121,7 @@ class Attention:
         #: Made in ``start`` once the channels are known.
         self._pool: ThreadPoolExecutor | None = None
         #: Store writes started from a lane (a gone subscription): awaited on ``close``.
-        self._chores: set[asyncio.Task[None]] = set()
+        self._chores = TaskOwner("notify chores")
         self._tested: dict[str, float] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Notices raised before ``start`` (a turn the daemon died in, closed by the recovery
@@ -168,8 +171,7 @@ class Attention:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         await self.webpush.aclose()
-        if self._chores:
-            await asyncio.gather(*self._chores, return_exceptions=True)
+        await self._chores.close(grace=CHORES_GRACE_S)
 
     def url_of(self, session: str) -> str:
         return f"{self.base_url}/#session={session}"
@@ -306,9 +308,7 @@ class Attention:
         """On the loop, from the endpoint's own lane: its task ends once this delivery does."""
         if self.subscriptions.pop(endpoint, None) is not None:
             self._lanes.drop("push " + endpoint)
-            task = asyncio.create_task(self._delete(endpoint))
-            self._chores.add(task)
-            task.add_done_callback(self._chores.discard)
+            self._chores.spawn(self._delete(endpoint))
 
     async def _delete(self, endpoint: str) -> None:
         try:

@@ -174,15 +174,14 @@ class Hub:
             return_exceptions=True,
         )
         if running:
-            await asyncio.wait(
-                [asyncio.create_task(s.idle.wait()) for s in running], timeout=grace + 1
-            )
+            idle = [self.tasks.spawn(s.idle.wait(), name="idle") for s in running]
+            await asyncio.wait(idle, timeout=grace + 1)
         for s in self.sessions.values():
             _cancel(s)
         await asyncio.gather(
             *(self.turns.stop_adapter(s) for s in self.sessions.values()), return_exceptions=True
         )
-        self.tasks.cancel_all()
+        await self.tasks.close()
         await self.store.flush()
 
     # ---- queries -----------------------------------------------------------------------------
@@ -302,7 +301,7 @@ class Hub:
         stamp, cached = self._external_cache
         if time.monotonic() - stamp > self.config.hub.external_cache:
             if self._external_refresh is None or self._external_refresh.done():
-                self._external_refresh = asyncio.create_task(self._scan_external())
+                self._external_refresh = self.tasks.spawn(self._scan_external())
             if stamp == 0.0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(

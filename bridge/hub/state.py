@@ -17,15 +17,16 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from bridge.adapters.base import BaseAdapter
 from bridge.blocks import Block, EndReason, UsageBlock
 from bridge.hub.retry import RetryWatch
 from bridge.invariants import TurnGuard
+from bridge.process import TaskOwner
 from bridge.store.store import MessageRecord, SessionRecord, StoredEvent
 from bridge.wire.protocol import EncodedEvent, Outgoing, SessionState, Writer
 
@@ -247,22 +248,12 @@ class Session:
         return (self.runner, self.watcher, self.mirror)
 
 
-class Tasks:
-    """Every background task of the hub, cancelled together at shutdown."""
+class Tasks(TaskOwner):
+    """Every background task of the hub (turns, queue runners, replays, mirrors, watchers),
+    owned by it: cancelled and waited for together at shutdown."""
 
     def __init__(self) -> None:
-        self.closing = False
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def cancel_all(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        super().__init__("hub")
 
 
 _iso_second: tuple[int, str] = (-1, "")

@@ -357,7 +357,7 @@ class TurnRunner:
             self.resident.busy(s)
             text: str | None = None
             for attempt in range(self.config.adapters.retry_max + 1):
-                turn.task = asyncio.create_task(self.consume(s, turn, msg, text))
+                turn.task = self.tasks.spawn(self.consume(s, turn, msg, text))
                 try:
                     await asyncio.shield(turn.task)
                 except asyncio.CancelledError:

@@ -597,13 +597,14 @@ class AdapterLoader:
     async def _until(self, aw: Any, stopping: asyncio.Future[Any]) -> bool:
         """Await ``aw`` unless the loader stops first (then False)."""
         task = asyncio.ensure_future(aw)
-        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            return False
-        return not self._stop.is_set()
+        try:
+            await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+            return task.done() and not self._stop.is_set()
+        finally:
+            if not task.done():  # the wait is this call's: it never outlives it
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
     async def _watch_files(self) -> None:
         import watchfiles

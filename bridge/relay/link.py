@@ -31,6 +31,7 @@ from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.logs import get_logger
+from bridge.process import TaskOwner, task_group
 from bridge.relay import handshake, natskeys
 from bridge.relay.account import RelaySettings, shown_url
 from bridge.relay.clients import ClientRegistry
@@ -79,7 +80,8 @@ class RelayLink:
         #: conn ids seen recently, so a replayed open is refused (handshake.MAX_SKEW_S)
         self._used: dict[str, float] = {}
         self._nc: Nats | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: the link's tasks: its run, each virtual connection's service, the login syncs
+        self._tasks = TaskOwner("relay link")
         self._runner: asyncio.Task[None] | None = None
         self._closed_event: asyncio.Event | None = None
         #: unauthenticated input dropped since the start, by kind: "frames" (a message on a
@@ -91,28 +93,24 @@ class RelayLink:
     # ---- life ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._runner = asyncio.create_task(self._run())
+        self._runner = self._tasks.spawn(self._run(), name="run")
 
     async def close(self) -> None:
         closing = [vc.close(1001, "daemon shutting down") for vc in self.vcs.values()]
         if closing:  # at once: a daemon with many phones must not stop one second at a time
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 2.0)
-        if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(BaseException):
-                await self._runner
-        for task in list(self._tasks):
-            task.cancel()
+        await self._tasks.close()
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._nc.close(), 2.0)
         self.status = "off"
 
     async def _run(self) -> None:
-        ticker = asyncio.create_task(self._tick())
-        failures = 0
-        try:
+        # the ticker (idle and revoked virtual connections) lives exactly as long as the run
+        async with task_group() as tg:
+            tg.start_soon(self._tick, name="relay ticker")
+            failures = 0
             while True:
                 try:
                     # nats-py retries the first connection and every reconnection by itself,
@@ -133,8 +131,6 @@ class RelayLink:
                         await asyncio.wait_for(self._nc.close(), 2.0)
                 failures += 1
                 await asyncio.sleep(min(30.0, RECONNECT_WAIT_S * 2 ** min(failures, 4)))
-        finally:
-            ticker.cancel()
 
     async def _connect(self) -> Nats:
         s = self.settings
@@ -223,10 +219,7 @@ class RelayLink:
         self._spawn(sync())
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self._tasks.spawn(coro)
 
     # ---- requests -----------------------------------------------------------------------------
 
@@ -341,9 +334,7 @@ class RelayLink:
         self.vcs[opened.conn] = vc
         await self._respond(msg, reply)
         log.info("relay_vc_opened", conn=opened.conn, client=opened.client.id)
-        task = asyncio.create_task(self._serve_vc(vc))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._serve_vc(vc), name=f"vc {opened.conn}")
 
     async def _serve_vc(self, vc: VirtualConnection) -> None:
         try:

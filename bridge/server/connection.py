@@ -14,6 +14,7 @@ import time
 
 from bridge.config import LimitsConfig
 from bridge.logs import get_logger
+from bridge.process import TaskOwner
 from bridge.server.outbox import Outbox, Sized, measure, measure_run
 from bridge.server.transport import FrameTransport, TransportClosed
 from bridge.wire.protocol import (
@@ -61,8 +62,17 @@ class TokenBucket:
 class Connection:
     """One client: its outbox, its sender task, its authentication."""
 
-    def __init__(self, transport: FrameTransport, limits: LimitsConfig, *, trusted: bool) -> None:
+    def __init__(
+        self,
+        transport: FrameTransport,
+        limits: LimitsConfig,
+        *,
+        trusted: bool,
+        owner: TaskOwner | None = None,
+    ) -> None:
         self.transport = transport
+        #: who owns the closing handshake, which may outlive the connection (the server)
+        self.owner = owner or TaskOwner("connection")
         self.limits = limits
         self.msgpack = transport.binary
         self.trusted = trusted
@@ -172,7 +182,7 @@ class Connection:
         self.outbox.clear()
         self._wake.set()
         self._space.set()
-        self._closing = asyncio.get_running_loop().create_task(self.transport.close(code, reason))
+        self._closing = self.owner.spawn(self.transport.close(code, reason), name="close")
 
     async def wait_closed(self) -> None:
         """Wait for the close (its code sent, or the transport dropped)."""
@@ -238,15 +248,17 @@ class Connection:
         connection closed with 4408, once the transport has taken no byte for
         ``limits.write_stall_s``."""
         send = asyncio.ensure_future(self.transport.send(data))
-        while True:
-            done, _ = await asyncio.wait({send}, timeout=tick)
-            if done:
-                send.result()
-                self.outbox.wrote(time.monotonic(), self.transport.buffered())
-                return True
-            if self._stalled(self.transport.buffered()):
-                send.cancel()
-                return False
+        try:
+            while True:
+                done, _ = await asyncio.wait({send}, timeout=tick)
+                if done:
+                    send.result()
+                    self.outbox.wrote(time.monotonic(), self.transport.buffered())
+                    return True
+                if self._stalled(self.transport.buffered()):
+                    return False
+        finally:
+            send.cancel()  # the send is the sender's: it never outlives it
 
     def _stalled(self, buffered: int) -> bool:
         """Tell the outbox what the transport holds; past ``write_stall_s`` without progress,

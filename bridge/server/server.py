@@ -24,6 +24,7 @@ from bridge.config import Config
 from bridge.hub import Hub, HubError
 from bridge.loading.registry import Registry
 from bridge.logs import get_logger
+from bridge.process import TaskOwner
 from bridge.server.admission import Admission
 from bridge.server.auth import token_matches
 from bridge.server.connection import Connection
@@ -65,7 +66,8 @@ class BridgeServer:
             config.limits.max_unauthenticated, config.limits.auth_failures_per_minute
         )
         self.endpoint = Endpoint(self)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: the server's tasks: the token watcher, and each connection's close
+        self.tasks = TaskOwner("server")
         #: Called with each connection that closes (presence, for one).
         self.on_disconnect: list[Callable[[Connection], None]] = []
         #: More fields of ``/healthz``, each asked at every probe (the daemon's "relay").
@@ -126,15 +128,11 @@ class BridgeServer:
             conn.close(CLOSE_SHUTDOWN, "daemon shutting down")
         await asyncio.sleep(0)
         await self.endpoint.close()
-        for task in list(self._tasks):
-            task.cancel()
+        await self.tasks.close()
         await self.projects_api.close()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self.tasks.spawn(coro)
 
     # ---- one connection ------------------------------------------------------------------------
 
@@ -146,7 +144,7 @@ class BridgeServer:
         already (the Unix socket; a relay's client authenticated by its key), so no token is
         needed."""
         self.tokens.refresh()  # not polled while no client is connected
-        conn = Connection(transport, self.config.limits, trusted=trusted)
+        conn = Connection(transport, self.config.limits, trusted=trusted, owner=self.tasks)
         if header_token is not None:
             if not token_matches(self.tokens.token, header_token):
                 await self.admission.penalty(conn.peer)
@@ -159,7 +157,8 @@ class BridgeServer:
             self.admission.enter(conn)
         self.connections.add(conn)
         self.tokens.connected()
-        sender = asyncio.create_task(conn.sender())
+        # the connection owns its sender: cancelled at its end and waited for
+        sender = asyncio.create_task(conn.sender(), name="connection sender")
         try:
             if await self._handshake(conn):
                 await self._requests(conn)
