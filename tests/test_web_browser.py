@@ -318,8 +318,11 @@ def test_the_client_reconnects_and_resumes_without_gaps(
         p.wait(".blk-plan")
         before = len(applied_seqs(p))
         d.stop()  # the daemon goes away mid-turn; the turn is closed while we are away
-        p.wait("#conn[data-state=waiting]")
-        assert "retrying" in p.text("#conn")
+        # state and label read together: the first retry may come before a separate read
+        p.wait_for(
+            "(() => { const c = document.querySelector('#conn');"
+            " return c.dataset.state === 'waiting' && c.textContent.includes('retrying'); })()"
+        )
         d.start()
         p.wait("#conn[data-state=open]", timeout_ms=30_000)
         wait_turns(p, 2)
