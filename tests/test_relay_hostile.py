@@ -19,6 +19,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from bridge.config import RelayConfig
+from bridge.process import TaskOwner
 from bridge.relay import account, sealing
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
@@ -99,6 +100,7 @@ async def test_junk_does_not_keep_a_silent_connection_alive() -> None:
     async def publish(_subject: str, payloads: list[bytes]) -> None:
         sent.extend(payloads)
 
+    owner = TaskOwner("test")
     key = sealing.connection_key(KeyPair.generate().secret, KeyPair.generate().public)
     vc = VirtualConnection(
         conn="c" * 32,
@@ -108,6 +110,7 @@ async def test_junk_does_not_keep_a_silent_connection_alive() -> None:
         publish=publish,
         pending=lambda: 0,
         max_frame=1024,
+        owner=owner,
     )
     heard = vc.last_recv
     for junk in (b"short", bytes(8) + bytes(40), (7).to_bytes(8, "big") + bytes(40)):
@@ -115,6 +118,7 @@ async def test_junk_does_not_keep_a_silent_connection_alive() -> None:
     assert vc.last_recv == heard and not vc.closed and vc.dropped_unauthenticated == 3
     vc.tick(heard + 61)
     await vc.stopped()
+    await owner.close()  # the idle close it started has ended
     opened = sealing.Opener(key, sealing.DAEMON_TO_CLIENT).open(sent[-1])
     assert json.loads(opened.body)["code"] == 4408
 

@@ -14,6 +14,7 @@ import nats
 import pytest
 
 from bridge.config import RelayConfig
+from bridge.process import TaskOwner
 from bridge.relay import account, sealing
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
@@ -151,6 +152,7 @@ async def test_keepalive_after_20_s_quiet_and_close_after_60_s_silent() -> None:
     async def publish(_subject: str, payloads: list[bytes]) -> None:
         sent.extend(payloads)
 
+    owner = TaskOwner("test")
     key = sealing.connection_key(KeyPair.generate().secret, KeyPair.generate().public)
     vc = VirtualConnection(
         conn="c" * 32,
@@ -160,6 +162,7 @@ async def test_keepalive_after_20_s_quiet_and_close_after_60_s_silent() -> None:
         publish=publish,
         pending=lambda: 0,
         max_frame=1024,
+        owner=owner,
     )
     opener = sealing.Opener(key, sealing.DAEMON_TO_CLIENT)
     now = vc.last_sent + 21
@@ -169,6 +172,7 @@ async def test_keepalive_after_20_s_quiet_and_close_after_60_s_silent() -> None:
     assert [opener.open(p).kind for p in sent] == [sealing.KEEPALIVE]
     vc.tick(vc.last_recv + 61)
     await vc.stopped()
+    await owner.close()  # the idle close it started has ended
     last = opener.open(sent[-1])
     assert last.kind == sealing.CLOSE and json.loads(last.body)["code"] == 4408
     assert vc.closed

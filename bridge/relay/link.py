@@ -329,6 +329,7 @@ class RelayLink:
             publish=self._publish,
             pending=self._pending,
             max_frame=self.max_frame,
+            owner=self._tasks,
             on_dropped=self._frame_dropped,
         )
         self.vcs[opened.conn] = vc

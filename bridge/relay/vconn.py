@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from bridge.logs import get_logger
+from bridge.process import TaskOwner
 from bridge.relay import pieces, sealing
 from bridge.relay.sealing import (
     CLIENT_TO_DAEMON,
@@ -61,6 +62,7 @@ class VirtualConnection:
         publish: Publish,
         pending: Callable[[], int],
         max_frame: int,
+        owner: TaskOwner,
         on_dropped: Dropped = _ignore,
     ) -> None:
         self.conn = conn
@@ -86,6 +88,8 @@ class VirtualConnection:
         #: them: they change nothing, not even the silence timer)
         self.dropped_unauthenticated = 0
         self._on_dropped = on_dropped
+        #: starts the idle close, which tick (a plain call) cannot await: the relay link's
+        self._owner = owner
         self._writer = asyncio.create_task(self._write_loop())
 
     # ---- FrameTransport -----------------------------------------------------------------------
@@ -181,7 +185,7 @@ class VirtualConnection:
             return
         self._room.set()  # a send() waiting on nats-py's own buffer looks again
         if now - self.last_recv >= IDLE_S:
-            asyncio.ensure_future(self.close(CLOSE_IDLE, "idle"))  # noqa: RUF006 - ends itself
+            self._owner.spawn(self.close(CLOSE_IDLE, "idle"), name=f"vc {self.conn}: idle")
         elif now - self.last_sent >= KEEPALIVE_S:
             self._queue(self._sealer.seal(sealing.KEEPALIVE))
 
