@@ -12,10 +12,8 @@ each change is a read-modify-write under an advisory lock, written atomically.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import hmac
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -93,13 +91,8 @@ class ClientRegistry:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with privfile.locked(self.dir):
             yield
-        finally:
-            os.close(fd)
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
         try:

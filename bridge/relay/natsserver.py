@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import os
 import re
 import secrets
@@ -302,13 +301,8 @@ class RelayDir:
     def locked(self) -> Iterator[None]:
         """`relay serve`'s admin service, `relay add` and `relay rotate` change the same files:
         one at a time, each reading them again under the lock."""
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with privfile.locked(self.dir):
             yield
-        finally:
-            os.close(fd)
 
     def load(self) -> RelayState | None:
         if not self.state_file.exists():

@@ -3,9 +3,12 @@ the user could read or change them (keys, passwords and pairing secrets live in 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +77,16 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 def write_json(path: Path, obj: Any) -> None:
     write_bytes(path, (json.dumps(obj, indent=1) + "\n").encode())
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Holds the exclusive lock on `directory`/.lock (made 0700 if missing): the relay's files in
+    it are changed by one process at a time, each reading them again under the lock."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
