@@ -60,6 +60,16 @@ logging.getLogger("asyncio").addHandler(_destroyed_pending)
 
 
 @pytest.fixture(autouse=True)
+def secrets_remembered_by_one_test_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The secrets a test's in-process config or daemon remembers (bridge/util/redact.py) are
+    forgotten after it: they would otherwise mask text in whichever test a worker runs next."""
+    from bridge.util import redact
+
+    monkeypatch.setattr(redact, "_known", set(redact._known))
+    monkeypatch.setattr(redact, "_fragments", set(redact._fragments))
+
+
+@pytest.fixture(autouse=True)
 def no_task_destroyed_pending() -> Iterator[None]:
     """A task destroyed while pending is an error of the test it happened in: every task has
     an owner that cancels and reaps it (bridge/process.py TaskOwner)."""
