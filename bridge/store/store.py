@@ -382,7 +382,6 @@ class SqliteStore(Store):
         self._checkpoint_stop = threading.Event()
         #: set after each write: the checkpoint thread sleeps on it while nothing is written
         self._written = threading.Event()
-        self._truncate = threading.Event()
         self._closed = False
         self.health = StoreHealth()
         #: monotonic time after which a failing write is given up (set while stopping)
@@ -425,7 +424,6 @@ class SqliteStore(Store):
     def _checkpoints(self) -> None:
         conn = self._connect()
         try:
-            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
             while True:
                 # At most one checkpoint a second, and none while nothing was written: an
                 # idle daemon's threads do not wake (docs/benchmarks.md, T8).
@@ -434,11 +432,7 @@ class SqliteStore(Store):
                     break
                 self._written.clear()
                 with contextlib.suppress(sqlite3.Error):
-                    _busy, frames, _done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    if frames * page >= WAL_TRUNCATE_BYTES:
-                        # done by the writer between two batches: from here it would wait on
-                        # a writer that never pauses (a busy daemon's) and rarely get its turn
-                        self._truncate.set()
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         finally:
             conn.close()
 
@@ -690,6 +684,7 @@ class SqliteStore(Store):
     # ---- the writer thread -------------------------------------------------------------------
 
     def _run(self, conn: sqlite3.Connection) -> None:
+        wal = f"{self.path}-wal"
         try:
             while True:
                 batch = self._queue.get()
@@ -700,9 +695,10 @@ class SqliteStore(Store):
                         break
                 if not self._write_until_done(conn, batch):
                     return
-                if self._truncate.is_set():  # waits (busy_timeout) only for readers
-                    self._truncate.clear()
-                    with contextlib.suppress(sqlite3.Error):
+                # Checked here, after each batch: a thread that looks now and then fell far
+                # behind a busy writer. The truncation waits (busy_timeout) only for readers.
+                with contextlib.suppress(OSError, sqlite3.Error):
+                    if os.stat(wal).st_size >= WAL_TRUNCATE_BYTES:
                         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
