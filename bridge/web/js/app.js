@@ -893,7 +893,9 @@ class App {
    */
   fillCwd() {
     const input = $('#ns-cwd');
-    if (input.value) return;
+    // not into a field the person is typing in: a list that loads late would put a default
+    // before what they type (an empty field mid-edit is not an empty field)
+    if (input.value || document.activeElement === input) return;
     const newest = [...this.sessions.values()]
       .filter((s) => s.cwd)
       .sort((a, b) => String(b.updated_at || '').localeCompare(String(a.updated_at || '')))[0];
