@@ -470,3 +470,29 @@ class Attacker:
             with contextlib.suppress(BaseException):
                 await self._task
         await self.nc.close()
+
+
+def lone_connection(owner: Any) -> tuple[Any, bytes, list[bytes]]:
+    """A daemon-side virtual connection with no link or relay behind it: its key and the
+    sealed messages it publishes, for rules tested with the clock moved by hand."""
+    from bridge.relay import sealing
+    from bridge.relay.sealing import KeyPair
+    from bridge.relay.vconn import VirtualConnection
+
+    sent: list[bytes] = []
+
+    async def publish(_subject: str, payloads: list[bytes]) -> None:
+        sent.extend(payloads)
+
+    key = sealing.connection_key(KeyPair.generate().secret, KeyPair.generate().public)
+    vc = VirtualConnection(
+        conn="c" * 32,
+        client_id="c-1",
+        key=key,
+        down_subject="agent-bridge.x.vc.c.down",
+        publish=publish,
+        pending=lambda: 0,
+        max_frame=1024,
+        owner=owner,
+    )
+    return vc, key, sent

@@ -23,8 +23,6 @@ from bridge.process import TaskOwner
 from bridge.relay import account, sealing
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
-from bridge.relay.sealing import KeyPair
-from bridge.relay.vconn import VirtualConnection
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.relaykit import (
@@ -33,6 +31,7 @@ from tests.relaykit import (
     RelayClient,
     decode_link,
     events_until,
+    lone_connection,
     relayed_daemon,
     wait_relay,
 )
@@ -95,23 +94,8 @@ async def test_unauthenticated_frames_are_dropped_counted_and_change_nothing(
 
 async def test_junk_does_not_keep_a_silent_connection_alive() -> None:
     """A connection whose client went quiet is still closed after 60 s, junk or not."""
-    sent: list[bytes] = []
-
-    async def publish(_subject: str, payloads: list[bytes]) -> None:
-        sent.extend(payloads)
-
     owner = TaskOwner("test")
-    key = sealing.connection_key(KeyPair.generate().secret, KeyPair.generate().public)
-    vc = VirtualConnection(
-        conn="c" * 32,
-        client_id="c-1",
-        key=key,
-        down_subject="agent-bridge.x.vc.c.down",
-        publish=publish,
-        pending=lambda: 0,
-        max_frame=1024,
-        owner=owner,
-    )
+    vc, key, sent = lone_connection(owner)
     heard = vc.last_recv
     for junk in (b"short", bytes(8) + bytes(40), (7).to_bytes(8, "big") + bytes(40)):
         vc.deliver(junk)

@@ -21,7 +21,7 @@ from bridge.relay.link import RelayLink
 from bridge.relay.sealing import KeyPair, b64
 from bridge.relay.vconn import VirtualConnection
 from bridge.server.transport import TransportClosed
-from tests.relaykit import Relay, RelayClient
+from tests.relaykit import Relay, RelayClient, lone_connection
 
 
 async def until_connected(lk: RelayLink, tries: int) -> None:
@@ -147,23 +147,8 @@ async def test_client_users_are_confined_to_their_workstation(relay: Relay) -> N
 
 async def test_keepalive_after_20_s_quiet_and_close_after_60_s_silent() -> None:
     """The liveness rules, with the clock moved by hand (no waiting)."""
-    sent: list[bytes] = []
-
-    async def publish(_subject: str, payloads: list[bytes]) -> None:
-        sent.extend(payloads)
-
     owner = TaskOwner("test")
-    key = sealing.connection_key(KeyPair.generate().secret, KeyPair.generate().public)
-    vc = VirtualConnection(
-        conn="c" * 32,
-        client_id="c-1",
-        key=key,
-        down_subject="agent-bridge.x.vc.c.down",
-        publish=publish,
-        pending=lambda: 0,
-        max_frame=1024,
-        owner=owner,
-    )
+    vc, key, sent = lone_connection(owner)
     opener = sealing.Opener(key, sealing.DAEMON_TO_CLIENT)
     now = vc.last_sent + 21
     vc.last_recv = now - 1
