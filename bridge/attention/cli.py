@@ -65,18 +65,10 @@ def channel_checks(config: Config, *, online: bool = False) -> list[Check]:
 def _local_test(config: Config, kind: str) -> list[dict[str, Any]]:
     """No daemon running: send through the config's channels from here (no Web Push)."""
     from bridge.attention.channels import build_channels
-    from bridge.attention.detect import Notice, with_workstation, workstation_name
+    from bridge.attention.detect import sample_notice, workstation_name
 
     channels, problems = build_channels(config.notify.targets)
-    notice = Notice(
-        kind=kind,
-        title="agent-bridge test notification",
-        body=f"A test of the {kind} notification: this channel works.",
-        session="test",
-        agent="agent-bridge",
-        url="",
-    )
-    with_workstation(notice, workstation_name(config.relay.name))
+    notice = sample_notice(kind, "", workstation_name(config.relay.name))
     results = [{"channel": "config", "ok": False, "answer": p} for p in problems]
     if channels:
         with ThreadPoolExecutor(min(8, len(channels))) as pool:

@@ -92,6 +92,20 @@ def with_workstation(notice: Notice, workstation: str) -> Notice:
     return notice
 
 
+def sample_notice(kind: str, url: str, workstation: str) -> Notice:
+    """What ``notify.test`` and ``agent-bridge notify test`` send: a ``kind`` notice that says
+    the channel works."""
+    notice = Notice(
+        kind=kind,
+        title="agent-bridge test notification",
+        body=f"A test of the {kind} notification: this channel works.",
+        session="test",
+        agent="agent-bridge",
+        url=url,
+    )
+    return with_workstation(notice, workstation)
+
+
 @dataclass
 class SessionInfo:
     agent: str

@@ -37,6 +37,7 @@ from bridge.attention.detect import (
     Notice,
     SessionInfo,
     clean,
+    sample_notice,
     with_workstation,
     workstation_name,
 )
@@ -360,15 +361,7 @@ class Attention:
         }
 
     def test_notice(self, kind: str) -> Notice:
-        notice = Notice(
-            kind=kind,
-            title="agent-bridge test notification",
-            body=f"A test of the {kind} notification: this channel works.",
-            session="test",
-            agent="agent-bridge",
-            url=f"{self.base_url}/",
-        )
-        return with_workstation(notice, self.workstation)
+        return sample_notice(kind, f"{self.base_url}/", self.workstation)
 
     def _test_allowed(self, key: str) -> None:
         now = time.monotonic()

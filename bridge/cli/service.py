@@ -25,6 +25,14 @@ UNIT_NAME = "agent-bridge.service"
 DEFAULT_EXEC = "%h/.local/bin/agent-bridge"
 SYSTEMCTL_TIMEOUT_S = 30.0
 
+#: How both units restart (the daemon's and the relay's).
+RESTART_POLICY = """\
+Restart=on-failure
+RestartSec=5
+# Exit status 2 is a configuration error: restarting cannot fix it.
+RestartPreventExitStatus=2
+"""
+
 _UNIT_TEMPLATE = """\
 # agent-bridge as a systemd user service. Install it with `agent-bridge service install`
 # (which fills in ExecStart and PATH for your installation) or copy it to
@@ -45,10 +53,7 @@ NotifyAccess=main
 WatchdogSec=30
 ExecStart={exec_start}
 {environment}\
-Restart=on-failure
-RestartSec=5
-# Exit status 2 is a configuration error: restarting cannot fix it.
-RestartPreventExitStatus=2
+{restart_policy}\
 # SIGTERM goes to the daemon alone, which interrupts turns and stops every agent's process
 # group within adapters.stop_grace; whatever is left after that (or after a crash) gets SIGKILL.
 KillMode=mixed
@@ -93,7 +98,9 @@ def render_unit(exec_argv: Sequence[str] | None = None, path_env: str | None = N
     else:
         exec_start = " ".join(_quote_arg(a) for a in exec_argv)
     environment = _environment_line("PATH", path_env) if path_env else ""
-    return _UNIT_TEMPLATE.format(exec_start=exec_start, environment=environment)
+    return _UNIT_TEMPLATE.format(
+        exec_start=exec_start, environment=environment, restart_policy=RESTART_POLICY
+    )
 
 
 def agent_bridge_argv(config: str | None = None) -> list[str]:

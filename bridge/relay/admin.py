@@ -27,6 +27,7 @@ from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.logs import get_logger
+from bridge.relay.handshake import Refused, read_request
 from bridge.relay.natsserver import (
     ADMIN_PREFIX,
     ADMIN_USER,
@@ -54,19 +55,10 @@ async def _ignore_error(_exc: Exception) -> None:
     return None
 
 
-class Refused(Exception):
-    """An error code for the reply."""
-
-
 def parse(data: bytes) -> dict[str, str]:
     """A request's client set; Refused("bad_request" | "too_many") for anything else."""
-    if len(data) > MAX_REQUEST_BYTES:
-        raise Refused("bad_request")
-    try:
-        req = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise Refused("bad_request") from exc
-    if not isinstance(req, dict) or req.get("v") != 1 or not isinstance(req.get("clients"), dict):
+    req = read_request(data, MAX_REQUEST_BYTES)
+    if not isinstance(req.get("clients"), dict):
         raise Refused("bad_request")
     clients: dict[str, Any] = req["clients"]
     if len(clients) > MAX_CLIENTS:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import ipaddress
 import threading
@@ -62,12 +63,7 @@ class Settings:
     account_url: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "email": self.email,
-            "directory": self.directory,
-            "http_port": self.http_port,
-            "account_url": self.account_url,
-        }
+        return dataclasses.asdict(self)
 
 
 class AcmeFiles:

@@ -153,7 +153,10 @@ async def _start_admin(admin: Any, proc: Any) -> None:
     start.result()
 
 
-def cmd_relay_add(args: argparse.Namespace) -> int:
+def _change_workstation(args: argparse.Namespace, change: str, missing: str) -> Any:
+    """``RelayDir.add`` or ``.rotate`` (``change``) of ``args.name`` under the relay
+    directory's lock: (the relay directory, the workstation), else the exit status of the
+    error said."""
     from bridge.relay.natsserver import RelayServeError
 
     rdir = _relay_dir(args)
@@ -161,12 +164,17 @@ def cmd_relay_add(args: argparse.Namespace) -> int:
         with rdir.locked():
             state = rdir.load()
             if state is None:
-                return fail(
-                    f"no relay in {rdir.dir}: start one with `agent-bridge relay serve` first"
-                )
-            w = rdir.add(state, args.name)
+                return fail(f"no relay in {rdir.dir}{missing}")
+            return rdir, getattr(rdir, change)(state, args.name)
     except (RelayServeError, OSError) as exc:
         return fail(exc)
+
+
+def cmd_relay_add(args: argparse.Namespace) -> int:
+    changed = _change_workstation(args, "add", ": start one with `agent-bridge relay serve` first")
+    if isinstance(changed, int):
+        return changed
+    rdir, w = changed
     account = rdir.account_file(w.host_id)
     print(f"added workstation {w.host_id}; its account file: {account}")
     print("Copy it to that workstation (keep it mode 0600).")
@@ -181,17 +189,10 @@ def cmd_relay_add(args: argparse.Namespace) -> int:
 
 
 def cmd_relay_rotate(args: argparse.Namespace) -> int:
-    from bridge.relay.natsserver import RelayServeError
-
-    rdir = _relay_dir(args)
-    try:
-        with rdir.locked():
-            state = rdir.load()
-            if state is None:
-                return fail(f"no relay in {rdir.dir}")
-            w = rdir.rotate(state, args.name)
-    except (RelayServeError, OSError) as exc:
-        return fail(exc)
+    changed = _change_workstation(args, "rotate", "")
+    if isinstance(changed, int):
+        return changed
+    rdir, w = changed
     account = rdir.account_file(w.host_id)
     print(f"new pairing login for {w.host_id}: every pairing link made before no longer works")
     print(f"Copy {account} to that workstation again (keep it mode 0600);")

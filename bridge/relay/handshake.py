@@ -36,8 +36,9 @@ class Opened:
     scoped: bool = False
 
 
-def _request(data: bytes) -> dict[str, Any]:
-    if len(data) > MAX_REQUEST_BYTES:
+def read_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> dict[str, Any]:
+    """A relay request's JSON object, version 1; Refused("bad_request") for anything else."""
+    if len(data) > max_bytes:
         raise Refused("bad_request")
     try:
         req = json.loads(data)
@@ -65,7 +66,7 @@ def pair(
 ) -> tuple[dict[str, Any], Client | None]:
     """Answer a pairing request; a valid one-time secret pairs the client and is consumed."""
     try:
-        req = _request(data)
+        req = read_request(data)
         client_pk, nonce = _fields(req)
         try:
             inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
@@ -114,7 +115,7 @@ def login(
     """Check a ``P.login`` request (a paired client asks for its own NATS user): ({}, client)
     when it is a paired, unrevoked client's, else (the refusal, None)."""
     try:
-        req = _request(data)
+        req = read_request(data)
         client_pk, nonce = _fields(req)
         client = _paired_client(registry, client_pk)
         try:
@@ -148,7 +149,7 @@ def open_connection(
     """Answer an open request: the client is paired and not revoked, the box opens, its
     fields match, it is fresh, and the conn id is new."""
     try:
-        req = _request(data)
+        req = read_request(data)
         client_pk, nonce = _fields(req)
         conn, eph_text = req.get("conn"), req.get("eph")
         if not isinstance(conn, str) or not CONN_RE.fullmatch(conn):

@@ -41,10 +41,7 @@ Type=simple
 User={user}
 ExecStart={exec_start}
 {environment}\
-Restart=on-failure
-RestartSec=5
-# Exit status 2 is a configuration error: restarting cannot fix it.
-RestartPreventExitStatus=2
+{restart_policy}\
 # SIGTERM goes to relay serve alone, which stops nats-server; SIGKILL for what is left.
 KillMode=mixed
 TimeoutStopSec=30
@@ -81,6 +78,7 @@ def render_unit(user: str, exec_argv: Sequence[str], relay_dir: Path) -> str:
             "PATH", service._dedupe_path(os.environ.get("PATH", "")) or "/usr/bin:/bin"
         ),
         relay_dir=service._quote_arg(str(relay_dir)),
+        restart_policy=service.RESTART_POLICY,
     )
 
 

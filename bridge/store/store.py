@@ -47,7 +47,7 @@ from bridge.store.eventrows import (
     prune_rows,
 )
 from bridge.store.health import StoreHealth
-from bridge.wire.protocol import SessionState, Writer
+from bridge.wire.protocol import Attachment, SessionState, Writer
 
 log = get_logger("bridge.store")
 
@@ -89,10 +89,8 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     usage: bytes | None = None
 
 
-class AttachmentData(msgspec.Struct, kw_only=True):
-    name: str
-    mime: str
-    data: bytes
+#: an attachment is stored as the wire carries it
+AttachmentData = Attachment
 
 
 class MessageRecord(msgspec.Struct, kw_only=True):
