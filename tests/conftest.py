@@ -3,7 +3,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +14,8 @@ from tests.harness import make_project
 from tests.web.browser import Browser
 
 if TYPE_CHECKING:
+    from bridge.relay.link import RelayLink
+    from tests.notify_fakes import Receiver
     from tests.relaykit import Relay
 
 _OWN_BASETEMP = pytest.StashKey[Path]()
@@ -123,6 +125,14 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 
 
 @pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on 127.0.0.1 that records what notification channels post."""
+    from tests.notify_fakes import receivers
+
+    yield from receivers()
+
+
+@pytest.fixture
 def relay(tmp_path: Path) -> Iterator[Relay]:
     """A started nats-server relay serving the workstations ``ws-a`` and ``ws-b``
     (tests/relaykit.py); imported here only when a test asks for it."""
@@ -133,3 +143,12 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
         yield r
     finally:
         r.stop()
+
+
+@pytest.fixture
+async def link(relay: Relay, tmp_path: Path) -> AsyncIterator[RelayLink]:
+    """``relay``'s workstation ``ws-a`` linked, with a stand-in that echoes frames behind it."""
+    from tests.relaykit import echo_link
+
+    async with echo_link(relay, tmp_path / "state" / "relay") as lk:
+        yield lk

@@ -23,6 +23,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from bridge.attention.detect import workstation_name
+
+#: What every notification's title starts with: this machine's name (no `[relay] name` set).
+WS = workstation_name("")
+
 
 @dataclass
 class Hit:
@@ -270,6 +275,7 @@ class SilentService:
 
 
 def receivers() -> Iterator[Receiver]:
+    """A Receiver for as long as the generator is not closed (a fixture's body)."""
     r = Receiver()
     try:
         yield r

@@ -14,6 +14,7 @@ import secrets
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,14 @@ import nats
 from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
-from bridge.relay import natsserver, pieces, sealing
+from bridge.config import RelayConfig
+from bridge.relay import account, natsserver, pieces, sealing
+from bridge.relay.clients import ClientRegistry
+from bridge.relay.link import RelayLink
 from bridge.relay.natsserver import RelayDir, RelayState
 from bridge.relay.sealing import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, KeyPair, b64, unb64
+from bridge.relay.vconn import VirtualConnection
+from bridge.server.transport import TransportClosed
 from tests.daemon import DaemonProcess
 from tests.wsclient import collect_events
 
@@ -347,6 +353,16 @@ def wait_relay(d: DaemonProcess, status: str, timeout: float = 20.0) -> None:
     raise AssertionError(f"relay never {status}: {d.healthz()}\n{d.log_text()[-3000:]}")
 
 
+def linked_daemon(home: Path, account_file: Path, more: str = "") -> Iterator[DaemonProcess]:
+    """A fixture's daemon linked with ``account_file`` (``more`` lines after the ``[relay]``
+    table's account line), stopped when the fixture ends."""
+    d = relayed_daemon(home, f'[relay]\naccount = "{account_file}"\n{more}')
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
 def relayed_daemon(home: Path, config: str) -> DaemonProcess:
     """A daemon started with ``config`` (a ``[relay]`` table; config.toml made mode 0600, the
     user's alone), returned once its relay link is connected; stopped again if it never is."""
@@ -496,3 +512,53 @@ def lone_connection(owner: Any) -> tuple[Any, bytes, list[bytes]]:
         owner=owner,
     )
     return vc, key, sent
+
+
+async def until_connected(lk: RelayLink, tries: int) -> None:
+    """Polls the link's status every 50 ms, ``tries`` times at most, until it is connected."""
+    for _ in range(tries):
+        if lk.status == "connected":
+            break
+        await asyncio.sleep(0.05)
+    assert lk.status == "connected"
+
+
+async def echo(vc: VirtualConnection) -> None:
+    """Answers each frame with {"t":"ok","id":..,"result":<the frame>}: a stand-in for the
+    daemon's server behind a relay link."""
+    try:
+        while True:
+            frame = json.loads(await vc.recv())
+            vc.write([json.dumps({"t": "ok", "id": frame.get("id"), "result": frame}).encode()])
+    except TransportClosed:
+        return
+
+
+@contextlib.asynccontextmanager
+async def echo_link(relay: Relay, state_dir: Path) -> AsyncIterator[RelayLink]:
+    """Workstation ``ws-a``'s relay link, connected, with ``echo`` behind it."""
+    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
+    assert settings is not None
+    lk = RelayLink(settings, ClientRegistry(state_dir), echo, max_frame=16 * 1024 * 1024)
+    lk.start()
+    await until_connected(lk, tries=100)
+    try:
+        yield lk
+    finally:
+        await lk.close()
+
+
+async def opened(relay: Relay, lk: RelayLink) -> tuple[RelayClient, VirtualClient]:
+    """A client paired with ``lk`` and a virtual connection it has opened and pinged on."""
+    client = await paired(relay, lk)
+    vc = await client.open()
+    await vc.request("ping")
+    return client, vc
+
+
+async def paired(relay: Relay, lk: RelayLink) -> RelayClient:
+    """A client of ``ws-a`` paired with ``lk`` through the relay."""
+    client = RelayClient(await relay.connect("ws-a"), "ws-a", lk.keys.public)
+    reply = await client.pair(b64(lk.registry.new_pairing_secret()))
+    assert reply["ok"], reply
+    return client

@@ -18,15 +18,11 @@ from typing import Any
 
 import pytest
 
-from bridge.attention.detect import workstation_name
 from tests.daemon import ROOT, DaemonProcess
 from tests.daemonkit import running
-from tests.notify_fakes import FakePushService, Receiver
+from tests.notify_fakes import WS, FakePushService, Receiver, receivers
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.wsclient import Client
-
-#: What every notification's title starts with: this machine's name (no `[relay] name` set).
-WS = workstation_name("")
 
 pytestmark = BROWSER_TESTS
 
@@ -47,9 +43,7 @@ KEPT_TOKEN = (
 
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
+    yield from receivers()
 
 
 @pytest.fixture(scope="module")

@@ -5,25 +5,11 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from bridge.attention.detect import workstation_name
 from tests.daemon import ROOT, DaemonProcess
 from tests.daemonkit import bridge_argv, run_bridge
-from tests.notify_fakes import Receiver
-
-#: What every notification's title starts with: this machine's name (no `[relay] name` set).
-WS = workstation_name("")
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
+from tests.notify_fakes import WS, Receiver
 
 
 def closed_port() -> int:

@@ -15,22 +15,11 @@ from typing import Any
 
 import pytest
 
-from bridge.attention.detect import workstation_name
 from bridge.attention.notifier import TEST_WINDOW_S
 from bridge.attention.webpush import MAX_ENDPOINT_BYTES, PUSH_TIMEOUT_S
 from tests.daemon import DaemonProcess
-from tests.notify_fakes import FakePushService, Receiver, SilentService
+from tests.notify_fakes import WS, FakePushService, Receiver, SilentService
 from tests.wsclient import Client, RequestFailed, blocks
-
-#: What every notification's title starts with: this machine's name (no `[relay] name` set).
-WS = workstation_name("")
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from tests.relaykit import (
     VirtualClient,
     decode_link,
     events_until,
-    relayed_daemon,
+    linked_daemon,
     wait_relay,
 )
 from tests.wsclient import Client
@@ -36,13 +36,8 @@ SECRET_TEXT = "pineapple-harbour-4711"
 
 @pytest.fixture
 def daemon(relay: Relay, tmp_path: Path) -> Iterator[DaemonProcess]:
-    account = relay.rdir.account_file("ws-a")
-    config = f'[relay]\naccount = "{account}"\nweb_url = "https://app.example/"\n'
-    d = relayed_daemon(tmp_path / "home", config)
-    try:
-        yield d
-    finally:
-        d.stop()
+    more = 'web_url = "https://app.example/"\n'
+    yield from linked_daemon(tmp_path / "home", relay.rdir.account_file("ws-a"), more)
 
 
 def pairing_link(d: DaemonProcess) -> dict[str, Any]:
@@ -86,6 +81,18 @@ async def demo_session(vc: VirtualClient, cwd: Path) -> str:
     return session
 
 
+async def turn_until(
+    relay: Relay, d: DaemonProcess, cwd: Path, text: str, kind: str
+) -> tuple[RelayClient, VirtualClient, str, list[dict[str, Any]]]:
+    """A demo session through the relay whose first turn (``text``) has got to a ``kind``
+    block: the client, its connection, the session and the frames so far."""
+    client, vc = await opened_client(relay, d)
+    session = await demo_session(vc, cwd)
+    await vc.request("session.send", session=session, text=text)
+    frames = await events_until(vc, lambda b: b["type"] == kind, session=session)
+    return client, vc, session, frames
+
+
 def seqs(frames: list[dict[str, Any]]) -> list[int]:
     return [f["seq"] for f in frames if f["t"] == "event"]
 
@@ -117,10 +124,9 @@ async def test_pair_create_send_and_answer_a_permission(
 async def test_replay_after_the_client_connection_is_cut_mid_stream(
     relay: Relay, daemon: DaemonProcess, tmp_path: Path
 ) -> None:
-    client, vc = await opened_client(relay, daemon)
-    session = await demo_session(vc, tmp_path)
-    await vc.request("session.send", session=session, text="slow tour with pauses")
-    frames = await events_until(vc, lambda b: b["type"] == "tool_call", session=session)
+    client, _vc, session, frames = await turn_until(
+        relay, daemon, tmp_path, "slow tour with pauses", "tool_call"
+    )
     await client.nc.close()  # cut mid-stream: the daemon's vc goes on into the void
     await asyncio.sleep(0.7)
     vc2 = await reconnect(relay, client)
@@ -142,10 +148,9 @@ async def test_replay_after_the_client_connection_is_cut_mid_stream(
 async def test_relay_killed_and_restarted_mid_turn(
     relay: Relay, daemon: DaemonProcess, tmp_path: Path
 ) -> None:
-    client, vc = await opened_client(relay, daemon)
-    session = await demo_session(vc, tmp_path)
-    await vc.request("session.send", session=session, text="slow tour while the relay dies")
-    frames = await events_until(vc, lambda b: b["type"] == "thinking", session=session)
+    client, _vc, session, frames = await turn_until(
+        relay, daemon, tmp_path, "slow tour while the relay dies", "thinking"
+    )
     relay.kill9()
     wait_relay(daemon, "disconnected")
     # the turn goes on locally: a direct client answers its permission and sees it end
@@ -182,10 +187,9 @@ async def test_the_relay_sees_only_ciphertext_and_cannot_drive_the_daemon(
 
     await monitor.subscribe(">", cb=keep)
     await monitor.flush()
-    client, vc = await opened_client(relay, daemon)
-    session = await demo_session(vc, tmp_path)
-    await vc.request("session.send", session=session, text=f"echo {SECRET_TEXT}")
-    await events_until(vc, lambda b: b["type"] == "session_end", session=session)
+    client, vc, _session, _ = await turn_until(
+        relay, daemon, tmp_path, f"echo {SECRET_TEXT}", "session_end"
+    )
 
     # a second NATS client with valid relay credentials but no pairing key
     intruder_nc = await relay.connect("ws-a")

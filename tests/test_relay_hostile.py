@@ -10,7 +10,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,8 @@ import nacl.bindings
 import pytest
 from nats.aio.msg import Msg
 
-from bridge.config import RelayConfig
 from bridge.process import TaskOwner
-from bridge.relay import account, sealing
-from bridge.relay.clients import ClientRegistry
+from bridge.relay import sealing
 from bridge.relay.link import RelayLink
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
@@ -31,33 +29,15 @@ from tests.relaykit import (
     RelayClient,
     decode_link,
     events_until,
+    linked_daemon,
     lone_connection,
-    relayed_daemon,
+    opened,
+    paired,
     wait_relay,
 )
-from tests.test_relay_link import echo, until_connected
 
 #: what docs/operations.md promises for a hung relay: /healthz says so within this
 HUNG_RELAY_BOUND_S = 10.0
-
-
-@pytest.fixture
-async def link(relay: Relay, tmp_path: Path) -> AsyncIterator[RelayLink]:
-    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
-    assert settings is not None
-    lk = RelayLink(settings, ClientRegistry(tmp_path / "state" / "relay"), echo, max_frame=1 << 24)
-    lk.start()
-    await until_connected(lk, tries=100)
-    try:
-        yield lk
-    finally:
-        await lk.close()
-
-
-async def paired(relay: Relay, lk: RelayLink) -> RelayClient:
-    client = RelayClient(await relay.connect("ws-a"), "ws-a", lk.keys.public)
-    assert (await client.pair(sealing.b64(lk.registry.new_pairing_secret())))["ok"]
-    return client
 
 
 async def settle(nc: Any) -> None:
@@ -111,9 +91,7 @@ async def test_an_authentic_frame_of_no_known_kind_closes_the_connection(
     relay: Relay, link: RelayLink
 ) -> None:
     """Only what the peer itself sealed may close: an unknown kind under its key does."""
-    client = await paired(relay, link)
-    vc = await client.open()
-    await vc.request("ping")
+    client, vc = await opened(relay, link)
     assert vc.sealer is not None
     vc.sealer.counter += 1
     counter = vc.sealer.counter.to_bytes(8, "big")
@@ -129,9 +107,7 @@ async def test_an_authentic_frame_of_no_known_kind_closes_the_connection(
 async def test_requests_are_answered_only_on_the_workstations_inbox(
     relay: Relay, link: RelayLink
 ) -> None:
-    client = await paired(relay, link)
-    vc = await client.open()
-    await vc.request("ping")
+    client, vc = await opened(relay, link)
     monitor = await relay.monitor()
     on_victim: list[Msg] = []
 
@@ -171,12 +147,7 @@ async def test_requests_are_answered_only_on_the_workstations_inbox(
 
 @pytest.fixture
 def daemon(relay: Relay, tmp_path: Path) -> Iterator[DaemonProcess]:
-    config = f'[relay]\naccount = "{relay.rdir.account_file("ws-a")}"\n'
-    d = relayed_daemon(tmp_path / "home", config)
-    try:
-        yield d
-    finally:
-        d.stop()
+    yield from linked_daemon(tmp_path / "home", relay.rdir.account_file("ws-a"))
 
 
 def log_lines(d: DaemonProcess, event: str) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -19,51 +18,16 @@ from bridge.relay import account, sealing
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
 from bridge.relay.sealing import KeyPair, b64
-from bridge.relay.vconn import VirtualConnection
 from bridge.server.transport import TransportClosed
-from tests.relaykit import Relay, RelayClient, lone_connection
-
-
-async def until_connected(lk: RelayLink, tries: int) -> None:
-    """Polls the link's status every 50 ms, ``tries`` times at most, until it is connected."""
-    for _ in range(tries):
-        if lk.status == "connected":
-            break
-        await asyncio.sleep(0.05)
-    assert lk.status == "connected"
-
-
-async def echo(vc: VirtualConnection) -> None:
-    """Answers each frame with {"t":"ok","id":..,"result":<the frame>}."""
-    try:
-        while True:
-            frame = json.loads(await vc.recv())
-            vc.write([json.dumps({"t": "ok", "id": frame.get("id"), "result": frame}).encode()])
-    except TransportClosed:
-        return
-
-
-@pytest.fixture
-async def link(relay: Relay, tmp_path: Path) -> AsyncIterator[RelayLink]:
-    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
-    assert settings is not None
-    registry = ClientRegistry(tmp_path / "state" / "relay")
-    lk = RelayLink(settings, registry, echo, max_frame=16 * 1024 * 1024)
-    lk.start()
-    await until_connected(lk, tries=100)
-    try:
-        yield lk
-    finally:
-        await lk.close()
-
-
-async def paired(relay: Relay, lk: RelayLink) -> RelayClient:
-    nc = await relay.connect("ws-a")
-    client = RelayClient(nc, "ws-a", lk.keys.public)
-    secret = lk.registry.new_pairing_secret()
-    reply = await client.pair(b64(secret))
-    assert reply["ok"], reply
-    return client
+from tests.relaykit import (
+    Relay,
+    RelayClient,
+    echo,
+    lone_connection,
+    opened,
+    paired,
+    until_connected,
+)
 
 
 async def test_status_pair_open_and_echo(relay: Relay, link: RelayLink) -> None:
@@ -113,9 +77,7 @@ async def test_open_is_refused_unless_paired_fresh_and_new(relay: Relay, link: R
 
 
 async def test_revoked_client_is_closed_and_refused(relay: Relay, link: RelayLink) -> None:
-    client = await paired(relay, link)
-    vc = await client.open()
-    await vc.request("ping")
+    client, vc = await opened(relay, link)
     assert client.client_id is not None
     # as `agent-bridge clients revoke` does, from another process
     ClientRegistry(link.registry.dir).revoke(client.client_id)

@@ -26,8 +26,7 @@ from bridge.relay.link import RelayLink
 from bridge.relay.sealing import b64
 from bridge.util import logthrottle, redact
 from tests.hubkit import Sub, make_hub, project_dir, until
-from tests.relaykit import Relay, RelayClient
-from tests.test_relay_link import echo, until_connected
+from tests.relaykit import Relay, RelayClient, echo, until_connected
 
 BRIDGE = str(Path(__file__).resolve().parent.parent / "bridge")
 

@@ -21,7 +21,7 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
-from tests.relaykit import Relay, decode_link, relayed_daemon
+from tests.relaykit import Relay, decode_link, linked_daemon
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import ARTIFACTS, DESKTOP, PHONE, base, page_errors, send, shot
 
@@ -59,16 +59,9 @@ def remote(
 ) -> Iterator[DaemonProcess]:
     # Its pairing links open the web client the direct daemon serves: the same page code,
     # wherever it is served from.
-    account = relay.rdir.account_file(HOST)
-    config = (
-        f'[relay]\naccount = "{account}"\nname = "studio"\nweb_url = "{base(direct)}"\n'
-        "[server]\nserve_web = false\n"
-    )
-    d = relayed_daemon(tmp_path_factory.mktemp("remote") / "home", config)
-    try:
-        yield d
-    finally:
-        d.stop()
+    more = f'name = "studio"\nweb_url = "{base(direct)}"\n[server]\nserve_web = false\n'
+    home = tmp_path_factory.mktemp("remote") / "home"
+    yield from linked_daemon(home, relay.rdir.account_file(HOST), more)
 
 
 async def publish(relay: Relay, subject: str, data: bytes) -> None:

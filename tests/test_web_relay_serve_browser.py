@@ -15,7 +15,7 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
-from tests.relaykit import ServedRelay, decode_link, relayed_daemon
+from tests.relaykit import ServedRelay, decode_link, linked_daemon
 from tests.web.browser import BROWSER_TESTS, Browser
 from tests.web.pages import PHONE, page_errors, send, shot
 
@@ -37,15 +37,8 @@ def served(tmp_path: Path) -> Iterator[ServedRelay]:
 @pytest.fixture
 def workstation(served: ServedRelay, tmp_path: Path) -> Iterator[DaemonProcess]:
     # The daemon serves no web client: the phone cannot reach it anyway.
-    config = (
-        f'[relay]\naccount = "{served.account_file(HOST)}"\nname = "studio"\n'
-        "[server]\nserve_web = false\n"
-    )
-    d = relayed_daemon(tmp_path / "home", config)
-    try:
-        yield d
-    finally:
-        d.stop()
+    more = 'name = "studio"\n[server]\nserve_web = false\n'
+    yield from linked_daemon(tmp_path / "home", served.account_file(HOST), more)
 
 
 def test_a_phone_pairs_from_the_page_the_relay_serves(
