@@ -249,6 +249,15 @@ async def until(pred: Callable[[], object], timeout: float = 10.0, what: str = "
         await asyncio.sleep(0.005)
 
 
+async def subscribed_session(hub: Hub, tmp_path: Path, agent: str) -> tuple[str, Sub]:
+    """A new ``agent`` session in a project under ``tmp_path``, and a subscriber from seq 0."""
+    created, _ = await hub.create(agent, project_dir(tmp_path))
+    sub = Sub()
+    _, begin = await hub.subscribe(created.session, sub, 0)
+    begin()
+    return created.session, sub
+
+
 def project_dir(tmp_path: Path) -> str:
     path = tmp_path / "project"
     path.mkdir(exist_ok=True)

@@ -371,27 +371,41 @@ def test_hermes_answers_that_are_failures() -> None:
     assert reported_failure("Here is the HTTP 401 handling you asked for.") is None
 
 
+async def _one_turn_of(adapter_class: Any, tmp_path: Any, script: str) -> list[Any]:
+    """The blocks of one turn of ``adapter_class`` run on a stand-in CLI (``script``, sh)."""
+    fake = tmp_path / adapter_class.cli_binary
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    adapter = adapter_class(cwd=str(tmp_path), binary=str(fake))
+    await adapter.start("s")
+    try:
+        await adapter.send("hello")
+        return [b async for b in adapter.stream()]
+    finally:
+        await adapter.stop()
+
+
+def _malformed_output(blocks: list[Any]) -> ErrorBlock:
+    """The turn's one error, ``malformed_output`` (worth trying again), that ended it."""
+    from bridge.blocks import SessionEndBlock
+
+    errors = [b for b in blocks if isinstance(b, ErrorBlock)]
+    assert [(e.code, e.retryable) for e in errors] == [("malformed_output", True)], errors
+    assert isinstance(blocks[-1], SessionEndBlock) and blocks[-1].reason == "error"
+    return errors[0]
+
+
 async def test_a_cli_that_exits_0_without_finishing_is_malformed_output(tmp_path: Any) -> None:
     """A per-turn CLI (here a stand-in for `pi`) whose output stops before its closing event."""
     from bridge.adapters.pi import PiAdapter
-    from bridge.blocks import SessionEndBlock
 
-    fake = tmp_path / "pi"
-    fake.write_text(
-        "#!/bin/sh\n"
+    script = (
         "cat >/dev/null\n"
         """echo '{"type":"session","version":3,"id":"0123","cwd":"/tmp"}'\n"""
         """echo '{"type":"agent_start"}'\n"""
         "exit 0\n"
     )
-    fake.chmod(0o755)
-    adapter = PiAdapter(cwd=str(tmp_path), binary=str(fake))
-    await adapter.start("s")
-    await adapter.send("hello")
-    blocks = [b async for b in adapter.stream()]
-    errors = [b for b in blocks if isinstance(b, ErrorBlock)]
-    assert [(e.code, e.retryable) for e in errors] == [("malformed_output", True)]
-    assert isinstance(blocks[-1], SessionEndBlock) and blocks[-1].reason == "error"
+    _malformed_output(await _one_turn_of(PiAdapter, tmp_path, script))
 
 
 def test_a_refused_refresh_token_asks_to_log_in_again() -> None:
@@ -410,26 +424,13 @@ async def test_claude_exiting_0_after_a_cut_line_is_malformed_output(tmp_path: A
     """A stand-in for `claude` whose output stops in the middle of a JSON line, before the
     turn's result, and that then exits 0: the output was cut, worth trying again."""
     from bridge.adapters.claude import ClaudeAdapter
-    from bridge.blocks import SessionEndBlock
 
-    fake = tmp_path / "claude"
-    fake.write_text(
-        "#!/bin/sh\n"
+    script = (
         'if [ "$1" = "--version" ]; then echo "2.1.0 (Claude Code)"; exit 0; fi\n'
         "read line\n"
         """echo '{"type":"system","subtype":"init","session_id":"0123","model":"m"}'\n"""
         """printf '%s\\n' '{"type":"stream_event","event":{"type":"content_block_delta","ind'\n"""
         "exit 0\n"
     )
-    fake.chmod(0o755)
-    adapter = ClaudeAdapter(cwd=str(tmp_path), binary=str(fake))
-    await adapter.start("s")
-    try:
-        await adapter.send("hello")
-        blocks = [b async for b in adapter.stream()]
-    finally:
-        await adapter.stop()
-    errors = [b for b in blocks if isinstance(b, ErrorBlock)]
-    assert [(e.code, e.retryable) for e in errors] == [("malformed_output", True)], errors
-    assert "before finishing its turn" in errors[0].message
-    assert isinstance(blocks[-1], SessionEndBlock) and blocks[-1].reason == "error"
+    error = _malformed_output(await _one_turn_of(ClaudeAdapter, tmp_path, script))
+    assert "before finishing its turn" in error.message

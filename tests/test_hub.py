@@ -37,6 +37,7 @@ from tests.hubkit import (
     make_config,
     make_hub,
     project_dir,
+    subscribed_session,
     until,
 )
 
@@ -81,11 +82,7 @@ async def quiet_hub() -> AsyncIterator[Hub]:
 
 
 async def session(hub: Hub, tmp_path: Path, agent: str = "term") -> tuple[str, Sub]:
-    created, _ = await hub.create(agent, project_dir(tmp_path))
-    sub = Sub()
-    _, begin = await hub.subscribe(created.session, sub, 0)
-    begin()
-    return created.session, sub
+    return await subscribed_session(hub, tmp_path, agent)
 
 
 async def turn(hub: Hub, sid: str, sub: Sub, text: str) -> None:

@@ -18,14 +18,13 @@ from websockets.asyncio.client import connect
 
 from bridge.config import RelayConfig, load_config
 from bridge.daemon import Daemon, ServeOptions
-from bridge.hub import Hub
 from bridge.process import TaskOwner
 from bridge.relay import account
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
 from bridge.relay.sealing import b64
 from bridge.util import logthrottle, redact
-from tests.hubkit import Sub, make_hub, project_dir, until
+from tests.hubkit import Sub, make_hub, project_dir, subscribed_session, until
 from tests.relaykit import Relay, RelayClient, echo, until_connected
 
 BRIDGE = str(Path(__file__).resolve().parent.parent / "bridge")
@@ -56,18 +55,10 @@ async def nothing_left(before: set[asyncio.Task[object]]) -> None:
     assert left_over(before, only_bridge=False) == []
 
 
-async def hub_session(hub: Hub, tmp_path: Path, agent: str = "demo") -> tuple[str, Sub]:
-    created, _ = await hub.create(agent, project_dir(tmp_path))
-    sub = Sub()
-    _, begin = await hub.subscribe(created.session, sub, 0)
-    begin()
-    return created.session, sub
-
-
 async def test_the_hub_leaves_no_task_once_shut_down(tmp_path: Path) -> None:
     before = asyncio.all_tasks()
     hub, _ = await make_hub()
-    sid, sub = await hub_session(hub, tmp_path)
+    sid, sub = await subscribed_session(hub, tmp_path, "demo")
     await hub.send(sid, "echo one", [], None)
     await until(lambda: len(sub.blocks("session_end")) == 1, what="the first turn")
     late = Sub()  # a replay, then live
