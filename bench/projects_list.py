@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bridge.config import ProjectsConfig
 from bridge.process import run_bounded
 from bridge.workspace import git
 from bridge.workspace.projects import Projects
@@ -88,9 +89,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, float]:
     async def source() -> list[tuple[str, float | None]]:
         return usage
 
-    projects = Projects(
-        roots=[str(root)], max_depth=2, ignore=[], git_cache_s=60.0, watch=True, usage=source
-    )
+    conf = ProjectsConfig(roots=[str(root)], max_depth=2, ignore=[], git_cache_s=60.0)
+    projects = Projects(conf, usage=source)
     try:
         bare = [git.git_binary() or "git", "status", "--porcelain=v2", "--branch"]
         results = {

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from bridge.config import ProjectsConfig
 from bridge.workspace import git as bgit
 from bridge.workspace import views as workspace
 from bridge.workspace.projects import Projects
@@ -39,7 +40,8 @@ def index_state(repo: Path) -> tuple[bytes, int]:
 
 
 def listing_of(roots: Path) -> Projects:
-    return Projects(roots=[str(roots)], max_depth=2, ignore=[], git_cache_s=60, watch=False)
+    conf = ProjectsConfig(roots=[str(roots)], max_depth=2, ignore=[], git_cache_s=60, watch=False)
+    return Projects(conf)
 
 
 @pytest.mark.parametrize("via", VIAS)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from bridge.config import ProjectsConfig
 from bridge.process import SpawnError, run_bounded
 from bridge.workspace import git as bgit
 from bridge.workspace import views as workspace
@@ -264,9 +265,8 @@ async def test_projects_merge_sessions_and_roots_most_recent_first(tmp_path: Pat
     async def source() -> list[tuple[str, float | None]]:
         return usage
 
-    p = Projects(
-        roots=[str(roots)], max_depth=2, ignore=[], git_cache_s=60, watch=False, usage=source
-    )
+    conf = ProjectsConfig(roots=[str(roots)], max_depth=2, ignore=[], git_cache_s=60, watch=False)
+    p = Projects(conf, usage=source)
     listed = await p.listing()
     assert [x["path"] for x in listed] == [str(loose), str(beta), str(alpha)]
     assert [x["sessions"] for x in listed] == [1, 2, 0]
@@ -280,7 +280,7 @@ async def test_projects_merge_sessions_and_roots_most_recent_first(tmp_path: Pat
 async def test_a_change_under_a_watched_root_refreshes_that_repository(tmp_path: Path) -> None:
     roots = tmp_path / "code"
     repo = make_repo(roots / "watched")
-    p = Projects(roots=[str(roots)], max_depth=2, ignore=[], git_cache_s=3600, watch=True)
+    p = Projects(ProjectsConfig(roots=[str(roots)], max_depth=2, ignore=[], git_cache_s=3600))
     try:
         first = await p.listing()
         assert first[0]["git"]["dirty"] is False

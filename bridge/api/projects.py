@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
 
 def make_projects(config: Config, hub: Hub | None) -> Projects:
-    conf = config.projects
-
     async def usage() -> list[tuple[str, float | None]]:
         if hub is None:
             return []
@@ -46,14 +44,7 @@ def make_projects(config: Config, hub: Hub | None) -> Projects:
         external = await usage_from_sessions(hub.external_sessions)
         return own + external
 
-    return Projects(
-        roots=conf.roots,
-        max_depth=conf.max_depth,
-        ignore=conf.ignore,
-        git_cache_s=conf.git_cache_s,
-        watch=conf.watch,
-        usage=usage,
-    )
+    return Projects(config.projects, usage)
 
 
 class ProjectsApi:

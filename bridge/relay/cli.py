@@ -153,10 +153,12 @@ async def _start_admin(admin: Any, proc: Any) -> None:
     start.result()
 
 
-def _change_workstation(args: argparse.Namespace, change: str, missing: str) -> Any:
-    """``RelayDir.add`` or ``.rotate`` (``change``) of ``args.name`` under the relay
-    directory's lock: (the relay directory, the workstation), else the exit status of the
-    error said."""
+def _change_workstation(
+    args: argparse.Namespace, change: str, missing: str, done: Callable[[str, Path], str]
+) -> int:
+    """``RelayDir.add`` or ``.rotate`` (``change``) of workstation ``args.name`` under the
+    relay directory's lock; ``done(host id, its account file)`` says what was done, and what
+    follows if no relay runs to read the new configuration."""
     from bridge.relay.natsserver import RelayServeError
 
     rdir = _relay_dir(args)
@@ -165,42 +167,40 @@ def _change_workstation(args: argparse.Namespace, change: str, missing: str) -> 
             state = rdir.load()
             if state is None:
                 return fail(f"no relay in {rdir.dir}{missing}")
-            return rdir, getattr(rdir, change)(state, args.name)
+            w = getattr(rdir, change)(state, args.name)
     except (RelayServeError, OSError) as exc:
         return fail(exc)
+    if_stopped = done(w.host_id, rdir.account_file(w.host_id))
+    if rdir.reload():
+        print("the running relay has read the new configuration")
+    elif if_stopped:
+        print(if_stopped)
+    return 0
 
 
 def cmd_relay_add(args: argparse.Namespace) -> int:
-    changed = _change_workstation(args, "add", ": start one with `agent-bridge relay serve` first")
-    if isinstance(changed, int):
-        return changed
-    rdir, w = changed
-    account = rdir.account_file(w.host_id)
-    print(f"added workstation {w.host_id}; its account file: {account}")
-    print("Copy it to that workstation (keep it mode 0600).")
-    print(HOW_TO_USE.format(account=account))
-    if rdir.reload():
-        print("the running relay has read the new configuration")
-    else:
-        print(
+    def done(host_id: str, account: Path) -> str:
+        print(f"added workstation {host_id}; its account file: {account}")
+        print("Copy it to that workstation (keep it mode 0600).")
+        print(HOW_TO_USE.format(account=account))
+        return (
             "the relay is not running: `agent-bridge relay serve` starts it with this workstation"
         )
-    return 0
+
+    return _change_workstation(
+        args, "add", ": start one with `agent-bridge relay serve` first", done
+    )
 
 
 def cmd_relay_rotate(args: argparse.Namespace) -> int:
-    changed = _change_workstation(args, "rotate", "")
-    if isinstance(changed, int):
-        return changed
-    rdir, w = changed
-    account = rdir.account_file(w.host_id)
-    print(f"new pairing login for {w.host_id}: every pairing link made before no longer works")
-    print(f"Copy {account} to that workstation again (keep it mode 0600);")
-    print("`agent-bridge pair --relay` there reads it at once, the daemon need not restart.")
-    print("Paired clients with their own login are not affected.")
-    if rdir.reload():
-        print("the running relay has read the new configuration")
-    return 0
+    def done(host_id: str, account: Path) -> str:
+        print(f"new pairing login for {host_id}: every pairing link made before no longer works")
+        print(f"Copy {account} to that workstation again (keep it mode 0600);")
+        print("`agent-bridge pair --relay` there reads it at once, the daemon need not restart.")
+        print("Paired clients with their own login are not affected.")
+        return ""
+
+    return _change_workstation(args, "rotate", "", done)
 
 
 def _when(ts: float | None) -> str:

@@ -16,7 +16,7 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,28 +154,36 @@ class ClientRegistry:
             self._write(clients)
             return client
 
-    def revoke(self, client_id: str) -> Client | None:
+    def _update(self, client_id: str, change: Callable[[Client], bool]) -> Client | None:
+        """Client ``client_id`` after ``change`` (True: it changed something, to be written),
+        read, changed and written under the lock; None if there is no such client."""
         with self._locked():
             clients = self._read()
             client = clients.get(client_id)
-            if client is None:
-                return None
-            if not client.revoked:
-                client.revoked, client.revoked_at = True, time.time()
+            if client is not None and change(client):
                 self._write(clients)
             return client
 
+    def revoke(self, client_id: str) -> Client | None:
+        def mark(client: Client) -> bool:
+            if client.revoked:
+                return False
+            client.revoked, client.revoked_at = True, time.time()
+            return True
+
+        return self._update(client_id, mark)
+
     def login_password(self, client_id: str) -> str | None:
         """The password of a paired, unrevoked client's own NATS user, made on first use."""
-        with self._locked():
-            clients = self._read()
-            client = clients.get(client_id)
-            if client is None or client.revoked:
-                return None
-            if not client.nats_pass:
-                client.nats_pass = secrets.token_urlsafe(24)
-                self._write(clients)
-            return client.nats_pass
+
+        def ensure(client: Client) -> bool:
+            if client.revoked or client.nats_pass:
+                return False
+            client.nats_pass = secrets.token_urlsafe(24)
+            return True
+
+        client = self._update(client_id, ensure)
+        return client.nats_pass if client is not None and not client.revoked else None
 
     def logins(self) -> dict[str, str]:
         """Client id -> own NATS password, of every unrevoked client that has one."""
@@ -186,12 +194,12 @@ class ClientRegistry:
         known = self._clients.get(client_id)
         if known is not None and known.last_seen and now - known.last_seen < TOUCH_EVERY_S:
             return
-        with self._locked():
-            clients = self._read()
-            client = clients.get(client_id)
-            if client is not None:
-                client.last_seen = now
-                self._write(clients)
+
+        def seen(client: Client) -> bool:
+            client.last_seen = now
+            return True
+
+        self._update(client_id, seen)
 
     # ---- one-time pairing secrets -------------------------------------------------------------
 

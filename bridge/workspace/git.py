@@ -445,17 +445,15 @@ def _shadow(repo: Repo, object_format: str) -> str:
     return shadow
 
 
+@dataclass
 class Git:
     """git on one work tree, without its repository's configuration (made by :func:`opened`)."""
 
-    def __init__(
-        self, repo: Repo, env: dict[str, str], object_format: str, filters: bool, depth: int
-    ) -> None:
-        self.repo = repo
-        self.env = env
-        self.object_format = object_format
-        self.filters = filters
-        self.depth = depth
+    repo: Repo
+    env: dict[str, str]
+    object_format: str
+    filters: bool
+    depth: int
 
     async def run(
         self, cwd: str, args: Sequence[str], *, limit: int = 4 * 1024 * 1024

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bridge.config import ProjectsConfig
 from bridge.logs import get_logger
 from bridge.workspace import git
 
@@ -115,21 +116,12 @@ def _iso(ts: float) -> str:
 class Projects:
     """The projects list and its caches; one per daemon (``BridgeServer.projects``)."""
 
-    def __init__(
-        self,
-        *,
-        roots: list[str],
-        max_depth: int,
-        ignore: list[str],
-        git_cache_s: float,
-        watch: bool,
-        usage: UsageSource | None = None,
-    ) -> None:
-        self.roots = [r for r in (_real(r) for r in roots) if r is not None]
-        self.max_depth = max_depth
-        self.ignore = list(ignore)
-        self.git_cache_s = git_cache_s
-        self.watch_enabled = watch
+    def __init__(self, config: ProjectsConfig, usage: UsageSource | None = None) -> None:
+        self.roots = [r for r in (_real(r) for r in config.roots) if r is not None]
+        self.max_depth = config.max_depth
+        self.ignore = list(config.ignore)
+        self.git_cache_s = config.git_cache_s
+        self.watch_enabled = config.watch
         self.usage = usage
         self._scan = _Scan()
         self._git: dict[str, _GitEntry] = {}
