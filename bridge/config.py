@@ -197,7 +197,8 @@ class RelayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Web client URL in pairing links; "" = the account's (the page `relay serve` serves),
     #: else this daemon's own http(s) address.
     web_url: str = ""
-    #: The workstation's name shown to clients; "" = the host name.
+    #: The workstation's name shown to clients; "" = its account's name (host_id, the
+    #: `relay add` name), so two machines with one host name stay apart.
     name: str = ""
 
     @property

@@ -199,7 +199,8 @@ MEANING: dict[str, str] = {
     "put in pairing links; mode 0600. Optional.",
     "relay.web_url": 'Web client URL pairing links open; `""` = the account file\'s (the web '
     "client `relay serve` serves), else this daemon's own address.",
-    "relay.name": 'The workstation\'s name shown on phones; `""` = the host name.',
+    "relay.name": "The workstation's name shown on phones; `\"\"` = its account's name (the "
+    "`relay add` name), so two machines with one host name stay apart.",
 }
 
 

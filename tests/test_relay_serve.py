@@ -93,7 +93,8 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
         served.start()
         printed = served.printed()
         account_file = served.account_file("test-box")
-        assert f'account = "{account_file}"' in printed
+        assert f"its account file: {account_file}" in printed
+        assert f":{account_file} ~/.config/agent-bridge/relay-account.json" in printed  # scp
         assert stat.S_IMODE(account_file.stat().st_mode) == 0o600
         account = json.loads(account_file.read_text())
         assert account["url"] == f"nats://127.0.0.1:{port}"

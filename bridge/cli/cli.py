@@ -112,7 +112,13 @@ def cmd_pair(args: argparse.Namespace) -> int:
         print(LOOPBACK_NOTE.format(host=shown))
     if not args.no_qr:
         print(qr_text(url))
+    if config.relay.enabled:
+        print(RELAY_NOTE)
     return 0
+
+
+RELAY_NOTE = """\
+A phone away from home pairs through the relay instead: `agent-bridge pair --relay`."""
 
 
 LOOPBACK_NOTE = """\

@@ -214,8 +214,7 @@ def cmd_new(args: argparse.Namespace) -> int:
             print(sid, flush=True)
             if not args.text:
                 return 0
-            if follow_turn:
-                await client.request("session.subscribe", session=sid, after_seq=0)
+            await client.request("session.subscribe", session=sid, after_seq=0)
             await client.request(
                 "session.send",
                 session=sid,
@@ -223,6 +222,8 @@ def cmd_new(args: argparse.Namespace) -> int:
                 client_msg_id=f"cli-{uuid.uuid4().hex[:12]}",
             )
             if not follow_turn:
+                # Only the id goes to stdout (scripts read it); what the turn waits for, on stderr.
+                print(await first_turn_note(client, sid), file=sys.stderr, flush=True)
                 return 0
             await follow(client, sid, renderer, keys=stdin_is_terminal(), until_turn_end=True)
             sys.stdout.write(
@@ -236,6 +237,37 @@ def cmd_new(args: argparse.Namespace) -> int:
             await client.close()
 
     return run_client(go())
+
+
+#: how long `new` without a terminal waits to say what the first turn waits for
+FIRST_TURN_LOOK_S = 5.0
+
+
+async def first_turn_note(client: Any, sid: str, wait_s: float = FIRST_TURN_LOOK_S) -> str:
+    """What became of the first turn within ``wait_s``: it ended, it waits for a permission
+    (and how to answer it), or it runs on (and how to follow it)."""
+    watch = f"`agent-bridge watch {sid}`"
+
+    async def look() -> str:
+        async for frame in client.frames():
+            block = frame.get("block") if frame.get("session") == sid else None
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "permission_request":
+                options = "|".join(str(o.get("id")) for o in block.get("options") or [])
+                return (
+                    f"the turn waits for a permission: {block.get('title') or 'a tool call'}. "
+                    f"Answer with `agent-bridge permission {sid} {block.get('id')} "
+                    f"{options or 'OPTION'}`, or on a terminal with {watch}"
+                )
+            if block.get("type") == "session_end":
+                return f"the turn ended ({block.get('reason')}): {watch} shows it"
+        return f"the daemon closed the connection: {watch} follows the session"
+
+    try:
+        return await asyncio.wait_for(look(), wait_s)
+    except TimeoutError:
+        return f"the turn runs on: {watch} follows it"
 
 
 # ---- permission ----------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ error names the key, and the account file when the bad value came from it.
 from __future__ import annotations
 
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,11 +84,22 @@ def shown_url(url: str) -> str:
     return f"{scheme}{sep}{host}" if sep else url
 
 
-def _private_json(path: Path, key: str) -> Any:
+#: where the docs and `relay add` put a workstation's account file
+WORKSTATION_ACCOUNT = "~/.config/agent-bridge/relay-account.json"
+#: where a workstation's account file comes from, said when it is not there
+ACCOUNT_FROM = (
+    "An account file is made on the relay machine by `agent-bridge relay serve` (the first "
+    "workstation) or `agent-bridge relay add NAME` (each other one), which print its path "
+    f"there; copy it to this machine (mode 0600), e.g. to {WORKSTATION_ACCOUNT}"
+)
+
+
+def _private_json(path: Path, key: str, what: str = "credentials file") -> Any:
     try:
-        return privfile.read_json(path)
+        return privfile.read_json(path, what)
     except privfile.PrivateFileError as exc:
-        raise ConfigError(f"key `relay.{key}`: {exc}") from exc
+        hint = f". {ACCOUNT_FROM}" if key == "account" and not path.exists() else ""
+        raise ConfigError(f"key `relay.{key}`: {exc}{hint}") from exc
 
 
 #: what to do about a login file that is not there
@@ -107,7 +117,7 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         return None
     account: dict[str, Any] = {}
     if conf.account:
-        raw = _private_json(_path(conf.account), "account")
+        raw = _private_json(_path(conf.account), "account", "account file")
         if not isinstance(raw, dict):
             raise ConfigError(f"key `relay.account`: {conf.account} is not an account file")
         account = raw
@@ -138,7 +148,7 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         client_login=client_login,
         # [relay] web_url, else the web client the relay itself serves (`relay serve`)
         web_url=conf.web_url or str(account.get("web_url") or ""),
-        name=conf.name or socket.gethostname(),
+        name=conf.name or host_id,
     )
 
 

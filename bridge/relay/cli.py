@@ -18,12 +18,40 @@ from typing import Any
 from bridge.util.exits import fail
 
 HOW_TO_USE = """\
-To use it on that workstation, put this in its config.toml and restart the daemon:
+To use it on that workstation, copy it there (from that workstation, for example):
+
+  scp {host}:{account} {workstation_account}
+  chmod 600 {workstation_account}
+
+put this in its config.toml and restart its daemon:
 
   [relay]
-  account = "{account}"
+  account = "{workstation_account}"
 
 then pair a phone there with `agent-bridge pair --relay`."""
+
+
+def how_to_use(account: Path) -> str:
+    from bridge.relay.account import WORKSTATION_ACCOUNT
+
+    return HOW_TO_USE.format(
+        host=socket.gethostname() or "RELAY",
+        account=account,
+        workstation_account=WORKSTATION_ACCOUNT,
+    )
+
+
+def _first_name(args: argparse.Namespace) -> str:
+    """The first workstation's name: ``--name``, else asked for on a terminal, else the
+    relay's host name (and how to choose another)."""
+    host = socket.gethostname() or "workstation"
+    if args.name:
+        return str(args.name)
+    if sys.stdin.isatty():
+        answer = input(f"Name of the first workstation (the account; Enter for {host}): ")
+        return answer.strip() or host
+    print(f"naming the first workstation {host!r}; `relay serve --name NAME` chooses another")
+    return host
 
 
 def _relay_dir(args: argparse.Namespace) -> Any:
@@ -57,10 +85,10 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
         with rdir.locked():
             rdir.save(state)
             if not state.workstations:
-                w = rdir.add(state, args.name or socket.gethostname())
+                w = rdir.add(state, _first_name(args))
                 account = rdir.account_file(w.host_id)
                 print(f"added workstation {w.host_id}; its account file: {account}")
-                print(HOW_TO_USE.format(account=account))
+                print(how_to_use(account))
     except (RelayServeError, OSError) as exc:
         return fail(exc)
     for warning in (natsserver.plain_ws_warning(state), natsserver.plain_web_warning(state)):
@@ -181,8 +209,7 @@ def _change_workstation(
 def cmd_relay_add(args: argparse.Namespace) -> int:
     def done(host_id: str, account: Path) -> str:
         print(f"added workstation {host_id}; its account file: {account}")
-        print("Copy it to that workstation (keep it mode 0600).")
-        print(HOW_TO_USE.format(account=account))
+        print(how_to_use(account))
         return (
             "the relay is not running: `agent-bridge relay serve` starts it with this workstation"
         )
@@ -215,14 +242,47 @@ def cmd_clients(args: argparse.Namespace) -> int:
         print(json.dumps([c.shown() for c in found]))
         return 0
     if not found:
-        print("no paired relay clients (pair one with `agent-bridge pair --relay`)")
+        print(f"no paired relay clients ({_pair_hint(args)})")
         return 0
-    print(f"{'ID':<12} {'NAME':<24} {'PAIRED':<17} {'LAST SEEN':<17} REVOKED")
+    width = max(4, min(NAME_WIDTH, max(len(c.name) for c in found)))
+    print(f"{'ID':<12} {'NAME':<{width}} {'PAIRED':<17} {'LAST SEEN':<17} REVOKED")
     for c in found:
         revoked = _when(c.revoked_at) if c.revoked else "no"
         seen = _when(c.last_seen)
-        print(f"{c.id:<12} {c.name[:24]:<24} {_when(c.paired_at):<17} {seen:<17} {revoked}")
+        name = shorten(c.name, width)
+        print(f"{c.id:<12} {name:<{width}} {_when(c.paired_at):<17} {seen:<17} {revoked}")
     return 0
+
+
+#: the widest NAME column `clients` prints
+NAME_WIDTH = 40
+
+
+def shorten(name: str, width: int) -> str:
+    """``name`` in ``width`` characters: whole, else cut at a word with an ellipsis, and never
+    inside a parenthesis (an unclosed one is dropped with what follows it)."""
+    if len(name) <= width:
+        return name
+    cut = name[: width - 1]
+    if " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    if cut.count("(") > cut.count(")"):
+        cut = cut[: cut.rfind("(")]
+    return cut.rstrip() + "…"
+
+
+def _pair_hint(args: argparse.Namespace) -> str:
+    """How to pair one: through the relay when one is configured, else directly."""
+    from bridge.cli.common import config_of
+    from bridge.config import ConfigError
+
+    try:
+        relay = config_of(args).relay.enabled
+    except ConfigError:
+        relay = False
+    if relay:
+        return "pair one with `agent-bridge pair --relay`"
+    return "pair one with `agent-bridge pair`; through a relay, see docs/remote-access.md"
 
 
 def cmd_clients_revoke(args: argparse.Namespace) -> int:
@@ -259,7 +319,11 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
         dest="public_host",
         help="the name daemons and phones dial (default: the address, or the LAN address)",
     )
-    p.add_argument("--name", help="the first workstation's name (default: this host's name)")
+    p.add_argument(
+        "--name",
+        help="the first workstation's name, on its first run (asked on a terminal; default: "
+        "this host's name); each other one is named by `relay add NAME`",
+    )
     p.add_argument(
         "--acme-email",
         dest="acme_email",

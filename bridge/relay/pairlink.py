@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from bridge.util.exits import fail
 
@@ -59,11 +61,45 @@ def pairing_link(args: argparse.Namespace) -> int:
     fragment = b64(json.dumps(payload, separators=(",", ":")).encode())
     link = f"{_web_base(settings)}#relay={fragment}"
     expires = time.time() + clients.PAIRING_TTL_S
+    warnings = link_warnings(settings.client_url)
     if args.json:
-        print(json.dumps({"link": link, "expires": expires, "host_id": settings.host_id}))
+        print(
+            json.dumps(
+                {
+                    "link": link,
+                    "expires": expires,
+                    "host_id": settings.host_id,
+                    "warnings": warnings,
+                }
+            )
+        )
         return 0
     print("Open this link on the phone (it works once, for 10 minutes; keep it private):")
     print(link)
     if not args.no_qr:
         print(qr_text(link))
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
+
+
+def link_warnings(client_url: str) -> list[str]:
+    """What keeps a phone from using the link: the daemon is not running (it answers the
+    pairing), or the relay's address is this machine's loopback."""
+    from bridge.cli.client import read_runtime_info
+    from bridge.server.netaddr import is_loopback
+
+    found = []
+    if not read_runtime_info():
+        found.append(
+            "the daemon is not running: the link works only once it runs and has linked to "
+            "the relay (`agent-bridge start`, then `agent-bridge doctor` says relay: connected)"
+        )
+    host = urlsplit(client_url).hostname or ""
+    if host == "localhost" or (host and is_loopback(host)):
+        found.append(
+            f"the relay's address {client_url} is this computer only: a phone cannot reach it. "
+            "Serve the relay on a name the phone can reach (`relay serve --public-host NAME`, "
+            "or relay.client_url)"
+        )
+    return found

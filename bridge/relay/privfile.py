@@ -21,30 +21,29 @@ class PrivateFileError(Exception):
     """A private file that is unsafe or unreadable; the message says how to fix it."""
 
 
-def problem(path: Path) -> str | None:
-    """Like config.toml's check (bridge/util/perms.py), and no group or other bits at all."""
-    found = permission_problem(path, what="credentials file", why=WHY)
+def problem(path: Path, what: str = "credentials file") -> str | None:
+    """Like config.toml's check (bridge/util/perms.py), and no group or other bits at all;
+    ``what`` names the file in the answer."""
+    found = permission_problem(path, what=what, why=WHY)
     if found:
         return found
     st = path.stat()
     if stat.S_ISDIR(st.st_mode):
-        return (
-            f"{path} is a directory, not a credentials file. Fix: give the path of the file itself"
-        )
+        return f"{path} is a directory, not a {what}. Fix: give the path of the file itself"
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the reader for ever
-        return f"{path} is not a regular file. Fix: give the path of the credentials file"
+        return f"{path} is not a regular file. Fix: give the path of the {what}"
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         return (
-            f"the credentials file {path} has mode {mode:04o}: others could read it; {WHY}. "
+            f"the {what} {path} has mode {mode:04o}: others could read it; {WHY}. "
             f"Fix: chmod 600 {path}"
         )
     return None
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, what: str = "credentials file") -> str:
     """The text of a private file, after its permission check."""
-    found = problem(path)
+    found = problem(path, what)
     if found:
         raise PrivateFileError(found)
     try:
@@ -53,8 +52,8 @@ def read_text(path: Path) -> str:
         raise PrivateFileError(f"cannot read {path}: {exc}") from exc
 
 
-def read_json(path: Path) -> Any:
-    text = read_text(path)
+def read_json(path: Path, what: str = "credentials file") -> Any:
+    text = read_text(path, what)
     try:
         return json.loads(text)
     except ValueError as exc:

@@ -12,7 +12,7 @@ import { $, clear, codeSpans, h, randomId, relativeTime } from './dom.js';
 import { Attention } from './attention.js';
 import { icon } from './icons.js';
 import {
-  LOCAL, Workstation, directRecord, forgetRecord, loadRecords, saveRecord,
+  LOCAL, Workstation, deviceName, directRecord, forgetRecord, loadRecords, saveRecord,
 } from './workstations.js';
 import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
 import { ChangesPanel, ProjectPicker, fillModes, followMode, modePicker, renderMode } from './workspace.js';
@@ -627,7 +627,7 @@ class App {
       $('#main').hidden = true;
     }
     try {
-      const record = await relay.pair(link, `agent-bridge web (${navigator.platform || 'browser'})`);
+      const record = await relay.pair(link, deviceName(navigator.userAgent, navigator.platform));
       saveRecord(record);
       const ws = Workstation.fromRecord(record, relay);
       this.addStation(ws);

@@ -11,6 +11,28 @@
 import { BridgeClient, defaultUrl } from './protocol.js';
 
 export const LOCAL = 'local';
+
+// The name a paired browser gets in `agent-bridge clients`: the device, read from the user
+// agent first (Android's navigator.platform says "Linux x86_64" or "Linux armv8l"), then the
+// platform, then the browser.
+export function deviceName(userAgent = '', platform = '') {
+  const ua = String(userAgent);
+  const device = /Android/.test(ua) ? 'Android'
+    : /iPad/.test(ua) ? 'iPad'
+    : /iPhone|iPod/.test(ua) ? 'iPhone'
+    : /CrOS/.test(ua) ? 'ChromeOS'
+    : /Macintosh|Mac OS X/.test(ua) ? 'Mac'
+    : /Windows/.test(ua) ? 'Windows'
+    : /Linux/.test(ua) ? 'Linux'
+    : String(platform || '').trim();
+  const browser = /Edg\//.test(ua) ? 'Edge'
+    : /Firefox\//.test(ua) ? 'Firefox'
+    : /(Chrome|CriOS)\//.test(ua) ? 'Chrome'
+    : /Safari\//.test(ua) ? 'Safari'
+    : '';
+  const parts = [browser, device].filter(Boolean);
+  return `agent-bridge web (${parts.length ? parts.join(' on ') : 'browser'})`;
+}
 const RECORDS_KEY = 'agent-bridge.workstations';
 
 export function loadRecords() {
