@@ -146,7 +146,8 @@ def test_a_directory_or_a_missing_file_is_named_for_what_it_is(key: str, tmp_pat
     conf = {"url": "nats://127.0.0.1:1", "host_id": "ws-a"}
     with pytest.raises(ConfigError) as caught:
         account.resolve(RelayConfig(**{**conf, key: str(directory)}))
-    assert f"{directory} is a directory, not a credentials file" in str(caught.value)
+    what = "an account file" if key == "account" else "a credentials file"
+    assert f"{directory} is a directory, not {what}" in str(caught.value)
     assert "chmod" not in str(caught.value)
     if key != "account":
         missing = tmp_path / "nowhere.creds"

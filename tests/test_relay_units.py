@@ -16,6 +16,7 @@ from bridge.relay import account, natsserver
 from bridge.relay.clients import ClientRegistry, clean_name
 from bridge.relay.sealing import KeyPair
 from bridge.util.redact import redact
+from tests.relaykit import Relay
 
 
 def mode(path: Path) -> int:
@@ -188,3 +189,21 @@ def test_a_url_with_a_login_is_logged_without_it() -> None:
 
     assert shown_url("nats://u:secret@relay.example:4222") == "nats://relay.example:4222"
     assert shown_url("tls://relay.example:4222") == "tls://relay.example:4222"
+
+
+async def test_nats_conf_holds_bcrypt_hashes_and_logins_still_work(relay: Relay) -> None:
+    """No password of the relay's state is in nats.conf, each is a bcrypt hash there,
+    nats-server does not warn about plaintext passwords, and every login still works."""
+    conf = json.loads(relay.rdir.conf_file.read_text())
+    stored = [u["password"] for u in conf["authorization"]["users"]]
+    assert stored and all(p.startswith("$2b$") for p in stored), stored
+    text = relay.rdir.conf_file.read_text()
+    w = relay.state.workstations["ws-a"]
+    for secret in (w.daemon_password, w.client_password, relay.state.admin_password):
+        assert secret not in text
+    for role in ("daemon", "client"):
+        nc = await relay.connect("ws-a", role)
+        await nc.flush()
+        await nc.close()
+    await (await relay.monitor()).close()
+    assert "Plaintext passwords" not in relay.log.read_text()

@@ -192,49 +192,58 @@ def _permissions(host_id: str, role: str) -> dict[str, Any]:
     }
 
 
+#: bcrypt's cost for the passwords in nats.conf. Every one is 24 random bytes (192 bits), so
+#: a slower hash would add nothing against guessing; the hash is there so that the file does
+#: not hold the passwords themselves (and nats-server stops warning about plaintext ones),
+#: and a low cost keeps each login nats-server checks cheap.
+BCRYPT_COST = 4
+_hashed: dict[str, str] = {}
+
+
+def hashed(password: str) -> str:
+    """``password`` as nats-server takes it hashed (``$2b$…``); made once per process."""
+    try:
+        import bcrypt
+    except ImportError as exc:
+        raise RelayServeError(
+            "bcrypt is not installed: install agent-bridge with its relay extra "
+            "(docs/remote-access.md)"
+        ) from exc
+
+    found = _hashed.get(password)
+    if found is None:
+        found = bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_COST)).decode()
+        _hashed[password] = found
+    return found
+
+
+def _user(name: str, password: str, permissions: dict[str, Any] | None) -> dict[str, Any]:
+    user: dict[str, Any] = {"user": name, "password": hashed(password)}
+    if permissions is not None:
+        user["permissions"] = permissions
+    return user
+
+
 def render(state: RelayState) -> dict[str, Any]:
-    """The nats-server configuration (JSON is valid NATS configuration)."""
+    """The nats-server configuration (JSON is valid NATS configuration), passwords hashed."""
     users: list[dict[str, Any]] = []
     for w in state.workstations.values():
-        users.append(
-            {
-                "user": w.daemon_user,
-                "password": w.daemon_password,
-                "permissions": _permissions(w.host_id, "daemon"),
-            }
-        )
-        users.append(
-            {
-                "user": w.client_user,
-                "password": w.client_password,
-                "permissions": _permissions(w.host_id, "pairing"),
-            }
-        )
+        users.append(_user(w.daemon_user, w.daemon_password, _permissions(w.host_id, "daemon")))
+        users.append(_user(w.client_user, w.client_password, _permissions(w.host_id, "pairing")))
         for client_id, password in sorted(w.clients.items()):
-            users.append(
-                {
-                    "user": w.user_of(client_id),
-                    "password": password,
-                    "permissions": _permissions(w.host_id, client_id),
-                }
-            )
+            users.append(_user(w.user_of(client_id), password, _permissions(w.host_id, client_id)))
     # the admin service hears the workstations' requests and may publish only to their inboxes
     # (it answers only the asking workstation's; nats-server's allow_responses would not do:
     # the reload it answers after forgets the replies it allowed)
-    users.append(
-        {
-            "user": ADMIN_USER,
-            "password": state.admin_password,
-            "permissions": {
-                "subscribe": {"allow": [f"{ADMIN_PREFIX}.*.clients"]},
-                "publish": {"allow": ["agent-bridge.*._INBOX.>"]},
-            },
-        }
-    )
+    admin = {
+        "subscribe": {"allow": [f"{ADMIN_PREFIX}.*.clients"]},
+        "publish": {"allow": ["agent-bridge.*._INBOX.>"]},
+    }
+    users.append(_user(ADMIN_USER, state.admin_password, admin))
     nothing = {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
-    users.append({"user": PROBE_USER, "password": state.probe_password, "permissions": nothing})
+    users.append(_user(PROBE_USER, state.probe_password, nothing))
     if state.monitor:
-        users.append({"user": state.monitor[0], "password": state.monitor[1]})
+        users.append(_user(state.monitor[0], state.monitor[1], None))
     websocket: dict[str, Any] = {"host": state.host, "port": state.ws_port}
     conf: dict[str, Any] = {
         "host": state.host,

@@ -29,7 +29,8 @@ def problem(path: Path, what: str = "credentials file") -> str | None:
         return found
     st = path.stat()
     if stat.S_ISDIR(st.st_mode):
-        return f"{path} is a directory, not a {what}. Fix: give the path of the file itself"
+        article = "an" if what[0] in "aeiou" else "a"
+        return f"{path} is a directory, not {article} {what}. Fix: give the path of the file itself"
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the reader for ever
         return f"{path} is not a regular file. Fix: give the path of the {what}"
     mode = stat.S_IMODE(st.st_mode)
