@@ -380,6 +380,8 @@ class SqliteStore(Store):
         self._checkpoint_stop = threading.Event()
         #: set after each write: the checkpoint thread sleeps on it while nothing is written
         self._written = threading.Event()
+        #: one checkpoint at a time: a truncation that met a running passive one gave up busy
+        self._checkpointing = threading.Lock()
         self._closed = False
         self.health = StoreHealth()
         #: monotonic time after which a failing write is given up (set while stopping)
@@ -429,7 +431,7 @@ class SqliteStore(Store):
                 if self._checkpoint_stop.wait(CHECKPOINT_EVERY_S):
                     break
                 self._written.clear()
-                with contextlib.suppress(sqlite3.Error):
+                with self._checkpointing, contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         finally:
             conn.close()
@@ -697,7 +699,8 @@ class SqliteStore(Store):
                 # behind a busy writer. The truncation waits (busy_timeout) only for readers.
                 with contextlib.suppress(OSError, sqlite3.Error):
                     if os.stat(wal).st_size >= WAL_TRUNCATE_BYTES:
-                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                        with self._checkpointing:
+                            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
 
