@@ -414,6 +414,7 @@ def _load_extensions() -> None:
         "bridge.cli.adapters",
         "bridge.cli.doctor",
         "bridge.cli.service",
+        "bridge.cli.webexport",
         "bridge.attention.cli",
         "bridge.relay.cli",
     ):

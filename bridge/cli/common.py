@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +73,14 @@ async def ask_daemon(method: str, **params: Any) -> Any:
         return await client.request(method, **params)
     finally:
         await client.close()
+
+
+def group_usage(sub: Any, name: str) -> Callable[[argparse.Namespace], int]:
+    """The handler of a command that only groups actions (``relay``, ``service``, …): its
+    help, exit status 2."""
+
+    def usage(_args: argparse.Namespace) -> int:
+        sub.choices[name].print_help()
+        return 2
+
+    return usage

@@ -286,8 +286,13 @@ def _user() -> str:
 
 def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     from bridge.cli.cli import command_adder
+    from bridge.cli.common import group_usage
 
-    parser = add("service", _usage(sub), "Install, remove or inspect the systemd user service")
+    parser = add(
+        "service",
+        group_usage(sub, "service"),
+        "Install, remove or inspect the systemd user service",
+    )
     actions = parser.add_subparsers(dest="service_action", metavar="ACTION")
     action = command_adder(actions, "config file the service should use", under_command=True)
 
@@ -301,11 +306,3 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     p = action("uninstall", cmd_uninstall, "Remove the unit file")
     p.add_argument("--now", action="store_true", help="first run systemctl --user disable --now")
     action("status", cmd_status, "Show whether the unit is installed and how it runs")
-
-
-def _usage(sub: Any) -> Callable[[argparse.Namespace], int]:
-    def usage(_args: argparse.Namespace) -> int:
-        sub.choices["service"].print_help()
-        return 2
-
-    return usage

@@ -297,8 +297,11 @@ def cmd_clients_revoke(args: argparse.Namespace) -> int:
 
 def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     from bridge.cli.cli import command_adder
+    from bridge.cli.common import group_usage
 
-    relay = add("relay", _usage(sub, "relay"), "Run a self-hosted relay (NATS) for remote access")
+    relay = add(
+        "relay", group_usage(sub, "relay"), "Run a self-hosted relay (NATS) for remote access"
+    )
     actions = relay.add_subparsers(dest="relay_action", metavar="ACTION")
     action = command_adder(actions, under_command=True)
     p = action("serve", cmd_relay_serve, "Run nats-server with a generated configuration")
@@ -356,11 +359,3 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     action = command_adder(actions, under_command=True)
     p = action("revoke", cmd_clients_revoke, "Revoke a client: its connections close")
     p.add_argument("id")
-
-
-def _usage(sub: Any, name: str) -> Callable[[argparse.Namespace], int]:
-    def usage(_args: argparse.Namespace) -> int:
-        sub.choices[name].print_help()
-        return 2
-
-    return usage
