@@ -607,7 +607,7 @@ class App {
       for (const el of [$('#login-pair-status')]) {
         el.hidden = false;
         el.className = status.className;
-        el.textContent = text;
+        clear(el).append(...codeSpans(text));
       }
     };
     let relay;
@@ -675,7 +675,7 @@ class App {
     $('#logout').hidden = true;
     $('#login').hidden = false;
     $('#login-error').hidden = !error;
-    $('#login-error').textContent = error || '';
+    clear($('#login-error')).append(...codeSpans(error || ''));
     $('#token').focus();
     // Served by `relay serve`: there is no daemon here to sign in to, only relay pairing.
     this.servedByRelay().then((relay) => {

@@ -65,7 +65,7 @@ export function parseLink(fragmentValue) {
   try {
     link = parseJson(b64decode(fragmentValue));
   } catch {
-    throw new RelayError('bad_link', 'this is not an agent-bridge relay pairing link');
+    throw new RelayError('bad_link', 'this is not an agent-bridge relay pairing link: `agent-bridge pair --relay` on the workstation prints one');
   }
   const ok = link && link.v === 1 && typeof link.host === 'string' && /^[a-z0-9-]{1,40}$/.test(link.host)
     && typeof link.url === 'string' && /^wss?:\/\//.test(link.url)

@@ -227,7 +227,8 @@ export class Transcript {
       this.#toolCall({ id: b.tool_call_id, name: 'tool', status: b.is_error ? 'error' : 'done' });
     }
     const content = b.content || '';
-    const lines = content.split('\n').length;
+    // a trailing newline ends the last line; it does not start another
+    const lines = content.replace(/\n$/, '').split('\n').length;
     const result = h('details', { class: `tool-result${b.is_error ? ' is-error' : ''}` },
       h('summary', {}, b.is_error ? 'Error' : 'Result',
         h('span', { class: 'muted small' }, ` · ${lines} line${lines === 1 ? '' : 's'}`)),
