@@ -134,6 +134,10 @@ def test_a_turn_renders_every_block_type(page: Page, daemon: DaemonProcess, proj
     assert "$0.0001" in page.text(".session-head .usage")
     assert page.text(".blk-end") == "Turn finished"
     assert page.count(".blk-system.code-state") >= 2
+    # the daemon's state lines are kept (their seqs count) but not shown: the badge says it
+    assert page.eval(
+        "[...document.querySelectorAll('.blk-system.code-state')].every((e) => !e.offsetParent)"
+    )
     assert page.eval("document.querySelector('.head-actions .danger').disabled") is True
     assert_history_exact(page, daemon, session)
     page.eval("document.querySelector('.blk-thinking').open = false")

@@ -360,7 +360,11 @@ export class Transcript {
       return;
     }
     const text = b.text || b.code;
-    this.#add(h('div', { class: `blk blk-system level-${b.level || 'info'} code-${b.code}` }, codeSpans(text)), frame);
+    const el = h('div', { class: `blk blk-system level-${b.level || 'info'} code-${b.code}` }, codeSpans(text));
+    // "idle -> running (writer: bridge): …" is the daemon's bookkeeping: the header's badge
+    // shows the state; the line stays in the DOM (its seq counts) but not on screen
+    if (b.code === 'state') el.hidden = true;
+    this.#add(el, frame);
   }
 
   #error(b, frame) {
