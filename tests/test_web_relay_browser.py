@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,6 +90,15 @@ def wait_text(p: Page, text: str) -> None:
     p.wait_for(
         f"document.querySelector('.session .transcript').textContent.includes({json.dumps(text)})"
     )
+
+
+def assert_away(p: Page) -> None:
+    """Nothing in the open session offers what would fail: Send, Stop and End are off."""
+    off = p.eval(
+        "['button.send', '.head-actions .danger', '.head-actions .link-btn']"
+        ".map((s) => document.querySelector('.session ' + s).disabled)"
+    )
+    assert off == [True, True, True], off
 
 
 def test_two_workstations_one_direct_one_paired_through_the_relay(
@@ -242,17 +252,36 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         p.wait(f'{RELAY_GROUP}[data-state="relay_down"]', timeout_ms=30_000)
         assert "relay down" in p.text(f"{RELAY_GROUP} .ws-head")
         assert p.eval(f"document.querySelector('{LOCAL_GROUP}').dataset.state") == "online"
+        # the open session says why, in words, and offers nothing that would fail
+        p.wait(".session .reach-note[data-state=relay_down]")
+        assert "The relay is down: studio cannot be reached" in p.text(".session .reach-note")
+        assert_away(p)
+        p.wait_for("document.querySelector('#conn span').textContent.startsWith('Relay down')")
         shot(p, "relay-desktop-relay-down")
         transcript.append(f"page, relay stopped: {p.text(f'{RELAY_GROUP} .ws-head')!r}")
+        transcript.append(f"page, the session: {p.text('.session .reach-note')!r}")
 
         # The relay is back: so is the workstation. Revoked on the workstation: "not paired".
         relay.start()
+        back = time.monotonic()
         p.wait(f'{RELAY_GROUP}[data-state="online"]', timeout_ms=60_000)
+        transcript.append(
+            f"relay back: the workstation online again {time.monotonic() - back:.1f} s later"
+        )
+        p.wait(".session .reach-note", state="hidden")
+        assert p.eval("document.querySelector('.session button.send').disabled") is False
         revoke = ["clients", "revoke", record["client_id"]]
         run_bridge(*revoke, env=remote.env, check=True)
         p.wait(f'{RELAY_GROUP}[data-state="unauthorized"]', timeout_ms=30_000)
         assert "not paired" in p.text(f"{RELAY_GROUP} .ws-head")
         assert p.eval(f"document.querySelector('{LOCAL_GROUP}').dataset.state") == "online"
+        p.wait(".session .reach-note[data-state=unauthorized]")
+        note = p.text(".session .reach-note")
+        assert note.startswith("This browser was revoked on studio: pair again with"), note
+        assert p.text(".session .reach-note code") == "agent-bridge pair --relay"
+        assert_away(p)
+        shot(p, "relay-desktop-revoked")
+        transcript.append(f"page, the session after the revocation: {note!r}")
         transcript.append(f"$ agent-bridge {' '.join(revoke)}")
         transcript.append(f"page: {p.text(f'{RELAY_GROUP} .ws-head')!r}")
 

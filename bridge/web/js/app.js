@@ -169,10 +169,12 @@ class SessionView {
     }, icon('attach'));
     this.filesEl = h('div', { class: 'chips attachments' });
     this.hintsEl = h('div', { class: 'hints', hidden: true });
+    this.sendBtn = h('button', { type: 'submit', class: 'primary send' }, 'Send');
+    // Said where a phone shows it (no tooltips): why this session cannot be reached now.
+    this.reachEl = h('p', { class: 'reach-note', role: 'status', hidden: true });
     this.form = h('form', { class: 'composer', onsubmit: (ev) => { ev.preventDefault(); this.send(); } },
-      this.hintsEl, this.filesEl,
-      h('div', { class: 'composer-row' }, this.attachBtn, this.fileInput, this.textarea,
-        h('button', { type: 'submit', class: 'primary send' }, 'Send')));
+      this.reachEl, this.hintsEl, this.filesEl,
+      h('div', { class: 'composer-row' }, this.attachBtn, this.fileInput, this.textarea, this.sendBtn));
     this.el = h('section', { class: 'session', dataset: { session: this.id } },
       h('div', { class: 'session-head' },
         h('div', { class: 'head-main' }, this.titleEl, this.metaEl),
@@ -186,17 +188,41 @@ class SessionView {
     const s = this.session;
     this.titleEl.textContent = s.title || 'New session';
     const agent = this.agent;
-    this.metaEl.textContent = [agent?.display_name || s.agent, s.model, s.cwd].filter(Boolean).join(' · ');
+    const station = this.app.stations.size > 1 || this.ws?.kind === 'relay' ? this.ws?.name : '';
+    this.metaEl.textContent = [station, agent?.display_name || s.agent, s.model, s.cwd]
+      .filter(Boolean).join(' · ');
     this.stateEl.dataset.state = s.state;
     this.stateEl.textContent = stateLabel(s);
     this.stateEl.title = this.stateEl.textContent;
-    this.stopBtn.disabled = s.state !== 'running';
+    const away = this.renderReach();
+    this.stopBtn.disabled = s.state !== 'running' || away;
     const handoff = agent?.handoff ?? 'none';
     this.handoffBtn.hidden = handoff === 'none';
-    this.handoffBtn.disabled = !['idle', 'running'].includes(s.state);
+    this.handoffBtn.disabled = !['idle', 'running'].includes(s.state) || away;
     this.closeBtn.hidden = s.state === 'ended';
+    this.closeBtn.disabled = away;
+    this.sendBtn.disabled = away;
     this.form.classList.toggle('disabled', s.state === 'ended');
     renderMode(this);
+  }
+
+  /** Says why the session's workstation cannot be reached (revoked, relay down, offline);
+   *  true while it cannot. */
+  renderReach() {
+    const ws = this.ws;
+    const state = ws?.state ?? 'online';
+    const name = ws?.name || 'the workstation';
+    const said = {
+      unauthorized: `This browser was revoked on ${name}: pair again with \`agent-bridge pair --relay\` there.`,
+      relay_down: `The relay is down: ${name} cannot be reached. Sending works again once it is back.`,
+      offline: `${name} cannot be reached right now. Sending works again once it is back.`,
+      token_rejected: `${name} rejected this browser's token: pair again with \`agent-bridge pair\`.`,
+      stopped: `Not connected to ${name}.`,
+    }[state];
+    this.reachEl.hidden = !said;
+    clear(this.reachEl).append(...codeSpans(said || ''));
+    this.reachEl.dataset.state = state;
+    return Boolean(said);
   }
 
   toggleChanges(show = this.changes.el.hidden) {
@@ -301,6 +327,7 @@ class SessionView {
   async send() {
     const text = this.textarea.value;
     if (!text.trim() && !this.files.length) return;
+    if (this.renderReach()) return; // kept in the box: nothing typed is lost
     const files = this.files;
     const id = randomId();
     let attachments;
@@ -491,6 +518,7 @@ class App {
     if (ws.id === LOCAL) this.stations = new Map([[LOCAL, ws], ...this.stations]);
     else this.stations.set(ws.id, ws);
     ws.client.addEventListener('status', (ev) => {
+      for (const view of this.views.values()) if (view.ws === ws) view.renderHeader();
       if (ws === this.active) this.setConn(ev.detail);
       else if (ev.detail.state === 'unauthorized' && ws.kind === 'relay') {
         toast(`${ws.name}: ${ev.detail.reason || 'this browser is no longer paired'}`);
@@ -757,22 +785,25 @@ class App {
       unauthorized: 'Token rejected',
       stopped: 'Not connected',
     }[status.state];
+    const relayDown = this.active?.kind === 'relay' && this.active.state === 'relay_down';
     if (status.state === 'waiting') {
       const until = Date.now() + status.retryInMs;
-      const what = this.active?.kind === 'relay' && this.active.state === 'relay_down' ? 'Relay down' : 'Offline';
+      const what = relayDown ? 'Relay down' : 'Offline';
+      // the countdown goes in the title: a phone's top bar has room for the state alone
       const tick = () => {
         const s = Math.max(0, Math.ceil((until - Date.now()) / 1000));
-        label.textContent = s ? `${what} · retrying in ${s} s` : `${what} · retrying…`;
+        label.textContent = phoneQuery.matches ? what : (s ? `${what} · retrying in ${s} s` : `${what} · retrying…`);
+        el.title = s ? `retrying in ${s} s; click to retry now` : 'retrying…';
       };
       tick();
       this.countdown = setInterval(tick, 1000);
-      el.title = 'Click to retry now';
     } else {
-      label.textContent = text || status.state;
+      // a relay that is down reads the same in the top bar as in the groups
+      label.textContent = status.state === 'connecting' && relayDown ? 'Relay down' : (text || status.state);
       el.title = '';
     }
     if (status.state === 'unauthorized' && this.active?.kind === 'relay') {
-      label.textContent = 'Not paired';
+      label.textContent = /revoked/i.test(status.reason || '') ? 'Revoked' : 'Not paired';
       el.title = status.reason || '';
       return;
     }

@@ -110,8 +110,10 @@ export class BridgeClient extends EventTarget {
     this.#setStatus({ state: 'stopped' });
   }
 
-  /** Reconnect now if a retry is scheduled (the page became visible, the network came back). */
-  nudge() {
+  /** Reconnect now if a retry is scheduled (the page became visible, the network came back).
+   *  `fresh`: what failed before is fixed (a relay is back), so the backoff starts over. */
+  nudge(fresh = false) {
+    if (fresh) this.#attempt = 0;
     if (!this.#stopped && !this.#ws) {
       clearTimeout(this.#timer);
       this.#connect();

@@ -291,6 +291,10 @@ export class RelayStation extends EventTarget {
           // Frames sent meanwhile would be lost or late: start over once the relay is back.
           for (const sock of [...this.#sockets]) sock.lose(CLOSE.RELAY_DOWN, 'the relay connection dropped');
         } else if (s.type === 'reconnect') {
+          // An open asked while the relay was away waits for its 10 s timeout: ask again now.
+          for (const sock of [...this.#sockets]) {
+            if (sock.readyState === 0) sock.lose(CLOSE.RELAY_DOWN, 'the relay is back: opening again');
+          }
           this.#setState('up');
         }
       }

@@ -109,6 +109,11 @@ export class Workstation {
       });
       this.closeCodes = relay.CLOSE;
       this.client = new BridgeClient({ transport: () => this.station.socket(), clientName: 'agent-bridge web' });
+      // The relay is back: connect now, not when a backoff grown while it was down says
+      // (up to 15 s later).
+      this.station.addEventListener('relay', (ev) => {
+        if (ev.detail.state === 'up') this.client.nudge(true);
+      });
     } else {
       this.client = new BridgeClient({ url, token, clientName: 'agent-bridge web' });
     }
