@@ -33,15 +33,22 @@ from bridge.server.transport import TransportClosed
 from tests.daemon import DaemonProcess
 from tests.wsclient import collect_events
 
+#: how long `relay serve` may take to be up in the tests (readiness, not a timing target)
+START_WAIT_S = 90.0
 
-def wait_port(port: int, timeout: float = 10.0) -> None:
+
+def _listens(port: int) -> bool:
     import socket
 
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        if _listens(port):
+            return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listens on {port}")
 
@@ -410,9 +417,15 @@ class ServedRelay:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        # Generous: with --acme-email the listeners wait for the certificate, an ACME exchange
+        # with pebble that took over 20 s on a loaded machine. A wait, not a timing target.
+        deadline = time.monotonic() + START_WAIT_S
         for port in (self.port, self.ws_port, self.web_port):
-            wait_port(port, 20)
-        deadline = time.monotonic() + 20  # and its admin service is there (it says so then)
+            while not _listens(port):
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"relay serve did not listen on {port}: {self.printed()}")
+                time.sleep(0.05)
+        # and its admin service is there (it says so then)
         while "relay running" not in self.printed():
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 raise RuntimeError(f"relay serve did not start: {self.printed()}")
