@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -153,3 +154,24 @@ def test_options_and_positionals_parse_in_any_order() -> None:
     assert _parsed(["new", "claude", "--cwd", "/p"])["text"] is None
     # A command with actions of its own keeps its own order.
     assert _parsed(["service", "--config", "c", "install"])["config"] == "c"
+
+
+async def test_a_session_waiting_on_a_permission_is_listed_as_needing_you(
+    daemon: DaemonProcess, project: Path
+) -> None:
+    from tests.test_e2e_core import answer_permission, send_until, subscribed_demo
+
+    c, session = await subscribed_demo(daemon, project)
+    frames = await send_until(c, session, "hello", lambda b: b["type"] == "permission_request")
+    listed = (await c.request("sessions.list", include_external=False))["sessions"]
+    assert [s["needs"] for s in listed if s["session"] == session] == ["permission"]
+    shown = await asyncio.to_thread(cli, daemon, "sessions", "--no-external")
+    row = next(line for line in shown.stdout.splitlines() if session in line)
+    assert "NEEDS-YOU" in row
+    await answer_permission(c, session, frames)
+    await c.turn(session)
+    listed = (await c.request("sessions.list", include_external=False))["sessions"]
+    assert [s["needs"] for s in listed if s["session"] == session] == [None]
+    shown = await asyncio.to_thread(cli, daemon, "sessions", "--no-external")
+    assert "NEEDS-YOU" not in shown.stdout
+    await c.close()

@@ -700,3 +700,25 @@ def test_a_failure_shows_its_hint_and_a_retry_button_only_when_not_retried(
     assert second["where"] == ["rate_limited"]
     assert second["sent"] == ["and now the tests"]
     assert second["left"] == 0
+
+
+def test_a_session_waiting_on_a_permission_is_listed_first_as_needing_you(
+    browser: Browser, page: Page, daemon: DaemonProcess, project: Path
+) -> None:
+    login(page, daemon)
+    waiting = new_session(page, project)
+    send(page, "needs you")
+    page.wait(".blk-permission[data-state=open] .perm-opt")
+    later = new_session(page, project)  # changed last, yet listed after the waiting one
+    assert later != waiting
+    other = browser.page(*DESKTOP)
+    try:
+        login(other, daemon)
+        badge = f"#sessions li[data-session='{waiting}'] .badge.state[data-state=needs]"
+        other.wait(badge)
+        assert other.text(badge) == "needs you"
+        first = "document.querySelector('#sessions .session-list li').dataset.session"
+        assert other.eval(first) == waiting
+        assert page_errors(other) == []
+    finally:
+        other.close()

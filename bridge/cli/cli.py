@@ -202,8 +202,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print(f"{'SESSION':<38} {'AGENT':<9} {'STATE':<8} {'SEQ':>6}  TITLE / CWD")
         for s in sessions:
             title = s.get("title") or "-"
+            state = "NEEDS-YOU" if s.get("needs") else s["state"]
             print(
-                f"{s['session']:<38} {s['agent']:<9} {s['state']:<8} {s['last_seq']:>6}  "
+                f"{s['session']:<38} {s['agent']:<9} {state:<8} {s['last_seq']:>6}  "
                 f"{title[:40]}  {s['cwd']}"
             )
         return 0

@@ -240,7 +240,10 @@ class Hub:
                 self._ended.pop(sid, None)
 
     def session_object(self, s: Session) -> SessionObject:
-        return self._object(s.rec, s.next_seq - 1, len(s.queue), self.resident.resident(s))
+        obj = self._object(s.rec, s.next_seq - 1, len(s.queue), self.resident.resident(s))
+        if s.turn is not None and s.turn.guard.pending_permissions and not s.turn.guard.ended:
+            obj.needs = "permission"
+        return obj
 
     @staticmethod
     def _object(rec: SessionRecord, last_seq: int, queued: int, resident: bool) -> SessionObject:

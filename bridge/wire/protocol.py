@@ -286,6 +286,9 @@ class SessionObject(msgspec.Struct, kw_only=True):
     mode: str | None = None
     #: The session's persistent agent process is running (its next turn starts without delay).
     resident: bool = False
+    #: ``"permission"`` while the session waits on an unanswered permission request (or a
+    #: question, which agents ask as one), else None: "needs you", shown before ``running``.
+    needs: str | None = None
 
 
 # ---- server frames -----------------------------------------------------------------------------

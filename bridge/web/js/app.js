@@ -77,15 +77,16 @@ function toast(message, level = 'error') {
 }
 
 /** "parked · a terminal owns it · 2 queued"; `short` leaves out who owns it (for lists). */
-function stateLabel({ state, writer, queued }, short = false) {
-  let text = state || 'unknown';
+function stateLabel({ state, writer, queued, needs }, short = false) {
+  // `needs` (docs/protocol.md): the session waits on a person, which says more than `running`.
+  let text = needs ? 'needs you' : state || 'unknown';
   if (state === 'parked' && writer === 'terminal' && !short) text += ' · a terminal owns it';
   if (queued) text += ` · ${queued} queued`;
   return text;
 }
 
 function stateBadge(s) {
-  return h('span', { class: 'badge state', dataset: { state: s.state } }, stateLabel(s, true));
+  return h('span', { class: 'badge state', dataset: { state: s.needs ? 'needs' : s.state } }, stateLabel(s, true));
 }
 
 /**
@@ -996,7 +997,9 @@ class App {
     let ownCount = 0;
     let externalCount = 0;
     for (const ws of this.stations.values()) {
-      const all = [...ws.sessions.values()].sort((a, b) => b.updated_at.localeCompare(a.updated_at));
+      // the sessions that need a person first, then the most recently changed
+      const all = [...ws.sessions.values()].sort((a, b) => (!!b.needs - !!a.needs)
+        || b.updated_at.localeCompare(a.updated_at));
       const own = all.filter((s) => !isFoundOnDisk(s));
       const external = all.filter(isFoundOnDisk);
       ownCount += own.length;
@@ -1026,6 +1029,11 @@ class App {
     clear($('#external')).append(...externalGroups);
     $('#sessions-empty').hidden = ownCount > 0;
     $('#external-empty').hidden = externalCount > 0;
+    const needing = [...this.stations.values()]
+      .reduce((n, ws) => n + [...ws.sessions.values()].filter((s) => s.needs).length, 0);
+    if (navigator.setAppBadge) {
+      (needing ? navigator.setAppBadge(needing) : navigator.clearAppBadge()).catch(() => {});
+    }
   }
 
   updateListItem(session, ws = this.active) {
