@@ -402,6 +402,22 @@ class ServedRelay:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServedRelay:
+        """Started; on other ports if one picked was taken meanwhile (free_port can only say
+        what was free a moment ago, and the suite runs in parallel)."""
+        for _ in range(3):
+            seen = len(self.printed()) if self.log.exists() else 0
+            try:
+                return self._start()
+            except RuntimeError:
+                if "address already in use" not in self.printed()[seen:]:
+                    raise
+                self.stop()
+                self.port = natsserver.free_port()
+                self.ws_port = natsserver.free_port()
+                self.web_port = natsserver.free_port()
+        return self._start()
+
+    def _start(self) -> ServedRelay:
         from tests.daemon import ROOT
         from tests.daemonkit import bridge_argv
 
