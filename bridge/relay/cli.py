@@ -68,6 +68,8 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
     try:
         binary = natsserver.nats_server_binary()
         state = rdir.load() or RelayState()
+        # asked first: not after a certificate is issued, and not while holding the lock
+        first = None if state.workstations else _first_name(args)
         for key in ("host", "port", "ws_port", "web_port", "tls_cert", "tls_key", "public_host"):
             value = getattr(args, key, None)
             if value is not None:
@@ -84,8 +86,8 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
         rdir.ensure_not_running()
         with rdir.locked():
             rdir.save(state)
-            if not state.workstations:
-                w = rdir.add(state, _first_name(args))
+            if first is not None:
+                w = rdir.add(state, first)
                 account = rdir.account_file(w.host_id)
                 print(f"added workstation {w.host_id}; its account file: {account}")
                 print(how_to_use(account))
@@ -182,11 +184,14 @@ async def _start_admin(admin: Any, proc: Any) -> None:
 
 
 def _change_workstation(
-    args: argparse.Namespace, change: str, missing: str, done: Callable[[str, Path], str]
+    args: argparse.Namespace,
+    change: Callable[[Any, Any, str], Any],
+    missing: str,
+    done: Callable[[str, Path], str],
 ) -> int:
-    """``RelayDir.add`` or ``.rotate`` (``change``) of workstation ``args.name`` under the
-    relay directory's lock; ``done(host id, its account file)`` says what was done, and what
-    follows if no relay runs to read the new configuration."""
+    """``change(relay directory, its state, args.name)`` (``RelayDir.add`` or ``.rotate``)
+    under the relay directory's lock; ``done(host id, its account file)`` says what was done,
+    and what follows if no relay runs to read the new configuration."""
     from bridge.relay.natsserver import RelayServeError
 
     rdir = _relay_dir(args)
@@ -195,7 +200,7 @@ def _change_workstation(
             state = rdir.load()
             if state is None:
                 return fail(f"no relay in {rdir.dir}{missing}")
-            w = getattr(rdir, change)(state, args.name)
+            w = change(rdir, state, args.name)
     except (RelayServeError, OSError) as exc:
         return fail(exc)
     if_stopped = done(w.host_id, rdir.account_file(w.host_id))
@@ -214,9 +219,10 @@ def cmd_relay_add(args: argparse.Namespace) -> int:
             "the relay is not running: `agent-bridge relay serve` starts it with this workstation"
         )
 
-    return _change_workstation(
-        args, "add", ": start one with `agent-bridge relay serve` first", done
-    )
+    from bridge.relay.natsserver import RelayDir
+
+    missing = ": start one with `agent-bridge relay serve` first"
+    return _change_workstation(args, RelayDir.add, missing, done)
 
 
 def cmd_relay_rotate(args: argparse.Namespace) -> int:
@@ -227,7 +233,9 @@ def cmd_relay_rotate(args: argparse.Namespace) -> int:
         print("Paired clients with their own login are not affected.")
         return ""
 
-    return _change_workstation(args, "rotate", "", done)
+    from bridge.relay.natsserver import RelayDir
+
+    return _change_workstation(args, RelayDir.rotate, "", done)
 
 
 def _when(ts: float | None) -> str:
