@@ -207,3 +207,19 @@ async def test_nats_conf_holds_bcrypt_hashes_and_logins_still_work(relay: Relay)
         await nc.close()
     await (await relay.monitor()).close()
     assert "Plaintext passwords" not in relay.log.read_text()
+
+
+def test_a_revoked_clients_password_leaves_the_relays_memory(tmp_path: Path) -> None:
+    """nats.conf is rendered again at every pairing and revocation for as long as the relay
+    runs; the hashes kept between renders are those of the current users only."""
+    rdir = natsserver.RelayDir(tmp_path / "relay")
+    state = natsserver.RelayState()
+    rdir.save(state)
+    w = rdir.add(state, "ws-a")
+    w.clients["c-0123abcd"] = "q" * 24
+    rdir.save(state)
+    assert "q" * 24 in natsserver._hashed
+    del w.clients["c-0123abcd"]
+    rdir.save(state)
+    assert "q" * 24 not in natsserver._hashed
+    assert w.daemon_password in natsserver._hashed

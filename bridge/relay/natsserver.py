@@ -197,11 +197,11 @@ def _permissions(host_id: str, role: str) -> dict[str, Any]:
 #: not hold the passwords themselves (and nats-server stops warning about plaintext ones),
 #: and a low cost keeps each login nats-server checks cheap.
 BCRYPT_COST = 4
+#: password -> its hash in the configuration last rendered (made again only for new ones)
 _hashed: dict[str, str] = {}
 
 
-def hashed(password: str) -> str:
-    """``password`` as nats-server takes it hashed (``$2b$…``); made once per process."""
+def _bcrypt(password: str) -> str:
     try:
         import bcrypt
     except ImportError as exc:
@@ -209,16 +209,24 @@ def hashed(password: str) -> str:
             "bcrypt is not installed: install agent-bridge with its relay extra "
             "(docs/remote-access.md)"
         ) from exc
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_COST)).decode()
 
-    found = _hashed.get(password)
-    if found is None:
-        found = bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_COST)).decode()
-        _hashed[password] = found
-    return found
+
+def _hash_passwords(users: list[dict[str, Any]]) -> None:
+    """Each user's password replaced by its bcrypt hash, which nats-server checks. Hashes of
+    the last configuration are reused, and only this one's are kept: a relay that pairs and
+    revokes clients for months does not hold every old password in its memory."""
+    made: dict[str, str] = {}
+    for user in users:
+        plain = user["password"]
+        made[plain] = made.get(plain) or _hashed.get(plain) or _bcrypt(plain)
+        user["password"] = made[plain]
+    _hashed.clear()
+    _hashed.update(made)
 
 
 def _user(name: str, password: str, permissions: dict[str, Any] | None) -> dict[str, Any]:
-    user: dict[str, Any] = {"user": name, "password": hashed(password)}
+    user: dict[str, Any] = {"user": name, "password": password}
     if permissions is not None:
         user["permissions"] = permissions
     return user
@@ -244,6 +252,7 @@ def render(state: RelayState) -> dict[str, Any]:
     users.append(_user(PROBE_USER, state.probe_password, nothing))
     if state.monitor:
         users.append(_user(state.monitor[0], state.monitor[1], None))
+    _hash_passwords(users)
     websocket: dict[str, Any] = {"host": state.host, "port": state.ws_port}
     conf: dict[str, Any] = {
         "host": state.host,
