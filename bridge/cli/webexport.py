@@ -22,22 +22,15 @@ from bridge.util.exits import fail
 _CHARSET = '<meta charset="utf-8">'
 
 
-def page_policy() -> str:
-    """The daemon's CSP for a page on a host of its own (no Host header to echo), without the
-    directive a meta tag cannot carry."""
+def with_policy(index: str) -> str:
+    """``index.html`` with the daemon's CSP (for a page on a host of its own: no Host header
+    to echo) as its first tag after the charset."""
     from bridge.server.web import content_security_policy
 
-    kept = [
-        d for d in content_security_policy(None).split("; ") if not d.startswith("frame-ancestors")
-    ]
-    return "; ".join(kept)
-
-
-def with_policy(index: str) -> str:
-    """``index.html`` with the CSP as its first tag after the charset."""
     if _CHARSET not in index:
         raise ValueError("index.html has no charset tag to put the policy after")
-    tag = f'<meta http-equiv="Content-Security-Policy" content="{html.escape(page_policy())}">'
+    policy = html.escape(content_security_policy(None, meta=True))
+    tag = f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
     return index.replace(_CHARSET, f"{_CHARSET}\n  {tag}", 1)
 
 

@@ -86,26 +86,28 @@ def load_files(root: Traversable) -> dict[str, StaticFile]:
 RELAY_SOCKETS = "wss: ws://127.0.0.1:* ws://localhost:*"
 
 
-def content_security_policy(host: str | None) -> str:
+def content_security_policy(host: str | None, *, meta: bool = False) -> str:
+    """The page's policy; ``meta``: for a ``<meta http-equiv>`` tag (`agent-bridge web
+    export`), which cannot carry ``frame-ancestors`` (browsers ignore it there)."""
     # 'self' covers ws:/wss: to the same host in CSP3 browsers; older WebKit needs them spelled
     # out, so the page's own host is added when the Host header is a plain host[:port].
     sockets = "'self'"
     if host and _HOST_RE.match(host):
         sockets += f" ws://{host} wss://{host}"
     sockets += f" {RELAY_SOCKETS}"
-    return "; ".join(
-        (
-            "default-src 'none'",
-            "script-src 'self'",
-            "style-src 'self'",
-            "img-src 'self' blob:",
-            f"connect-src {sockets}",
-            "manifest-src 'self'",
-            "base-uri 'none'",
-            "form-action 'none'",
-            "frame-ancestors 'none'",
-        )
-    )
+    directives = [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' blob:",
+        f"connect-src {sockets}",
+        "manifest-src 'self'",
+        "base-uri 'none'",
+        "form-action 'none'",
+    ]
+    if not meta:
+        directives.append("frame-ancestors 'none'")
+    return "; ".join(directives)
 
 
 class WebClient:
