@@ -166,3 +166,55 @@ def test_new_without_a_terminal_says_the_turn_waits_for_a_permission_and_how_to_
     assert "the turn waits for a permission" in out.stderr, out.stderr
     assert f"`agent-bridge permission {sid} " in out.stderr
     assert f"`agent-bridge watch {sid}`" in out.stderr
+
+
+@pytest.mark.parametrize(("typed", "named"), [(b"studio\n", "studio"), (b"\x04", None)])
+def test_relay_serves_first_run_on_a_terminal_asks_for_the_name(
+    tmp_path: Path, typed: bytes, named: str | None
+) -> None:
+    """On a terminal the first run asks; what is typed names the workstation, and Ctrl-D (or
+    Enter) keeps the host's name."""
+    import pty
+    import select
+
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "st")}
+    argv = bridge_argv("relay", "serve", "--dir", str(tmp_path / "relay"))
+    argv += ["--port", str(free_port()), "--ws-port", str(free_port()), "--web-port", "0"]
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        start_new_session=True,
+    )
+    os.close(follower)
+    said = b""
+
+    def read_until(marker: bytes) -> None:
+        nonlocal said
+        deadline = time.monotonic() + 60
+        while marker not in said:
+            assert time.monotonic() < deadline and proc.poll() is None, said.decode(
+                errors="replace"
+            )
+            if select.select([leader], [], [], 0.2)[0]:
+                said += os.read(leader, 65536)
+
+    try:
+        read_until(b"Name of the first workstation")
+        os.write(leader, typed)
+        read_until(b"relay running")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+        os.close(leader)
+    accounts = sorted(p.stem for p in (tmp_path / "relay" / "accounts").glob("*.json"))
+    assert len(accounts) == 1
+    if named is not None:
+        assert accounts == [named]
+    else:
+        assert accounts[0] and accounts[0] != "studio"
+    assert f"added workstation {accounts[0]}".encode() in said

@@ -48,7 +48,10 @@ def _first_name(args: argparse.Namespace) -> str:
     if args.name:
         return str(args.name)
     if sys.stdin.isatty():
-        answer = input(f"Name of the first workstation (the account; Enter for {host}): ")
+        try:
+            answer = input(f"Name of the first workstation (the account; Enter for {host}): ")
+        except EOFError:  # Ctrl-D: the default, as Enter
+            answer = ""
         return answer.strip() or host
     print(f"naming the first workstation {host!r}; `relay serve --name NAME` chooses another")
     return host
