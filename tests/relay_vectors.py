@@ -74,7 +74,7 @@ def make() -> dict[str, Any]:
         {"client_id": "c-0123abcd"}, fixed("n2", 24), daemon.secret, client.public
     )
     open_req = box_case(
-        {"conn": conn, "eph": b64(client_eph.public), "ts": 1767225600},
+        {"conn": conn, "eph": b64(client_eph.public), "ts": 1767225600, "batch": True},
         fixed("n3", 24),
         client.secret,
         daemon.public,
@@ -98,7 +98,12 @@ def make() -> dict[str, Any]:
     down = frames_case(
         key,
         sealing.DAEMON_TO_CLIENT,
-        [(sealing.FRAME, b'{"type":"result","id":"1","ok":true}'), (sealing.KEEPALIVE, b"")],
+        [
+            (sealing.FRAME, b'{"type":"result","id":"1","ok":true}'),
+            (sealing.KEEPALIVE, b""),
+            # to a client that asked for it: two frames in one message, each after its length
+            *pieces.pack([b'{"type":"result","id":"2","ok":true}', b'{"type":"pong"}'], True),
+        ],
     )
     # a frame longer than one piece: "0123456789" repeated, MAX_PIECE + 10 bytes long
     big = (b"0123456789" * (pieces.MAX_PIECE // 10 + 2))[: pieces.MAX_PIECE + 10]

@@ -206,18 +206,23 @@ class RelayClient:
             self.login = inner["login"]
         return reply
 
-    async def open_raw(self, conn: str, eph: KeyPair, ts: float | None = None) -> dict[str, Any]:
+    async def open_raw(
+        self, conn: str, eph: KeyPair, ts: float | None = None, batch: bool = False
+    ) -> dict[str, Any]:
         inner: dict[str, Any] = {"conn": conn, "eph": b64(eph.public), "ts": int(ts or time.time())}
+        if batch:
+            inner["batch"] = True
         named = {"client_id": self.client_id} if self.scoped else {}
         body = {**self._boxed({**inner, **named}), "conn": conn, "eph": b64(eph.public), **named}
         return await self.ask("open", body)
 
-    async def open(self) -> VirtualClient:
+    async def open(self, batch: bool = False) -> VirtualClient:
+        """A virtual connection; with ``batch`` the client takes BATCH messages."""
         eph = KeyPair.generate()
         conn = secrets.token_hex(16)
         vc = VirtualClient(self, conn)
         await vc.listen()
-        reply = await self.open_raw(conn, eph)
+        reply = await self.open_raw(conn, eph, batch=batch)
         if not reply.get("ok"):
             await vc.sub_close()
             raise RuntimeError(f"open refused: {reply.get('error')}")
@@ -286,9 +291,15 @@ class VirtualClient:
         if opened.kind == sealing.CLOSE:
             self._closed(json.loads(opened.body))
             return
-        frame = self.joiner.feed(opened)
-        if frame is None:
+        if opened.kind == sealing.BATCH:
+            for frame in self.joiner.feed_batch(opened):
+                self._frame(frame)
             return
+        frame = self.joiner.feed(opened)
+        if frame is not None:
+            self._frame(frame)
+
+    def _frame(self, frame: bytes) -> None:
         parsed = json.loads(frame)
         if parsed.get("t") in ("ok", "err") and parsed.get("id") in self._answers:
             self._answers.pop(parsed["id"]).set_result(parsed)

@@ -14,7 +14,7 @@ import pytest
 
 from bridge.config import RelayConfig
 from bridge.process import TaskOwner
-from bridge.relay import account, sealing
+from bridge.relay import account, pieces, sealing
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
 from bridge.relay.sealing import KeyPair, b64
@@ -39,6 +39,40 @@ async def test_status_pair_open_and_echo(relay: Relay, link: RelayLink) -> None:
     assert answer == {"t": "ping", "id": 1, "n": 1}
     big = "x" * (600 * 1024)  # fragmented both ways
     assert (await vc.request("ping", big=big))["big"] == big
+    await client.nc.close()
+
+
+async def test_a_burst_reaches_a_client_that_takes_batches_in_a_few_messages(
+    relay: Relay, link: RelayLink
+) -> None:
+    client = await paired(relay, link)
+    plain, batched = await client.open(), await client.open(batch=True)
+    frame = b'{"t":"event","n":%d,"pad":"' + b"x" * 64 + b'"}'
+    burst = [frame % i for i in range(1000)]
+    burst.insert(500, b'{"t":"event","n":"big","pad":"' + b"y" * 400_000 + b'"}')
+    for vc in (plain, batched):
+        await vc.request("ping")
+        before = len(vc.raw_down)
+        link.vcs[vc.conn].write(burst)
+        got = [(await asyncio.wait_for(vc.pushes.get(), 10))["n"] for _ in burst]
+        assert got == [json.loads(f)["n"] for f in burst]  # all of them, in order
+        vc.messages = len(vc.raw_down) - before  # type: ignore[attr-defined]
+    assert plain.messages == 1002  # type: ignore[attr-defined]  # the big one in two pieces
+    assert batched.messages <= 6  # type: ignore[attr-defined]
+    await client.nc.close()
+
+
+async def test_the_daemon_takes_a_batch_and_closes_on_one_that_does_not_add_up(
+    relay: Relay, link: RelayLink
+) -> None:
+    client, vc = await opened(relay, link)
+    _, body = next(pieces.pack([b'{"t":"ping","id":"a"}', b'{"t":"ping","id":"b"}'], True))
+    await vc.send_sealed(sealing.BATCH, body)
+    got = [await asyncio.wait_for(vc.pushes.get(), 5) for _ in range(2)]
+    assert [g["id"] for g in got] == ["a", "b"]
+    await vc.send_sealed(sealing.BATCH, b"\x00\x00\x01\x00{}")  # says 256 bytes, has 2
+    await asyncio.wait_for(vc.closed_event.wait(), 5)
+    assert vc.closed == {"code": 4400, "reason": "rejected frame"}
     await client.nc.close()
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from bridge.relay import pieces, sealing
 from bridge.relay.sealing import (
+    BATCH,
     CLIENT_TO_DAEMON,
     DAEMON_TO_CLIENT,
     FRAME,
@@ -143,6 +144,51 @@ def test_a_frame_over_the_limit_is_dropped_whole() -> None:
         assert joiner.feed(opener.open(sealer.seal(kind, body))) is None
     assert joiner.dropped == 1
     assert joiner.feed(opener.open(sealer.seal(FRAME, b"ok"))) == b"ok"
+
+
+def test_a_burst_is_packed_into_batches_in_order_and_unpacked_whole() -> None:
+    k, _ = pair()
+    small = [b'{"n":%d}' % i for i in range(30)]
+    big = b"z" * 60
+    burst = [*small[:12], big, *small[12:]]
+    msgs = list(pieces.pack(burst, True, max_piece=40))
+    # each BATCH as full as 40 bytes allow; the frame over a piece goes in pieces, in place
+    kinds = [kind for kind, _ in msgs]
+    assert BATCH in kinds and MORE in kinds
+    assert all(len(body) <= 40 for _, body in msgs)
+    sealer, opener = Sealer(k, DAEMON_TO_CLIENT), Opener(k, DAEMON_TO_CLIENT)
+    joiner = pieces.Joiner(max_frame=1000)
+    out: list[bytes] = []
+    for kind, body in msgs:
+        opened = opener.open(sealer.seal(kind, body))
+        if opened.kind == BATCH:
+            out += joiner.feed_batch(opened)
+        elif (frame := joiner.feed(opened)) is not None:
+            out.append(frame)
+    assert out == burst
+    # without batching, and for a lone frame, nothing changes
+    assert list(pieces.pack(burst, False, max_piece=40)) == [
+        part for f in burst for part in pieces.split(f, max_piece=40)
+    ]
+    assert list(pieces.pack([b"{}"], True)) == [(FRAME, b"{}")]
+
+
+def test_a_batch_whose_lengths_do_not_add_up_is_rejected() -> None:
+    for body in (b"", b"\x00\x00", b"\x00\x00\x00\x05abc", b"\x00\x00\x00\x01a\x00"):
+        with pytest.raises(Rejected, match="malformed"):
+            pieces.unpack(body)
+    assert pieces.unpack(b"\x00\x00\x00\x00\x00\x00\x00\x01a") == [b"", b"a"]
+
+
+def test_a_batch_drops_a_frame_cut_by_a_gap_and_frames_over_the_limit() -> None:
+    k, _ = pair()
+    sealer, opener = Sealer(k, DAEMON_TO_CLIENT), Opener(k, DAEMON_TO_CLIENT)
+    joiner = pieces.Joiner(max_frame=8)
+    first = pieces.split(b"x" * 25, max_piece=10)[0]
+    assert joiner.feed(opener.open(sealer.seal(*first))) is None  # its end is lost
+    _, body = next(pieces.pack([b"ok", b"much too long", b"fine"], True))
+    assert joiner.feed_batch(opener.open(sealer.seal(BATCH, body))) == [b"ok", b"fine"]
+    assert joiner.dropped == 2
 
 
 def test_b64_is_urlsafe_without_padding_and_checks_length() -> None:

@@ -77,7 +77,10 @@ def vectors() -> dict[str, Any]:
     c_eph_pk = b64(bytes(c_eph.public_key))
     d_eph_pk = b64(bytes(d_eph.public_key))
     open_box = box(
-        compact({"conn": conn, "eph": c_eph_pk, "ts": ts}), open_n, client, daemon.public_key
+        compact({"conn": conn, "eph": c_eph_pk, "ts": ts, "batch": True}),
+        open_n,
+        client,
+        daemon.public_key,
     )
     open_reply_n = bytes([10]) * 24
     open_reply_box = box(

@@ -34,6 +34,8 @@ class Opened:
     key: bytes
     #: the client named itself: its subjects are ``P.vc.<client id>.<conn>.up|down``
     scoped: bool = False
+    #: the client takes BATCH messages (``"batch": true`` in its open box)
+    batch: bool = False
 
 
 def read_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> dict[str, Any]:
@@ -181,4 +183,5 @@ def open_connection(
     inner_reply = {"conn": conn, "eph": b64(mine.public), "client_eph": eph_text}
     reply = {"ok": True, "eph": b64(mine.public), **_reply_box(inner_reply, keys, client_pk)}
     key = sealing.connection_key(mine.secret, client_eph)
-    return reply, Opened(conn, client, key, scoped=named is not None)
+    batch = inner.get("batch") is True
+    return reply, Opened(conn, client, key, scoped=named is not None, batch=batch)

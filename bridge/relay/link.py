@@ -331,6 +331,7 @@ class RelayLink:
             max_frame=self.max_frame,
             owner=self._tasks,
             on_dropped=self._frame_dropped,
+            batch=opened.batch,
         )
         self.vcs[opened.conn] = vc
         await self._respond(msg, reply)
@@ -370,18 +371,13 @@ class RelayLink:
         )
 
     async def _publish(self, subject: str, payloads: list[bytes]) -> None:
-        """Publish messages in order with one hand-over to nats-py: its ``publish`` costs as
-        much per message as sealing it. The PUB lines are NATS's wire protocol, sent by
-        nats-py (pinned) in one write. While the relay is down they are not buffered: the
+        """Publish messages in order. While the relay is down they are not buffered: the
         publish fails and the virtual connection counts them dropped (seq replay covers it)."""
         nc = self._nc
         if nc is None or not nc.is_connected:
             raise ConnectionError("relay not connected")
-        head = subject.encode()
-        await nc._send_command(
-            b"".join(b"PUB %s %d\r\n%s\r\n" % (head, len(p), p) for p in payloads)
-        )
-        await nc._flush_pending()
+        for payload in payloads:
+            await nc.publish(subject, payload)
 
     def _pending(self) -> int:
         nc = self._nc

@@ -28,7 +28,9 @@ FRAME = 0x00
 MORE = 0x01
 CLOSE = 0x02
 KEEPALIVE = 0x03
-KINDS = (FRAME, MORE, CLOSE, KEEPALIVE)
+#: several whole frames in one message, each after its length (``pieces.pack``)
+BATCH = 0x04
+KINDS = (FRAME, MORE, CLOSE, KEEPALIVE, BATCH)
 
 #: the largest plaintext (kind byte + body) of one sealed message
 MAX_PLAINTEXT = 256 * 1024

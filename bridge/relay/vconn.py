@@ -64,6 +64,7 @@ class VirtualConnection:
         max_frame: int,
         owner: TaskOwner,
         on_dropped: Dropped = _ignore,
+        batch: bool = False,
     ) -> None:
         self.conn = conn
         self.client_id = client_id
@@ -74,6 +75,8 @@ class VirtualConnection:
         self._sealer = Sealer(key, DAEMON_TO_CLIENT)
         self._opener = Opener(key, CLIENT_TO_DAEMON)
         self._joiner = pieces.Joiner(max_frame)
+        #: the client takes BATCH messages (it said so when it opened the connection)
+        self.batch = batch
         self._inbox: asyncio.Queue[str | None] = asyncio.Queue()
         self._out: collections.deque[bytes] = collections.deque()
         self._out_bytes = 0
@@ -104,16 +107,10 @@ class VirtualConnection:
         if self.closed:
             raise TransportClosed(self.peer)
         seal, out, size = self._sealer.seal, self._out, 0
-        for frame in frames:
-            if len(frame) <= pieces.MAX_PIECE:
-                payload = seal(sealing.FRAME, frame)
-                out.append(payload)
-                size += len(payload)
-                continue
-            for kind, body in pieces.split(frame):
-                payload = seal(kind, body)
-                out.append(payload)
-                size += len(payload)
+        for kind, body in pieces.pack(frames, self.batch):
+            payload = seal(kind, body)
+            out.append(payload)
+            size += len(payload)
         self._out_bytes += size
         self.last_sent = time.monotonic()
         self._wake.set()
@@ -160,24 +157,36 @@ class VirtualConnection:
             self._on_dropped(self, str(exc))
             return
         except Rejected as exc:
-            # authentic (the client sealed it) yet not of the protocol: the client is broken
-            log.warning("relay_frame_rejected", conn=self.conn, client=self.client_id, why=str(exc))
-            # the client hears it at once and reopens, rather than after 60 s of silence
-            self._queue(
-                self._sealer.seal(sealing.CLOSE, b'{"code":4400,"reason":"rejected frame"}')
-            )
-            self._end(CLOSE_REJECTED)
+            self._reject(exc)
             return
         self.last_recv = time.monotonic()
         if opened.kind == sealing.CLOSE:
             self._end(self._peer_code(opened.body))
+        elif opened.kind == sealing.BATCH:
+            try:
+                frames = self._joiner.feed_batch(opened)
+            except Rejected as exc:
+                self._reject(exc)
+                return
+            for each in frames:
+                self._take(each)
         elif opened.kind in (sealing.FRAME, sealing.MORE):
-            frame = self._joiner.feed(opened)
-            if frame is not None:
-                try:
-                    self._inbox.put_nowait(frame.decode())
-                except UnicodeDecodeError:
-                    log.info("relay_frame_not_text", conn=self.conn)
+            whole = self._joiner.feed(opened)
+            if whole is not None:
+                self._take(whole)
+
+    def _take(self, frame: bytes) -> None:
+        try:
+            self._inbox.put_nowait(frame.decode())
+        except UnicodeDecodeError:
+            log.info("relay_frame_not_text", conn=self.conn)
+
+    def _reject(self, exc: Rejected) -> None:
+        # authentic (the client sealed it) yet not of the protocol: the client is broken
+        log.warning("relay_frame_rejected", conn=self.conn, client=self.client_id, why=str(exc))
+        # the client hears it at once and reopens, rather than after 60 s of silence
+        self._queue(self._sealer.seal(sealing.CLOSE, b'{"code":4400,"reason":"rejected frame"}'))
+        self._end(CLOSE_REJECTED)
 
     def tick(self, now: float) -> None:
         """Keepalive after 20 s of sending nothing; closed after 60 s of hearing nothing."""

@@ -52,6 +52,7 @@ test('down frames open; the fragmented frame is cut where the daemon cuts it', (
   const got = v.down_frames.map((f) => o.open(b64decode(f.payload)));
   assert.deepEqual(got[0], { frame: v.down_frames[0].body_utf8 });
   assert.deepEqual(got[1], { keepalive: true });
+  assert.deepEqual(got[2], { frames: ['{"type":"result","id":"2","ok":true}', '{"type":"pong"}'] });
   const fr = v.fragmented_down;
   const frame = '0123456789'.repeat(Math.ceil(fr.frame_len / 10)).slice(0, fr.frame_len);
   const sealed = new Sealer(nacl, b64decode(v.connection_key), DIR_DOWN).sealFrame(frame);

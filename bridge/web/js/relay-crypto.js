@@ -9,7 +9,7 @@
 
 export const DIR_UP = 0x43; // 'C': client -> daemon
 export const DIR_DOWN = 0x44; // 'D': daemon -> client
-export const KIND = { FRAME: 0, MORE: 1, CLOSE: 2, KEEPALIVE: 3 };
+export const KIND = { FRAME: 0, MORE: 1, CLOSE: 2, KEEPALIVE: 3, BATCH: 4 };
 /** The most plaintext one message may carry: 1 kind byte + a piece of a frame. */
 export const MAX_PLAINTEXT = 256 * 1024;
 export const OPEN_MAX_SKEW_S = 300;
@@ -154,7 +154,8 @@ export class RelayCrypto {
     const ephB64 = b64encode(e.publicKey);
     // A client with its own NATS user names itself: its subjects are P.vc.<client id>.<conn>.*
     const named = clientId ? { client_id: clientId } : {};
-    const inner = jsonBytes({ conn: id, eph: ephB64, ts: nowS, ...named });
+    // batch: the daemon may send a burst of frames as BATCH messages (Opener takes them)
+    const inner = jsonBytes({ conn: id, eph: ephB64, ts: nowS, ...named, batch: true });
     const box = this.nacl.box(inner, n, b64decode(daemonPk), b64decode(keys.sk));
     return {
       request: { v: 1, pk: keys.pk, conn: id, eph: ephB64, n: b64encode(n), box: b64encode(box), ...named },
@@ -198,6 +199,21 @@ function nonceFor(direction, counter) {
   nonce[0] = direction;
   new DataView(nonce.buffer).setBigUint64(16, BigInt(counter));
   return nonce;
+}
+
+function framesOf(body) {
+  const frames = [];
+  const view = new DataView(body.buffer, body.byteOffset, body.length);
+  let at = 0;
+  while (at + 4 <= body.length) {
+    const size = view.getUint32(at);
+    at += 4;
+    if (size > body.length - at) break; // the daemon never sends one that does not add up
+    const one = textOf(body.subarray(at, at + size));
+    if (one) frames.push(one.frame);
+    at += size;
+  }
+  return frames;
 }
 
 function textOf(bytes) {
@@ -251,7 +267,8 @@ export class Sealer {
 
 /**
  * One direction's receiver. `open(message)` returns what the message means:
- * {frame: text} for a complete protocol frame, {close: {code, reason}}, {keepalive: true}, or
+ * {frame: text} for a complete protocol frame, {frames: [text, …]} for a BATCH,
+ * {close: {code, reason}}, {keepalive: true}, or
  * null for a piece of a frame still being joined (or a frame dropped at a gap). A replayed,
  * reordered or forged message throws RelayError('frame_rejected'): the connection is done.
  */
@@ -308,6 +325,13 @@ export class Opener {
       }
       case KIND.KEEPALIVE:
         return { keepalive: true };
+      case KIND.BATCH: {
+        // whole frames, each after its 4-byte big-endian length; a frame being joined lost
+        // its end to a gap (a batch never falls inside one)
+        this.pieces = [];
+        this.broken = false;
+        return { frames: framesOf(body) };
+      }
       default:
         return null; // a kind from a later revision: ignored, like unknown protocol frames
     }

@@ -434,5 +434,6 @@ export class RelaySocket {
       return;
     }
     if (opened.frame !== undefined) this.onmessage?.({ type: 'message', data: opened.frame });
+    for (const frame of opened.frames || []) this.onmessage?.({ type: 'message', data: frame });
   }
 }
