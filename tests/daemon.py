@@ -107,6 +107,10 @@ class DaemonProcess:
         except OSError:
             return ""
 
+    def log_events(self, event: str) -> list[dict[str, Any]]:
+        """The daemon's JSON log lines of ``event``."""
+        return [json.loads(line) for line in self.log_text().splitlines() if f'"{event}"' in line]
+
     def kill9(self) -> None:
         assert self.proc is not None
         os.killpg(self.proc.pid, signal.SIGKILL)

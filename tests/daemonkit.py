@@ -82,6 +82,13 @@ async def unix_hello(d: DaemonProcess) -> None:
         assert json.loads(await ws.recv())["t"] == "ok"
 
 
+def free_port() -> int:
+    """A port nothing listens on (the kernel's pick of a moment ago)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def flap_once(port: int, token: str, session: str, after_seq: int, reads: int) -> None:
     """A client on a bad network: hello, subscribe from ``after_seq``, read up to ``reads``
     frames, then drop the TCP connection with data still unread (no close frame)."""

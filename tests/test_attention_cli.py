@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 
 from tests.daemon import ROOT, DaemonProcess
-from tests.daemonkit import bridge_argv, run_bridge
+from tests.daemonkit import bridge_argv, free_port, run_bridge
 from tests.notify_fakes import WS, Receiver
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
@@ -32,7 +25,7 @@ def config(*urls: str) -> str:
 def test_notify_test_without_a_daemon_says_what_each_channel_answered(
     tmp_path: Path, receiver: Receiver
 ) -> None:
-    down = f"json://user:hunter2secret@127.0.0.1:{closed_port()}/x"
+    down = f"json://user:hunter2secret@127.0.0.1:{free_port()}/x"
     d = DaemonProcess(tmp_path / "home", config=config(receiver.url, down))
     result = run(d, "notify", "test", "--kind", "permission")
     assert result.returncode == 1, result
@@ -67,7 +60,7 @@ def test_notify_test_goes_through_the_running_daemon(
 def test_doctor_checks_channel_urls_and_online_reaches_their_service(
     tmp_path: Path, receiver: Receiver
 ) -> None:
-    down = f"json://127.0.0.1:{closed_port()}/x"
+    down = f"json://127.0.0.1:{free_port()}/x"
     d = DaemonProcess(tmp_path / "home", config=config(receiver.url, "nosuchservice://abc", down))
     result = run(d, "doctor", "--json", "--no-agents")
     checks = [c for c in json.loads(result.stdout)["checks"] if c["code"].startswith("notify")]

@@ -20,15 +20,10 @@ from bridge.adapters.demo import DemoAdapter
 from bridge.config import Config
 from bridge.loading.registry import load_builtin_classes
 from tests.daemon import DaemonProcess
+from tests.daemonkit import free_port
 from tests.wsclient import Client, RequestFailed
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def quiet_config(port: int, extra: str = "") -> str:

@@ -19,13 +19,8 @@ import pytest
 
 from bridge.util.notify import Notifier
 from tests.daemon import DaemonProcess
+from tests.daemonkit import free_port
 from tests.wsclient import Client
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def healthz(port: int) -> bool:

@@ -150,14 +150,6 @@ def daemon(relay: Relay, tmp_path: Path) -> Iterator[DaemonProcess]:
     yield from linked_daemon(tmp_path / "home", relay.rdir.account_file("ws-a"))
 
 
-def log_lines(d: DaemonProcess, event: str) -> list[dict[str, Any]]:
-    out = []
-    for line in d.log_text().splitlines():
-        if f'"{event}"' in line:
-            out.append(json.loads(line))
-    return out
-
-
 @pytest.mark.slow
 async def test_a_paired_phone_completes_its_turns_while_a_revoked_one_floods_junk(
     relay: Relay, daemon: DaemonProcess, tmp_path: Path
@@ -208,9 +200,9 @@ async def test_a_paired_phone_completes_its_turns_while_a_revoked_one_floods_jun
     doctor = json.loads(run_bridge("doctor", "--json", env=daemon.env).stdout)
     assert "relay_dropped" in json.dumps(doctor), doctor  # where a user sees the counts
     # nothing was closed for junk, and the log says so in a bounded number of lines
-    assert not [c for c in log_lines(daemon, "relay_vc_closed") if c.get("code") == 4400]
-    assert log_lines(daemon, "relay_frame_rejected") == []
-    dropped = log_lines(daemon, "relay_frame_dropped") + log_lines(daemon, "relay_request_dropped")
+    assert not [c for c in daemon.log_events("relay_vc_closed") if c.get("code") == 4400]
+    assert daemon.log_events("relay_frame_rejected") == []
+    dropped = daemon.log_events("relay_frame_dropped") + daemon.log_events("relay_request_dropped")
     # one line per kind (3 frame kinds, 3 requests) at once, then one a kind per 10 s
     assert dropped and len(dropped) <= 6 * (1 + int(elapsed / 10) + 1), len(dropped)
     assert any(line.get("left_out", 0) > 0 for line in dropped) or elapsed < 10
@@ -225,8 +217,8 @@ async def test_refused_requests_are_logged_throttled(relay: Relay, daemon: Daemo
     for _ in range(200):
         assert (await stranger.ask("pair", {"v": 2}))["error"] == "bad_request"
         assert (await stranger.ask("open", {"v": 2}))["error"] == "bad_request"
-    assert len(log_lines(daemon, "relay_pair_refused")) <= 2
-    assert len(log_lines(daemon, "relay_open_refused")) <= 2
+    assert len(daemon.log_events("relay_pair_refused")) <= 2
+    assert len(daemon.log_events("relay_open_refused")) <= 2
     await stranger.nc.close()
 
 

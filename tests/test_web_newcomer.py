@@ -1,7 +1,8 @@
 """What a newcomer saw in the web client at phone size (390x844), in headless Chromium against
 a real daemon: a command in an error toast is readable (its code chip was white on near-white),
-the sign-in page shows such a command as a chip (it showed raw backticks), and a one-line tool
-result says "1 line" (a trailing newline counted as a second)."""
+the sign-in page shows such a command as a chip (it showed raw backticks), a one-line tool
+result says "1 line" (a trailing newline counted as a second), and a workstation whose daemon
+refuses the page's origin says "refused" and how to fix it (it said "offline")."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import running
+from tests.daemonkit import free_port, running
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import PHONE, base, login, new_session, send, shot, wait_turns
 
@@ -105,5 +106,76 @@ def test_a_one_line_tool_result_says_one_line(
         assert counts, "no tool result shown"
         for shown, lines in counts:
             assert shown == f" · {lines} line{'' if lines == 1 else 's'}", counts
+    finally:
+        p.close()
+
+
+def _add_link(p: Page, link: str) -> None:
+    p.eval(
+        "(() => { const f = document.querySelector('#ws-add');"
+        f" f.querySelector('input').value = {link!r};"
+        " f.requestSubmit(); })()"
+    )
+
+
+def test_a_daemon_that_refuses_the_pages_origin_is_shown_refused_not_offline(
+    browser: Browser, daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    other = DaemonProcess(tmp_path / "other").start()  # allows only its own page's origin
+    dead = free_port()
+    p = _phone(browser)
+    try:
+        login(p, daemon)
+        _add_link(p, f"http://127.0.0.1:{other.port}/#token={other.token}")
+        _add_link(p, f"http://127.0.0.1:{dead}/#token=x")
+        page_origin = f"http://127.0.0.1:{daemon.port}"
+        refused = f".ws-group[data-ws='direct:127.0.0.1:{other.port}']"
+        p.wait(f"{refused}[data-state=refused] .ws-note")
+        note = p.text(f"{refused} .ws-note")
+        assert note == f"refused: add {page_origin} to server.allowed_origins on 127.0.0.1", note
+        assert p.text(f"{refused} .ws-state") == "refused"
+        p.wait(f".ws-group[data-ws='direct:127.0.0.1:{dead}'][data-state=offline]")
+        shot(p, "phone-refused")
+        # the page keeps retrying; the daemon said it once, with the fix
+        p.wait_for("performance.now() > 8000")
+        said = other.log_events("origin_refused")
+        assert len(said) == 1, said
+        assert said[0]["origin"] == page_origin and "server.allowed_origins" in said[0]["hint"]
+    finally:
+        p.close()
+        other.stop()
+
+
+def test_on_a_phone_the_list_is_on_the_first_screen_and_the_form_unfolds(
+    browser: Browser, daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    p = _phone(browser)
+    try:
+        login(p, daemon)
+        new_session(p, project)
+        p.goto(base(daemon) + "#token=" + daemon.token)  # the list again, with a session in it
+        p.wait("#sessions .session-item")
+        assert p.eval("document.querySelector('#new-session').hasAttribute('data-collapsed')")
+        first = "document.querySelector('#sessions .session-item')"
+        top = p.eval(f"{first}.getBoundingClientRect().top")
+        assert top < 844 / 2, f"the first session is {top} px down"
+        assert not p.eval("document.querySelector('#ns-cwd').checkVisibility()")
+        p.click("#ns-toggle")
+        assert p.eval("document.querySelector('#ns-cwd').checkVisibility()")
+        assert p.eval("document.querySelector('#ns-toggle').ariaExpanded") == "true"
+        p.eval("document.querySelectorAll('.toast').forEach((t) => t.remove())")
+        p.click("#ns-toggle")  # folded again
+        for text in ("Added 127.0.0.1.", "Added 127.0.0.2."):
+            p.eval(f"window.agentBridge.toast({text!r}, 'info')")
+        shown = p.eval(
+            "[...document.querySelectorAll('.toast')].filter((t) => t.checkVisibility())"
+            ".map((t) => [t.textContent, t.getBoundingClientRect().bottom])"
+        )
+        card_top = p.eval("document.querySelector('#new-session').getBoundingClientRect().top")
+        assert [text for text, _ in shown] == ["Added 127.0.0.2."], shown  # the newest only
+        assert shown[0][1] <= card_top, f"toast bottom {shown[0][1]}, card top {card_top}"
+        shot(p, "phone-list-form-folded")
     finally:
         p.close()

@@ -137,8 +137,8 @@ def test_hostile_host_header_does_not_reach_the_policy(daemon: DaemonProcess) ->
     assert status == 200
     assert "script-src *" not in headers["content-security-policy"]
     assert (
-        "connect-src 'self' wss: ws://127.0.0.1:* ws://localhost:*;"
-        in (headers["content-security-policy"])
+        "connect-src 'self' wss: https: ws://127.0.0.1:* ws://localhost:* http://127.0.0.1:*"
+        " http://localhost:*;" in (headers["content-security-policy"])
     )
 
 

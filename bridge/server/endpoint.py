@@ -32,6 +32,7 @@ from bridge.server.sockbuf import fix_send_buffer
 from bridge.server.tokens import TokenWatch
 from bridge.server.transport import FrameTransport
 from bridge.server.wstransport import WRITE_LIMIT, WebSocketTransport, peer_of
+from bridge.util.logthrottle import Throttle
 from bridge.wire.protocol import SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK
 
 log = get_logger("bridge.server")
@@ -98,6 +99,8 @@ class Endpoint:
         self.http_handlers: list[HttpHandler] = []
         self.tcp_address: tuple[str, int] | None = None
         self.unix_path: Path | None = None
+        #: a page retries every few seconds: its refused origin is logged once in ten minutes
+        self._refused_origins = Throttle(every_s=600)
 
     # ---- listening ----------------------------------------------------------------------------
 
@@ -223,8 +226,25 @@ class Endpoint:
             return json_response(404, {"ok": False, "error": "not found"})
         origin = request.headers.get("Origin")
         if origin is not None and not self.origin_allowed(origin, request.headers.get("Host")):
-            return json_response(403, {"ok": False, "error": "origin not allowed"})
+            return self._refuse_origin(connection, origin)
         return self._admit(connection, request)
+
+    def _refuse_origin(self, connection: ServerConnection, origin: str) -> HttpResponse:
+        hint = f"add {origin} to server.allowed_origins in config.toml, then restart the daemon"
+        left_out = self._refused_origins.take(origin)
+        if left_out is not None:
+            log.warning(
+                "origin_refused",
+                origin=origin,
+                peer=peer_of(connection),
+                hint=hint,
+                **({"left_out": left_out} if left_out > 0 else {}),
+            )
+        response = json_response(403, {"ok": False, "error": "origin not allowed", "hint": hint})
+        # A browser hides why a WebSocket failed; the page asks again with fetch() (CORS) to
+        # tell "refused" from "offline". The answer says nothing the page could abuse.
+        response.headers["Access-Control-Allow-Origin"] = "*"
+        return response
 
     # ---- the WebSocket ------------------------------------------------------------------------
 

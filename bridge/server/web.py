@@ -77,13 +77,17 @@ def load_files(root: Traversable) -> dict[str, StaticFile]:
     return files
 
 
-#: Where the page may open a WebSocket besides its own daemon: a relay's NATS WebSocket
-#: listener (js/relay.js) or another workstation's daemon. Their hosts come from pairing links
-#: the user opens, so they cannot be listed here; TLS (wss:) to any host, plain ws: only to this
-#: machine's loopback (a relay or daemon on the same machine, and the tests; Chromium refuses
-#: an IPv6 literal with a port wildcard, so [::1] is not listed). A plain-ws relay
-#: on another machine is refused by the browser: serve it behind TLS (docs/web-client.md).
-RELAY_SOCKETS = "wss: ws://127.0.0.1:* ws://localhost:*"
+#: Where the page may connect besides its own daemon: a relay's NATS WebSocket listener
+#: (js/relay.js) or another workstation's daemon, whose refusal of this page's origin the page
+#: asks about with fetch() (js/protocol.js), as the browser hides a refused handshake's 403.
+#: Their hosts come from pairing links the user opens, so they cannot be listed here; TLS
+#: (wss:, https:) to any host, plain ws:/http: only to this machine's loopback (a relay or daemon
+#: on the same machine, and the tests; Chromium refuses an IPv6 literal with a port wildcard, so
+#: [::1] is not listed). A plain-ws relay on another machine is refused by the browser: serve it
+#: behind TLS (docs/web-client.md).
+RELAY_SOCKETS = (
+    "wss: https: ws://127.0.0.1:* ws://localhost:* http://127.0.0.1:* http://localhost:*"
+)
 
 
 def content_security_policy(host: str | None, *, meta: bool = False) -> str:

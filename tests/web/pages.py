@@ -41,6 +41,7 @@ def login(p: Page, d: DaemonProcess) -> None:
 
 
 def new_session(p: Page, cwd: Path, model: str | None = None) -> str:
+    p.eval("window.agentBridge.app.showNewSession()")  # folded on a phone once sessions exist
     p.fill("#ns-cwd", str(cwd))
     if model:
         p.wait(f"#ns-model option[value={model}]", state="attached")

@@ -71,7 +71,7 @@ function toast(message, level = 'error') {
     stack = h('div', { id: 'toasts', class: 'toasts', role: 'alert' });
     document.body.append(stack);
   }
-  const el = h('div', { class: `toast ${level}` }, codeSpans(message));
+  const el = h('div', { class: `toast ${level}`, onclick: () => el.remove() }, codeSpans(message));
   stack.append(el);
   setTimeout(() => el.remove(), 6000);
 }
@@ -218,6 +218,7 @@ class SessionView {
       relay_down: `The relay is down: ${name} cannot be reached. Sending works again once it is back.`,
       offline: `${name} cannot be reached right now. Sending works again once it is back.`,
       token_rejected: `${name} rejected this browser's token: pair again with \`agent-bridge pair\`.`,
+      refused: `${name} refused this page's origin: add \`${location.origin}\` to \`server.allowed_origins\` in its config.toml and restart its daemon.`,
       stopped: `Not connected to ${name}.`,
     }[state];
     this.reachEl.hidden = !said;
@@ -453,6 +454,10 @@ class App {
     $('#back').addEventListener('click', () => this.show(null));
     $('#conn').addEventListener('click', () => this.client?.nudge());
     $('#new-session').addEventListener('submit', (ev) => { ev.preventDefault(); this.createSession(); });
+    $('#ns-toggle').addEventListener('click', () => {
+      this.formChosen = true;
+      this.collapseForm(!$('#new-session').hasAttribute('data-collapsed'));
+    });
     $('#ns-agent').addEventListener('change', () => { this.loadModels(); this.loadModes(); });
     $('#ns-ws').addEventListener('change', () => {
       const ws = this.stations.get($('#ns-ws').value);
@@ -684,6 +689,20 @@ class App {
     }
   }
 
+  /** On a phone the form folds to its heading while there are sessions to list (CSS shows
+   *  it whole on a wide screen either way). */
+  collapseForm(collapsed) {
+    const form = $('#new-session');
+    form.toggleAttribute('data-collapsed', collapsed);
+    $('#ns-toggle').setAttribute('aria-expanded', String(!collapsed));
+  }
+
+  /** The form unfolded (a phone's "+ New session"). */
+  showNewSession() {
+    this.formChosen = true;
+    this.collapseForm(false);
+  }
+
   /** The workstations section, the groups' states and the new-session form's choice. */
   renderStations() {
     const list = clear($('#stations'));
@@ -789,7 +808,7 @@ class App {
     const relayDown = this.active?.kind === 'relay' && this.active.state === 'relay_down';
     if (status.state === 'waiting') {
       const until = Date.now() + status.retryInMs;
-      const what = relayDown ? 'Relay down' : 'Offline';
+      const what = relayDown ? 'Relay down' : status.refused ? 'Refused' : 'Offline';
       // the countdown goes in the title: a phone's top bar has room for the state alone
       const tick = () => {
         const s = Math.max(0, Math.ceil((until - Date.now()) / 1000));
@@ -960,6 +979,7 @@ class App {
       localStorage.setItem(this.cwdKey(), cwd);
       this.projects.load();
       this.sessions.set(session.session, session);
+      this.formChosen = false; // back on the list, the form folds again
       this.renderSessions();
       this.open(session.session);
     } catch (err) {
@@ -1020,14 +1040,19 @@ class App {
         h('span', { class: 'dot', 'aria-hidden': 'true' }),
         h('span', { class: 'ws-name' }, ws.name),
         h('span', { class: 'ws-state small', dataset: { state: ws.state } }, ws.stateLabel));
+      // a refusal is fixed on the workstation, not by waiting: say how right here
+      const note = () => (ws.state === 'refused'
+        ? h('p', { class: 'ws-note small' }, ...codeSpans(`refused: add \`${location.origin}\` to \`server.allowed_origins\` on ${ws.name}`))
+        : null);
       const group = (items) => h('li', { class: 'ws-group', dataset: { ws: ws.id, state: ws.state } },
-        head(), h('ul', { class: 'session-list' }, items));
+        head(), note(), h('ul', { class: 'session-list' }, items));
       groups.push(group(own.map(item)));
       if (external.length) externalGroups.push(group(external.map(item)));
     }
     clear($('#sessions')).append(...groups);
     clear($('#external')).append(...externalGroups);
     $('#sessions-empty').hidden = ownCount > 0;
+    if (!this.formChosen) this.collapseForm(ownCount > 0);
     $('#external-empty').hidden = externalCount > 0;
     const needing = [...this.stations.values()]
       .reduce((n, ws) => n + [...ws.sessions.values()].filter((s) => s.needs).length, 0);
@@ -1145,6 +1170,7 @@ class App {
 const app = new App();
 window.agentBridge = {
   app,
+  toast,
   get client() { return app.client; },
 };
 app.init();

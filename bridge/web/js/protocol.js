@@ -47,8 +47,10 @@ export function defaultUrl(loc = window.location) {
 
 /**
  * Events (EventTarget):
- * - 'status'  detail {state, attempt, retryInMs, closeCode, reason}; state is one of
- *             'connecting' | 'open' | 'waiting' (reconnect scheduled) | 'unauthorized' | 'stopped'
+ * - 'status'  detail {state, attempt, retryInMs, closeCode, reason, refused}; state is one of
+ *             'connecting' | 'open' | 'waiting' (reconnect scheduled) | 'unauthorized' | 'stopped';
+ *             refused: the daemon refuses this page's origin (it keeps retrying: the fix is
+ *             the daemon's configuration)
  * - 'open'    after each successful hello (re-fetch lists here)
  * - 'agents_changed'
  */
@@ -67,6 +69,9 @@ export class BridgeClient extends EventTarget {
   #heartbeat = null;
   #stopped = true;
   #open = false;
+  #handshook = false; // the WebSocket handshake of the current attempt succeeded
+  #refused = false;
+  #probing = false;
   /** What happened on the wire, for debugging (and the tests): counts and subscribe history. */
   stats = { connects: 0, duplicatesDropped: 0, resyncs: 0, subscribes: [], retransmits: 0 };
 
@@ -163,7 +168,7 @@ export class BridgeClient extends EventTarget {
   // ---- connection --------------------------------------------------------------------------
 
   #setStatus(status) {
-    this.status = { attempt: this.#attempt, ...status };
+    this.status = { attempt: this.#attempt, refused: this.#refused, ...status };
     this.dispatchEvent(new CustomEvent('status', { detail: this.status }));
   }
 
@@ -177,7 +182,11 @@ export class BridgeClient extends EventTarget {
       return;
     }
     this.#ws = ws;
-    ws.onopen = () => this.#onOpen(ws);
+    this.#handshook = false;
+    ws.onopen = () => {
+      this.#handshook = true;
+      this.#onOpen(ws);
+    };
     ws.onmessage = (msg) => this.#onMessage(ws, msg);
     ws.onclose = (ev) => this.#onClose(ws, ev);
   }
@@ -190,6 +199,7 @@ export class BridgeClient extends EventTarget {
       resolve: (result) => {
         this.server = result?.server || null; // {name, version, home}
         this.#open = true;
+        this.#refused = false;
         this.#attempt = 0;
         this.stats.connects++;
         this.#setStatus({ state: 'open' });
@@ -230,6 +240,26 @@ export class BridgeClient extends EventTarget {
     }
     // 4408 (too slow) and 1001 (daemon restarting) are worth an immediate first retry.
     this.#scheduleReconnect(ev.code, ev.reason);
+    if (!this.#handshook && !this.#transport) this.#probeRefusal();
+  }
+
+  /** A browser hides why a WebSocket handshake failed. The daemon answers its 403 for a
+   *  refused origin with CORS, so fetch() can tell "refused" from "offline". */
+  async #probeRefusal() {
+    if (this.#probing) return;
+    this.#probing = true;
+    let refused = false;
+    try {
+      const url = new URL(this.#url);
+      url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
+      const r = await fetch(url, { cache: 'no-store' });
+      refused = r.status === 403 && (await r.json())?.error === 'origin not allowed';
+    } catch { /* unreachable, or not a daemon's answer: offline */ }
+    this.#probing = false;
+    if (refused !== this.#refused && !this.#open && !this.#stopped) {
+      this.#refused = refused;
+      this.#setStatus({ ...this.status, refused });
+    }
   }
 
   #scheduleReconnect(closeCode, reason) {

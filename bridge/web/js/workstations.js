@@ -88,6 +88,7 @@ const STATE_LABELS = {
   relay_down: 'relay down',
   unauthorized: 'not paired',
   token_rejected: 'token rejected',
+  refused: 'refused',
   stopped: 'stopped',
 };
 
@@ -136,10 +137,11 @@ export class Workstation {
     return new Workstation({ id: record.id, kind: 'direct', name: record.name, record, url: record.url, token: record.token });
   }
 
-  /** online | connecting | offline | relay_down | unauthorized | token_rejected | stopped */
+  /** online | connecting | offline | relay_down | unauthorized | token_rejected | refused | stopped */
   get state() {
     const st = this.client.status;
     if (st.state === 'open') return 'online';
+    if (st.refused) return 'refused';
     if (st.state === 'unauthorized') return this.kind === 'relay' ? 'unauthorized' : 'token_rejected';
     if (st.state === 'stopped') return 'stopped';
     if (this.kind === 'relay') {
