@@ -328,7 +328,13 @@ async def test_origin_allow_list_and_healthz(daemon: DaemonProcess) -> None:
     assert body["ok"] is True and body["version"]
     with pytest.raises(InvalidStatus) as info:
         await Client.open(daemon.url, daemon.token, origin="http://evil.example")
-    assert info.value.response.status_code == 403
+    refused = info.value.response
+    assert refused.status_code == 403
+    # a page can read why (fetch with CORS), and the answer says what to do
+    assert refused.headers["Access-Control-Allow-Origin"] == "*"
+    body = json.loads(refused.body)
+    assert body["error"] == "origin not allowed"
+    assert "add http://evil.example to server.allowed_origins" in body["hint"]
     same = await Client.open(daemon.url, daemon.token, origin=f"http://127.0.0.1:{daemon.port}")
     await same.close()
 
