@@ -190,6 +190,9 @@ class RelayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     creds: str = ""
     #: A hosted NATS: the daemon's NKey seed file, mode 0600.
     nkey: str = ""
+    #: The name the relay's TLS certificate is checked against when ``url`` reaches it by
+    #: another (an SSH tunnel to 127.0.0.1, a LAN address); "" = the url's host.
+    tls_server_name: str = ""
     #: The NATS WebSocket URL paired clients dial (wss://...); overrides the account's.
     client_url: str = ""
     #: JSON file {"user": ..., "password": ...} put in pairing links (mode 0600); optional.

@@ -100,6 +100,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def pebble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pebble]:
+    """pebble issuing certificates that live VALIDITY_S (renewal within a test)."""
+    yield from _pebble(tmp_path_factory, VALIDITY_S)
+
+
+@pytest.fixture(scope="module")
+def lasting_pebble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pebble]:
+    """pebble issuing certificates that outlive the test: a browser trusting the issued keys
+    must not meet a renewed one mid-session."""
+    yield from _pebble(tmp_path_factory, 3600)
+
+
+def _pebble(tmp_path_factory: pytest.TempPathFactory, validity_s: int) -> Iterator[Pebble]:
     """pebble, validating HTTP-01 on ``http_port``, and pebble-challtestsrv as its DNS server,
     which says every name is 127.0.0.1."""
     binary, dns = shutil.which("pebble"), shutil.which("pebble-challtestsrv")
@@ -120,7 +132,7 @@ def pebble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pebble]:
             "tlsPort": natsserver.free_port(),
             "ocspResponderURL": "",
             "externalAccountBindingRequired": False,
-            "certificateValidityPeriod": VALIDITY_S,
+            "certificateValidityPeriod": validity_s,
         }
     }
     (where / "pebble.json").write_text(json.dumps(config))
@@ -321,21 +333,49 @@ def test_another_server_on_the_challenge_port_fails_naming_dns_or_that_server(
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_chromium_loads_the_page_and_opens_wss_with_the_issued_certificate(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, pebble: Pebble
+def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, lasting_pebble: Pebble
 ) -> None:
-    """Chromium, with relay.test mapped to 127.0.0.1 and the issued chain's keys trusted (it
-    has no way to add pebble's root), loads the page over https and the NATS WebSocket over
-    wss from it."""
+    """The whole way a phone goes, on an issued certificate: `relay serve` with automatic TLS,
+    a workstation dialing it over tls:// (trusting pebble's root), `pair --relay` printing the
+    relay's https page, and a phone-size Chromium (relay.test mapped to 127.0.0.1, the issued
+    chain's keys trusted: it has no way to add pebble's root) opening that link, pairing over
+    wss:// and running a session with a permission answered."""
     import base64
     import hashlib
 
+    from tests.daemon import DaemonProcess
+    from tests.daemonkit import run_bridge
+    from tests.relaykit import decode_link, wait_relay
     from tests.web.browser import Browser, missing
+    from tests.web.pages import PHONE, page_errors, send, shot
 
     if missing() is not None:
         pytest.skip(str(missing()))
+    pebble = lasting_pebble
     relay = _relay(tmp_path, pebble).start()
+    root = tmp_path / "pebble-root.pem"
+    root.write_bytes(pebble.root())
+    # The workstation dials the relay's NATS port by address (relay.test resolves nowhere
+    # here) and checks the certificate for relay.test against pebble's root.
+    config = (
+        f'[relay]\naccount = "{relay.account_file("test-box")}"\n'
+        f'url = "tls://127.0.0.1:{relay.port}"\ntls_server_name = "{DOMAIN}"\n'
+        '[server]\nserve_web = false\n'
+    )
+    workstation = DaemonProcess(tmp_path / "home", config=config)
+    (workstation.config_dir / "config.toml").chmod(0o600)
+    workstation.env["SSL_CERT_FILE"] = str(root)
+    browser = None
     try:
+        workstation.start()
+        wait_relay(workstation, "connected")
+        printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True)
+        link = next(line for line in printed.stdout.splitlines() if "#relay=" in line).strip()
+        page_url = f"https://{DOMAIN}:{relay.web_port}/"
+        assert link.startswith(page_url + "#relay=")
+        assert decode_link(link)["url"] == f"wss://{DOMAIN}:{relay.ws_port}"
+
         chain = x509.load_pem_x509_certificates((relay.rdir / "acme" / "cert.pem").read_bytes())
         spki = [
             base64.b64encode(
@@ -355,21 +395,34 @@ def test_chromium_loads_the_page_and_opens_wss_with_the_issued_certificate(
                 "--ignore-certificate-errors-spki-list=" + ",".join(spki),
             ],
         )
-        try:
-            page = browser.page()
-            page.goto(f"https://{DOMAIN}:{relay.web_port}/")
-            assert page.url() == f"https://{DOMAIN}:{relay.web_port}/"
-            first = page.eval(
-                "new Promise((ok, no) => {"
-                f"  const ws = new WebSocket('wss://{DOMAIN}:{relay.ws_port}');"
-                "  ws.onmessage = async (m) => { ok(await m.data.text()); ws.close(); };"
-                "  ws.onerror = () => no(new Error('wss failed'));"
-                "})"
-            )
-            assert str(first).startswith("INFO "), first
-        finally:
-            browser.close()
+        p = browser.page(*PHONE, mobile=True)
+        p.goto(link)
+        group = '#sessions li.ws-group[data-ws="relay:test-box"]'
+        p.wait(f'{group}[data-state="online"]', timeout_ms=30_000)
+        assert p.url().startswith(page_url) and "relay=" not in p.url()  # the secret is gone
+        # the page and its NATS WebSocket came over TLS from the relay, nothing else
+        loaded = json.loads(
+            p.eval("JSON.stringify(performance.getEntriesByType('resource').map((e) => e.name))")
+        )
+        assert loaded and all(u.startswith(page_url) for u in loaded), loaded
+        p.wait("#ns-agent option[value=demo]", state="attached")
+        cwd = tmp_path / "project"
+        cwd.mkdir()
+        p.fill("#ns-cwd", str(cwd))
+        p.click("#new-session button[type=submit]")
+        p.wait(".session textarea")
+        send(p, "hello over wss")
+        p.wait(".blk-permission[data-state=open] .perm-opt", timeout_ms=30_000)
+        p.click(".blk-permission .perm-opt.kind-allow_once")
+        p.wait(".session .blk-end", timeout_ms=30_000)
+        assert "Done. You said: hello over wss" in p.text(".session .transcript")
+        assert (cwd / "demo.txt").exists()  # written on the workstation
+        assert page_errors(p) == [], page_errors(p)
+        shot(p, "acme-phone-session")
     finally:
+        if browser is not None:
+            browser.close()
+        workstation.stop()
         assert relay.stop() == 0
 
 

@@ -44,6 +44,8 @@ class RelaySettings:
     client_login: Login | None
     web_url: str
     name: str
+    #: the name the relay's certificate must carry, when not the url's host
+    tls_server_name: str = ""
 
     @property
     def prefix(self) -> str:
@@ -149,6 +151,7 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         # [relay] web_url, else the web client the relay itself serves (`relay serve`)
         web_url=conf.web_url or str(account.get("web_url") or ""),
         name=conf.name or host_id,
+        tls_server_name=conf.tls_server_name,
     )
 
 

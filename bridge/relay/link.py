@@ -160,6 +160,8 @@ class RelayLink:
             options["nkeys_seed_str"] = natskeys.nkey_seed(s.nkey)
         if s.url.startswith("tls://"):
             options["tls"] = ssl.create_default_context()
+            if s.tls_server_name:
+                options["tls_hostname"] = s.tls_server_name
         log.info("relay_connecting", url=shown_url(s.url), host_id=s.host_id)
         return await nats.connect(**options)
 
