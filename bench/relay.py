@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import secrets
+import ssl
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +34,7 @@ from bench import scenarios
 from bench.__main__ import profiled
 from bench.client import dispatch
 from bench.targets import DaemonTarget, Target, healthz
-from bridge.relay import pieces, sealing
+from bridge.relay import natsserver, pieces, sealing
 from bridge.relay.sealing import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, KeyPair, b64, unb64
 from tests.daemonkit import run_bridge
 from tests.relaykit import Relay, decode_link
@@ -48,8 +52,13 @@ class RawNats:
 
     @classmethod
     async def connect(cls, url: str, user: str, password: str) -> RawNats:
-        host, port = url.removeprefix("nats://").rsplit(":", 1)
-        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 22)
+        # tlsfirst://: TLS from the first byte (bench/splice.py terminating it), unverified
+        tls = None
+        if url.startswith("tlsfirst://"):
+            tls = ssl.create_default_context()
+            tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE
+        host, port = url.split("://", 1)[1].rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 22, ssl=tls)
         await reader.readline()  # INFO
         opts = {
             "user": user,
@@ -229,12 +238,15 @@ class RelayTarget(Target):
         info: dict[str, Any],
         keys: KeyPair | None = None,
         batch: bool = True,
+        url: str | None = None,
     ) -> None:
         self.daemon = daemon
         self.relay = relay
         self.info = info
         self.keys = keys or KeyPair.generate()
         self.batch = batch
+        #: where the client dials, when not the relay itself (bench/splice.py in front)
+        self.url = url or relay.url
 
     async def pair(self) -> None:
         nc = await nats.connect(
@@ -259,7 +271,7 @@ class RelayTarget(Target):
             raise RuntimeError(f"pairing failed: {msg.data!r}")
 
     async def client(self) -> Any:
-        return await RelayLeanClient.open(self.relay.url, self.info, self.keys, self.batch)
+        return await RelayLeanClient.open(self.url, self.info, self.keys, self.batch)
 
     async def new_session(self, c: Any) -> str:
         return await self.daemon.new_session(c)
@@ -329,14 +341,78 @@ async def relay_daemon() -> tuple[DaemonTarget, RelayTarget]:
     return daemon, via
 
 
+@contextlib.contextmanager
+def spliced(target_url: str, tls: bool) -> Iterator[str]:
+    """bench/splice.py in its own process in front of ``target_url`` (with ``tls``, it
+    terminates TLS with a throwaway certificate); the URL to dial."""
+    port = natsserver.free_port()
+    target = target_url.rsplit(":", 1)[1]
+    argv = [sys.executable, "-m", "bench.splice", str(port), target]
+    with tempfile.TemporaryDirectory() as where:
+        if tls:
+            argv += _throwaway_cert(Path(where))
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+            yield f"{'tlsfirst' if tls else 'nats'}://127.0.0.1:{port}"
+        finally:
+            proc.kill()
+            proc.wait(5)
+
+
+def _throwaway_cert(where: Path) -> list[str]:
+    """A self-signed certificate and key for 127.0.0.1, as files; their paths."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (where / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    (where / "key.pem").write_bytes(pem)
+    return [str(where / "cert.pem"), str(where / "key.pem")]
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     daemon, via = await relay_daemon()
     relay = via.relay
     unbatched = RelayTarget(daemon, relay, via.info, via.keys, batch=False)
+    splices = contextlib.ExitStack()
+    one_port = RelayTarget(
+        daemon, relay, via.info, via.keys, url=splices.enter_context(spliced(relay.url, False))
+    )
+    one_port_tls = RelayTarget(
+        daemon, relay, via.info, via.keys, url=splices.enter_context(spliced(relay.url, True))
+    )
     try:
         lat_direct: list[float] = []
         lat_relay: list[float] = []
-        thr: dict[str, list[float]] = {"direct": [], "relay": [], "relay_unbatched": []}
+        thr: dict[str, list[float]] = {
+            "direct": [],
+            "relay": [],
+            "relay_unbatched": [],
+            "relay_spliced": [],
+            "relay_spliced_tls": [],
+        }
         for i in range(args.repeat):  # in turns, so a busy moment hits all alike
             lat_direct += await first_text(daemon, args.latency_runs)
             lat_relay += await first_text(via, args.latency_runs)
@@ -346,6 +422,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             with profiled(args.profile, f"relay-unbatched-T1-{i}", daemon.pid):
                 got = await scenarios.throughput(unbatched, args.n)
             thr["relay_unbatched"].append(got.blocks_per_s)
+            got = await scenarios.throughput(one_port, args.n)
+            thr["relay_spliced"].append(got.blocks_per_s)
+            got = await scenarios.throughput(one_port_tls, args.n)
+            thr["relay_spliced_tls"].append(got.blocks_per_s)
         direct_ms = statistics.median(lat_direct) * 1000
         relay_ms = statistics.median(lat_relay) * 1000
         best = {k: max(v) for k, v in thr.items()}
@@ -356,12 +436,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "t1_blocks_per_s": best,
             "t1_ratio": best["relay"] / best["direct"],
             "t1_unbatched_ratio": best["relay_unbatched"] / best["direct"],
+            "t1_spliced_vs_relay": best["relay_spliced"] / best["relay"],
+            "t1_spliced_tls_vs_relay": best["relay_spliced_tls"] / best["relay"],
             "t1_met": best["relay"] >= 0.8 * best["direct"],
             "n": args.n,
             "repeat": args.repeat,
             "latency_runs": args.latency_runs,
         }
     finally:
+        splices.close()
         daemon.stop()
         relay.stop()
 
@@ -394,6 +477,12 @@ def main() -> None:
     )
     print(
         f"  relay without BATCH {t1['relay_unbatched']:,.0f}/s ({result['t1_unbatched_ratio']:.0%})"
+    )
+    print(
+        f"  relay behind a Python splice (a one-port relay's least cost) "
+        f"{t1['relay_spliced']:,.0f}/s ({result['t1_spliced_vs_relay']:.0%} of the relay's), "
+        f"terminating TLS {t1['relay_spliced_tls']:,.0f}/s "
+        f"({result['t1_spliced_tls_vs_relay']:.0%})"
     )
 
 

@@ -194,7 +194,7 @@ MEANING: dict[str, str] = {
     "relay.nkey": "A hosted NATS: the file holding the daemon's NATS user NKey seed (`SU…`), "
     "mode 0600; checked at start.",
     "relay.tls_server_name": "The name the relay's TLS certificate is checked against when "
-    "`url` reaches it by another (an SSH tunnel to `127.0.0.1`, a LAN address); `\"\"` = the "
+    '`url` reaches it by another (an SSH tunnel to `127.0.0.1`, a LAN address); `""` = the '
     "url's host.",
     "relay.client_url": "The NATS WebSocket URL (`wss://`) pairing links give phones; overrides "
     "the account's.",

@@ -216,12 +216,12 @@ def _file_cert(relay: ServedRelay) -> x509.Certificate:
     return x509.load_pem_x509_certificate((relay.rdir / "acme" / "cert.pem").read_bytes())
 
 
-def _nats_over_wss(port: int, ctx: ssl.SSLContext) -> str:
+def _nats_over_wss(port: int, ctx: ssl.SSLContext, path: str = "") -> str:
     """The first frame nats-server sends a WebSocket client (its INFO), over wss://DOMAIN."""
     from websockets.sync.client import connect
 
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    with connect(f"wss://{DOMAIN}:{port}", sock=sock, ssl=ctx, open_timeout=10) as ws:
+    with connect(f"wss://{DOMAIN}:{port}{path}", sock=sock, ssl=ctx, open_timeout=10) as ws:
         frame = ws.recv(10)
     return frame.decode() if isinstance(frame, bytes) else frame
 
@@ -249,11 +249,13 @@ def test_relay_serve_obtains_a_certificate_and_serves_the_page_and_wss_with_it(
         # the NATS WebSocket and the NATS port present it too
         assert _served_cert(relay.ws_port, ctx) == issued
         assert _nats_over_wss(relay.ws_port, ctx).startswith("INFO ")
+        # and nats-server's WebSocket on the page's port: a phone needs one open port
+        assert _nats_over_wss(relay.web_port, ctx, "/nats").startswith("INFO ")
         # the account key and the certificate's key are the relay's alone
         for name in ("account.key", "key.pem", "cert.pem", "settings.json"):
             assert (relay.rdir / "acme" / name).stat().st_mode & 0o777 == 0o600, name
         account = json.loads(relay.account_file("test-box").read_text())
-        assert account["client_url"] == f"wss://{DOMAIN}:{relay.ws_port}"
+        assert account["client_url"] == f"wss://{DOMAIN}:{relay.web_port}/nats"
         assert account["web_url"] == f"https://{DOMAIN}:{relay.web_port}/"
         # port 80's other requests go to the page over https
         with socket.create_connection(("127.0.0.1", pebble.http_port), timeout=10) as plain:
@@ -361,7 +363,7 @@ def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
     config = (
         f'[relay]\naccount = "{relay.account_file("test-box")}"\n'
         f'url = "tls://127.0.0.1:{relay.port}"\ntls_server_name = "{DOMAIN}"\n'
-        '[server]\nserve_web = false\n'
+        "[server]\nserve_web = false\n"
     )
     workstation = DaemonProcess(tmp_path / "home", config=config)
     (workstation.config_dir / "config.toml").chmod(0o600)
@@ -374,7 +376,7 @@ def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
         link = next(line for line in printed.stdout.splitlines() if "#relay=" in line).strip()
         page_url = f"https://{DOMAIN}:{relay.web_port}/"
         assert link.startswith(page_url + "#relay=")
-        assert decode_link(link)["url"] == f"wss://{DOMAIN}:{relay.ws_port}"
+        assert decode_link(link)["url"] == f"wss://{DOMAIN}:{relay.web_port}/nats"
 
         chain = x509.load_pem_x509_certificates((relay.rdir / "acme" / "cert.pem").read_bytes())
         spki = [

@@ -5,6 +5,7 @@ running relay. Without [relay] the daemon says "off"."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import nats
 import pytest
+import websockets
 
 from bridge.relay.sealing import unb64
 from tests.daemon import DaemonProcess
@@ -98,7 +100,8 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
         assert stat.S_IMODE(account_file.stat().st_mode) == 0o600
         account = json.loads(account_file.read_text())
         assert account["url"] == f"nats://127.0.0.1:{port}"
-        assert account["client_url"] == f"ws://127.0.0.1:{ws_port}"
+        # one port for a phone: nats-server's WebSocket is the web port's /nats
+        assert account["client_url"] == f"ws://127.0.0.1:{web_port}/nats"
         assert account["web_url"] == f"http://127.0.0.1:{web_port}/"
         assert f"web client on http://127.0.0.1:{web_port}/" in printed
         check_web_client(web_port)
@@ -112,7 +115,12 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
         # the link opens the page the relay serves, not the daemon's (a phone away from home
         # cannot reach the daemon)
         assert link["link"].startswith(f"http://127.0.0.1:{web_port}/#relay=")
-        url = info["url"].replace("ws://", "nats://").replace(str(ws_port), str(port))
+        assert info["url"] == f"ws://127.0.0.1:{web_port}/nats"
+        # nats-server answers there, and on the WebSocket port links made before name
+        for ws_url in (info["url"], f"ws://127.0.0.1:{ws_port}"):
+            async with websockets.connect(ws_url) as ws:
+                assert (await asyncio.wait_for(ws.recv(), 10))[:5] in ("INFO ", b"INFO ")
+        url = f"nats://127.0.0.1:{port}"
         nc = await nats_as(url, info, info["host"], "pair")
         client = RelayClient(nc, info["host"], unb64(info["pk"]))
         assert (await client.pair(info["secret"]))["ok"]
@@ -230,7 +238,7 @@ def test_relay_serve_with_tls_serves_the_web_client_over_https(tmp_path: Path) -
         served.start()
         account = json.loads(served.account_file("tls-box").read_text())
         assert account["web_url"] == f"https://127.0.0.1:{served.web_port}/"
-        assert account["client_url"] == f"wss://127.0.0.1:{served.ws_port}"
+        assert account["client_url"] == f"wss://127.0.0.1:{served.web_port}/nats"
         ctx = ssl.create_default_context(cafile=str(cert))
         with urllib.request.urlopen(account["web_url"], context=ctx, timeout=10) as r:
             assert r.status == 200 and "script-src 'self'" in r.headers["Content-Security-Policy"]

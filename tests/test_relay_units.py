@@ -223,3 +223,18 @@ def test_a_revoked_clients_password_leaves_the_relays_memory(tmp_path: Path) -> 
     rdir.save(state)
     assert "q" * 24 not in natsserver._hashed
     assert w.daemon_password in natsserver._hashed
+
+
+def test_the_web_port_sends_only_nats_path_requests_to_nats_server() -> None:
+    from bridge.relay.frontdoor import route
+
+    assert route(b"GET /nats HTTP/1.1\r\nHost: r\r\nUpgrade: websocket\r\n\r\n")
+    assert route(b"GET /nats?x=1 HTTP/1.1\r\n\r\n")
+    for head in (
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"GET /natsx HTTP/1.1\r\n\r\n",
+        b"GET /js/nats HTTP/1.1\r\n\r\n",
+        b"GET /nats\r\n\r\n",  # not a request line
+        b"\x16\x03garbage\r\n\r\n",
+    ):
+        assert not route(head), head

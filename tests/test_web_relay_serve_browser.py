@@ -48,7 +48,7 @@ def test_a_phone_pairs_from_the_page_the_relay_serves(
     printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
     link = next(line for line in printed.splitlines() if "#relay=" in line)
     assert link.startswith(relay_page + "#relay=")
-    assert decode_link(link)["url"] == f"ws://127.0.0.1:{served.ws_port}"
+    assert decode_link(link)["url"] == f"ws://127.0.0.1:{served.web_port}/nats"  # one port
 
     p = browser.page(*PHONE)  # a fresh context: a fresh profile, nothing stored
     try:

@@ -87,6 +87,8 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
         except autotls.AutoTLSError as exc:
             return fail(exc, 2)
         rdir.ensure_not_running()
+        # nats-server's WebSocket listens on loopback behind relay serve's own ports
+        state.ws_internal_port = natsserver.free_port()
         with rdir.locked():
             rdir.save(state)
             if first is not None:
@@ -107,6 +109,7 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
     users), until SIGTERM/SIGINT or nats-server exits; all stop together."""
     from bridge.relay import natsserver, webserve
     from bridge.relay.admin import AdminService
+    from bridge.relay.frontdoor import FrontDoor
 
     auto = None
     if acme is not None:  # automatic TLS: the first certificate before any listener needs it
@@ -120,13 +123,17 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
             await auto.close()
             return fail(exc)
     web = webserve.relay_web() if state.web_port else None
-    if web is not None:
-        try:
-            await web.start(state.host, state.web_port, state.tls_cert, state.tls_key)
-        except (OSError, ValueError) as exc:
-            if auto is not None:
-                await auto.close()
-            return fail(f"the web client's port {state.host}:{state.web_port}: {exc}")
+    door = FrontDoor(state.ws_internal_port, await web.start() if web is not None else None)
+    try:
+        await door.start(state.host, state.ws_port, state.web_port, state.tls_cert, state.tls_key)
+    except (OSError, ValueError) as exc:
+        await door.close()
+        if web is not None:
+            await web.close()
+        if auto is not None:
+            await auto.close()
+        ports = f"{state.ws_port}" + (f" and {state.web_port}" if web is not None else "")
+        return fail(f"the relay's ports {state.host}:{ports}: {exc}")
     proc = natsserver.start(rdir)
     admin = AdminService(rdir, state, lambda: proc.send_signal(signal.SIGHUP))
     stopping: list[int] = []
@@ -134,8 +141,7 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
 
         def installed() -> None:
             proc.send_signal(signal.SIGHUP)
-            if web is not None:
-                web.reload_tls(state.tls_cert, state.tls_key)
+            door.reload_tls(state.tls_cert, state.tls_key)
 
         auto.watch(installed)
 
@@ -167,6 +173,7 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
             await auto.close()
         await admin.close()
         natsserver.stop(proc)
+        await door.close()
         if web is not None:
             await web.close()
         for sig, handler in old.items():

@@ -34,6 +34,7 @@ from typing import Any
 
 from bridge import paths
 from bridge.relay import privfile
+from bridge.relay.frontdoor import NATS_PATH
 from bridge.server.netaddr import is_loopback
 
 DEFAULT_PORT = 4222
@@ -116,6 +117,9 @@ class RelayState:
     tls_key: str = ""
     #: the host name clients and daemons dial ("" = host, or this machine's LAN address)
     public_host: str = ""
+    #: nats-server's WebSocket listener on loopback, behind `relay serve`'s ports
+    #: (bridge/relay/frontdoor.py); 0: nats-server listens on ``ws_port`` itself
+    ws_internal_port: int = 0
     workstations: dict[str, Workstation] = field(default_factory=dict)
     #: a user allowed every subject (tests watch all traffic with it); None in real use
     monitor: tuple[str, str] | None = None
@@ -133,6 +137,7 @@ class RelayState:
             "tls_cert": self.tls_cert,
             "tls_key": self.tls_key,
             "public_host": self.public_host,
+            "ws_internal_port": self.ws_internal_port,
             "workstations": {
                 w.host_id: {
                     "daemon_password": w.daemon_password,
@@ -156,6 +161,7 @@ class RelayState:
             tls_cert=str(raw.get("tls_cert", "")),
             tls_key=str(raw.get("tls_key", "")),
             public_host=str(raw.get("public_host", "")),
+            ws_internal_port=int(raw.get("ws_internal_port", 0)),
             workstations={
                 name: Workstation(
                     name,
@@ -254,6 +260,8 @@ def render(state: RelayState) -> dict[str, Any]:
         users.append(_user(state.monitor[0], state.monitor[1], None))
     _hash_passwords(users)
     websocket: dict[str, Any] = {"host": state.host, "port": state.ws_port}
+    if state.ws_internal_port:  # relay serve's ports in front: TLS ends there
+        websocket = {"host": "127.0.0.1", "port": state.ws_internal_port, "no_tls": True}
     conf: dict[str, Any] = {
         "host": state.host,
         "port": state.port,
@@ -265,8 +273,9 @@ def render(state: RelayState) -> dict[str, Any]:
     if state.tls_cert:
         tls = {"cert_file": state.tls_cert, "key_file": state.tls_key}
         conf["tls"] = dict(tls)
-        websocket["tls"] = dict(tls)
-    else:
+        if not state.ws_internal_port:
+            websocket["tls"] = dict(tls)
+    elif not state.ws_internal_port:
         websocket["no_tls"] = True
     return conf
 
@@ -285,7 +294,7 @@ def account_of(state: RelayState, w: Workstation) -> dict[str, Any]:
     tls = bool(state.tls_cert)
     account: dict[str, Any] = {
         "url": f"{'tls' if tls else 'nats'}://{shown}:{state.port}",
-        "client_url": f"{'wss' if tls else 'ws'}://{shown}:{state.ws_port}",
+        "client_url": client_url(state, shown),
         "host_id": w.host_id,
         "daemon": {"user": w.daemon_user, "password": w.daemon_password},
         "client": {"user": w.client_user, "password": w.client_password},
@@ -294,6 +303,15 @@ def account_of(state: RelayState, w: Workstation) -> dict[str, Any]:
     if web:
         account["web_url"] = web
     return account
+
+
+def client_url(state: RelayState, shown: str) -> str:
+    """The NATS WebSocket phones dial: the web port's ``/nats`` when `relay serve` fronts
+    nats-server with its page (one port for a phone), else the WebSocket port."""
+    scheme = "wss" if state.tls_cert else "ws"
+    if state.ws_internal_port and state.web_port:
+        return f"{scheme}://{shown}:{state.web_port}{NATS_PATH}"
+    return f"{scheme}://{shown}:{state.ws_port}"
 
 
 def web_url(state: RelayState) -> str:

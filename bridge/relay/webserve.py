@@ -1,23 +1,24 @@
-"""The web client served by `agent-bridge relay serve` on a port of its own, so a phone away
-from home loads the page from the relay machine rather than from a daemon it cannot reach.
+"""The web client served by `agent-bridge relay serve`, so a phone away from home loads the page
+from the relay machine rather than from a daemon it cannot reach.
 
 The same files and headers as the daemon's (bridge/server/web.py), over websockets' HTTP/1.1 parser
 like the daemon's port; every request is answered before any upgrade, so there is no WebSocket
-and no daemon API here: the page talks only to workstations paired through the relay.
+and no daemon API here: the page talks only to workstations paired through the relay. It
+listens on loopback: phones reach it through the web port (bridge/relay/frontdoor.py), which
+ends TLS and sends ``/nats`` to nats-server instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from bridge import __version__
 from bridge.logs import get_logger
-from bridge.server.endpoint import json_response, tls_context
+from bridge.server.endpoint import json_response
 from bridge.server.web import WebClient, builtin_client
 
 log = get_logger("bridge.relay.web")
@@ -30,7 +31,6 @@ class RelayWeb:
     def __init__(self, client: WebClient) -> None:
         self.client = client
         self.server: Server | None = None
-        self.tls: ssl.SSLContext | None = None
 
     def answer(self, connection: ServerConnection, request: Request) -> Response:
         try:
@@ -45,24 +45,17 @@ class RelayWeb:
             log.exception("relay_web_request_failed", path=request.path)
             return json_response(500, {"ok": False, "error": "internal error"})
 
-    async def start(self, host: str, port: int, tls_cert: str = "", tls_key: str = "") -> int:
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen; the port actually bound."""
-        tls = self.tls = tls_context(tls_cert, tls_key) if tls_cert else None
         self.server = await serve(
             _never,
             host,
             port,
-            ssl=tls,
             process_request=self.answer,
             server_header=f"agent-bridge/{__version__}",
             close_timeout=3,
         )
         return int(next(iter(self.server.sockets)).getsockname()[1])
-
-    def reload_tls(self, tls_cert: str, tls_key: str) -> None:
-        """A renewed certificate (bridge/relay/autotls.py): the next handshakes present it."""
-        if self.tls is not None:
-            self.tls.load_cert_chain(tls_cert, tls_key)
 
     async def close(self) -> None:
         if self.server is not None:
