@@ -149,7 +149,10 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
         stopping.append(signum)
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    served = f", web client on {natsserver.web_url(state)}" if web is not None else ""
+    served = ""
+    if web is not None:
+        page = natsserver.web_url(state)
+        served = f", web client on {page} (and the WebSocket at {page.rstrip('/')}/nats)"
     try:
         try:
             await _start_admin(admin, proc)
