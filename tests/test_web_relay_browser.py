@@ -258,6 +258,10 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         assert_away(p)
         p.wait_for("document.querySelector('#conn span').textContent.startsWith('Relay down')")
         shot(p, "relay-desktop-relay-down")
+        p.resize(*PHONE)  # the same page on a phone's screen
+        p.wait_for("document.querySelector('#conn span').textContent === 'Relay down'")
+        shot(p, "relay-phone-relay-down")
+        p.resize(*DESKTOP)
         transcript.append(f"page, relay stopped: {p.text(f'{RELAY_GROUP} .ws-head')!r}")
         transcript.append(f"page, the session: {p.text('.session .reach-note')!r}")
 
@@ -281,6 +285,9 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         assert p.text(".session .reach-note code") == "agent-bridge pair --relay"
         assert_away(p)
         shot(p, "relay-desktop-revoked")
+        p.resize(*PHONE)
+        shot(p, "relay-phone-revoked")
+        p.resize(*DESKTOP)
         transcript.append(f"page, the session after the revocation: {note!r}")
         transcript.append(f"$ agent-bridge {' '.join(revoke)}")
         transcript.append(f"page: {p.text(f'{RELAY_GROUP} .ws-head')!r}")

@@ -160,6 +160,9 @@ class Page:
     def url(self) -> str:
         return str(self._call("url"))
 
+    def resize(self, width: int, height: int) -> None:
+        self._call("resize", width=width, height=height)
+
     def logs(self) -> list[dict[str, str]]:
         return list(self._call("logs"))
 

@@ -107,6 +107,9 @@ const ops = {
   async url(args) {
     return pageOf(args).page.url();
   },
+  async resize(args) {
+    await pageOf(args).page.setViewportSize({ width: args.width, height: args.height });
+  },
   async logs(args) {
     return pageOf(args).logs;
   },
