@@ -198,8 +198,9 @@ MEANING: dict[str, str] = {
     "url's host.",
     "relay.client_url": "The NATS WebSocket URL (`wss://`) pairing links give phones; overrides "
     "the account's.",
-    "relay.client_auth": 'JSON file `{"user": …, "password": …}` with the phones\' NATS login, '
-    "put in pairing links; mode 0600. Optional.",
+    "relay.client_auth": "JSON file with the phones' NATS login, put in pairing links: "
+    '`{"user": …, "password": …}`, or `{"jwt": …}` (a bearer user JWT, for operator/JWT '
+    "accounts); mode 0600. Optional.",
     "relay.web_url": 'Web client URL pairing links open; `""` = the account file\'s (the web '
     "client `relay serve` serves), else this daemon's own address.",
     "relay.name": "The workstation's name shown on phones; `\"\"` = its account's name (the "

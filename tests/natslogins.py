@@ -74,6 +74,19 @@ def user_jwt(account: Key, user: Key, name: str, **extra: Any) -> str:
     return sign_jwt({**claims, **extra}, account)
 
 
+def phone_bearer_jwt(account: Key, host_id: str) -> str:
+    """A bearer user JWT for every phone of ``host_id`` (``nsc add user --bearer``), allowed
+    exactly the subjects docs/remote-access.md lists for a hosted NATS's phone user."""
+    p = f"agent-bridge.{host_id}"
+    rights = {
+        "pub": {"allow": [f"{p}.status", f"{p}.pair", f"{p}.open", f"{p}.login", f"{p}.vc.*.up"]},
+        "sub": {"allow": [f"{p}._INBOX.>", f"{p}.vc.*.down"]},
+        "bearer_token": True,
+    }
+    claims = _claims(account, Key(USER), "phones", {"type": "user", **rights, **UNLIMITED})
+    return sign_jwt(claims, account)
+
+
 def creds_text(jwt: str, seed: str) -> str:
     """A ``.creds`` file as ``nsc generate creds`` writes it."""
     return (
@@ -99,7 +112,7 @@ class HostedNats:
     users (``mode="nkey"``), or users of an account under a trusted operator, each with a
     ``.creds`` file (``mode="operator"``)."""
 
-    def __init__(self, directory: Path, mode: str) -> None:
+    def __init__(self, directory: Path, mode: str, websocket: bool = False) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.mode = mode
@@ -108,6 +121,10 @@ class HostedNats:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = directory / "nats.log"
         listen = f'listen: "127.0.0.1:{self.port}"\n'
+        #: a WebSocket listener for browsers (plain: loopback only), 0 without
+        self.ws_port = natsserver.free_port() if websocket else 0
+        if websocket:
+            listen += f'websocket {{ listen: "127.0.0.1:{self.ws_port}", no_tls: true }}\n'
         if mode == "nkey":
             users = ", ".join(f"{{nkey: {u.public}}}" for u in (self.daemon_user, self.client_user))
             conf = f"{listen}authorization {{ users = [{users}] }}\n"

@@ -202,3 +202,19 @@ def test_without_nkeys_a_hosted_login_fails_at_start_saying_so(
     file = private(tmp_path / "daemon.nkey", user.seed + "\n")
     monkeypatch.setitem(sys.modules, "nkeys", None)  # import nkeys: ImportError
     assert "the `nkeys` package nats-py signs with is missing" in resolve_error("nkey", file)
+
+
+def test_the_phones_login_may_be_a_bearer_jwt_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    from tests.natslogins import ACCOUNT, Key, phone_bearer_jwt
+
+    jwt = phone_bearer_jwt(Key(ACCOUNT), "ws-a")
+    good = private(tmp_path / "phones.json", json.dumps({"jwt": jwt}))
+    settings = account.resolve(
+        RelayConfig(url="nats://127.0.0.1:4222", host_id="ws-a", client_auth=str(good))
+    )
+    assert settings is not None
+    assert settings.client_jwt == jwt and settings.client_login is None
+    for bad in ("not a jwt", 42, "a.b"):
+        file = private(tmp_path / "bad.json", json.dumps({"jwt": bad}))
+        said = resolve_error("client_auth", file)
+        assert said.startswith("client_auth: jwt must be a NATS user JWT"), said

@@ -42,6 +42,9 @@ class RelaySettings:
     #: what a pairing link tells the client
     client_url: str
     client_login: Login | None
+    #: instead of ``client_login``: a bearer user JWT (operator/JWT accounts such as a hosted
+    #: NATS's, where a browser cannot keep a seed to sign with)
+    client_jwt: str
     web_url: str
     name: str
     #: the name the relay's certificate must carry, when not the url's host
@@ -73,6 +76,18 @@ def _login(raw: Any, where: str) -> Login | None:
         raise ConfigError(f"{where}: user and password must be strings")
     remember_secret(password)
     return Login(user, password)
+
+
+def _bearer_jwt(value: Any) -> str:
+    """A NATS user JWT as pairing links carry it (three base64url parts); it is a login,
+    so it is masked in logs like a password."""
+    parts = value.split(".") if isinstance(value, str) else []
+    if len(parts) != 3 or not all(re.fullmatch(r"[A-Za-z0-9_-]+", p) for p in parts):
+        raise ConfigError(
+            "client_auth: jwt must be a NATS user JWT (a bearer one: `nsc add user --bearer`)"
+        )
+    remember_secret(value)
+    return str(value)
 
 
 def _path(value: str) -> Path:
@@ -136,8 +151,13 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
     else:
         login = _login(account.get("daemon"), f"{conf.account} (daemon)")
     client_login = _login(account.get("client"), f"{conf.account} (client)")
+    client_jwt = ""
     if conf.client_auth:
-        client_login = _login(_private_json(_path(conf.client_auth), "client_auth"), "client_auth")
+        auth = _private_json(_path(conf.client_auth), "client_auth")
+        if isinstance(auth, dict) and "jwt" in auth:
+            client_login, client_jwt = None, _bearer_jwt(auth["jwt"])
+        else:
+            client_login = _login(auth, "client_auth")
     client_url = conf.client_url or str(account.get("client_url") or "")
     return RelaySettings(
         url=url,
@@ -148,6 +168,7 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         user_key=user_key,
         client_url=client_url,
         client_login=client_login,
+        client_jwt=client_jwt,
         # [relay] web_url, else the web client the relay itself serves (`relay serve`)
         web_url=conf.web_url or str(account.get("web_url") or ""),
         name=conf.name or host_id,

@@ -55,6 +55,7 @@ def pairing_link(args: argparse.Namespace) -> int:
         "url": settings.client_url,
         "user": login.user if login else None,
         "pass": login.password if login else None,
+        **({"jwt": settings.client_jwt} if settings.client_jwt else {}),
         "pk": b64(keys.public),
         "secret": b64(secret),
     }

@@ -80,6 +80,8 @@ export function parseLink(fragmentValue) {
     url: link.url,
     user: typeof link.user === 'string' ? link.user : null,
     pass: typeof link.pass === 'string' ? link.pass : null,
+    // a bearer user JWT instead of user/pass (a hosted NATS's operator/JWT accounts)
+    jwt: typeof link.jwt === 'string' && link.jwt ? link.jwt : null,
     pk: link.pk,
     secret: link.secret,
   };

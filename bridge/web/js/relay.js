@@ -15,7 +15,7 @@
 //   anyone holding the relay's client login can publish one) is dropped and counted, and
 //   changes nothing: only what the daemon itself sealed (its CLOSE) closes the connection.
 
-import { connect } from '../vendor/nats.ws/nats.js';
+import { connect, jwtAuthenticator } from '../vendor/nats.ws/nats.js';
 import '../vendor/tweetnacl/nacl-fast.js';
 import {
   DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, RelayError, Sealer, parseLink,
@@ -79,8 +79,14 @@ function classify(err) {
   return { code: CLOSE.RELAY_DOWN, reason: `the relay cannot be reached (${err?.message || err})` };
 }
 
+/** The login a link (or the record made from it) gives every phone of the workstation. */
+function sharedLogin(x) {
+  return { user: x.user, pass: x.pass, jwt: x.jwt };
+}
+
 /**
- * A NATS connection to the workstation's relay as `login` ({user, pass}). Replies come back
+ * A NATS connection to the workstation's relay as `login` ({user, pass}, or {jwt}: a bearer
+ * user JWT, which needs no key to sign with). Replies come back
  * under `agent-bridge.<host>._INBOX.<inbox>` (`pair` for the pairing login, the client id for
  * the client's own user), so the relay's permissions can confine each user to its own.
  */
@@ -89,6 +95,7 @@ async function natsConnect({ url, host }, login, inbox) {
     servers: url,
     user: login?.user || undefined,
     pass: login?.pass || undefined,
+    authenticator: login?.jwt ? jwtAuthenticator(login.jwt) : undefined,
     name: 'agent-bridge web',
     inboxPrefix: `agent-bridge.${host}._INBOX.${inbox}`,
     reconnect: true,
@@ -105,7 +112,7 @@ async function natsConnect({ url, host }, login, inbox) {
 export async function pair(linkValue, clientName) {
   const link = typeof linkValue === 'string' ? parseLink(linkValue) : linkValue;
   const keys = crypto.keyPair();
-  const nc = await natsConnect(link, { user: link.user, pass: link.pass }, 'pair');
+  const nc = await natsConnect(link, sharedLogin(link), 'pair');
   try {
     let reply;
     try {
@@ -125,6 +132,7 @@ export async function pair(linkValue, clientName) {
       url: link.url,
       user: link.user,
       pass: link.pass,
+      jwt: link.jwt,
       pk: link.pk,
       keys,
       client_id: clientId,
@@ -217,7 +225,7 @@ export class RelayStation extends EventTarget {
         if (!isAuthError(err)) throw err;
       }
     }
-    const nc = await natsConnect(record, { user: record.user, pass: record.pass }, 'pair');
+    const nc = await natsConnect(record, sharedLogin(record), 'pair');
     this.scoped = false;
     if (this.#shared) return nc;
     let login;
