@@ -142,6 +142,20 @@ class ProjectsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch: bool = True
 
 
+class WorkspaceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Sessions in worktrees of their own (``session.create`` ``worktree``)."""
+
+    #: where worktrees go: "" = beside each repository, in ``<repo>.worktrees/<branch>``;
+    #: else ``<this>/<repo name>/<branch>``
+    worktrees: str = ""
+    #: a command run in each new worktree before its session starts (argv, no shell), e.g.
+    #: ``["npm", "ci"]``; a repository's own executable ``.agent-bridge/worktree-setup`` runs
+    #: when this is empty
+    setup: list[str] = msgspec.field(default_factory=list)
+    #: seconds the setup may take
+    setup_timeout_s: float = 300.0
+
+
 class LogConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     level: str = "info"
     #: "auto" (human on a TTY, JSON lines otherwise), "console" or "json".
@@ -221,6 +235,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     projects: ProjectsConfig = msgspec.field(default_factory=ProjectsConfig)
     notify: NotifyConfig = msgspec.field(default_factory=NotifyConfig)
     hub: HubConfig = msgspec.field(default_factory=HubConfig)
+    workspace: WorkspaceConfig = msgspec.field(default_factory=WorkspaceConfig)
 
     @property
     def adapters_dir(self) -> Path:

@@ -30,6 +30,7 @@ from bridge.config import (  # noqa: E402
     RelayConfig,
     ServerConfig,
     StoreConfig,
+    WorkspaceConfig,
 )
 from bridge.wire.agent_types import AdapterConfig  # noqa: E402
 
@@ -45,6 +46,7 @@ SECTIONS: list[tuple[str, type[msgspec.Struct]]] = [
     ("adapters", AdaptersConfig),
     ("log", LogConfig),
     ("projects", ProjectsConfig),
+    ("workspace", WorkspaceConfig),
     ("hub", HubConfig),
     ("agents.<id>", AdapterConfig),
     ("acp.<name>", AcpAgentConfig),
@@ -169,6 +171,13 @@ MEANING: dict[str, str] = {
     "[notify.targets].kinds": "Kinds this channel gets (default: all four).",
     "[notify.targets].name": "Shown instead of the (masked) URL in `notify test`, doctor and "
     "the web client.",
+    "workspace.worktrees": 'Where `session.create`\'s worktrees go: `""` = beside each '
+    "repository (`<repo>.worktrees/<branch>`), else `<this>/<repo name>/<branch>`.",
+    "workspace.setup": "Command run in each new worktree before its session starts (a list, no "
+    'shell), e.g. `["npm", "ci"]`; empty: the repository\'s own executable '
+    "`.agent-bridge/worktree-setup`, if any.",
+    "workspace.setup_timeout_s": "Seconds the worktree setup may take (its process group is "
+    "killed after).",
     "hub.park_poll": "Seconds between ownership checks of a parked session (is the terminal "
     "still there?).",
     "hub.sweep_interval": "Seconds between sweeps for terminals that resumed a session the "

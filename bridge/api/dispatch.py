@@ -71,7 +71,7 @@ class Routes:
             if route.durable:
                 await self._barrier()
         except HubError as exc:
-            conn.error(req.id, exc.code, str(exc))
+            conn.error(req.id, exc.code, str(exc), exc.hint, exc.output)
         except Exception as exc:
             log.exception("request_failed", method=type(req).__name__)
             conn.error(req.id, "internal", f"internal error: {type(exc).__name__}")

@@ -29,6 +29,8 @@ from bridge.wire.results import (
     WorkspaceStatusResult,
     as_result,
 )
+from bridge.workspace.branch import branch_diff
+from bridge.workspace.git import linked_worktrees
 from bridge.workspace.projects import Projects, usage_from_sessions
 from bridge.workspace.views import WorkspaceError, diff, read_file, real_dir, status
 
@@ -65,18 +67,29 @@ class ProjectsApi:
     # ---- requests -------------------------------------------------------------------------
 
     async def projects_list(self, _conn: Any, _req: ProjectsList) -> ProjectsListResult:
-        return as_result({"projects": await self.projects.listing()}, ProjectsListResult)
+        listing = await self.projects.listing()
+        for project in listing:
+            if project.get("git"):  # its worktrees, each with the sessions working in it
+                found = await asyncio.to_thread(linked_worktrees, project["path"])
+                if found:
+                    project["worktrees"] = [
+                        {**w, "sessions": self.hub.sessions_in(str(w["path"]))} for w in found
+                    ]
+        return as_result({"projects": listing}, ProjectsListResult)
 
     async def workspace_status(self, _conn: Any, req: WorkspaceStatus) -> WorkspaceStatusResult:
-        root = await self._allowed(req.path)
+        root = await self.allowed(req.path)
         return as_result(await self._guard(status(root)), WorkspaceStatusResult)
 
     async def workspace_diff(self, _conn: Any, req: WorkspaceDiff) -> WorkspaceDiffResult:
-        root = await self._allowed(req.path)
+        root = await self.allowed(req.path)
+        if req.base is not None:  # the whole branch (bridge/workspace/branch.py)
+            got = await self._guard(branch_diff(root, req.base, req.file))
+            return as_result(got, WorkspaceDiffResult)
         return as_result(await self._guard(diff(root, req.file, req.staged)), WorkspaceDiffResult)
 
     async def workspace_file(self, _conn: Any, req: WorkspaceFile) -> WorkspaceFileResult:
-        root = await self._allowed(req.path)
+        root = await self.allowed(req.path)
         got = await self._guard(asyncio.to_thread(read_file, root, req.file))
         return as_result(got, WorkspaceFileResult)
 
@@ -94,7 +107,7 @@ class ProjectsApi:
                 continue
         return out
 
-    async def _allowed(self, path: str) -> str:
+    async def allowed(self, path: str) -> str:
         """The real path of ``path`` if it is a project or a session's cwd, else a refusal."""
         from bridge.hub import HubError
 

@@ -10,8 +10,12 @@ import asyncio
 import shlex
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from bridge.api.dispatch import ALREADY_ANSWERED, Routes
+
+if TYPE_CHECKING:
+    from bridge.api.ship import ShipApi
 from bridge.config import Config
 from bridge.hub import Hub, HubError
 from bridge.loading.registry import Registry
@@ -58,6 +62,8 @@ class CoreRequests:
         self.hub = hub
         self.registry = registry
         self._url = url
+        #: worktrees for session.create (bridge/api/ship.py), set by the server
+        self.ship: ShipApi | None = None
         #: The daemon's own checks (``agents.check`` of DAEMON_AGENT), handed in by the daemon.
         self.daemon_checks: Callable[..., list[Check]] | None = None
 
@@ -107,9 +113,21 @@ class CoreRequests:
         return SessionsListResult(sessions=sessions, next_cursor=next_cursor)
 
     async def session_create(self, _conn: Connection, req: SessionCreate) -> SessionCreateResult:
-        session, info = await self.hub.create(
-            req.agent, req.cwd, req.model, req.effort, req.resume, mode=req.mode
-        )
+        if req.worktree is None or self.ship is None:
+            session, info = await self.hub.create(
+                req.agent, req.cwd, req.model, req.effort, req.resume, mode=req.mode
+            )
+            return SessionCreateResult(session=session, info=info)
+        cwd, worktree, said = await self.ship.new_worktree(req)
+        try:
+            session, info = await self.hub.create(
+                req.agent, cwd, req.model, req.effort, req.resume, req.mode, worktree
+            )
+        except BaseException:
+            await self.ship.drop_worktree(worktree)
+            raise
+        if said is not None:
+            self.ship.setup_said(session.session, said)
         return SessionCreateResult(session=session, info=info)
 
     async def session_attach(self, _conn: Connection, req: SessionAttach) -> SessionAttachResult:

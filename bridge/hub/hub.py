@@ -25,6 +25,7 @@ from pathlib import Path
 from bridge.adapters.base import BaseAdapter, ResumeCommand, cwd_matches
 from bridge.blocks import (
     AgentInfoBlock,
+    Block,
     ErrorBlock,
     SystemBlock,
     UsageBlock,
@@ -45,7 +46,7 @@ from bridge.store.store import (
     StoreUnavailable,
 )
 from bridge.wire.agent_types import ModelInfo
-from bridge.wire.protocol import Attachment, SessionObject
+from bridge.wire.protocol import Attachment, SessionObject, WorktreeObject
 from bridge.wire.results import SessionModeResult, SessionSubscribeResult
 
 from .fanout import REPLAY_CHUNK, Fanout
@@ -263,6 +264,7 @@ class Hub:
             model=rec.model,
             mode=rec.mode,
             resident=resident,
+            worktree=rec.worktree,
         )
 
     async def list_sessions(
@@ -292,6 +294,40 @@ class Hub:
         if not include_external or cursor is not None:
             return own, next_cursor
         return own + await self.external_sessions(), next_cursor
+
+    def busy_in(self, path: str) -> str | None:
+        """Why a write to the repository at ``path`` must wait, or None: a session working at
+        or under it runs a turn, or a terminal holds it (the single-writer guard)."""
+        top = os.path.realpath(path)
+        for s in self.sessions.values():
+            try:
+                cwd = os.path.realpath(s.rec.cwd)
+            except (OSError, ValueError):
+                continue
+            if cwd != top and not cwd.startswith(top.rstrip(os.sep) + os.sep):
+                continue
+            if s.rec.state == "running" or s.turn is not None:
+                return f"a turn of session {s.id} runs there: wait for it, or stop it"
+            if s.rec.state == "parked" or s.rec.writer == "terminal":
+                return f"session {s.id} is open in a terminal, which writes there now"
+        return None
+
+    def sessions_in(self, path: str) -> list[str]:
+        """The sessions (not ended) working at ``path`` or under it."""
+        top = os.path.realpath(path)
+        return [
+            s.id
+            for s in self.sessions.values()
+            if s.rec.state != "ended"
+            and (
+                os.path.realpath(s.rec.cwd) == top
+                or os.path.realpath(s.rec.cwd).startswith(top.rstrip(os.sep) + os.sep)
+            )
+        ]
+
+    def note(self, session_id: str, block: Block) -> None:
+        """Add a block the daemon itself says to a session (a worktree's setup output)."""
+        self.fanout.emit(self.get(session_id), block)
 
     async def session_dirs(self) -> list[tuple[str, float]]:
         """(``cwd``, ``updated_at``) of every session of the daemon's, ended ones included."""
@@ -424,6 +460,7 @@ class Hub:
         effort: str | None = None,
         resume: str | None = None,
         mode: str | None = None,
+        worktree: WorktreeObject | None = None,
     ) -> tuple[SessionObject, AgentInfoBlock]:
         entry = await self._entry(agent)
         if (why := modes.problem(entry.cls, mode)) is not None:
@@ -438,6 +475,7 @@ class Hub:
             external=False,
         )
         s.rec.mode = mode
+        s.rec.worktree = worktree
         info = await self.turns.start_adapter(s, entry)
         self.sessions[s.id] = s
         self.store.save_session(s.rec)

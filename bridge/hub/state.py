@@ -83,9 +83,14 @@ TRANSITIONS = _table()
 class HubError(Exception):
     """A request the hub refuses; ``code`` is one of the protocol's error codes."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(
+        self, code: str, message: str, hint: str | None = None, output: str | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        #: one sentence: what to do; and what git or a hook printed (the ship requests)
+        self.hint = hint
+        self.output = output
 
 
 class TransitionError(RuntimeError):

@@ -172,8 +172,20 @@ class Connection:
     def reply(self, request_id: RequestId, result: Result) -> None:
         self.push(EncodedFrame(Ok(id=request_id, result=result)))
 
-    def error(self, request_id: RequestId, code: str, message: str) -> None:
-        self.push(EncodedFrame(Err(id=request_id, code=code, message=message)))
+    def error(
+        self,
+        request_id: RequestId,
+        code: str,
+        message: str,
+        hint: str | None = None,
+        output: str | None = None,
+    ) -> None:
+        err = Err(id=request_id, code=code, message=message)
+        if hint is not None:
+            err.hint = hint
+        if output:
+            err.output = output
+        self.push(EncodedFrame(err))
 
     def close(self, code: int, reason: str) -> None:
         if self._closed:

@@ -20,6 +20,7 @@ from bridge import __version__
 from bridge.api.dispatch import Handler, Routes
 from bridge.api.projects import ProjectsApi
 from bridge.api.requests import CoreRequests
+from bridge.api.ship import ShipApi
 from bridge.config import Config
 from bridge.hub import Hub, HubError
 from bridge.loading.registry import Registry
@@ -80,6 +81,10 @@ class BridgeServer:
         # projects.list, workspace.*, session.mode (bridge/api/projects.py)
         self.projects_api = ProjectsApi(config, hub)
         self.projects_api.register(self.routes)
+        # worktrees, review, commit, push, pull requests (bridge/api/ship.py)
+        self.ship_api = ShipApi(config, hub, self.projects_api)
+        self.ship_api.register(self.routes)
+        self.core.ship = self.ship_api
 
     # ---- what others read and set --------------------------------------------------------------
 

@@ -47,7 +47,7 @@ from bridge.store.eventrows import (
     prune_rows,
 )
 from bridge.store.health import StoreHealth
-from bridge.wire.protocol import Attachment, SessionState, Writer
+from bridge.wire.protocol import Attachment, SessionState, WorktreeObject, Writer
 
 log = get_logger("bridge.store")
 
@@ -87,6 +87,8 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     mode: str | None = None
     #: The session's last ``usage`` block (JSON), for ``usage.get`` of one read back.
     usage: bytes | None = None
+    #: The worktree the session was created in (``session.create`` ``worktree``).
+    worktree: WorktreeObject | None = None
 
 
 #: an attachment is stored as the wire carries it

@@ -78,6 +78,14 @@ class SessionsList(_Request, tag="sessions.list", kw_only=True):
     cursor: str | None = None
 
 
+class WorktreeSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``session.create``'s ``worktree``: a new branch in a worktree of its own."""
+
+    branch: str
+    #: the branch or commit it starts from; None: the repository's current branch
+    base: str | None = None
+
+
 class SessionCreate(_Request, tag="session.create", kw_only=True):
     agent: str
     cwd: str
@@ -85,6 +93,7 @@ class SessionCreate(_Request, tag="session.create", kw_only=True):
     effort: str | None = None
     resume: str | None = None
     mode: str | None = None
+    worktree: WorktreeSpec | None = None
 
 
 class SessionAttach(_Request, tag="session.attach", kw_only=True):
@@ -157,6 +166,51 @@ class WorkspaceDiff(_Request, tag="workspace.diff", kw_only=True):
     path: str
     file: str | None = None
     staged: bool = False
+    #: the whole branch against this ref (from their merge-base to the work tree)
+    base: str | None = None
+
+
+class WorkspaceCommit(_Request, tag="workspace.commit", kw_only=True):
+    path: str
+    message: str
+    #: paths to stage first (relative to ``path``); with ``all``, everything (``git add -A``)
+    files: list[str] | None = None
+    stage_all: bool = msgspec.field(default=False, name="all")
+
+
+class WorkspacePush(_Request, tag="workspace.push", kw_only=True):
+    path: str
+    remote: str | None = None
+
+
+class WorkspacePr(_Request, tag="workspace.pr", kw_only=True):
+    path: str
+    title: str | None = None
+    body: str | None = None
+    base: str | None = None
+
+
+class WorkspaceWorktreeRemove(_Request, tag="workspace.worktree_remove", kw_only=True):
+    path: str
+    force: bool = False
+
+
+class ReviewComment(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One comment of ``session.review``: on lines ``line``..``end_line`` of ``file``."""
+
+    file: str
+    line: int
+    end_line: int | None = None
+    text: str
+    #: the lines it is about, as the reviewer saw them in the diff
+    excerpt: str | None = None
+
+
+class SessionReview(_Request, tag="session.review", kw_only=True):
+    session: str
+    comments: list[ReviewComment]
+    #: as ``session.send``'s: a retried review is sent once
+    client_msg_id: str | None = None
 
 
 class WorkspaceFile(_Request, tag="workspace.file", kw_only=True):
@@ -236,6 +290,11 @@ Request = (
     | WorkspaceStatus
     | WorkspaceDiff
     | WorkspaceFile
+    | WorkspaceCommit
+    | WorkspacePush
+    | WorkspacePr
+    | WorkspaceWorktreeRemove
+    | SessionReview
     | SessionMode
     | ClientPresence
     | WebpushKey
@@ -289,6 +348,17 @@ class SessionObject(msgspec.Struct, kw_only=True):
     #: ``"permission"`` while the session waits on an unanswered permission request (or a
     #: question, which agents ask as one), else None: "needs you", shown before ``running``.
     needs: str | None = None
+    #: the worktree the session was created in (``session.create`` ``worktree``), else None
+    worktree: WorktreeObject | None = None
+
+
+class WorktreeObject(msgspec.Struct, kw_only=True):
+    """A session's own worktree: its repository's main work tree, branch, base and path."""
+
+    repo: str
+    branch: str
+    base: str
+    path: str
 
 
 # ---- server frames -----------------------------------------------------------------------------
@@ -311,6 +381,10 @@ class Err(_ServerFrame, tag="err", kw_only=True):
     id: RequestId
     code: str
     message: str
+    #: one sentence: what to do (the ship requests' errors)
+    hint: str | msgspec.UnsetType = msgspec.UNSET
+    #: what git, gh or a hook printed, when it said why
+    output: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class EventFrame(_ServerFrame, tag="event", kw_only=True):

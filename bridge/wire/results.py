@@ -126,6 +126,14 @@ class ProjectGit(msgspec.Struct, kw_only=True):
     behind: int
 
 
+class WorktreeListing(msgspec.Struct, kw_only=True):
+    """One worktree of a project: its path, branch, and the sessions working in it."""
+
+    path: str
+    branch: str | None
+    sessions: list[str]
+
+
 class ProjectObject(msgspec.Struct, kw_only=True):
     """PROJECT."""
 
@@ -134,6 +142,7 @@ class ProjectObject(msgspec.Struct, kw_only=True):
     git: ProjectGit | None
     last_used: str | None
     sessions: int
+    worktrees: list[WorktreeListing] | msgspec.UnsetType = msgspec.UNSET
 
 
 class ProjectsListResult(Result, kw_only=True):
@@ -165,11 +174,61 @@ class WorkspaceStatusResult(Result, kw_only=True):
     files: list[FileObject]
 
 
+class BranchFile(msgspec.Struct, kw_only=True):
+    """A file a branch touched: ``added``, ``modified``, ``deleted``, ``renamed``, ``copied``,
+    ``type`` (changed kind) or ``untracked`` (new, not yet added)."""
+
+    path: str
+    status: str
+    orig_path: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class CommitObject(msgspec.Struct, kw_only=True):
+    sha: str
+    subject: str
+    author: str
+    #: unix seconds
+    at: int
+
+
 class WorkspaceDiffResult(Result, kw_only=True):
-    """The answer to ``workspace.diff``."""
+    """The answer to ``workspace.diff``; with ``base``, the branch's review too."""
 
     diff: str
     truncated: bool
+    base: str | msgspec.UnsetType = msgspec.UNSET
+    merge_base: str | msgspec.UnsetType = msgspec.UNSET
+    ahead: int | msgspec.UnsetType = msgspec.UNSET
+    behind: int | msgspec.UnsetType = msgspec.UNSET
+    files: list[BranchFile] | msgspec.UnsetType = msgspec.UNSET
+    commits: list[CommitObject] | msgspec.UnsetType = msgspec.UNSET
+
+
+class WorkspaceCommitResult(Result, kw_only=True):
+    """The answer to ``workspace.commit``: the new commit, and what the hooks printed."""
+
+    commit: str
+    branch: str
+    output: str
+
+
+class WorkspacePushResult(Result, kw_only=True):
+    branch: str
+    remote: str
+    output: str
+
+
+class WorkspacePrResult(Result, kw_only=True):
+    """``created``: gh opened it; false: ``url`` is the page to open it on (or the one that
+    exists). ``checks``: gh's summary of the CI checks, when gh is there."""
+
+    url: str
+    created: bool
+    checks: str | None = None
+
+
+class WorkspaceWorktreeRemoveResult(Result, kw_only=True):
+    removed: str
 
 
 class WorkspaceFileResult(Result, kw_only=True):
@@ -250,6 +309,10 @@ RESULTS: tuple[type[Result], ...] = (
     WorkspaceStatusResult,
     WorkspaceDiffResult,
     WorkspaceFileResult,
+    WorkspaceCommitResult,
+    WorkspacePushResult,
+    WorkspacePrResult,
+    WorkspaceWorktreeRemoveResult,
     SessionModeResult,
     WebpushKeyResult,
     NotifyChannelsResult,

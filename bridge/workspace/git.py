@@ -57,6 +57,8 @@ from bridge.process import BoundedResult, SpawnError, build_env, run_bounded
 log = get_logger("bridge.git")
 
 GIT_TIMEOUT_S = 10.0
+#: linked worktrees listed per repository at most
+MAX_WORKTREES = 100
 #: options given before every git subcommand (they win over anything in the environment)
 SAFE_OPTIONS: tuple[str, ...] = (
     "-c",
@@ -243,6 +245,32 @@ def locate(cwd: str) -> Repo:
         raise GitError(f"fatal: not a git repository ({exc})") from None
     prefix = "" if here == top else os.path.relpath(here, top).replace(os.sep, "/") + "/"
     return Repo(top=top, gitdir=gitdir, common=common, prefix=prefix)
+
+
+def linked_worktrees(cwd: str) -> list[dict[str, str | None]]:
+    """The linked worktrees of the repository holding ``cwd`` (path and branch), read from
+    ``<common>/worktrees/*/{gitdir,HEAD}`` as git writes them: no git runs, so it is cheap
+    enough for every ``projects.list`` and the repository's configuration runs nothing."""
+    try:
+        repo = locate(cwd)
+        names = sorted(os.listdir(os.path.join(repo.common, "worktrees")))
+    except (GitError, OSError):
+        return []
+    out: list[dict[str, str | None]] = []
+    for name in names[:MAX_WORKTREES]:
+        where = os.path.join(repo.common, "worktrees", name)
+        try:
+            dotgit = os.fsdecode(_read_small(os.path.join(where, "gitdir")).strip())
+            head = os.fsdecode(_read_small(os.path.join(where, "HEAD")).strip())
+        except OSError:
+            continue
+        path = os.path.realpath(os.path.dirname(dotgit))
+        if not os.path.isdir(path):
+            continue  # removed without `git worktree remove`: git prunes it later
+        ref = head.removeprefix("ref: ") if head.startswith("ref: ") else None
+        branch = ref.removeprefix("refs/heads/") if ref else None
+        out.append({"path": path, "branch": branch})
+    return out
 
 
 def _kept(key: str, value: str | None, filters: bool) -> bool:

@@ -75,7 +75,7 @@ def confine(root: str, file: str) -> tuple[str, str]:
 DIFF_OPTIONS = ("-p", "--no-color", "--no-ext-diff", "--no-textconv", "--submodule=short")
 
 
-def _git_error(exc: git.GitError) -> WorkspaceError:
+def git_error(exc: git.GitError) -> WorkspaceError:
     text = str(exc)
     if "not a git repository" in text.lower():
         return WorkspaceError("bad_request", "not a git repository")
@@ -95,7 +95,7 @@ async def status(root: str) -> dict[str, Any]:
             prefix = g.repo.prefix
             st = await g.status(root, pathspec=".")
     except git.GitError as exc:
-        raise _git_error(exc) from None
+        raise git_error(exc) from None
     files: list[dict[str, Any]] = []
     for full, xy, full_orig, submodule in st.entries:
         path = _below(full, prefix)
@@ -131,7 +131,7 @@ def _below(path: str, prefix: str) -> str | None:
     return path[len(prefix) :] if path.startswith(prefix) else None
 
 
-def _text_of(data: bytes, truncated: bool) -> str:
+def text_of(data: bytes, truncated: bool) -> str:
     if truncated:
         cut = data.rfind(b"\n")
         if cut > 0:
@@ -165,10 +165,10 @@ async def diff(root: str, file: str | None = None, staged: bool = False) -> dict
                 data = await _dirty_submodules(g, root, spec, data)
                 data, truncated = data[:MAX_BYTES], len(data) > MAX_BYTES
             if not data and rel is not None and real is not None and not staged:
-                data, truncated = await _untracked_diff(g, root, rel)
+                data, truncated = await untracked_diff(g, root, rel)
     except git.GitError as exc:
-        raise _git_error(exc) from None
-    return {"diff": _text_of(data, truncated), "truncated": truncated}
+        raise git_error(exc) from None
+    return {"diff": text_of(data, truncated), "truncated": truncated}
 
 
 async def _staged(g: git.Git, root: str, spec: str) -> BoundedResult:
@@ -216,7 +216,7 @@ async def _dirty_submodules(g: git.Git, root: str, spec: str, data: bytes) -> by
     return data
 
 
-async def _untracked_diff(g: git.Git, root: str, rel: str) -> tuple[bytes, bool]:
+async def untracked_diff(g: git.Git, root: str, rel: str) -> tuple[bytes, bool]:
     """A new, untracked file: its whole content as an addition (``git diff --no-index``)."""
     try:
         st = os.lstat(os.path.join(root, rel))
