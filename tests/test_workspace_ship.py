@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 
 from bridge.workspace import git as bgit
 from tests.daemon import DaemonProcess
-from tests.daemonkit import running
+from tests.daemonkit import run_bridge, running
 from tests.gitrepo import git, make_repo
 from tests.wsclient import Client, blocks
 
@@ -360,3 +361,52 @@ async def test_a_new_worktree_runs_the_repositorys_setup_first(
         assert f"copied .env into {where}" in said
     finally:
         await c.close()
+
+
+def test_the_loop_from_the_command_line(daemon: DaemonProcess, tmp_path: Path) -> None:
+    origin, repo = clone_with_origin(tmp_path)
+
+    def bridge(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_bridge(*args, env=daemon.env)
+
+    made = bridge(
+        "new",
+        "demo",
+        "feature C",
+        "--cwd",
+        str(repo),
+        "--mode",
+        "accept-edits",
+        "--worktree",
+        "feature/c",
+    )
+    assert made.returncode == 0, made.stderr
+    sid = made.stdout.strip()
+    where = tmp_path / "shop.worktrees" / "feature-c"
+    assert f"worktree {where} on feature/c" in made.stderr
+    deadline = time.monotonic() + 30
+    while not (where / "demo.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    review = bridge("git", "review", str(where), "--base", "main", "--stat")
+    assert review.returncode == 0, review.stderr
+    assert review.stdout.splitlines()[-1].split() == ["untracked", "demo.txt"]
+    said = bridge("git", "comment", sid, "demo.txt:2=Louder, please.")
+    assert said.stdout.strip() in (
+        "1 comment sent as one message",
+        "1 comment queued behind the running turn as one message",
+    ), said.stderr
+    done = bridge("git", "commit", str(where), "-m", "demo", "--all")
+    while "a turn of session" in done.stderr and time.monotonic() < deadline + 30:
+        time.sleep(0.5)  # the comment's turn runs: the commit waits for no one, so try again
+        done = bridge("git", "commit", str(where), "-m", "demo", "--all")
+    assert done.returncode == 0 and "on feature/c" in done.stdout, done.stderr
+    pushed = bridge("git", "push", str(where))
+    assert pushed.stdout.strip() == "pushed feature/c to origin", pushed.stderr
+    assert "feature/c" in git(origin, "branch", "--list")
+    pr = bridge("git", "pr", str(where))
+    assert pr.returncode == 1 and "not_found" in pr.stderr  # a file:// origin is on no forge
+    assert "hint: install gh" in pr.stderr
+    busy = bridge("git", "worktree-remove", str(where))
+    assert busy.returncode == 1
+    assert f"conflict: session {sid} works in this worktree" in busy.stderr
+    assert "hint: end the session first" in busy.stderr

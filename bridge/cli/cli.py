@@ -416,6 +416,7 @@ def _load_extensions() -> None:
         "bridge.cli.doctor",
         "bridge.cli.service",
         "bridge.cli.webexport",
+        "bridge.cli.ship",
         "bridge.attention.cli",
         "bridge.relay.cli",
     ):

@@ -22,10 +22,15 @@ from bridge.wire.protocol import PROTOCOL_VERSION, SUBPROTOCOL_JSON
 
 
 class ClientError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(
+        self, code: str, message: str, hint: str | None = None, output: str | None = None
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        #: what to do, and what git or a hook printed (an ``err`` frame's ``hint``, ``output``)
+        self.hint = hint
+        self.output = output
 
 
 class DaemonNotRunning(ClientError):
@@ -114,7 +119,14 @@ class BridgeClient:
                         if frame["t"] == "ok":
                             fut.set_result(frame.get("result"))
                         else:
-                            fut.set_exception(ClientError(frame["code"], frame["message"]))
+                            fut.set_exception(
+                                ClientError(
+                                    frame["code"],
+                                    frame["message"],
+                                    frame.get("hint"),
+                                    frame.get("output"),
+                                )
+                            )
                 else:
                     await self.pushes.put(frame)
         except ConnectionClosed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,12 @@ def run_client(coro: Coroutine[Any, Any, int]) -> int:
     try:
         return asyncio.run(coro)
     except ClientError as exc:
-        return fail(exc.message)
+        # what git or a hook said, then what to do: the error's own line comes last
+        if exc.output:
+            print(exc.output.rstrip(), file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return fail(f"{exc.code}: {exc.message}" if exc.hint else exc.message)
     except KeyboardInterrupt:
         return 130
 

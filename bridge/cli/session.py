@@ -209,9 +209,14 @@ def cmd_new(args: argparse.Namespace) -> int:
             if args.mode:
                 # Sent only when given: a daemon without session modes ignores the field.
                 fields["mode"] = args.mode
+            if args.worktree:
+                fields["worktree"] = {"branch": args.worktree, "base": args.base}
             created = await client.request("session.create", **fields)
             sid = str(created["session"]["session"])
             print(sid, flush=True)
+            made = created["session"].get("worktree")
+            if made:  # the id alone goes to stdout
+                print(f"worktree {made['path']} on {made['branch']}", file=sys.stderr, flush=True)
             if not args.text:
                 return 0
             await client.request("session.subscribe", session=sid, after_seq=0)
@@ -299,6 +304,16 @@ def add_commands(add: Any) -> None:
     p.add_argument("--cwd", help="the session's working directory (default: this directory)")
     p.add_argument("--model", help="the model to use (default: the agent's)")
     p.add_argument("--mode", help="the session mode, where the agent has modes")
+    p.add_argument(
+        "--worktree",
+        metavar="BRANCH",
+        help="start it in a new worktree on a new branch BRANCH of the repository at --cwd",
+    )
+    p.add_argument(
+        "--base",
+        metavar="REF",
+        help="with --worktree: the branch it starts from (default: current)",
+    )
     p.add_argument(
         "--no-follow", action="store_true", help="don't follow the first turn on a terminal"
     )
