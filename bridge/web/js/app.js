@@ -16,6 +16,7 @@ import {
 } from './workstations.js';
 import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
 import { ChangesPanel, ProjectPicker, fillModes, followMode, modePicker, renderMode } from './workspace.js';
+import { suggestBranch } from './ship.js';
 
 const TOKEN_KEY = 'agent-bridge.token';
 const CWD_KEY = 'agent-bridge.cwd';
@@ -190,7 +191,8 @@ class SessionView {
     this.titleEl.textContent = s.title || 'New session';
     const agent = this.agent;
     const station = this.app.stations.size > 1 || this.ws?.kind === 'relay' ? this.ws?.name : '';
-    this.metaEl.textContent = [station, agent?.display_name || s.agent, s.model, s.cwd]
+    this.metaEl.textContent = [station, agent?.display_name || s.agent, s.model,
+      s.worktree ? `⎇ ${s.worktree.branch}` : '', s.cwd]
       .filter(Boolean).join(' · ');
     this.stateEl.dataset.state = s.state;
     this.stateEl.textContent = stateLabel(s);
@@ -231,7 +233,7 @@ class SessionView {
     this.changes.el.hidden = !show;
     this.el.dataset.panel = show ? 'changes' : '';
     this.changesBtn.classList.toggle('active', show);
-    if (show) this.changes.showStatus();
+    if (show) this.changes.open();
   }
 
   renderCapabilities() {
@@ -454,6 +456,11 @@ class App {
     $('#back').addEventListener('click', () => this.show(null));
     $('#conn').addEventListener('click', () => this.client?.nudge());
     $('#new-session').addEventListener('submit', (ev) => { ev.preventDefault(); this.createSession(); });
+    $('#ns-worktree').addEventListener('change', () => {
+      const on = $('#ns-worktree').checked;
+      $('#ns-branch-row').hidden = !on;
+      if (on && !$('#ns-branch').value) $('#ns-branch').placeholder = suggestBranch($('#ns-cwd').value.trim());
+    });
     $('#ns-toggle').addEventListener('click', () => {
       this.formChosen = true;
       this.collapseForm(!$('#new-session').hasAttribute('data-collapsed'));
@@ -970,20 +977,25 @@ class App {
     const cwd = $('#ns-cwd').value.trim();
     const model = $('#ns-model').value || undefined;
     const mode = $('#ns-mode').value || undefined;
+    const worktree = $('#ns-worktree').checked
+      ? { branch: $('#ns-branch').value.trim() || suggestBranch(cwd) } : undefined;
     const errorEl = $('#ns-error');
     errorEl.hidden = true;
     const button = $('#new-session button[type=submit]');
     button.disabled = true;
     try {
-      const { session } = await this.client.request('session.create', { agent, cwd, model, mode });
+      const { session } = await this.client.request('session.create', { agent, cwd, model, mode, worktree });
       localStorage.setItem(this.cwdKey(), cwd);
+      $('#ns-worktree').checked = false;
+      $('#ns-branch-row').hidden = true;
+      $('#ns-branch').value = '';
       this.projects.load();
       this.sessions.set(session.session, session);
       this.formChosen = false; // back on the list, the form folds again
       this.renderSessions();
       this.open(session.session);
     } catch (err) {
-      clear(errorEl).append(...codeSpans(err.message));
+      clear(errorEl).append(...codeSpans(err.hint ? `${err.message}: ${err.hint}` : err.message));
       errorEl.hidden = false;
     } finally {
       button.disabled = false;

@@ -34,9 +34,12 @@ const RETRANSMIT_MS = 10_000;
 const RETRANSMIT_TRIES = 3;
 
 export class RequestError extends Error {
-  constructor(code, message) {
+  /** `hint`: what to do; `output`: what git, gh or a hook printed (the ship requests). */
+  constructor(code, message, hint = null, output = null) {
     super(message);
     this.code = code;
+    this.hint = hint;
+    this.output = output;
   }
 }
 
@@ -355,7 +358,7 @@ export class BridgeClient extends EventTarget {
         this.#pending.delete(frame.id);
         clearTimeout(entry.retransmit);
         if (frame.t === 'ok') entry.resolve(frame.result);
-        else entry.reject(new RequestError(frame.code, frame.message));
+        else entry.reject(new RequestError(frame.code, frame.message, frame.hint, frame.output));
         return;
       }
       case 'event':

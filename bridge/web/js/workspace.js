@@ -5,6 +5,7 @@
 
 import { appendAll, clear, h, relativeTime } from './dom.js';
 import { diffStats, parseUnified, renderSplit, renderUnified } from './diff.js';
+import { BranchView } from './ship.js';
 
 const SHOWN_PROJECTS = 8;
 const PATH_CHARS = 44;
@@ -135,8 +136,14 @@ export class ChangesPanel {
     this.titleEl = h('span', { class: 'changes-title' }, 'Changes');
     this.body = h('div', { class: 'changes-body' });
     this.backBtn = h('button', { type: 'button', class: 'link-btn', hidden: true, onclick: () => this.showStatus() }, '← Files');
+    this.branch = new BranchView(this);
+    // a worktree session's whole branch against its base, or the working tree's changes
+    this.modeBtn = h('button', {
+      type: 'button', class: 'small-btn changes-mode', hidden: true,
+      onclick: () => (this.showing === 'branch' ? this.showStatus() : this.showBranch()),
+    }, 'Branch');
     this.el = h('section', { class: 'changes', hidden: true, 'aria-label': 'Changes' },
-      h('div', { class: 'changes-head' }, this.backBtn, this.titleEl,
+      h('div', { class: 'changes-head' }, this.backBtn, this.titleEl, this.modeBtn,
         h('button', { type: 'button', class: 'small-btn', onclick: () => this.refresh() }, 'Refresh'),
         h('button', { type: 'button', class: 'small-btn', onclick: () => this.view.toggleChanges(false) }, 'Close')),
       this.body);
@@ -152,7 +159,26 @@ export class ChangesPanel {
   }
 
   refresh() {
+    if (this.showing === 'branch') return this.showBranch();
     return this.file ? this.showDiff(this.file) : this.showStatus();
+  }
+
+  /** What the panel shows when it opens: a worktree session's branch, else the changes. */
+  open() {
+    return this.view.session.worktree ? this.showBranch() : this.showStatus();
+  }
+
+  showing = 'changes';
+
+  #mode(which) {
+    this.showing = which;
+    this.modeBtn.hidden = !this.view.session.worktree;
+    this.modeBtn.textContent = which === 'branch' ? 'Changes' : 'Branch';
+  }
+
+  showBranch() {
+    this.#mode('branch');
+    return this.branch.show();
   }
 
   message(text, cls = 'muted') {
@@ -160,6 +186,7 @@ export class ChangesPanel {
   }
 
   async showStatus() {
+    this.#mode('changes');
     this.file = null;
     this.backBtn.hidden = true;
     this.titleEl.textContent = 'Changes';
