@@ -257,6 +257,13 @@ async def test_gh_looked_up_when_asked_opens_the_pull_request(
         argv = [json.loads(line) for line in calls.read_text().splitlines()]
         create = next(a for a in argv if a[:2] == ["pr", "create"])
         assert create[2:] == ["--head", "feat", "--title", "Add demo", "--body", "Why."]
+        got = await c.request("workspace.pr", path=str(repo))  # title and body from the branch
+        argv = [json.loads(line) for line in calls.read_text().splitlines()]
+        assert [a for a in argv if a[:2] == ["pr", "create"]][-1][2:] == [
+            "--head",
+            "feat",
+            "--fill",
+        ]
         # gh not logged in: the compare URL again
         fake_gh(bin_dir, logged_in=False)
         got = await c.request("workspace.pr", path=str(repo))

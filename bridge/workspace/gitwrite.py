@@ -316,7 +316,8 @@ async def pull_request(
     gh = shutil.which("gh", path=write_env().get("PATH"))
     if gh is not None and await _logged_in(gh, cwd):
         argv = [gh, "pr", "create", "--head", branch]
-        argv += ["--title", title or branch, "--body", body or ""]
+        # no title or body given: gh takes them from the branch's commits
+        argv += ["--title", title or branch, "--body", body or ""] if title or body else ["--fill"]
         if base:
             argv += ["--base", base]
         result = await run(argv, cwd, PR_TIMEOUT_S, what="gh")

@@ -5,6 +5,9 @@
 import { appendAll, clear, codeSpans, h } from './dom.js';
 import { diffStats, parseUnified, renderUnified } from './diff.js';
 
+export const DRAFT_PROMPT = 'Draft a commit message for the changes on this branch: a first line of at '
+  + 'most 72 characters, a blank line, then why. Reply with the message only; do not commit.';
+
 /** The per-file parts of a multi-file unified diff: [{path, text}]. */
 export function splitFiles(diff) {
   const parts = [];
@@ -164,6 +167,7 @@ export class BranchView {
     const btn = (label, cls, run) => h('button', { type: 'button', class: `small-btn ${cls}`, onclick: run }, label);
     return h('div', { class: 'ship-actions' },
       h('div', { class: 'ship-row' }, this.messageEl, btn('Commit all', 'ship-commit', () => this.commit())),
+      h('div', { class: 'ship-row' }, btn('Ask the agent to draft the message', 'link-btn ship-draft', () => this.draft())),
       h('div', { class: 'ship-row' },
         btn('Push', 'ship-push', () => this.push()),
         btn('Open pull request', 'ship-pr', () => this.pr()),
@@ -195,6 +199,21 @@ export class BranchView {
       await this.show();
       clear(this.statusEl).append(...status.childNodes);
     }
+  }
+
+  /** The agent writes the commit message (it knows why it changed what it changed); the
+   *  person reads it in the transcript and pastes or edits it here. */
+  async draft() {
+    try {
+      await this.view.app.client.request('session.send', {
+        session: this.view.session.session, text: DRAFT_PROMPT,
+        client_msg_id: `draft-${Date.now().toString(36)}`,
+      });
+    } catch (err) {
+      this.say(failure(err));
+      return;
+    }
+    this.view.toggleChanges(false);
   }
 
   push() {
