@@ -86,6 +86,17 @@ def test_from_a_new_worktree_to_the_pull_request_on_a_phone(
         said = p.text(".session .transcript")
         assert "demo.txt, line 2:" in said and "Make it friendlier." in said
 
+        # the agent drafts the commit message (the demo agent only echoes it)
+        p.click(".session .changes-btn")
+        p.wait(".ship-draft", timeout_ms=30_000)
+        p.click(".ship-draft")
+        p.wait_for(
+            "document.querySelector('.session .transcript').textContent"
+            ".includes('Draft a commit message for the changes on this branch')",
+            timeout_ms=30_000,
+        )
+        p.wait_for("document.querySelectorAll('.session .blk-end').length >= 3", 30_000)
+
         # commit, push, and the pull request's page
         p.click(".session .changes-btn")
         p.wait(".ship-message", timeout_ms=30_000)
