@@ -417,3 +417,19 @@ def test_the_loop_from_the_command_line(daemon: DaemonProcess, tmp_path: Path) -
     assert busy.returncode == 1
     assert f"conflict: session {sid} works in this worktree" in busy.stderr
     assert "hint: end the session first" in busy.stderr
+
+
+async def test_a_commit_while_a_terminal_holds_the_session_names_it(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    _origin, repo = clone_with_origin(tmp_path)
+    c = await Client.open(daemon.url, daemon.token)
+    try:
+        s = await new_worktree_session(c, repo, "handed-off")
+        await turn(c, s["session"], "first")  # the agent's own session id is known now
+        await c.request("session.handoff", session=s["session"])  # continue in a terminal
+        busy = await c.call("workspace.commit", path=s["cwd"], message="x", **{"all": True})
+        assert busy["code"] == "conflict", busy
+        assert f"session {s['session']} is open in a terminal" in busy["message"]
+    finally:
+        await c.close()
