@@ -150,6 +150,9 @@ class FakePushService(_Server):
         self.messages: list[dict[str, Any]] = []
         self.problems: list[str] = []
         self.vapid_public: str | None = None  # the daemon's key, once known
+        #: name -> the applicationServerKey its subscription was made with: a push service
+        #: takes a push to it signed with that key only
+        self.server_keys: dict[str, str] = {}
 
     @property
     def origin(self) -> str:
@@ -173,7 +176,7 @@ class FakePushService(_Server):
         if self.answers.get(name):
             return self.answers[name].pop(0), b"not now", {}
         try:
-            self._check_vapid(hit)
+            self._check_vapid(hit, name)
             payload = self._decrypt(name, hit)
         except Exception as exc:
             self.problems.append(f"{type(exc).__name__}: {exc}")
@@ -189,7 +192,7 @@ class FakePushService(_Server):
         )
         return 201, b"", {}
 
-    def _check_vapid(self, hit: Hit) -> None:
+    def _check_vapid(self, hit: Hit, name: str) -> None:
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec, utils
 
@@ -197,7 +200,9 @@ class FakePushService(_Server):
         assert auth.startswith("vapid "), f"no VAPID authorization: {auth[:20]!r}"
         params = dict(p.strip().split("=", 1) for p in auth[len("vapid ") :].split(","))
         token, key = params["t"], params["k"]
-        if self.vapid_public is not None:
+        if name in self.server_keys:
+            assert key == self.server_keys[name], "signed with another key than subscribed with"
+        elif self.vapid_public is not None:
             assert key == self.vapid_public, "signed with another key than webpush.key gives"
         header_b64, claims_b64, sig_b64 = token.split(".")
         header = json.loads(_b64d(header_b64))

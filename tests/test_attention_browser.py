@@ -33,6 +33,12 @@ NOTIFICATIONS = (
     " actions: (n.actions || []).map((a) => a.action + '=' + a.title)})))()"
 )
 
+BROWSER_KEY = (
+    "new Promise((ok) => { const r = indexedDB.open('agent-bridge', 1);"
+    " r.onsuccess = () => { const g = r.result.transaction('kv').objectStore('kv').get('vapid');"
+    " g.onsuccess = () => ok(g.result?.public ?? null); }; })"
+)
+
 KEPT_TOKEN = (
     "new Promise((ok) => { const r = indexedDB.open('agent-bridge', 1);"
     " r.onupgradeneeded = () => r.result.createObjectStore('kv');"
@@ -267,13 +273,9 @@ def session_events(d: DaemonProcess, session: str) -> list[dict[str, Any]]:
     return list(with_client(d, go))
 
 
-def test_turned_on_in_the_panel_the_daemons_push_is_answered_from_the_notification(
-    page: Page, daemon: DaemonProcess, push_service: FakePushService, project: Path
-) -> None:
-    page._call("grant", permissions=["notifications"], origin=origin(daemon))
-    # Headless Chromium reaches no vendor push service: its PushManager gets the subscription
-    # a browser would (keys the local push service decrypts with); the rest is the page's own.
-    sub = push_service.subscription("chromium-1")
+def stub_push_manager(page: Page, sub: dict[str, Any]) -> None:
+    """Headless Chromium reaches no vendor push service: its PushManager gets the subscription
+    a browser would (keys the local push service decrypts with); the rest is the page's own."""
     page.eval(
         "(() => { const sub = " + json.dumps(sub) + "; let made = null;"
         " PushManager.prototype.subscribe = async function (options) {"
@@ -283,11 +285,22 @@ def test_turned_on_in_the_panel_the_daemons_push_is_answered_from_the_notificati
         " PushManager.prototype.getSubscription = async function () { return made; };"
         " return true; })()"
     )
+
+
+def test_turned_on_in_the_panel_the_daemons_push_is_answered_from_the_notification(
+    page: Page, daemon: DaemonProcess, push_service: FakePushService, project: Path
+) -> None:
+    page._call("grant", permissions=["notifications"], origin=origin(daemon))
+    # Headless Chromium reaches no vendor push service: its PushManager gets the subscription
+    # a browser would (keys the local push service decrypts with); the rest is the page's own.
+    stub_push_manager(page, push_service.subscription("chromium-1"))
     page.click("#notify-toggle")
-    page.wait("text=Notifications are on for this device.")
-    key = with_client(daemon, lambda c: c.request("webpush.key"))["public_key"]
+    page.wait("text=Notifications are on for this device (1 workstation).")
+    # subscribed with this browser's own VAPID key, which the daemon then signs with
+    key = page.eval(BROWSER_KEY)
     raw = base64.urlsafe_b64decode(key + "=" * (-len(key) % 4))
     assert page.eval("window.__serverKey") == list(raw)
+    push_service.server_keys["chromium-1"] = key
     assert page.text("#notify-toggle") == "Turn off on this device"
     payload = permission_pushed(daemon, push_service, project, "chromium-1", subscribe=False)
     assert "Write: demo.txt" in payload["body"]
@@ -337,3 +350,62 @@ def test_sign_out_deletes_the_token_kept_for_the_worker(page: Page, daemon: Daem
     page.click("#logout")
     page.wait("#login-form")
     page.wait_for(f"{KEPT_TOKEN}.then((t) => t === null)")
+
+
+@pytest.mark.slow
+def test_a_relay_workstation_pushes_signed_with_the_browsers_key_and_the_tap_answers_it(
+    relay: Any,  # first: it stops after the page, which keeps reaching it until then
+    page: Page,
+    daemon: DaemonProcess,
+    push_service: FakePushService,
+    project: Path,
+    tmp_path: Path,
+) -> None:
+    """A second workstation, paired through the relay: the browser's one subscription reaches
+    it sealed with the browser's own VAPID key; its push (a permission) is signed with that
+    key, decrypts at the push service, and Allow in the notification opens the page, which
+    answers through the relay."""
+    from tests.daemonkit import run_bridge
+    from tests.relaykit import linked_daemon
+
+    remote_home = tmp_path / "remote"
+    more = 'name = "studio"\n[notify]\nmin_turn_s = 0\n'
+    remote_fixture = linked_daemon(remote_home, relay.rdir.account_file("ws-b"), more)
+    remote = next(remote_fixture)
+    try:
+        out = run_bridge("pair", "--relay", "--no-qr", env=remote.env, check=True).stdout
+        link = next(line for line in out.splitlines() if "#relay=" in line).strip()
+        page.eval(
+            "(() => { const f = document.querySelector('#ws-add');"
+            f" f.querySelector('input').value = {json.dumps(link)}; f.requestSubmit(); }})()"
+        )
+        page.wait(
+            '#sessions li.ws-group[data-ws="relay:ws-b"][data-state="online"]', timeout_ms=30_000
+        )
+        page._call("grant", permissions=["notifications"], origin=origin(daemon))
+        stub_push_manager(page, push_service.subscription("chromium-relay"))
+        page.click("#notify-toggle")
+        page.wait("text=Notifications are on for this device (2 workstations).")
+        push_service.server_keys["chromium-relay"] = page.eval(BROWSER_KEY)
+        payload = permission_pushed(
+            remote, push_service, project, "chromium-relay", subscribe=False
+        )
+        assert payload["ws"] == "relay:ws-b" and payload["workstation"] == "studio"
+        assert payload["url"].endswith(f"#session={payload['session']}&ws=relay:ws-b")
+        page._call("push", origin=origin(daemon) + "/", data=json.dumps(payload))
+        page.wait_for(f"{NOTIFICATIONS}.then((n) => n.length === 1)")
+        (shown,) = page.eval(NOTIFICATIONS)
+        assert shown["title"].startswith("studio · demo asks permission"), shown
+        allow = next(o for o in payload["options"] if o["kind"] == "allow_once")
+        click(page, allow["id"])
+        deadline = time.monotonic() + 30
+        ends: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not ends:
+            events = session_events(remote, payload["session"])
+            ends = [b for b in events if b["type"] == "session_end"]
+        assert ends and ends[-1]["reason"] == "completed", ends
+        assert "answer=" not in page.url()  # the page answered, then forgot the answer
+    finally:
+        page.click("#notify-toggle")  # off: both workstations forget this device
+        page.wait("text=Notifications are off for this device.")
+        remote_fixture.close()

@@ -197,6 +197,13 @@ async def test_web_push_is_encrypted_signed_and_gone_subscriptions_are_removed(
     bad["keys"]["p256dh"] = "AAAA"
     with pytest.raises(RequestFailed):
         await c.request("webpush.subscribe", subscription=bad)
+    # a browser's own VAPID key that is not a P-256 scalar, a workstation id that is not one
+    for extra in ({"vapid_key": "AAAA"}, {"vapid_key": "_" * 43}, {"ws": "javascript:x"}):
+        with pytest.raises(RequestFailed) as err:
+            await c.request(
+                "webpush.subscribe", subscription=push_service.subscription("z"), **extra
+            )
+        assert err.value.code == "bad_request", extra
 
     session = await demo_session(c, project)
     await run_turn(c, session, "echo pushed")

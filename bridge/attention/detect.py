@@ -74,6 +74,9 @@ class Notice(msgspec.Struct, kw_only=True, omit_defaults=True):
     #: The workstation the daemon runs on (``[relay] name``, else the host name): a person
     #: with several workstations in one client sees which one calls; the title starts with it.
     workstation: str = ""
+    #: the page's id of this workstation (``relay:HOST``), for a browser that subscribed
+    #: through the relay: a tap opens it there, and an answer goes through it
+    ws: str = ""
 
 
 WORKSTATION_MAX = 40

@@ -48,8 +48,10 @@ from bridge.attention.webpush import (
     KEY_FILE,
     PUSH_TIMEOUT_S,
     WebPush,
+    check_browser_key,
     check_endpoint,
     check_keys,
+    check_ws,
     endpoint_origin,
 )
 from bridge.config import NOTIFY_KINDS, Config
@@ -278,7 +280,12 @@ class Attention:
             payload = _enc.encode(notice)
             urgency = "high" if notice.kind == "permission" else "normal"
             for endpoint, sub in list(self.subscriptions.items()):
-                attempt = partial(self.webpush.send, sub, payload, urgency)
+                mine = payload
+                if sub.get("ws"):  # a browser that reaches this workstation by another id
+                    ws = str(sub["ws"])
+                    url = f"{notice.url.split('#', 1)[0]}#session={notice.session}&ws={ws}"
+                    mine = _enc.encode(msgspec.structs.replace(notice, ws=ws, url=url))
+                attempt = partial(self.webpush.send, sub, mine, urgency)
                 self._push_lane(endpoint).put(Delivery(attempt, self.retry_delays))
 
     async def _channel_attempt(self, channel: Channel, title: str, body: str) -> Answer:
@@ -324,6 +331,10 @@ class Attention:
         keys = subscription.get("keys") or {}
         check_endpoint(endpoint)
         check_keys(str(keys.get("p256dh", "")), str(keys.get("auth", "")))
+        if subscription.get("vapid_key") is not None:
+            check_browser_key(str(subscription["vapid_key"]))
+        if subscription.get("ws") is not None:
+            check_ws(str(subscription["ws"]))
         await self.store.save_push_subscription(endpoint, _enc.encode(subscription))
         self.subscriptions.pop(endpoint, None)  # newest last
         self.subscriptions[endpoint] = subscription

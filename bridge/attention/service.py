@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge import paths
 from bridge.attention.detect import SessionInfo
@@ -72,11 +72,15 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
         from bridge.hub import HubError
 
         sub = req.subscription
-        data = {
+        data: dict[str, Any] = {
             "endpoint": sub.endpoint,
             "expirationTime": sub.expirationTime,
             "keys": {"p256dh": sub.keys.p256dh, "auth": sub.keys.auth},
         }
+        if req.vapid_key is not None:
+            data["vapid_key"] = req.vapid_key
+        if req.ws is not None:
+            data["ws"] = req.ws
         try:
             await attention.subscribe(data)
         except SubscriptionError as exc:

@@ -17,6 +17,7 @@ import base64
 import contextlib
 import ipaddress
 import os
+import re
 import time
 import urllib.parse
 from pathlib import Path
@@ -85,6 +86,30 @@ def check_keys(p256dh: str, auth: str) -> None:
         raise SubscriptionError("keys.auth must be 16 bytes")
 
 
+#: what a page may call its workstation (``ws`` of ``webpush.subscribe``)
+WS_RE = re.compile(r"^(relay:[a-z0-9-]{1,40}|direct:[A-Za-z0-9.:\[\]-]{1,300})$")
+
+
+def check_browser_key(vapid_key: str) -> None:
+    """A browser's VAPID private key: base64url of a P-256 scalar (32 bytes)."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        raw = _b64url_decode(vapid_key)
+        if len(raw) != 32:
+            raise ValueError("not 32 bytes")
+        ec.derive_private_key(int.from_bytes(raw, "big"), ec.SECP256R1())
+    except (ValueError, TypeError) as exc:
+        raise SubscriptionError(
+            "vapid_key must be a P-256 private key, base64url (32 bytes)"
+        ) from exc
+
+
+def check_ws(ws: str) -> None:
+    if not WS_RE.match(ws):
+        raise SubscriptionError("ws must be the page's id of this workstation (relay:HOST)")
+
+
 def load_or_create_key(path: Path) -> Any:
     """The daemon's VAPID key (a ``py_vapid.Vapid``), made on first use, file mode 0600."""
     from py_vapid import Vapid  # type: ignore[import-untyped]
@@ -145,6 +170,16 @@ class WebPush:
     def public_key(self) -> str:
         return public_key(self.vapid)
 
+    def signer(self, subscription: dict[str, Any]) -> Any:
+        """The key a push to ``subscription`` is signed with: the one the browser subscribed
+        with when it gave it (a push service takes no other), else the daemon's own."""
+        own = subscription.get("vapid_key")
+        if not own:
+            return self.vapid
+        from py_vapid import Vapid
+
+        return Vapid.from_raw(str(own).encode())
+
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
@@ -190,7 +225,7 @@ class WebPush:
             "aud": endpoint_origin(str(subscription.get("endpoint", ""))),
             "exp": int(time.time()) + 12 * 3600,
         }
-        headers: dict[str, str] = dict(self.vapid.sign(claims))
+        headers: dict[str, str] = dict(self.signer(subscription).sign(claims))
         headers.update(
             {
                 "Content-Encoding": "aes128gcm",

@@ -55,19 +55,25 @@ self.addEventListener('notificationclick', (event) => {
   const notification = event.notification;
   const data = notification.data || {};
   notification.close();
-  keep(event, event.action && data.request_id
-    ? answer(data, event.action).catch(() => openSession(data))
-    : openSession(data));
+  let work;
+  if (!event.action || !data.request_id) work = openSession(data);
+  // From a workstation this page reaches through the relay (`ws`): the worker holds no relay
+  // keys, so the page opens and answers at once (docs/notifications.md).
+  else if (data.ws) work = openSession(data, `${data.request_id}:${event.action}`);
+  else work = answer(data, event.action).catch(() => openSession(data));
+  keep(event, work);
 });
 
-async function openSession(data) {
+async function openSession(data, answerWith = null) {
   const url = new URL(data.url || '/', self.location.origin);
-  // Only ever open the daemon's own client, whatever a payload says.
-  const target = new URL(url.hash || '/', self.location.origin).href;
+  const hash = new URLSearchParams(url.hash.slice(1));
+  if (answerWith) hash.set('answer', answerWith);
+  // Only ever open this origin's own client, whatever a payload says.
+  const target = new URL(hash.toString() ? `#${hash}` : '/', self.location.origin).href;
   const windows = await self.clients.matchAll({ type: 'window', includeUncontrolled: true });
   const existing = windows.find((w) => new URL(w.url).origin === self.location.origin);
   if (existing) {
-    existing.postMessage({ type: 'open-session', session: data.session || null });
+    existing.postMessage({ type: 'open-session', session: data.session || null, hash: hash.toString() });
     try { await existing.focus(); } catch { /* focus needs the click's activation */ }
     return existing;
   }

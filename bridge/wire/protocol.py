@@ -252,6 +252,12 @@ class PushSubscription(msgspec.Struct, kw_only=True):
 
 class WebpushSubscribe(_Request, tag="webpush.subscribe", kw_only=True):
     subscription: PushSubscription
+    #: the browser's own VAPID private key (base64url, 32 bytes) its subscription was made
+    #: with: every workstation of one browser signs with it (docs/security.md, "Pushes from
+    #: every workstation"); None: the daemon's own key (``webpush.key``)
+    vapid_key: str | None = None
+    #: the id the page knows this workstation by (``relay:HOST``): its notifications open it
+    ws: str | None = None
 
 
 class WebpushUnsubscribe(_Request, tag="webpush.unsubscribe", kw_only=True):

@@ -600,6 +600,7 @@ class App {
   }
 
   async onStationOpen(ws) {
+    this.attention.onStation(ws);
     if (ws === this.active) {
       await this.onOpen();
       return;
@@ -1161,6 +1162,22 @@ class App {
     this.renderSessions();
     this.layout();
     this.attention.report();
+    if (params.has('answer') && this.current?.id === id && this.client.isOpen) this.answerFromNotification(params);
+  }
+
+  /** A notification's Allow/Deny chosen where the worker cannot answer itself (a workstation
+   *  reached through the relay): the page it opened answers at once, then forgets the answer. */
+  async answerFromNotification(params) {
+    const [requestId, optionId] = String(params.get('answer')).split(/:(.*)/s);
+    params.delete('answer');
+    writeFragment(params);
+    try {
+      await this.client.request('session.permission', { session: this.current.id, request_id: requestId, option_id: optionId });
+      toast(`Answered: ${optionId}`, 'info');
+    } catch (err) {
+      // answered already (another device, or a second tap): the prompt shows how it ended
+      if (err.code !== 'not_found') toast(`Could not answer: ${err.message}`);
+    }
   }
 
   layout() {

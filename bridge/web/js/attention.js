@@ -27,6 +27,12 @@ function idb(mode, fn) {
   });
 }
 
+function bytesToB64url(bytes) {
+  let text = '';
+  for (const b of bytes) text += String.fromCharCode(b);
+  return btoa(text).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}
+
 function b64urlToBytes(text) {
   const pad = '='.repeat((4 - (text.length % 4)) % 4);
   const raw = atob((text + pad).replace(/-/g, '+').replace(/_/g, '/'));
@@ -45,7 +51,7 @@ export class Attention {
     window.addEventListener('pagehide', () => this.report(false));
     if ('serviceWorker' in navigator) {
       navigator.serviceWorker.addEventListener('message', (ev) => {
-        if (ev.data?.type === 'open-session') this.openSession(ev.data.session);
+        if (ev.data?.type === 'open-session') this.openSession(ev.data.session, ev.data.hash);
       });
       navigator.serviceWorker.register('/sw.js', { scope: '/' })
         .then((reg) => { this.registration = reg; this.render(); })
@@ -55,15 +61,18 @@ export class Attention {
   }
 
   /** A notification was tapped: show its session (one this page may not have listed yet). */
-  async openSession(session) {
+  async openSession(session, hash = '') {
     if (!session) {
       this.app.show(null);
       return;
     }
-    // Notifications come from the page's own daemon (its Web Push subscription).
-    const ws = this.app.stations.get('local') || this.app.active;
+    // From the page's own daemon, or from the workstation the hash names (`ws`, with an
+    // `answer` to give when Allow/Deny was chosen in the notification): route() takes those.
+    const params = new URLSearchParams(hash);
+    const ws = this.app.stations.get(params.get('ws') || 'local') || this.app.active;
     if (ws && !ws.sessions.has(session) && ws.client.isOpen) await this.app.loadSessions(ws);
-    this.app.open(session, ws);
+    if (params.has('ws')) window.location.hash = params.toString();
+    else this.app.open(session, ws);
   }
 
   /** Tell the daemon whether this page is seen, and which session it shows. */
@@ -99,19 +108,62 @@ export class Attention {
       const permission = await Notification.requestPermission();
       if (permission !== 'granted') throw new Error('notifications are blocked for this site in the browser');
       const reg = await navigator.serviceWorker.ready;
-      const { public_key: key } = await this.app.client.request('webpush.key');
+      // One subscription per browser, signed for by every workstation: with this browser's own
+      // VAPID key, which each of them gets sealed (docs/security.md, "Pushes from every
+      // workstation").
+      const key = await this.browserKey();
       let sub = await reg.pushManager.getSubscription();
-      if (sub && !this.sameKey(sub, key)) { await sub.unsubscribe(); sub = null; }
-      sub = sub || await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: b64urlToBytes(key) });
-      await this.app.client.request('webpush.subscribe', { subscription: sub.toJSON() });
+      if (sub && !this.sameKey(sub, key.public)) { await sub.unsubscribe(); sub = null; }
+      sub = sub || await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: b64urlToBytes(key.public) });
+      const told = await this.tellAll(sub, key);
       // Answering from a notification needs the token: kept only where the page keeps it too.
       const remembered = localStorage.getItem(TOKEN_KEY);
       if (remembered) await idb('readwrite', (s) => s.put(remembered, 'token'));
-      status.textContent = 'Notifications are on for this device.';
+      status.textContent = `Notifications are on for this device (${told} workstation${told === 1 ? '' : 's'}).`;
     } catch (err) {
       status.textContent = `Could not turn notifications on: ${err.message}`;
     }
     this.render();
+  }
+
+  /** This browser's VAPID key pair (made once, kept in IndexedDB): {public, private} base64url. */
+  async browserKey() {
+    const kept = await idb('readonly', (st) => st.get('vapid')).catch(() => null);
+    if (kept?.public && kept?.private) return kept;
+    const pair = await crypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, true, ['sign']);
+    const raw = new Uint8Array(await crypto.subtle.exportKey('raw', pair.publicKey));
+    const jwk = await crypto.subtle.exportKey('jwk', pair.privateKey);
+    const made = { public: bytesToB64url(raw), private: jwk.d };
+    await idb('readwrite', (st) => st.put(made, 'vapid'));
+    return made;
+  }
+
+  /** Each connected workstation gets the subscription and the key to sign for it; the count. */
+  async tellAll(sub, key) {
+    let told = 0;
+    for (const ws of this.app.stations.values()) {
+      if (await this.tell(ws, sub, key)) told++;
+    }
+    return told;
+  }
+
+  async tell(ws, sub, key) {
+    if (!ws.client.isOpen) return false;
+    const fields = { subscription: sub.toJSON(), vapid_key: key.private };
+    if (ws.id !== 'local') fields.ws = ws.id; // its notifications open it, not the page's own
+    try {
+      await ws.client.request('webpush.subscribe', fields);
+      return true;
+    } catch {
+      return false; // an older daemon, or one that refuses: the others still notify
+    }
+  }
+
+  /** A workstation (re)connected: it gets this browser's subscription when notifications are on. */
+  async onStation(ws) {
+    const sub = await this.subscription().catch(() => null);
+    const key = await idb('readonly', (st) => st.get('vapid')).catch(() => null);
+    if (sub && key?.private && this.sameKey(sub, key.public)) await this.tell(ws, sub, key);
   }
 
   sameKey(sub, key) {
@@ -125,7 +177,9 @@ export class Attention {
   async disable() {
     const sub = await this.subscription();
     if (sub) {
-      await this.app.client.request('webpush.unsubscribe', { endpoint: sub.endpoint }).catch(() => {});
+      for (const ws of this.app.stations.values()) {
+        if (ws.client.isOpen) await ws.client.request('webpush.unsubscribe', { endpoint: sub.endpoint }).catch(() => {});
+      }
       await sub.unsubscribe();
     }
     await this.forget();
