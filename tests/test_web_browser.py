@@ -709,6 +709,9 @@ def test_a_session_waiting_on_a_permission_is_listed_first_as_needing_you(
     waiting = new_session(page, project)
     send(page, "needs you")
     page.wait(".blk-permission[data-state=open] .perm-opt")
+    # the header says so as it happens, not at the next listing
+    header = "document.querySelector('.session .head-side .badge.state').textContent"
+    page.wait_for(f"{header} === 'needs you'", timeout_ms=4000)
     later = new_session(page, project)  # changed last, yet listed after the waiting one
     assert later != waiting
     other = browser.page(*DESKTOP)

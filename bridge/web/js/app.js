@@ -251,13 +251,24 @@ class SessionView {
     this.app.updateListItem(this.session, this.ws);
   }
 
+  /** "needs you" as it happens: the header and the list say so while a permission request is
+   *  open in the transcript, not only once the next `sessions.list` says `needs`. */
+  followNeeds() {
+    const open = [...this.transcript.permissions.values()].some((p) => p.state === 'open');
+    const needs = open ? 'permission' : null;
+    if ((this.session.needs ?? null) === needs) return;
+    this.session.needs = needs;
+    this.renderHeader();
+    this.app.updateListItem(this.session, this.ws);
+  }
+
   setUsage(u) {
     this.usageEl.textContent = usageText(u);
   }
 
   open() {
     this.app.client.subscribe(this.id, {
-      onEvent: (frame) => { this.transcript.apply(frame); followMode(this, frame); },
+      onEvent: (frame) => { this.transcript.apply(frame); followMode(this, frame); this.followNeeds(); },
       onState: (st) => this.setState(st),
       onError: (err) => toast(`Could not follow this session: ${err.message}`),
     }, this.transcript.lastSeq);
