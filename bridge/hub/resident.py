@@ -214,6 +214,12 @@ class Residency:
         self._enforce(s.id)
         return True
 
+    async def room(self) -> None:
+        """Wait for the stops under way (those ``reserve`` began to make room) to finish, so a
+        warm start never runs next to the agent it displaces."""
+        if self._stopping:
+            await asyncio.wait(list(self._stopping.values()))
+
     def release(self, s: SessionLike) -> None:
         """The warm start is over: its agent is idle from now on (the idle timer runs), or it
         did not start and is forgotten."""

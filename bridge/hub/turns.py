@@ -362,7 +362,7 @@ class TurnRunner:
         self.fanout.transition(s, "turn_start", "a turn started")
         try:
             await self.resident.settled(s)  # an idle stop still under way ends first
-            if s.warming is not None:
+            if s.warming is not None and not s.warming.done():
                 await asyncio.wait((s.warming,))  # so does a warm start: its agent is used
             if s.adapter is None or s.restart_adapter:
                 await self.stop_adapter(s)

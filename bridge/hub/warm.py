@@ -95,6 +95,7 @@ class Warmer:
             log.info("warm_start_skipped", reason="every resident agent is busy")
             return
         try:
+            await turns.resident.room()
             started = await self._start(s, timeout)
             if started is None:
                 return
