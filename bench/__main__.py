@@ -412,7 +412,7 @@ async def resident_rows(args: argparse.Namespace) -> list[Row]:
         )
     if not args.only or "T9" in args.only:
         n = 5 if args.quick else 20
-        _progress(f"T9: {n} Claude Code sessions, idle_stop_s = 5")
+        _progress(f"T9: {n} Claude Code sessions, idle_stop_s = {resident.IDLE_STOP_S:g}")
         r9 = await resident.claude_sessions(n)
         if r9 is None:
             rows.append(Row("T9", "resident agents", "", "", "", "", None, "claude not installed"))
@@ -427,8 +427,9 @@ async def resident_rows(args: argparse.Namespace) -> list[Row]:
             rows.append(
                 Row(
                     "T9",
-                    f"{n} Claude Code sessions, one turn each, idle_stop_s = 5: processes "
-                    "left after 10 s; next turns resumed; prompt -> first text",
+                    f"{n} Claude Code sessions, one turn each, idle_stop_s = "
+                    f"{resident.IDLE_STOP_S:g}: processes left 5 s after the last idle stop; "
+                    "next turns resumed; prompt -> first text",
                     "0 left; all resumed; warm <= 0.1 s; opened 5 s before <= 2x warm",
                     f"{r9.left_after_10s} left (of {r9.peak_processes}); "
                     f"{r9.resumed_same_conversation}/{n} resumed; warm {r9.warm_p50:.3f} s; "

@@ -4,7 +4,8 @@ T8 starts the daemon (no session, no client) next to the baseline server and cou
 /proc, the context switches of every thread of both over the same window.
 
 T9 runs the real Claude Code against the fake Anthropic server: N sessions, one turn each,
-``idle_stop_s`` = 5; it counts the ``claude`` processes left 10 s after the last turn, then
+``idle_stop_s`` = 8; it counts the ``claude`` processes left 5 s after the idle stop of the
+last turn's agent was due, then
 opens each session (``session.subscribe``, which starts its agent in the background:
 bridge/hub/warm.py) and sends it a second turn 5 s later, checking in the fake's request log
 that the model saw the first turn's answer (the same conversation), and a third turn right after
@@ -43,8 +44,12 @@ from tests.harness import (
 from tests.wsclient import Client
 
 CLAUDE_MODEL = "claude-sonnet-4-5"
-#: how long before the send a session is opened (a person reading, then typing)
+#: how long before the send a session is opened (a person reading, then typing); the idle stop
+#: must come later, or the agent the opening started is stopped again before the send
 OPEN_LEAD_S = 5.0
+#: ``adapters.idle_stop_s`` of T9 and cold/warm: short, so the benchmark does not wait long for
+#: stops, but longer than OPEN_LEAD_S plus an agent's start
+IDLE_STOP_S = 8.0
 
 
 # ---- T8 ----------------------------------------------------------------------------------------
@@ -154,7 +159,7 @@ class Resident:
         return statistics.median(self.opened_first_text_s)
 
 
-async def claude_sessions(n: int = 20, idle_stop_s: float = 5.0) -> Resident | None:
+async def claude_sessions(n: int = 20, idle_stop_s: float = IDLE_STOP_S) -> Resident | None:
     binary = realcli.claude_bin()
     if binary is None:
         return None
@@ -197,7 +202,7 @@ async def claude_sessions(n: int = 20, idle_stop_s: float = 5.0) -> Resident | N
                 await asyncio.gather(*(worker(k) for k in range(4)))
             finally:
                 sampler.cancel()
-            await asyncio.sleep(10.0)  # after the last turn: every agent idle for 5 s is gone
+            await asyncio.sleep(idle_stop_s + 5)  # after the last turn: every agent is gone
             left = len(_agent_pids(h))
             async with h.client() as c:
                 listed = (await c.request("sessions.list", include_external=False))["sessions"]
@@ -287,7 +292,9 @@ def _fake_for(agent: str) -> FakeServer:
     return FakeChat()
 
 
-async def cold_vs_warm(agent: str, rounds: int = 3, idle_stop_s: float = 2.0) -> ColdWarm | None:
+async def cold_vs_warm(
+    agent: str, rounds: int = 3, idle_stop_s: float = IDLE_STOP_S
+) -> ColdWarm | None:
     """One session: a turn, then ``rounds`` times: wait for the idle stop, a turn (cold: the
     session stayed open), a turn at once (warm), wait for the idle stop again, open the session
     anew and send a turn OPEN_LEAD_S later (opened)."""
