@@ -40,8 +40,6 @@ log = get_logger("bridge.hub")
 class Warmer:
     def __init__(self, turns: TurnRunner) -> None:
         self.turns = turns
-        self.started = 0
-        self.skipped_cap = 0
 
     def open(self, s: Session) -> None:
         """A client opened ``s``: start its agent in the background if it qualifies."""
@@ -91,7 +89,6 @@ class Warmer:
         if await turns.park_if_owned(s) or not self._stopped(s):
             return
         if not turns.resident.reserve(s):
-            self.skipped_cap += 1
             log.info("warm_start_skipped", reason="every resident agent is busy")
             return
         try:
@@ -105,7 +102,6 @@ class Warmer:
                 return
             turns.adopt(s, adapter)
             s.warm_info = info
-            self.started += 1
             log.info("agent_warm_started")
         finally:
             turns.resident.release(s)
