@@ -4,13 +4,17 @@ T8 starts the daemon (no session, no client) next to the baseline server and cou
 /proc, the context switches of every thread of both over the same window.
 
 T9 runs the real Claude Code against the fake Anthropic server: N sessions, one turn each,
-``idle_stop_s`` = 5; it counts the ``claude`` processes left 10 s after the last turn, then
-sends each session a second turn and checks in the fake's request log that the model saw the
-first turn's answer (the same conversation). Prompt → first text is measured for the turn after
-the idle stop (cold: the agent starts and resumes) and for a turn right after it (warm).
+``idle_stop_s`` = 8; it counts the ``claude`` processes left 5 s after the idle stop of the
+last turn's agent was due, then
+opens each session (``session.subscribe``, which starts its agent in the background:
+bridge/hub/warm.py) and sends it a second turn 5 s later, checking in the fake's request log
+that the model saw the first turn's answer (the same conversation), and a third turn right after
+it. Once every agent was stopped again, each session (still open) gets a fourth turn. Prompt →
+first text: opened (the second turn: the agent started while a person would type), warm (the
+third) and cold (the fourth: the agent starts with the message, as before the warm start).
 
 ``cold_vs_warm`` does the same for one session of any persistent agent (Claude Code, Hermes
-over ACP, OpenCode), for docs/benchmarks.md.
+over ACP, Gemini, OpenCode), for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ from tests.harness import (
 from tests.wsclient import Client
 
 CLAUDE_MODEL = "claude-sonnet-4-5"
+#: how long before the send a session is opened (a person reading, then typing); the idle stop
+#: must come later, or the agent the opening started is stopped again before the send
+OPEN_LEAD_S = 5.0
+#: ``adapters.idle_stop_s`` of T9 and cold/warm: short, so the benchmark does not wait long for
+#: stops, but longer than OPEN_LEAD_S plus an agent's start
+IDLE_STOP_S = 8.0
 
 
 # ---- T8 ----------------------------------------------------------------------------------------
@@ -108,6 +118,23 @@ def _agent_pids(h: Harness) -> list[int]:
     return descendants(h.daemon.proc.pid)
 
 
+async def _all_stopped(h: Harness, agent: str, timeout: float = 120.0) -> float:
+    """Wait until no agent process runs under the daemon; how long that took."""
+    t0 = time.monotonic()
+    while _agent_pids(h):
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"{agent}: the agent was not stopped")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - t0
+
+
+async def opened_first_text(c: Client, session: str, after_seq: int, text: str) -> float:
+    """Open ``session`` (subscribe), wait OPEN_LEAD_S, then :func:`first_text`."""
+    await c.request("session.subscribe", session=session, after_seq=after_seq)
+    await asyncio.sleep(OPEN_LEAD_S)
+    return await first_text(c, session, text)
+
+
 @dataclass
 class Resident:
     sessions: int
@@ -117,6 +144,7 @@ class Resident:
     resumed_same_conversation: int
     cold_first_text_s: list[float]
     warm_first_text_s: list[float]
+    opened_first_text_s: list[float]
 
     @property
     def cold_p50(self) -> float:
@@ -126,8 +154,12 @@ class Resident:
     def warm_p50(self) -> float:
         return statistics.median(self.warm_first_text_s)
 
+    @property
+    def opened_p50(self) -> float:
+        return statistics.median(self.opened_first_text_s)
 
-async def claude_sessions(n: int = 20, idle_stop_s: float = 5.0) -> Resident | None:
+
+async def claude_sessions(n: int = 20, idle_stop_s: float = IDLE_STOP_S) -> Resident | None:
     binary = realcli.claude_bin()
     if binary is None:
         return None
@@ -138,6 +170,7 @@ async def claude_sessions(n: int = 20, idle_stop_s: float = 5.0) -> Resident | N
                 Reply(text=f"First answer of session {i}.", when=_marker(f"FIRST-{i} ")),
                 Reply(text=f"Second answer {i}.", when=_marker(f"SECOND-{i} ")),
                 Reply(text=f"Third answer {i}.", when=_marker(f"THIRD-{i} ")),
+                Reply(text=f"Fourth answer {i}.", when=_marker(f"FOURTH-{i} ")),
             )
         env = daemon_env(realcli.claude_env(root / "cli", fake.base_url, cwd=root / "cli" / "w"))
         config = agent_config("claude", binary, f'model = "{CLAUDE_MODEL}"\n')
@@ -169,24 +202,29 @@ async def claude_sessions(n: int = 20, idle_stop_s: float = 5.0) -> Resident | N
                 await asyncio.gather(*(worker(k) for k in range(4)))
             finally:
                 sampler.cancel()
-            await asyncio.sleep(10.0)  # after the last turn: every agent idle for 5 s is gone
+            await asyncio.sleep(idle_stop_s + 5)  # after the last turn: every agent is gone
             left = len(_agent_pids(h))
             async with h.client() as c:
                 listed = (await c.request("sessions.list", include_external=False))["sessions"]
                 last = {s["session"]: s["last_seq"] for s in listed}
-                for sid in sessions:
-                    await c.request("session.subscribe", session=sid, after_seq=last[sid])
 
-                cold: list[float] = []
+                opened: list[float] = []
                 warm: list[float] = []
                 resumed = 0
                 for i, sid in enumerate(sessions):
-                    cold.append(await first_text(c, sid, f"SECOND-{i} still there?"))
+                    # One session opened at a time, as a person does; its agent starts meanwhile.
+                    text = f"SECOND-{i} still there?"
+                    opened.append(await opened_first_text(c, sid, last[sid], text))
                     if fake.agent_requests[-1].contains(f"First answer of session {i}."):
                         resumed += 1
                     warm.append(await first_text(c, sid, f"THIRD-{i} and again"))
+                # Cold as before the warm start: the sessions stay open, their agents stop.
+                await _all_stopped(h, "claude")
+                cold: list[float] = []
+                for i, sid in enumerate(sessions):
+                    cold.append(await first_text(c, sid, f"FOURTH-{i} back again"))
                     await c.request("session.close", session=sid)
-                return Resident(n, idle_stop_s, peak, left, resumed, cold, warm)
+                return Resident(n, idle_stop_s, peak, left, resumed, cold, warm, opened)
         finally:
             h.stop()
             shutil.rmtree(root, ignore_errors=True)
@@ -197,6 +235,7 @@ class ColdWarm:
     agent: str
     cold_first_text_s: list[float]
     warm_first_text_s: list[float]
+    opened_first_text_s: list[float]
     stopped_within_s: list[float]
 
     @property
@@ -206,6 +245,10 @@ class ColdWarm:
     @property
     def warm_p50(self) -> float:
         return statistics.median(self.warm_first_text_s)
+
+    @property
+    def opened_p50(self) -> float:
+        return statistics.median(self.opened_first_text_s)
 
 
 def _setup(agent: str, root: Path, fake: FakeServer) -> tuple[dict[str, str], str] | None:
@@ -249,9 +292,12 @@ def _fake_for(agent: str) -> FakeServer:
     return FakeChat()
 
 
-async def cold_vs_warm(agent: str, rounds: int = 3, idle_stop_s: float = 2.0) -> ColdWarm | None:
-    """One session: a turn, then ``rounds`` times: wait for the idle stop, a turn (cold), a
-    turn at once (warm)."""
+async def cold_vs_warm(
+    agent: str, rounds: int = 3, idle_stop_s: float = IDLE_STOP_S
+) -> ColdWarm | None:
+    """One session: a turn, then ``rounds`` times: wait for the idle stop, a turn (cold: the
+    session stayed open), a turn at once (warm), wait for the idle stop again, open the session
+    anew and send a turn OPEN_LEAD_S later (opened)."""
     root = Path(tempfile.mkdtemp(prefix=f"bench-coldwarm-{agent}-"))
     fake = _fake_for(agent).start()
     try:
@@ -259,7 +305,7 @@ async def cold_vs_warm(agent: str, rounds: int = 3, idle_stop_s: float = 2.0) ->
         if setup is None:
             return None
         env, config = setup
-        for i in range(rounds * 2 + 1):
+        for i in range(rounds * 3 + 1):
             fake.script(Reply(text=f"Answer {i} from the model.", when=_marker(f"CW-{i} ")))
         h = Harness(root / "daemon", env, config + residency(idle_stop_s, 8))
         try:
@@ -267,25 +313,26 @@ async def cold_vs_warm(agent: str, rounds: int = 3, idle_stop_s: float = 2.0) ->
             project.mkdir()
             cold: list[float] = []
             warm: list[float] = []
+            opened: list[float] = []
             stops: list[float] = []
             async with h.client() as c:
                 sid, _ = await create(c, agent, project)
                 await first_text(c, sid, "CW-0 hello")
                 n = 1
                 for _ in range(rounds):
-                    t0 = time.monotonic()
-                    while _agent_pids(h):
-                        if time.monotonic() - t0 > 120:
-                            raise RuntimeError(f"{agent}: the agent was not stopped")
-                        await asyncio.sleep(0.05)
-                    stops.append(time.monotonic() - t0)
+                    stops.append(await _all_stopped(h, agent))
                     await asyncio.sleep(0.5)
                     cold.append(await first_text(c, sid, f"CW-{n} again"))
                     warm.append(await first_text(c, sid, f"CW-{n + 1} once more"))
-                    n += 2
+                    stops.append(await _all_stopped(h, agent))
+                    await c.request("session.unsubscribe", session=sid)
+                    last = (await c.request("sessions.list", include_external=False))["sessions"]
+                    seq = next(s["last_seq"] for s in last if s["session"] == sid)
+                    opened.append(await opened_first_text(c, sid, seq, f"CW-{n + 2} opened"))
+                    n += 3
                 got = await c.request("sessions.list", include_external=False)
                 assert any(s["session"] == sid and s["resident"] for s in got["sessions"])
-            return ColdWarm(agent, cold, warm, stops)
+            return ColdWarm(agent, cold, warm, opened, stops)
         finally:
             h.stop()
     finally:
@@ -294,8 +341,9 @@ async def cold_vs_warm(agent: str, rounds: int = 3, idle_stop_s: float = 2.0) ->
 
 
 def main(argv: list[str]) -> int:
-    """``python -m bench.resident [AGENT ...]``: prompt -> first text after an idle stop and
-    warm, per persistent agent (default: claude hermes gemini opencode)."""
+    """``python -m bench.resident [AGENT ...]``: prompt -> first text after an idle stop, warm,
+    and opened 5 s before the send, per persistent agent (default: claude hermes gemini
+    opencode)."""
     import json
     import sys
 
@@ -310,8 +358,11 @@ def main(argv: list[str]) -> int:
         out[agent] = {
             "cold_p50_s": round(got.cold_p50, 3),
             "warm_p50_s": round(got.warm_p50, 3),
+            "opened_p50_s": round(got.opened_p50, 3),
+            "opened_to_warm": round(got.opened_p50 / got.warm_p50, 2),
             "cold_s": [round(x, 3) for x in got.cold_first_text_s],
             "warm_s": [round(x, 3) for x in got.warm_first_text_s],
+            "opened_s": [round(x, 3) for x in got.opened_first_text_s],
             "stopped_after_s": [round(x, 2) for x in got.stopped_within_s],
         }
         print(json.dumps({agent: out[agent]}), flush=True)

@@ -91,6 +91,9 @@ class AdaptersConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch: bool = True
     #: Seconds a persistent agent process may sit without a turn before it is stopped (0: never).
     idle_stop_s: float = 600.0
+    #: A client opening (subscribing to) a session whose agent process was stopped starts it
+    #: again in the background, within ``limits.max_agent_processes`` (bridge/hub/warm.py).
+    warm_on_open: bool = True
     #: Times a turn that ended with a retryable failure is tried again (bridge/hub/retry.py).
     retry_max: int = 2
 

@@ -123,6 +123,13 @@ MEANING: dict[str, str] = {
     "adapters.idle_stop_s": "Seconds a persistent agent process may sit without a turn before "
     "it is stopped (the session stays `idle`; the next turn starts it again, resuming the "
     "agent's session). `0` = never.",
+    "adapters.warm_on_open": "A client opening a session (`session.subscribe`; the web page "
+    "does so for the session it shows) whose agent process was stopped (idle, over the cap, a "
+    "daemon restart) starts it again in the background, so the person's typing hides the "
+    "agent's start-up. Only sessions with a conversation to resume, `idle`, nothing queued; "
+    "no turn, no event (SESSION `resident` turns true). Within `limits.max_agent_processes`: "
+    "at the cap the longest-idle agent is stopped for it; when every resident agent is busy, "
+    "nothing is started. Left unused, it is stopped again after `idle_stop_s`.",
     "adapters.retry_max": (
         "Times a turn that failed for a transient reason (a retryable failure code) is tried "
         "again automatically, after the provider's delay or 2 s, 8 s, …; 0 turns it off."

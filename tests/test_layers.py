@@ -99,7 +99,7 @@ def test_the_cycle_finder_finds_one() -> None:
 
 
 #: the hub's stages, bottom first: each may import only those before it
-HUB_STAGES = ("state", "fanout", "turns", "parking", "hub")
+HUB_STAGES = ("state", "fanout", "turns", "warm", "parking", "hub")
 
 
 @pytest.mark.parametrize("stage", HUB_STAGES)

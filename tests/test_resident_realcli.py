@@ -2,8 +2,10 @@
 ``adapters.idle_stop_s``, the next turn resumes the same conversation (the fake model server
 sees the earlier answer in its history), at most ``limits.max_agent_processes`` stay resident
 (the longest-idle one goes first), and a session with a turn running, a permission pending or
-a message queued is never stopped. Claude Code, Gemini and Hermes (ACP) and OpenCode, each
-against its fake model server; outcomes are polled, never waited for with fixed sleeps.
+a message queued is never stopped; opening a stopped session (``session.subscribe``) starts its
+agent before anything is sent, and the next turn runs on it. Claude Code, Gemini and Hermes (ACP)
+and OpenCode, each against its fake model server; outcomes are polled, never waited for with
+fixed sleeps.
 """
 
 from __future__ import annotations
@@ -222,3 +224,50 @@ async def test_idle_stop_then_resume(agent: str, tmp_path: Path, project: Path) 
         RealCli(agent, tmp_path, fake).running(keys=residency(3)) as h,
     ):
         await _idle_stop_and_resume(h, fake, agent, project)
+
+
+# ---- warm start on open (bridge/hub/warm.py) -----------------------------------------------------
+
+
+async def _opening_warms(h: Harness, chat: FakeServer, agent: str, project: Path) -> None:
+    marker = f"{agent.upper()}-WARM"
+    chat.rescript(
+        Reply(text=f"{agent} first answer 4417.", when=user(f"{marker}-ONE")),
+        Reply(text=f"{agent} answer after opening.", when=user(f"{marker}-TWO")),
+    )
+    async with h.client() as c:
+        session, _ = await create(c, agent, project)
+        first = await run_turn(c, session, f"{marker}-ONE hello", timeout=180)
+        sid = of(first, "session_end")[-1]["agent_session_id"]
+        await stopped(c, h, session, timeout=90)
+        last_seq = (await listed(c))[session]["last_seq"]
+
+    async with h.client() as phone:
+        await phone.request("session.subscribe", session=session, after_seq=last_seq)
+
+        async def started() -> bool:
+            return bool((await listed(phone))[session]["resident"] and agents_below(h))
+
+        # Opening the session starts the agent before anything is sent, and nothing else.
+        await poll(started, 120, f"{agent} to start when its session was opened")
+        before = set(agents_below(h))
+        state = (await listed(phone))[session]
+        assert (state["state"], state["last_seq"]) == ("idle", last_seq)
+
+        second = await run_turn(phone, session, f"{marker}-TWO still there?", timeout=180)
+        assert text_of(second) == f"{agent} answer after opening."
+        assert of(second, "session_end")[-1]["agent_session_id"] == sid
+        assert chat.agent_requests[-1].contains(f"{agent} first answer 4417.")
+        assert before <= set(agents_below(h))  # the turn ran on the process the opening started
+        assert len(of(second, "agent_info")) == 1
+
+
+@pytest.mark.parametrize("agent", ["claude", "hermes", "opencode", "gemini"])
+async def test_opening_a_stopped_session_starts_its_agent(
+    agent: str, tmp_path: Path, project: Path
+) -> None:
+    with (
+        realcli_session.fake_server(agent) as fake,
+        RealCli(agent, tmp_path, fake).running(keys=residency(5)) as h,
+    ):
+        await _opening_warms(h, fake, agent, project)

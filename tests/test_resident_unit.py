@@ -127,3 +127,38 @@ async def test_the_cap_stops_the_longest_idle_when_a_new_one_starts() -> None:
     await asyncio.sleep(0)
     assert stopped == ["b"]
     r.close()
+
+
+async def test_a_warm_start_makes_room_from_the_idle_and_never_from_the_busy() -> None:
+    stopped: list[str] = []
+
+    async def stop(s: Any) -> None:
+        stopped.append(s.id)
+        s.adapter = None
+
+    ticks = iter(range(1, 100))
+    r = Residency(600, 2, stop, clock=lambda: float(next(ticks)))
+    a, b, c = (FakeSession(n) for n in "abc")
+    for s in (a, b):
+        r.busy(s)
+        r.idle(s)
+    warm = FakeSession("w", adapter=None)
+    assert r.reserve(warm)  # a, the longest idle, makes room before the start
+    await r.room()
+    assert stopped == ["a"]
+    assert r.policy.is_busy("w") and "w" in r.policy  # counted while it starts, adapter or not
+    warm.adapter = Persistent()
+    r.release(warm)
+    assert not r.policy.is_busy("w") and r._timer is not None  # idle from now: the timer runs
+
+    r.busy(b)
+    r.busy(warm)
+    assert not r.reserve(c)  # every resident agent busy: no warm start
+    assert "c" not in r.policy and stopped == ["a"]
+
+    failed = FakeSession("f", adapter=None)
+    r.idle(warm)
+    assert r.reserve(failed)
+    r.release(failed)  # it did not start: forgotten
+    assert "f" not in r.policy
+    r.close()

@@ -175,6 +175,13 @@ class BaseAdapter:
         clients as SESSION ``resident``). Default: true once started."""
         return self.persistent_process
 
+    async def warm_up(self) -> None:
+        """Start the agent's process now if ``start()`` leaves that to the first ``send()``
+        (``persistent_process`` adapters). The daemon calls it after ``start()`` when a client
+        opens a session whose agent process it had stopped, so that the start overlaps the
+        person's typing; whatever it raises abandons the warm start (the adapter is stopped,
+        and the next turn starts a new one as usual). Default: nothing, ``start()`` did it."""
+
     # ---- failures (optional) -----------------------------------------------------------------
 
     def retry_prompt(self, text: str) -> str:
@@ -384,7 +391,7 @@ def contract_problems(cls: type) -> list[str]:
     for name in _REQUIRED_COROUTINES:
         if not _declared_below_base(cls, name):
             problems.append(f"`{name}()` is not implemented")
-    for name in ("start", "send", "stop", "interrupt", "respond_permission", "set_mode"):
+    for name in ("start", "send", "stop", "interrupt", "respond_permission", "set_mode", "warm_up"):
         fn = getattr(cls, name, None)
         if _declared_below_base(cls, name) and not inspect.iscoroutinefunction(fn):
             problems.append(f"`{name}()` must be `async def`")

@@ -175,6 +175,11 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
     def process_running(self) -> bool:
         return self._pump.running()
 
+    async def warm_up(self) -> None:
+        # Claude then waits for the first message; its own start-up (Node, its modules) is done.
+        if not self._pump.running():
+            await self._spawn(self.session_id)
+
     @property
     def pid(self) -> int | None:
         """The pid of the ``claude`` process this adapter runs (also in ``OWN_PIDS``)."""

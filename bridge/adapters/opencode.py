@@ -281,6 +281,10 @@ class OpenCodeAdapter(CliAdapter):
     def process_running(self) -> bool:
         return self._server is not None and self._server.alive
 
+    async def warm_up(self) -> None:
+        # The server the first turn would start; the session is checked by that turn.
+        await self._ensure_server()
+
     async def list_models(self) -> list[ModelInfo]:
         result = await asyncio.to_thread(
             run_capture, [self.binary, "models"], timeout=60.0, env=self._child_env()

@@ -4,6 +4,7 @@ It owns the sessions and wires the stages, each of which knows only those below 
 
     hub.py      start-up and recovery, create/attach/close, send, slash commands, listing
     parking.py  park, mirror, watcher, sweep, reattach, handoff
+    warm.py     start a stopped agent when a client opens its session
     turns.py    adapter lifecycle, the queue, the turn runner, call_adapter()
     fanout.py   emit, publish after commit, state frames, pacing, subscribe/replay
     state.py    Session, Turn, Subscription, the transition table
@@ -53,6 +54,7 @@ from .fanout import REPLAY_CHUNK, Fanout
 from .parking import Parking
 from .state import HubError, Session, Subscriber, Tasks, iso, safe_attachment_name
 from .turns import TurnRunner, call_adapter
+from .warm import Warmer
 
 log = get_logger("bridge.hub")
 
@@ -83,6 +85,7 @@ class Hub:
         )
         self.parking = Parking(self.fanout, self.turns)
         self.resident = self.turns.resident
+        self.warm = Warmer(self.turns)
         registry.on_change(self.fanout.sweep_wake.set)
         self._external_cache: tuple[float, list[SessionObject]] = (0.0, [])
         self._external_refresh: asyncio.Task[None] | None = None
@@ -643,7 +646,10 @@ class Hub:
     async def subscribe(
         self, session_id: str, conn: Subscriber, after_seq: int
     ) -> tuple[SessionSubscribeResult, Callable[[], None]]:
-        return self.fanout.subscribe(await self.find(session_id), conn, after_seq)
+        s = await self.find(session_id)
+        subscribed = self.fanout.subscribe(s, conn, after_seq)
+        self.warm.open(s)
+        return subscribed
 
     async def unsubscribe(self, session_id: str, conn: Subscriber) -> None:
         self.fanout.unsubscribe(await self.find(session_id), conn)

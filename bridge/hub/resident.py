@@ -13,7 +13,10 @@ its adapter starts; the policy decides which adapter to stop:
 
 A session with a running turn (and so a pending permission), a queued message, a parked
 session or a handoff in progress is never stopped. When every resident agent is busy, one more
-may start; the cap is restored as soon as one goes idle.
+may start for a turn; the cap is restored as soon as one goes idle. A warm start (a client
+opened a stopped session, bridge/hub/warm.py) is a guess, not a turn: it counts as busy while
+it starts, stops the longest-idle agent if the cap is full, and is refused when every resident
+agent is busy.
 
 :class:`IdlePolicy` is the sans-I/O part (times come in as arguments); :class:`Residency`
 drives it with a single ``loop.call_at`` timer set for the earliest deadline, so nothing wakes
@@ -157,6 +160,8 @@ class Residency:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._stopping: dict[str, asyncio.Task[None]] = {}
+        #: sessions whose warm start is under way: no adapter yet, but they count
+        self._warming: set[str] = set()
         self.stopped_idle = 0
         self.stopped_cap = 0
 
@@ -194,6 +199,38 @@ class Residency:
         self.policy.used(s.id, self._now())
         self._enforce(None)
 
+    def reserve(self, s: SessionLike) -> bool:
+        """May a warm start of ``s`` begin? Yes if it keeps the resident agents within the
+        cap, stopping idle ones (longest-idle first) for it; no when every resident agent is
+        busy. Until :meth:`release` it counts as busy: never stopped, never due."""
+        self._prune()
+        resident = self._resident_keys(None)
+        busy = sum(1 for k in resident if self.policy.is_busy(k))
+        if busy >= self.policy.max_resident:
+            return False
+        self._warming.add(s.id)
+        self._sessions[s.id] = s
+        self.policy.busy(s.id)
+        self._enforce(s.id)
+        return True
+
+    async def room(self) -> None:
+        """Wait for the stops under way (those ``reserve`` began to make room) to finish, so a
+        warm start never runs next to the agent it displaces."""
+        if self._stopping:
+            await asyncio.wait(list(self._stopping.values()))
+
+    def release(self, s: SessionLike) -> None:
+        """The warm start is over: its agent is idle from now on (the idle timer runs), or it
+        did not start and is forgotten."""
+        self._warming.discard(s.id)
+        if holds_process(s.adapter):
+            self.policy.used(s.id, self._now())
+            self._enforce(None)
+        else:
+            self._drop(s.id)
+            self._arm()
+
     def resident(self, s: SessionLike) -> bool:
         return holds_process(s.adapter)
 
@@ -219,18 +256,23 @@ class Residency:
     def _prune(self) -> None:
         """Forget sessions whose adapter the hub stopped itself (close, park, failure)."""
         for key in self.policy.tracked():
+            if key in self._warming:
+                continue  # its adapter is still starting
             s = self._sessions.get(key)
             if s is None or s.adapter is None or s.rec.state == "ended":
                 self._drop(key)
 
-    def _enforce(self, fresh: str | None) -> None:
-        self._prune()
-        resident = [
+    def _resident_keys(self, fresh: str | None) -> list[str]:
+        return [
             k
             for k in self.policy.tracked()
             if k not in self._stopping
             and (k == fresh or self.policy.is_busy(k) or holds_process(self._sessions[k].adapter))
         ]
+
+    def _enforce(self, fresh: str | None) -> None:
+        self._prune()
+        resident = self._resident_keys(fresh)
         for key in self.policy.over_cap(resident):
             if key != fresh:
                 self._stop_now(key, "cap")

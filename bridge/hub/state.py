@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Literal, Protocol
 
 from bridge.adapters.base import BaseAdapter
-from bridge.blocks import Block, EndReason, UsageBlock
+from bridge.blocks import AgentInfoBlock, Block, EndReason, UsageBlock
 from bridge.hub.retry import RetryWatch
 from bridge.invariants import TurnGuard
 from bridge.process import TaskOwner
@@ -235,6 +235,11 @@ class Session:
     drained: asyncio.Event = field(default_factory=asyncio.Event)
     usage: UsageBlock | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    #: A warm start under way (bridge/hub/warm.py): a turn waits for it and uses its agent.
+    warming: asyncio.Task[None] | None = None
+    #: What the warm start's ``start()`` said, emitted by the next turn where a cold start
+    #: would have emitted its own: a warm start adds no event.
+    warm_info: AgentInfoBlock | None = None
 
     @property
     def id(self) -> str:
@@ -250,7 +255,7 @@ class Session:
         return self.runner is not None and not self.runner.done()
 
     def tasks(self) -> tuple[asyncio.Task[None] | None, ...]:
-        return (self.runner, self.watcher, self.mirror)
+        return (self.runner, self.watcher, self.mirror, self.warming)
 
 
 class Tasks(TaskOwner):

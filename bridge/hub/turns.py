@@ -120,6 +120,15 @@ class TurnRunner:
     # ---- adapter lifecycle -------------------------------------------------------------------
 
     async def start_adapter(self, s: Session, entry: AgentEntry | None = None) -> AgentInfoBlock:
+        adapter, info = await self.new_adapter(s, entry)
+        self.adopt(s, adapter)
+        return info
+
+    async def new_adapter(
+        self, s: Session, entry: AgentEntry | None = None
+    ) -> tuple[BaseAdapter, AgentInfoBlock]:
+        """A started adapter for ``s``, not yet the session's (``adopt``); HubError if it
+        cannot start."""
         entry = entry or self.registry.get(s.rec.agent)
         # A session keeps the class it started with until it ends, also across adapter
         # restarts (/model, reattach): a reloaded drop-in file only reaches new sessions.
@@ -165,11 +174,14 @@ class TurnRunner:
                 ) from None
         if not isinstance(info, AgentInfoBlock):
             info = AgentInfoBlock(agent=cls.agent_id, name=cls.display_name)
+        return adapter, info
+
+    def adopt(self, s: Session, adapter: BaseAdapter) -> None:
+        """``adapter`` (from ``new_adapter``) is the session's from now on."""
         s.adapter = adapter
-        s.adapter_cls = cls
+        s.adapter_cls = type(adapter)
         s.restart_adapter = False
         self.resident.started(s)
-        return info
 
     def on_agent_session_id(self, s: Session, agent_session_id: str) -> None:
         if not agent_session_id or s.rec.agent_session_id == agent_session_id:
@@ -182,6 +194,11 @@ class TurnRunner:
 
     async def stop_adapter(self, s: Session) -> None:
         adapter, s.adapter = s.adapter, None
+        s.warm_info = None
+        await self.stop(adapter, s)
+
+    async def stop(self, adapter: BaseAdapter | None, s: Session) -> None:
+        """Stop an adapter of ``s`` (the session's own, or one it never adopted)."""
         if adapter is None:
             return
         try:
@@ -345,6 +362,8 @@ class TurnRunner:
         self.fanout.transition(s, "turn_start", "a turn started")
         try:
             await self.resident.settled(s)  # an idle stop still under way ends first
+            if s.warming is not None and not s.warming.done():
+                await asyncio.wait((s.warming,))  # so does a warm start: its agent is used
             if s.adapter is None or s.restart_adapter:
                 await self.stop_adapter(s)
                 try:
@@ -354,6 +373,9 @@ class TurnRunner:
                     self.fanout.finish(s, turn.guard, "error")
                     return
                 emit(s, info)
+            elif s.warm_info is not None:
+                emit(s, s.warm_info)  # where the cold start it spared would have said it
+            s.warm_info = None
             self.resident.busy(s)
             text: str | None = None
             for attempt in range(self.config.adapters.retry_max + 1):
