@@ -22,6 +22,7 @@ from bridge.wire.protocol import (
     SessionClose,
     SessionCreate,
     SessionPermission,
+    SessionReview,
     SessionSend,
     SessionSubscribe,
 )
@@ -29,7 +30,14 @@ from bridge.wire.results import RESULTS, Empty
 from tests.hubkit import make_hub
 
 #: Requests whose ``ok`` promises that what they changed is on disk (docs/protocol.md).
-DURABLE = {SessionCreate, SessionAttach, SessionSend, SessionPermission, SessionClose}
+DURABLE = {
+    SessionCreate,
+    SessionAttach,
+    SessionSend,
+    SessionReview,
+    SessionPermission,
+    SessionClose,
+}
 
 
 async def _daemon_routes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
@@ -92,7 +100,9 @@ class _Conn:
     def reply(self, request_id: int, result: object) -> None:
         self.log.append(f"ok {request_id}")
 
-    def error(self, request_id: int, code: str, message: str) -> None:
+    def error(
+        self, request_id: int, code: str, message: str, hint: str | None, output: str | None
+    ) -> None:
         self.log.append(f"err {request_id} {code}")
 
 

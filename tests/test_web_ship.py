@@ -103,12 +103,12 @@ def test_from_a_new_worktree_to_the_pull_request_on_a_phone(
         p.fill(".ship-message", "Add a greeting")
         p.click(".ship-commit")
         p.wait_for(
-            "document.querySelector('.ship-status').textContent.startsWith('Committed')", 30_000
+            "document.querySelector('.ship-status')?.textContent.startsWith('Committed')", 30_000
         )
         assert p.text(".ship-counts") == "1 ahead, 0 behind main"
         p.click(".ship-push")
         p.wait_for(
-            "document.querySelector('.ship-status').textContent"
+            "document.querySelector('.ship-status')?.textContent"
             " === 'Pushed feature/phone to origin.'",
             30_000,
         )

@@ -30,7 +30,7 @@ from bridge.wire.protocol import (
     WorktreeObject,
 )
 from bridge.wire.results import (
-    SessionSendResult,
+    SessionReviewResult,
     WorkspaceCommitResult,
     WorkspacePrResult,
     WorkspacePushResult,
@@ -92,7 +92,7 @@ class ShipApi:
         routes.add(WorkspacePush, self.push, WorkspacePushResult)
         routes.add(WorkspacePr, self.pr, WorkspacePrResult)
         routes.add(WorkspaceWorktreeRemove, self.worktree_remove, WorkspaceWorktreeRemoveResult)
-        routes.add(SessionReview, self.review, SessionSendResult, durable=True)
+        routes.add(SessionReview, self.review, SessionReviewResult, durable=True)
 
     # ---- a session in a new worktree (session.create's ``worktree``) -----------------------
 
@@ -176,11 +176,11 @@ class ShipApi:
         got = await shipped(gitwrite.remove_worktree(root, req.force))
         return as_result(got, WorkspaceWorktreeRemoveResult)
 
-    async def review(self, _conn: Connection, req: SessionReview) -> SessionSendResult:
+    async def review(self, _conn: Connection, req: SessionReview) -> SessionReviewResult:
         if not req.comments:
             raise HubError("bad_request", "a review needs at least one comment")
         if any(not c.text.strip() or c.line < 1 for c in req.comments):
             raise HubError("bad_request", "each comment needs a text and a line from 1")
         text = review_text(req.comments)
         queued = await self.hub.send(req.session, text, [], req.client_msg_id)
-        return SessionSendResult(queued=queued)
+        return SessionReviewResult(queued=queued)

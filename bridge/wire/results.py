@@ -102,6 +102,12 @@ class SessionSendResult(Result, kw_only=True):
     queued: bool
 
 
+class SessionReviewResult(Result, kw_only=True):
+    """The answer to ``session.review``: as ``session.send``'s."""
+
+    queued: bool
+
+
 class SessionHandoffResult(Result, kw_only=True):
     """The answer to ``session.handoff``: the terminal command, and ``argv`` as one line."""
 
@@ -303,6 +309,7 @@ RESULTS: tuple[type[Result], ...] = (
     SessionAttachResult,
     SessionSubscribeResult,
     SessionSendResult,
+    SessionReviewResult,
     SessionHandoffResult,
     UsageGetResult,
     ProjectsListResult,
