@@ -3,7 +3,7 @@
 // commit, push, pull request and the worktree's removal. Everything from the daemon is text.
 
 import { appendAll, clear, codeSpans, h } from './dom.js';
-import { diffStats, parseUnified, renderUnified } from './diff.js';
+import { diffStats, parseUnified, renderSplit, renderUnified } from './diff.js';
 
 export const DRAFT_PROMPT = 'Draft a commit message for the changes on this branch: a first line of at '
   + 'most 72 characters, a blank line, then why. Reply with the message only; do not commit.';
@@ -83,7 +83,9 @@ export class BranchView {
   fileSection(file, open) {
     const hunks = parseUnified(file.text);
     const { added, removed } = diffStats(hunks);
-    const table = renderUnified(hunks);
+    // side by side on a wide screen when that is the chosen diff mode, as the Changes view does
+    const split = this.view.app.diffMode() === 'split' && window.matchMedia('(min-width: 761px)').matches;
+    const table = split ? renderSplit(hunks) : renderUnified(hunks);
     table.addEventListener('click', (ev) => this.pick(ev, file.path));
     for (const c of this.comments.filter((x) => x.file === file.path)) this.mark(table, c.line);
     return h('details', { class: 'ship-file', open, dataset: { path: file.path } },
@@ -103,13 +105,15 @@ export class BranchView {
     const text = h('textarea', { rows: 2, placeholder: `Comment on ${path}:${line}`, 'aria-label': 'Comment' });
     const add = () => {
       if (!text.value.trim()) return;
-      const excerpt = row.querySelector('td.code')?.textContent.slice(1) || '';
+      // the commented line as shown: unified rows start with their sign, split rows do not
+      const code = [...row.querySelectorAll('td.code')].filter((td) => td.textContent).pop();
+      const excerpt = code ? code.textContent.replace(/^[-+ ]/, (c) => (row.closest('.unified') ? '' : c)) : '';
       this.comments.push({ file: path, line, text: text.value.trim(), excerpt });
       form.remove();
       this.mark(row.closest('table'), line);
       this.renderReview();
     };
-    const form = h('tr', { class: 'ship-comment-row' }, h('td', { colspan: 3 },
+    const form = h('tr', { class: 'ship-comment-row' }, h('td', { colspan: row.closest('.split') ? 4 : 3 },
       text, h('div', { class: 'ship-row' },
         h('button', { type: 'button', class: 'primary small-btn', onclick: add }, 'Add comment'),
         h('button', { type: 'button', class: 'small-btn', onclick: () => form.remove() }, 'Cancel'))));
