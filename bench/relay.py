@@ -36,7 +36,7 @@ from bench.client import dispatch
 from bench.targets import DaemonTarget, Target, healthz
 from bridge.relay import natsserver, pieces, sealing
 from bridge.relay.sealing import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, KeyPair, b64, unb64
-from tests.daemonkit import run_bridge
+from tests.daemonkit import make_certificate, run_bridge
 from tests.relaykit import Relay, decode_link
 
 
@@ -350,7 +350,7 @@ def spliced(target_url: str, tls: bool) -> Iterator[str]:
     argv = [sys.executable, "-m", "bench.splice", str(port), target]
     with tempfile.TemporaryDirectory() as where:
         if tls:
-            argv += _throwaway_cert(Path(where))
+            argv += [str(f) for f in make_certificate(Path(where))]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True)
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
@@ -358,38 +358,6 @@ def spliced(target_url: str, tls: bool) -> Iterator[str]:
         finally:
             proc.kill()
             proc.wait(5)
-
-
-def _throwaway_cert(where: Path) -> list[str]:
-    """A self-signed certificate and key for 127.0.0.1, as files; their paths."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    (where / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    (where / "key.pem").write_bytes(pem)
-    return [str(where / "cert.pem"), str(where / "key.pem")]
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from tests.web.browser import Browser
 if TYPE_CHECKING:
     from bridge.relay.link import RelayLink
     from tests.notify_fakes import Receiver
-    from tests.relaykit import Relay
+    from tests.relaykit import Relay, ServedRelay
 
 _OWN_BASETEMP = pytest.StashKey[Path]()
 
@@ -143,6 +143,18 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
         yield r
     finally:
         r.stop()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[ServedRelay]:
+    """`agent-bridge relay serve` itself, with one workstation, ``test-box``."""
+    from tests.relaykit import ServedRelay
+
+    s = ServedRelay(tmp_path / "relayhost", name="test-box").start()
+    try:
+        yield s
+    finally:
+        s.stop()
 
 
 @pytest.fixture

@@ -188,6 +188,7 @@ class FakePushService(_Server):
                 "urgency": hit.headers.get("urgency"),
                 "payload": payload,
                 "at": hit.at,
+                "wall": hit.wall,
             }
         )
         return 201, b"", {}

@@ -367,6 +367,7 @@ def test_a_relay_workstation_pushes_signed_with_the_browsers_key_and_the_tap_ans
     answers through the relay."""
     from tests.daemonkit import run_bridge
     from tests.relaykit import linked_daemon
+    from tests.web.pages import add_workstation_link
 
     remote_home = tmp_path / "remote"
     more = 'name = "studio"\n[notify]\nmin_turn_s = 0\n'
@@ -375,10 +376,7 @@ def test_a_relay_workstation_pushes_signed_with_the_browsers_key_and_the_tap_ans
     try:
         out = run_bridge("pair", "--relay", "--no-qr", env=remote.env, check=True).stdout
         link = next(line for line in out.splitlines() if "#relay=" in line).strip()
-        page.eval(
-            "(() => { const f = document.querySelector('#ws-add');"
-            f" f.querySelector('input').value = {json.dumps(link)}; f.requestSubmit(); }})()"
-        )
+        add_workstation_link(page, link)
         page.wait(
             '#sessions li.ws-group[data-ws="relay:ws-b"][data-state="online"]', timeout_ms=30_000
         )

@@ -350,7 +350,7 @@ def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
     from tests.daemonkit import run_bridge
     from tests.relaykit import decode_link, wait_relay
     from tests.web.browser import Browser, missing
-    from tests.web.pages import PHONE, page_errors, send, shot
+    from tests.web.pages import PHONE, demo_turn_in_a_new_session, loaded, page_errors, shot
 
     if missing() is not None:
         pytest.skip(str(missing()))
@@ -403,22 +403,9 @@ def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
         p.wait(f'{group}[data-state="online"]', timeout_ms=30_000)
         assert p.url().startswith(page_url) and "relay=" not in p.url()  # the secret is gone
         # the page and its NATS WebSocket came over TLS from the relay, nothing else
-        loaded = json.loads(
-            p.eval("JSON.stringify(performance.getEntriesByType('resource').map((e) => e.name))")
-        )
-        assert loaded and all(u.startswith(page_url) for u in loaded), loaded
-        p.wait("#ns-agent option[value=demo]", state="attached")
-        cwd = tmp_path / "project"
-        cwd.mkdir()
-        p.fill("#ns-cwd", str(cwd))
-        p.click("#new-session button[type=submit]")
-        p.wait(".session textarea")
-        send(p, "hello over wss")
-        p.wait(".blk-permission[data-state=open] .perm-opt", timeout_ms=30_000)
-        p.click(".blk-permission .perm-opt.kind-allow_once")
-        p.wait(".session .blk-end", timeout_ms=30_000)
-        assert "Done. You said: hello over wss" in p.text(".session .transcript")
-        assert (cwd / "demo.txt").exists()  # written on the workstation
+        urls = loaded(p)
+        assert urls and all(u.startswith(page_url) for u in urls), urls
+        demo_turn_in_a_new_session(p, tmp_path / "project", "hello over wss")
         assert page_errors(p) == [], page_errors(p)
         shot(p, "acme-phone-session")
     finally:

@@ -258,7 +258,9 @@ async def _opening_warms(h: Harness, chat: FakeServer, agent: str, project: Path
         assert text_of(second) == f"{agent} answer after opening."
         assert of(second, "session_end")[-1]["agent_session_id"] == sid
         assert chat.agent_requests[-1].contains(f"{agent} first answer 4417.")
-        assert before <= set(agents_below(h))  # the turn ran on the process the opening started
+        # the turn ran on the process the opening started (an agent's short-lived helper
+        # processes may come and go meanwhile: Hermes starts some)
+        assert before & set(agents_below(h)), (before, agents_below(h))
         assert len(of(second, "agent_info")) == 1
 
 

@@ -92,7 +92,9 @@ def test_a_turn_renders_every_block_type(page: Page, daemon: DaemonProcess, proj
     send(page, message)
     page.wait(".blk-permission[data-state=open] .perm-opt")
     assert page.texts(".blk-permission .perm-opt") == ["Allow once", "Always allow", "Deny"]
-    assert page.text(".session-head .badge.state") == "running"
+    # running, and waiting on the person: the header says the latter
+    badge = "document.querySelector('.session-head .badge.state').textContent"
+    page.wait_for(f"{badge} === 'needs you'")
     shot(page, "desktop-permission")
     page.click(".blk-permission .perm-opt.kind-allow_once")
     wait_turns(page, 1)

@@ -17,7 +17,7 @@ from tests.daemonkit import run_bridge
 from tests.natslogins import HostedNats, phone_bearer_jwt, private
 from tests.relaykit import decode_link, relayed_daemon
 from tests.web.browser import BROWSER_TESTS, Browser
-from tests.web.pages import PHONE, page_errors, send, shot
+from tests.web.pages import PHONE, demo_turn_in_a_new_session, page_errors, shot
 
 pytestmark = [*BROWSER_TESTS, pytest.mark.slow]
 
@@ -57,20 +57,7 @@ def test_a_phone_pairs_and_works_through_a_hosted_nats_with_a_bearer_jwt(
         p.wait(f'{group}[data-state="online"]', timeout_ms=30_000)
         [record] = p.eval("JSON.parse(localStorage.getItem('agent-bridge.workstations'))")
         assert record["jwt"] == jwt and record["login"] is None  # no user per phone here
-        p.wait("#ns-agent option[value=demo]", state="attached")
-        p.eval("window.agentBridge.app.showNewSession()")
-        cwd = tmp_path / "project"
-        cwd.mkdir()
-        p.wait("#ns-agent option[value=demo]", state="attached")
-        p.fill("#ns-cwd", str(cwd))
-        p.click("#new-session button[type=submit]")
-        p.wait(".session textarea")
-        send(p, "hello through a hosted NATS")
-        p.wait(".blk-permission[data-state=open] .perm-opt", timeout_ms=30_000)
-        p.click(".blk-permission .perm-opt.kind-allow_once")
-        p.wait(".session .blk-end", timeout_ms=30_000)
-        assert "Done. You said: hello through a hosted NATS" in p.text(".session .transcript")
-        assert (cwd / "demo.txt").exists()
+        demo_turn_in_a_new_session(p, tmp_path / "project", "hello through a hosted NATS")
         assert page_errors(p) == [], page_errors(p)
         shot(p, "hosted-nats-phone-session")
     finally:

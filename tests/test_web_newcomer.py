@@ -14,7 +14,16 @@ import pytest
 from tests.daemon import DaemonProcess
 from tests.daemonkit import free_port, running
 from tests.web.browser import BROWSER_TESTS, Browser, Page
-from tests.web.pages import PHONE, base, login, new_session, send, shot, wait_turns
+from tests.web.pages import (
+    PHONE,
+    add_workstation_link,
+    base,
+    login,
+    new_session,
+    send,
+    shot,
+    wait_turns,
+)
 
 pytestmark = BROWSER_TESTS
 
@@ -53,11 +62,7 @@ def test_a_command_in_an_error_toast_is_readable(
     p = _phone(browser, dark)
     try:
         login(p, daemon)
-        p.eval(
-            "(() => { const f = document.querySelector('#ws-add');"
-            " f.querySelector('input').value = 'https://example.org/not-a-link';"
-            " f.requestSubmit(); })()"
-        )
+        add_workstation_link(p, "https://example.org/not-a-link")
         p.wait(".toast code")
         assert p.text(".toast code") == "agent-bridge pair --relay"
         contrast = p.eval(CONTRAST_JS)
@@ -110,14 +115,6 @@ def test_a_one_line_tool_result_says_one_line(
         p.close()
 
 
-def _add_link(p: Page, link: str) -> None:
-    p.eval(
-        "(() => { const f = document.querySelector('#ws-add');"
-        f" f.querySelector('input').value = {link!r};"
-        " f.requestSubmit(); })()"
-    )
-
-
 def test_a_daemon_that_refuses_the_pages_origin_is_shown_refused_not_offline(
     browser: Browser, daemon: DaemonProcess, tmp_path: Path
 ) -> None:
@@ -126,8 +123,8 @@ def test_a_daemon_that_refuses_the_pages_origin_is_shown_refused_not_offline(
     p = _phone(browser)
     try:
         login(p, daemon)
-        _add_link(p, f"http://127.0.0.1:{other.port}/#token={other.token}")
-        _add_link(p, f"http://127.0.0.1:{dead}/#token=x")
+        add_workstation_link(p, f"http://127.0.0.1:{other.port}/#token={other.token}")
+        add_workstation_link(p, f"http://127.0.0.1:{dead}/#token=x")
         page_origin = f"http://127.0.0.1:{daemon.port}"
         refused = f".ws-group[data-ws='direct:127.0.0.1:{other.port}']"
         p.wait(f"{refused}[data-state=refused] .ws-note")

@@ -17,21 +17,12 @@ from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.relaykit import ServedRelay, decode_link, linked_daemon
 from tests.web.browser import BROWSER_TESTS, Browser
-from tests.web.pages import PHONE, page_errors, send, shot
+from tests.web.pages import PHONE, demo_turn_in_a_new_session, loaded, page_errors, send, shot
 
 pytestmark = [*BROWSER_TESTS, pytest.mark.slow]
 
 HOST = "test-box"
 RELAY_GROUP = f'#sessions li.ws-group[data-ws="relay:{HOST}"]'
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[ServedRelay]:
-    s = ServedRelay(tmp_path / "relayhost", name=HOST).start()
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture
@@ -61,26 +52,13 @@ def test_a_phone_pairs_from_the_page_the_relay_serves(
         p.wait(f'{RELAY_GROUP}[data-state="online"]', timeout_ms=30_000)
         p.wait_for("document.querySelector('#pair-status').textContent === 'Paired with studio.'")
         assert "relay=" not in p.url()
-        p.wait("#ns-agent option[value=demo]", state="attached")
-        cwd = tmp_path / "project"
-        cwd.mkdir()
-        p.fill("#ns-cwd", str(cwd))
-        p.click("#new-session button[type=submit]")
-        p.wait(".session textarea")
-        send(p, "hello from anywhere")
-        p.wait(".blk-permission[data-state=open] .perm-opt", timeout_ms=30_000)
-        p.click(".blk-permission .perm-opt.kind-allow_once")
-        p.wait(".session .blk-end", timeout_ms=30_000)
-        assert "Done. You said: hello from anywhere" in p.text(".session .transcript")
-        assert (cwd / "demo.txt").exists()  # written on the workstation
+        demo_turn_in_a_new_session(p, tmp_path / "project", "hello from anywhere")
         shot(p, "relay-serve-phone-session")
 
         # Everything the page loaded came from the relay's web port: nothing from the daemon.
-        loaded = json.loads(
-            p.eval("JSON.stringify(performance.getEntriesByType('resource').map((e) => e.name))")
-        )
-        assert loaded and all(u.startswith(relay_page) for u in loaded), loaded
-        assert f"127.0.0.1:{workstation.port}" not in " ".join(loaded)
+        urls = loaded(p)
+        assert urls and all(u.startswith(relay_page) for u in urls), urls
+        assert f"127.0.0.1:{workstation.port}" not in " ".join(urls)
         # and the page never looked for a daemon at its own origin
         assert not [e for e in p.logs() if "/v1/ws" in e["text"]], p.logs()
         assert page_errors(p) == [], page_errors(p)

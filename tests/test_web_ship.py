@@ -25,15 +25,6 @@ GROUP = f'#sessions li.ws-group[data-ws="relay:{HOST}"]'
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[ServedRelay]:
-    s = ServedRelay(tmp_path / "relayhost", name=HOST).start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
 def workstation(served: ServedRelay, tmp_path: Path) -> Iterator[DaemonProcess]:
     more = f'name = "studio"\n[server]\nserve_web = false\n[projects]\nroots = ["{tmp_path}"]\n'
     yield from linked_daemon(tmp_path / "home", served.account_file(HOST), more)

@@ -6,6 +6,7 @@ Pages come from ``tests/web/browser.py`` (a real Chromium); the daemon is a real
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from tests.daemon import ROOT, DaemonProcess
@@ -96,3 +97,34 @@ def assert_history_exact(p: Page, d: DaemonProcess, session: str) -> None:
 
 def shot(p: Page, name: str) -> None:
     p.screenshot(ARTIFACTS / f"{name}.png")
+
+
+def demo_turn_in_a_new_session(p: Page, cwd: Path, text: str) -> None:
+    """The demo agent's first turn in a new session at ``cwd``, from the page: the New session
+    form, the message, Allow once; the transcript says so and demo.txt is on the workstation."""
+    p.wait("#ns-agent option[value=demo]", state="attached")
+    cwd.mkdir(exist_ok=True)
+    new_session(p, cwd)
+    send(p, text)
+    p.wait(".blk-permission[data-state=open] .perm-opt", timeout_ms=30_000)
+    p.click(".blk-permission .perm-opt.kind-allow_once")
+    p.wait(".session .blk-end", timeout_ms=30_000)
+    assert f"Done. You said: {text}" in p.text(".session .transcript")
+    assert (cwd / "demo.txt").exists()  # written on the workstation
+
+
+def loaded(p: Page) -> list[str]:
+    """Every URL the page loaded (its resources), in order."""
+    return list(
+        json.loads(
+            p.eval("JSON.stringify(performance.getEntriesByType('resource').map((e) => e.name))")
+        )
+    )
+
+
+def add_workstation_link(p: Page, link: str) -> None:
+    """Paste ``link`` (a pairing or token link) under Workstations and add it."""
+    p.eval(
+        "(() => { const f = document.querySelector('#ws-add');"
+        f" f.querySelector('input').value = {json.dumps(link)}; f.requestSubmit(); }})()"
+    )
