@@ -160,6 +160,10 @@ class Page:
     def url(self) -> str:
         return str(self._call("url"))
 
+    def reopen(self) -> None:
+        """Close this tab and open a new one in the same profile (its storage kept)."""
+        self._call("reopen")
+
     def resize(self, width: int, height: int) -> None:
         self._call("resize", width=width, height=height)
 

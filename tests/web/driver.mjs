@@ -107,6 +107,16 @@ const ops = {
   async url(args) {
     return pageOf(args).page.url();
   },
+  // The page closed and opened again in the same profile (its storage kept): the old
+  // page's tab is gone, a new one stands in its place under the same number.
+  async reopen(args) {
+    const entry = pageOf(args);
+    await entry.page.close();
+    entry.page = await entry.context.newPage();
+    entry.page.on('console', (msg) => entry.logs.push({ type: msg.type(), text: msg.text() }));
+    entry.page.on('pageerror', (err) => entry.logs.push({ type: 'pageerror', text: String(err) }));
+    entry.page.setDefaultTimeout(15_000);
+  },
   async resize(args) {
     await pageOf(args).page.setViewportSize({ width: args.width, height: args.height });
   },

@@ -17,12 +17,15 @@ import {
 import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
 import { ChangesPanel, ProjectPicker, fillModes, followMode, modePicker, renderMode } from './workspace.js';
 import { suggestBranch } from './ship.js';
+import { Outbox } from './outbox.js';
 
 const TOKEN_KEY = 'agent-bridge.token';
 const CWD_KEY = 'agent-bridge.cwd';
 const NO_SESSIONS = new Map();
 const DIFF_KEY = 'agent-bridge.diff';
 const LIST_REFRESH_MS = 15_000;
+/** Workstation states in which a message waits in the outbox rather than staying in the box. */
+const WAITABLE = new Set(['offline', 'relay_down', 'connecting']);
 const phoneQuery = window.matchMedia('(max-width: 760px)');
 const touchQuery = window.matchMedia('(pointer: coarse)');
 
@@ -118,6 +121,8 @@ class SessionView {
     this.session = { ...session };
     this.info = null;
     this.files = [];
+    /** client_msg_id -> its pending bubble (js/transcript.js addPending) */
+    this.pendings = new Map();
     this.build();
     this.transcript = new Transcript(this.scroller, {
       onPermission: (requestId, optionId) => app.client.request('session.permission', {
@@ -204,7 +209,8 @@ class SessionView {
     this.handoffBtn.disabled = !['idle', 'running'].includes(s.state) || away;
     this.closeBtn.hidden = s.state === 'ended';
     this.closeBtn.disabled = away;
-    this.sendBtn.disabled = away;
+    // unreachable for now: what is sent waits in the outbox; refused for good: kept in the box
+    this.sendBtn.disabled = away && !WAITABLE.has(this.ws?.state);
     this.form.classList.toggle('disabled', s.state === 'ended');
     renderMode(this);
   }
@@ -217,8 +223,8 @@ class SessionView {
     const name = ws?.name || 'the workstation';
     const said = {
       unauthorized: `This browser was revoked on ${name}: pair again with \`agent-bridge pair --relay\` there.`,
-      relay_down: `The relay is down: ${name} cannot be reached. Sending works again once it is back.`,
-      offline: `${name} cannot be reached right now. Sending works again once it is back.`,
+      relay_down: `The relay is down: ${name} cannot be reached. What you send waits here and goes once it is back.`,
+      offline: `${name} cannot be reached right now. What you send waits here and goes once it is back.`,
       token_rejected: `${name} rejected this browser's token: pair again with \`agent-bridge pair\`.`,
       refused: `${name} refused this page's origin: add \`${location.origin}\` to \`server.allowed_origins\` in its config.toml and restart its daemon.`,
       stopped: `Not connected to ${name}.`,
@@ -267,6 +273,7 @@ class SessionView {
   }
 
   open() {
+    this.showWaiting();
     this.app.client.subscribe(this.id, {
       onEvent: (frame) => { this.transcript.apply(frame); followMode(this, frame); this.followNeeds(); },
       onState: (st) => this.setState(st),
@@ -342,7 +349,8 @@ class SessionView {
   async send() {
     const text = this.textarea.value;
     if (!text.trim() && !this.files.length) return;
-    if (this.renderReach()) return; // kept in the box: nothing typed is lost
+    // refused for good (revoked, a rejected token): kept in the box; unreachable: the outbox
+    if (this.renderReach() && !WAITABLE.has(this.ws?.state)) return;
     const files = this.files;
     const id = randomId();
     let attachments;
@@ -358,17 +366,45 @@ class SessionView {
     this.files = [];
     this.renderFiles();
     this.onInput();
+    const entry = { id, ws: this.ws.id, session: this.id, text, attachments, created: Date.now() };
+    await this.app.outbox.put(entry); // first: a page closed from here on loses nothing
     const pending = this.transcript.addPending(id, text, attachments);
-    try {
-      const result = await this.app.client.request('session.send', {
-        session: this.id, text, attachments, client_msg_id: id,
-      });
-      pending.queued(result.queued);
-      if (!this.session.title) this.app.loadSessions(); // the daemon titles it from this message
-    } catch (err) {
-      pending.failed(err.message);
-      if (!this.textarea.value) this.textarea.value = text;
+    this.pendings.set(id, pending);
+    if (!this.ws.client.isOpen) {
+      pending.waiting(this.ws.name, () => this.cancelWaiting(id));
+      return;
     }
+    await this.app.outbox.send(this.ws.client, entry, this.sentHooks(pending, text));
+  }
+
+  sentHooks(pending, text) {
+    return {
+      onDone: (result) => {
+        pending.queued(result.queued);
+        if (!this.session.title) this.app.loadSessions(); // the daemon titles it from this message
+      },
+      onFailed: (message) => {
+        pending.failed(message);
+        if (!this.textarea.value) this.textarea.value = text;
+      },
+    };
+  }
+
+  /** The messages of this session still in the outbox (typed before the page was closed). */
+  showWaiting() {
+    for (const e of this.app.outbox.of(this.ws.id, this.id)) {
+      if (this.pendings.has(e.id)) continue;
+      const pending = this.transcript.addPending(e.id, e.text, e.attachments || []);
+      this.pendings.set(e.id, pending);
+      if (!this.ws.client.isOpen) pending.waiting(this.ws.name, () => this.cancelWaiting(e.id));
+    }
+  }
+
+  async cancelWaiting(id) {
+    if (this.app.outbox.sending.has(id)) return; // on its way already
+    await this.app.outbox.drop(id);
+    this.pendings.get(id)?.remove();
+    this.pendings.delete(id);
   }
 
   /** Send `text` again after a failure the bridge did not retry (the error's Retry button). */
@@ -424,6 +460,8 @@ class App {
     this.active = null;
     this.relay = null; // relay.js, loaded when the first relay workstation appears
     this.views = new Map();
+    this.outbox = new Outbox();
+    this.outbox.addEventListener('change', () => this.renderSessions());
     this.current = null;
     this.refreshTimer = null;
     this.countdown = null;
@@ -504,6 +542,7 @@ class App {
     });
     phoneQuery.addEventListener('change', () => this.layout());
     this.attention.init();
+    this.outbox.load();
     const token = takeToken();
     const records = loadRecords();
     this.restoring = true;
@@ -612,6 +651,12 @@ class App {
 
   async onStationOpen(ws) {
     this.attention.onStation(ws);
+    // what waited for this workstation goes now, in order (js/outbox.js)
+    this.outbox.flush(ws, (e) => {
+      const view = this.views.get(`${ws.id}\n${e.session}`);
+      const pending = view?.pendings.get(e.id);
+      return pending ? view.sentHooks(pending, e.text) : {};
+    });
     if (ws === this.active) {
       await this.onOpen();
       return;
@@ -1060,9 +1105,11 @@ class App {
       isFoundOnDisk(s)
         ? h('span', { class: 'badge state', dataset: { state: s.state } }, s.state === 'parked' ? 'open in a terminal' : 'attach')
         : stateBadge(s)));
+      const waiting = this.outbox.of(ws.id).length;
       const head = () => h('div', { class: 'ws-head' },
         h('span', { class: 'dot', 'aria-hidden': 'true' }),
         h('span', { class: 'ws-name' }, ws.name),
+        waiting ? h('span', { class: 'ws-waiting small' }, `${waiting} waiting to send`) : null,
         h('span', { class: 'ws-state small', dataset: { state: ws.state } }, ws.stateLabel));
       // a refusal is fixed on the workstation, not by waiting: say how right here
       const note = () => (ws.state === 'refused'

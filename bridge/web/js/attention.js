@@ -8,25 +8,9 @@
 // - opens the session a notification was about (`#session=SID`, or a message from the worker).
 
 import { $, clear, h } from './dom.js';
+import { idb } from './kv.js';
 
 const TOKEN_KEY = 'agent-bridge.token';
-const DB = 'agent-bridge';
-const STORE = 'kv';
-
-function idb(mode, fn) {
-  return new Promise((resolve, reject) => {
-    const req = indexedDB.open(DB, 1);
-    req.onupgradeneeded = () => req.result.createObjectStore(STORE);
-    req.onerror = () => reject(req.error);
-    req.onsuccess = () => {
-      const tx = req.result.transaction(STORE, mode);
-      const result = fn(tx.objectStore(STORE));
-      tx.oncomplete = () => resolve(result?.result);
-      tx.onerror = () => reject(tx.error);
-    };
-  });
-}
-
 function bytesToB64url(bytes) {
   let text = '';
   for (const b of bytes) text += String.fromCharCode(b);

@@ -431,10 +431,24 @@ export class Transcript {
     this.stick = true;
     this.#schedule();
     return {
-      queued: (queued) => { note.textContent = queued ? 'queued: waits for the agent' : 'sent'; },
+      queued: (queued) => {
+        el.classList.remove('is-waiting');
+        note.textContent = queued ? 'queued: waits for the agent' : 'sent';
+      },
       failed: (message) => {
+        el.classList.remove('is-waiting');
         el.classList.add('is-failed');
         clear(note).append(...codeSpans(`not sent: ${message}`));
+      },
+      /** In the outbox until `name` is reachable (js/outbox.js); `cancel` takes it out. */
+      waiting: (name, cancel) => {
+        el.classList.add('is-waiting');
+        clear(note).append(`waiting for ${name} · `,
+          h('button', { type: 'button', class: 'link-btn small outbox-cancel', onclick: cancel }, 'Cancel'));
+      },
+      remove: () => {
+        el.remove();
+        this.pending.delete(id);
       },
     };
   }
