@@ -374,7 +374,8 @@ class SessionView {
       pending.waiting(this.ws.name, () => this.cancelWaiting(id));
       return;
     }
-    await this.app.outbox.send(this.ws.client, entry, this.sentHooks(pending, text));
+    // after what still waits for this workstation, in order
+    await this.app.flushOutbox(this.ws);
   }
 
   sentHooks(pending, text) {
@@ -542,7 +543,11 @@ class App {
     });
     phoneQuery.addEventListener('change', () => this.layout());
     this.attention.init();
-    this.outbox.load();
+    // what an earlier page left waiting: shown in its session, sent where a workstation is up
+    this.outbox.load().then(() => {
+      this.current?.showWaiting();
+      for (const ws of this.stations.values()) if (ws.client.isOpen) this.flushOutbox(ws);
+    });
     const token = takeToken();
     const records = loadRecords();
     this.restoring = true;
@@ -649,14 +654,18 @@ class App {
     }
   }
 
-  async onStationOpen(ws) {
-    this.attention.onStation(ws);
-    // what waited for this workstation goes now, in order (js/outbox.js)
-    this.outbox.flush(ws, (e) => {
+  /** What waited for `ws` goes now, in order (js/outbox.js); an open view shows each go. */
+  flushOutbox(ws) {
+    return this.outbox.flush(ws, (e) => {
       const view = this.views.get(`${ws.id}\n${e.session}`);
       const pending = view?.pendings.get(e.id);
       return pending ? view.sentHooks(pending, e.text) : {};
     });
+  }
+
+  async onStationOpen(ws) {
+    this.attention.onStation(ws);
+    this.flushOutbox(ws);
     if (ws === this.active) {
       await this.onOpen();
       return;

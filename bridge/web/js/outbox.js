@@ -16,9 +16,17 @@ export class Outbox extends EventTarget {
     super();
     this.entries = new Map(); // client_msg_id -> {id, ws, session, text, attachments, created}
     this.sending = new Set();
+    this.flushing = new Map(); // workstation id -> the flush under way
+    /** Resolves once what an earlier page left is read back (flush waits for it). */
+    this.ready = null;
   }
 
-  async load() {
+  load() {
+    this.ready = this.#read();
+    return this.ready;
+  }
+
+  async #read() {
     try {
       const keys = await idb('readonly', (s) => s.getAllKeys());
       const values = await idb('readonly', (s) => s.getAll());
@@ -72,7 +80,16 @@ export class Outbox extends EventTarget {
   }
 
   /** The workstation is reachable: its waiting messages go, in order. */
-  async flush(ws, hooks = () => ({})) {
+  flush(ws, hooks = () => ({})) {
+    // one flush of a workstation at a time, so its messages go in the order they were sent
+    const before = this.flushing.get(ws.id) || Promise.resolve();
+    const next = before.then(() => this.#flush(ws, hooks));
+    this.flushing.set(ws.id, next);
+    return next;
+  }
+
+  async #flush(ws, hooks) {
+    await this.ready;
     for (const entry of this.of(ws.id)) {
       if (!ws.client.isOpen) return;
       await this.send(ws.client, entry, hooks(entry));
