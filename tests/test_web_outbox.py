@@ -8,10 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.daemon import DaemonProcess
+from tests.daemonkit import run_bridge
+from tests.relaykit import Relay, linked_daemon
 from tests.web.browser import BROWSER_TESTS, Browser
 from tests.web.pages import (
     ARTIFACTS,
     PHONE,
+    add_workstation_link,
     assert_history_exact,
     base,
     login,
@@ -83,3 +86,49 @@ def test_what_is_sent_while_away_waits_survives_a_closed_page_and_goes_once(
         d.stop()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "outbox-transcript.txt").write_text("\n".join(log) + "\n")
+
+
+def test_through_the_relay_with_everything_down_and_back_in_another_order(
+    relay: Relay, browser: Browser, tmp_path: Path, project: Path
+) -> None:
+    """The page's own daemon stays up; the workstation behind the relay and the relay go down
+    (workstation first), messages wait, the page is closed and opened again, then the
+    workstation comes back before the relay: each message reaches its agent once, in order."""
+    direct = DaemonProcess(tmp_path / "direct").start()
+    more = f'name = "studio"\nweb_url = "{base(direct)}"\n[server]\nserve_web = false\n'
+    remote_fixture = linked_daemon(tmp_path / "remote", relay.rdir.account_file("ws-b"), more)
+    remote = next(remote_fixture)
+    p = browser.page(*PHONE, mobile=True)
+    group = '#sessions li.ws-group[data-ws="relay:ws-b"]'
+    try:
+        login(p, direct)
+        out = run_bridge("pair", "--relay", "--no-qr", env=remote.env, check=True).stdout
+        add_workstation_link(p, next(x for x in out.splitlines() if "#relay=" in x).strip())
+        p.wait(f'{group}[data-state="online"]', timeout_ms=30_000)
+        p.eval("window.agentBridge.app.showNewSession()")
+        p.select("#ns-ws", "relay:ws-b")
+        session = new_session(p, project)
+        send(p, "echo one")
+        wait_turns(p, 1)
+        remote.stop()
+        relay.stop()
+        p.wait(".session .reach-note[data-state=relay_down]", timeout_ms=30_000)
+        send(p, "echo two")
+        send(p, "echo three")
+        p.wait_for("document.querySelectorAll('.blk-user.is-waiting').length === 2")
+        p.reopen()
+        p.goto(base(direct) + f"#session={session}&ws=relay:ws-b")
+        p.wait(f"{group} .ws-waiting", state="attached")
+        assert p.text(f"{group} .ws-waiting") == "2 waiting to send"
+        remote.start()  # the workstation first, the relay after it
+        relay.start()
+        p.wait(f'{group}[data-state="online"]', state="attached", timeout_ms=60_000)
+        p.wait(".session textarea", timeout_ms=30_000)
+        wait_turns(p, 3, timeout_ms=60_000)
+        assert p.texts(".blk-user .user-text") == ["echo one", "echo two", "echo three"]
+        assert_history_exact(p, remote, session)
+        assert p.count(f"{group} .ws-waiting") == 0
+    finally:
+        p.close()
+        remote_fixture.close()
+        direct.stop()
