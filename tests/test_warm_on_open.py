@@ -313,8 +313,13 @@ async def test_warm_starts_keep_within_the_cap(daemon_factory: Any, tmp_path: Pa
             assert await resident(c) == "BC"
             assert len(keepers.starts(sids["A"])) == 2  # its first turn, its first warm start
             (keepers.here / "release").touch()
-            for name in "BC":
-                await c.turn(sessions[name])
+            # both turns end, in either order (waiting for one would drop the other's end)
+            waiting = {sessions["B"], sessions["C"]}
+            deadline = time.monotonic() + 60
+            while waiting:
+                frame = await c.next_push(max(0.1, deadline - time.monotonic()))
+                if frame.get("t") == "event" and frame["block"]["type"] == "session_end":
+                    waiting.discard(frame["session"])
     finally:
         sampler.cancel()
     assert peak <= 2
