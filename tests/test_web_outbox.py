@@ -120,6 +120,9 @@ def test_through_the_relay_with_everything_down_and_back_in_another_order(
         p.goto(base(direct) + f"#session={session}&ws=relay:ws-b")
         p.wait(f"{group} .ws-waiting", state="attached")
         assert p.text(f"{group} .ws-waiting") == "2 waiting to send"
+        # the session opens from what the outbox knows, its messages shown waiting
+        p.wait_for("document.querySelectorAll('.blk-user.is-waiting').length === 2")
+        shot(p, "outbox-phone-waiting-relay")
         remote.start()  # the workstation first, the relay after it
         relay.start()
         p.wait(f'{group}[data-state="online"]', state="attached", timeout_ms=60_000)
@@ -132,3 +135,27 @@ def test_through_the_relay_with_everything_down_and_back_in_another_order(
         p.close()
         remote_fixture.close()
         direct.stop()
+
+
+def test_a_waiting_message_the_daemon_refuses_for_good_leaves_the_outbox_shown_not_sent(
+    browser: Browser, tmp_path: Path, project: Path
+) -> None:
+    d = DaemonProcess(tmp_path / "home", config="[limits]\nmax_attachment_bytes = 16\n").start()
+    p = browser.page(*PHONE, mobile=True)
+    try:
+        login(p, d)
+        new_session(p, project)
+        d.stop()
+        p.wait(".session .reach-note[data-state=offline]", timeout_ms=30_000)
+        p.set_files(".session input[type=file]", [("big.txt", "text/plain", b"x" * 64)])
+        send(p, "echo too big")
+        p.wait(".blk-user.is-waiting")
+        d.start()
+        p.wait(".blk-user.is-failed", timeout_ms=30_000)  # refused for good: not tried again
+        note = p.text(".blk-user.is-failed .pending-note")
+        assert note.startswith("not sent: "), note
+        assert p.eval("document.querySelector('.session textarea').value") == "echo too big"
+        assert p.eval(KEPT) == 0
+    finally:
+        p.close()
+        d.stop()

@@ -545,7 +545,8 @@ class App {
     this.attention.init();
     // what an earlier page left waiting: shown in its session, sent where a workstation is up
     this.outbox.load().then(() => {
-      this.current?.showWaiting();
+      if (this.current) this.current.showWaiting();
+      else this.route(); // a session whose workstation is away opens from its waiting messages
       for (const ws of this.stations.values()) if (ws.client.isOpen) this.flushOutbox(ws);
     });
     const token = takeToken();
@@ -1083,6 +1084,7 @@ class App {
     for (const view of this.views.values()) {
       if (view.ws !== ws) continue;
       const fresh = ws.sessions.get(view.id);
+      if (fresh && view.session.fromOutbox) view.session = { ...fresh };
       if (fresh) view.setState({ title: fresh.title, writer: fresh.writer, queued: fresh.queued, model: fresh.model, mode: fresh.mode });
     }
     this.renderSessions();
@@ -1202,7 +1204,12 @@ class App {
       this.current = null;
     }
     if (id && !this.current) {
-      const known = this.sessions.get(id);
+      let known = this.sessions.get(id);
+      // opened again while its workstation is away, a session with messages in the outbox
+      // shows them (waiting) from what the outbox knows; the list completes it once it is back
+      if (!known && !this.client.isOpen && this.outbox.of(this.active.id, id).length) {
+        known = { session: id, title: '', state: 'unknown', fromOutbox: true };
+      }
       if (!known && !this.client.isOpen) {
         this.layout();
         return; // opened again from onOpen once the lists are in
