@@ -9,128 +9,19 @@ the session as it was; an agent nobody writes to is stopped again after ``idle_s
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from tests.daemon import DaemonProcess
 from tests.harness import make_project
+from tests.keeperkit import Keepers, keeper_daemon, listed, until
 from tests.wsclient import Client
-
-ADAPTER = """
-import asyncio, json, os, uuid
-from pathlib import Path
-from bridge.adapters.base import BaseAdapter
-from bridge.blocks import SessionEndBlock, TextBlock
-
-HERE = Path(os.environ["WARM_TEST_DIR"])
-
-
-def note(**fields):
-    with open(HERE / "keeper.log", "a") as fh:
-        fh.write(json.dumps(fields) + "\\n")
-
-
-class Keeper(BaseAdapter):
-    agent_id = "keeper"
-    display_name = "Keeper"
-    provides_models = False
-    provides_usage = False
-    persistent_process = True
-
-    def __init__(self, resume_session_id=None, on_session_id=None):
-        self.sid = resume_session_id or uuid.uuid4().hex
-        self.on_session_id = on_session_id
-        self.proc = None
-
-    def process_running(self):
-        return self.proc is not None and self.proc.returncode is None
-
-    async def start(self, session_id):
-        if (HERE / "fail").exists():
-            raise RuntimeError("the keeper refuses to start")
-        self.proc = await asyncio.create_subprocess_exec("sleep", "600")
-        note(event="start", resume=self.sid, pid=self.proc.pid)
-        if self.on_session_id:
-            self.on_session_id(self.sid)
-        return self.make_agent_info()
-
-    async def send(self, text, attachments=None):
-        self.text = text
-
-    async def stream(self):
-        while self.text.startswith("hold") and not (HERE / "release").exists():
-            await asyncio.sleep(0.05)
-        yield TextBlock(id="t", text="echo " + self.text, done=True)
-        yield SessionEndBlock(reason="completed", agent_session_id=self.sid)
-
-    async def stop(self):
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.kill()
-            await self.proc.wait()
-        note(event="stop", resume=self.sid)
-"""
 
 #: ``after_seq`` beyond the end: live events only
 LIVE = 1_000_000
-
-
-class Keepers:
-    """The drop-in's notes: which agent processes it started and stopped."""
-
-    def __init__(self, here: Path) -> None:
-        self.here = here
-
-    def log(self) -> list[dict[str, Any]]:
-        path = self.here / "keeper.log"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines()]
-
-    def starts(self, sid: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in self.log() if e["event"] == "start" and sid in (None, e["resume"])]
-
-    def stops(self, sid: str) -> list[dict[str, Any]]:
-        return [e for e in self.log() if e["event"] == "stop" and e["resume"] == sid]
-
-    def alive(self, sid: str | None = None) -> list[int]:
-        """Pids of the sleeps still running (for one agent session, or all)."""
-        return [e["pid"] for e in self.starts(sid) if _alive(e["pid"])]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-async def listed(c: Client) -> dict[str, dict[str, Any]]:
-    got = await c.request("sessions.list", include_external=False)
-    return {s["session"]: s for s in got["sessions"]}
-
-
-def make_daemon(factory: Any, tmp_path: Path, config: str) -> tuple[DaemonProcess, Keepers]:
-    here = tmp_path / "keeper"
-    here.mkdir()
-    d: DaemonProcess = factory(config=config, env={"WARM_TEST_DIR": str(here)})
-    adapters = d.config_dir / "adapters"
-    adapters.mkdir(parents=True, mode=0o700)
-    (adapters / "keeper.py").write_text(ADAPTER)
-    os.chmod(adapters / "keeper.py", 0o600)
-    return d.start(), Keepers(here)
 
 
 @asynccontextmanager
@@ -170,7 +61,7 @@ async def stopped(c: Client, keepers: Keepers, session: str, sid: str, stops: in
 async def test_opening_a_stopped_session_starts_its_agent_before_anything_is_sent(
     daemon_factory: Any, tmp_path: Path
 ) -> None:
-    d, keepers = make_daemon(daemon_factory, tmp_path, "[adapters]\nidle_stop_s = 3\n")
+    d, keepers = keeper_daemon(daemon_factory, tmp_path, "[adapters]\nidle_stop_s = 3\n")
     async with client(d) as c:
         opened, opened_sid = await session_with_a_turn(c, make_project(tmp_path / "a"))
         unopened, unopened_sid = await session_with_a_turn(c, make_project(tmp_path / "b"))
@@ -216,7 +107,7 @@ async def test_opening_a_stopped_session_starts_its_agent_before_anything_is_sen
 async def test_an_agent_warmed_for_nothing_is_stopped_again_after_idle_stop_s(
     daemon_factory: Any, tmp_path: Path
 ) -> None:
-    d, keepers = make_daemon(daemon_factory, tmp_path, "[adapters]\nidle_stop_s = 2\n")
+    d, keepers = keeper_daemon(daemon_factory, tmp_path, "[adapters]\nidle_stop_s = 2\n")
     async with client(d) as c:
         session, sid = await session_with_a_turn(c, make_project(tmp_path / "a"))
         await c.request("session.unsubscribe", session=session)
@@ -241,7 +132,7 @@ async def test_an_agent_warmed_for_nothing_is_stopped_again_after_idle_stop_s(
 async def test_a_failed_warm_start_leaves_the_next_turn_to_report_it(
     daemon_factory: Any, tmp_path: Path
 ) -> None:
-    d, keepers = make_daemon(daemon_factory, tmp_path, "[adapters]\nidle_stop_s = 1\n")
+    d, keepers = keeper_daemon(daemon_factory, tmp_path, "[adapters]\nidle_stop_s = 1\n")
     async with client(d) as c:
         session, sid = await session_with_a_turn(c, make_project(tmp_path / "a"))
         await c.request("session.unsubscribe", session=session)
@@ -270,7 +161,7 @@ async def test_warm_starts_keep_within_the_cap(daemon_factory: Any, tmp_path: Pa
     """Cap 2: opening a third stopped session stops the longest-idle agent for it; with every
     resident agent busy, opening one starts nothing."""
     config = "[adapters]\nidle_stop_s = 600\n[limits]\nmax_agent_processes = 2\n"
-    d, keepers = make_daemon(daemon_factory, tmp_path, config)
+    d, keepers = keeper_daemon(daemon_factory, tmp_path, config)
     async with client(d) as c:
         sessions = {}
         for name in "ABC":
