@@ -546,7 +546,9 @@ class App {
     // what an earlier page left waiting: shown in its session, sent where a workstation is up
     this.outbox.load().then(() => {
       if (this.current) this.current.showWaiting();
-      else this.route(); // a session whose workstation is away opens from its waiting messages
+      // a session whose workstation is away opens from its waiting messages (when it is
+      // reachable, onOpen routes once the lists are in: routing now would find none)
+      else if (!this.client?.isOpen) this.route();
       for (const ws of this.stations.values()) if (ws.client.isOpen) this.flushOutbox(ws);
     });
     const token = takeToken();
