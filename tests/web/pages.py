@@ -42,12 +42,15 @@ def login(p: Page, d: DaemonProcess) -> None:
 
 
 def new_session(p: Page, cwd: Path, model: str | None = None) -> str:
+    before = p.eval("window.agentBridge.app.current?.id ?? null")
     p.eval("window.agentBridge.app.showNewSession()")  # folded on a phone once sessions exist
     p.fill("#ns-cwd", str(cwd))
     if model:
         p.wait(f"#ns-model option[value={model}]", state="attached")
         p.select("#ns-model", model)
     p.click("#new-session button[type=submit]")
+    # the new session's view, not the one open before (its textarea is there already)
+    p.wait_for(f"(window.agentBridge.app.current?.id ?? null) !== {json.dumps(before)}")
     p.wait(".session textarea")
     return str(p.eval("window.agentBridge.app.current.id"))
 
