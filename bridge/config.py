@@ -220,6 +220,15 @@ class RelayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: The workstation's name shown to clients; "" = its account's name (host_id, the
     #: `relay add` name), so two machines with one host name stay apart.
     name: str = ""
+    #: Keep what phones send while this daemon is away in a JetStream work queue on the relay
+    #: (sealed to its key), and take it when back; false turns it off.
+    queue: bool = True
+    #: The relay drops a queued message older than this (the phone still holds it).
+    queue_max_age_s: float = 7 * 86400.0
+    #: Bytes the workstation's queue may hold; a message beyond is refused to its phone.
+    queue_max_bytes: int = 64 * MiB
+    #: Messages one phone may have waiting in the queue; one more is refused to it.
+    queue_max_per_client: int = 100
 
     @property
     def enabled(self) -> bool:
@@ -403,6 +412,10 @@ def _validate(config: Config, file: Path) -> None:
     for name, value in msgspec.structs.asdict(config.limits).items():
         if value <= 0:
             raise bad(f"limits.{name}", "must be greater than 0")
+    relay = config.relay
+    for key in ("queue_max_age_s", "queue_max_bytes", "queue_max_per_client"):
+        if getattr(relay, key) <= 0:
+            raise bad(f"relay.{key}", "must be greater than 0")
     if not 0 <= config.projects.max_depth <= 8:
         raise bad("projects.max_depth", "must be between 0 and 8")
     if config.projects.git_cache_s < 0:

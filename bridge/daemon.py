@@ -228,12 +228,32 @@ class Daemon:
             await self.server.serve(vc, trusted=True)
 
         link = RelayLink(
-            settings, ClientRegistry(), serve, max_frame=self.config.limits.max_frame_bytes
+            settings,
+            ClientRegistry(),
+            serve,
+            max_frame=self.config.limits.max_frame_bytes,
+            deliver=self._take_queued,
         )
         self.relay = link
         link.start()
         # unauthenticated relay input dropped since the start (docs/operations.md)
         self.server.healthz_fields["relay_dropped"] = lambda: dict(link.dropped)
+        queue = link.queue
+        self.server.healthz_fields["relay_queue"] = lambda: queue.status if queue else "off"
+
+    async def _take_queued(self, message: Any) -> None:
+        """A message a phone left on the relay's work queue (bridge/relay/workqueue.py): sent
+        as its ``session.send`` would be; returns once it is stored."""
+        from bridge.hub import HubError
+        from bridge.relay.workqueue import FINAL_CODES, Undeliverable
+
+        send = message.send
+        try:
+            await self.hub.send(send.session, send.text, send.attachments, send.client_msg_id)
+        except HubError as exc:
+            if exc.code in FINAL_CODES:
+                raise Undeliverable(exc.code, str(exc)) from exc
+            raise
 
     async def run(self) -> None:
         check_bind(self.config)

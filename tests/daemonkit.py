@@ -5,6 +5,7 @@ client on a bad network."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import shutil
@@ -12,6 +13,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -188,3 +190,29 @@ def make_certificate(where: Path) -> tuple[Path, Path]:
     )
     key.chmod(0o600)
     return cert, key
+
+
+async def history(d: DaemonProcess, session: str) -> list[dict[str, Any]]:
+    """Every event of ``session`` so far, from a subscription of its own."""
+    c = await Client.open(d.url, d.token)
+    try:
+        sub = await c.request("session.subscribe", session=session)
+        frames: list[dict[str, Any]] = []
+        while not frames or frames[-1]["seq"] < sub["last_seq"]:
+            frame = await c.next_push(15)
+            if frame.get("t") == "event" and frame.get("session") == session:
+                frames.append(frame)
+    finally:
+        await c.close()
+    return frames
+
+
+async def user_texts(d: DaemonProcess, session: str, count: int) -> list[str]:
+    """The session's user messages once ``count`` turns have ended (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while True:
+        frames = await history(d, session)
+        ends = [f for f in frames if f["block"]["type"] == "session_end"]
+        if len(ends) >= count or time.monotonic() > deadline:
+            return [f["block"]["text"] for f in frames if f["block"]["type"] == "user"]
+        await asyncio.sleep(0.2)

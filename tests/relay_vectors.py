@@ -85,6 +85,14 @@ def make() -> dict[str, Any]:
         daemon.secret,
         client.public,
     )
+    # a message left on the relay's work queue (docs/protocol.md, "The relay's work queue")
+    send = {"session": "s_1", "text": "hi", "attachments": [], "client_msg_id": "m-1"}
+    queued_msg = box_case(
+        {"client_id": "c-0123abcd", "ts": 1767225600, "send": send},
+        fixed("n5", 24),
+        client.secret,
+        daemon.public,
+    )
     hello = b'{"type":"hello","id":"1","protocol":1,"client":{"name":"t","version":"1"}}'
     up = frames_case(
         key,
@@ -135,6 +143,7 @@ def make() -> dict[str, Any]:
         "pair_reply_box": pair_reply,
         "open_request_box": open_req,
         "open_reply_box": open_reply,
+        "queued_box": queued_msg,
         "connection_key": b64(key),
         "up_frames": up,
         "down_frames": down,

@@ -23,7 +23,7 @@ from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.config import RelayConfig
-from bridge.relay import account, natsserver, pieces, sealing
+from bridge.relay import account, natsserver, pieces, queued, sealing
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
 from bridge.relay.natsserver import RelayDir, RelayState
@@ -62,7 +62,9 @@ def hosted_login(rdir: RelayDir) -> None:
         if user["user"].endswith("-client"):
             p = "agent-bridge." + user["user"].removesuffix("-client")
             user["permissions"] = {
-                "publish": {"allow": [f"{p}.{s}" for s in ("status", "pair", "open", "vc.*.up")]},
+                "publish": {
+                    "allow": [f"{p}.{s}" for s in ("status", "pair", "open", "vc.*.up", "q.*")]
+                },
                 "subscribe": {"allow": [f"{p}._INBOX.>", f"{p}.vc.*.down"]},
             }
     rdir.conf_file.write_text(json.dumps(conf))
@@ -205,6 +207,19 @@ class RelayClient:
             self.client_id = inner["client_id"]
             self.login = inner["login"]
         return reply
+
+    def sealed(self, send: dict[str, Any], ts: float | None = None) -> bytes:
+        """A ``session.send`` sealed for the daemon's work queue on the relay."""
+        assert self.client_id is not None
+        return queued.seal(send, self.client_id, self.keys, self.daemon_pk, ts)
+
+    async def queue(self, send: dict[str, Any], ts: float | None = None) -> dict[str, Any]:
+        """Leave ``send`` on the relay's work queue: JetStream's answer ({"stream", "seq"}, or
+        {"error": ...} when the queue refuses it)."""
+        assert self.client_id is not None
+        subject = queued.subject(self.host_id, self.client_id)
+        msg = await self.nc.request(subject, self.sealed(send, ts), timeout=5)
+        return json.loads(msg.data)  # type: ignore[no-any-return]
 
     async def open_raw(
         self, conn: str, eph: KeyPair, ts: float | None = None, batch: bool = False

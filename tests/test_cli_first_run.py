@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import dropin_dir
+from tests.daemonkit import dropin_dir, history
 from tests.wsclient import Client, blocks
 
 #: The console script pip installed, exactly what a user runs.
@@ -120,20 +120,6 @@ async def session_state(d: DaemonProcess, session: str) -> dict[str, Any]:
     finally:
         await c.close()
     return next(s for s in listed if s["session"] == session)
-
-
-async def history(d: DaemonProcess, session: str) -> list[dict[str, Any]]:
-    c = await Client.open(d.url, d.token)
-    try:
-        sub = await c.request("session.subscribe", session=session)
-        frames: list[dict[str, Any]] = []
-        while not frames or frames[-1]["seq"] < sub["last_seq"]:
-            frame = await c.next_push(15)
-            if frame.get("t") == "event" and frame.get("session") == session:
-                frames.append(frame)
-    finally:
-        await c.close()
-    return frames
 
 
 # ---- new, permission ---------------------------------------------------------------------------

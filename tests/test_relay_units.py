@@ -146,10 +146,15 @@ def test_generated_config_confines_each_workstation(tmp_path: Path) -> None:
         rdir.add(state, "my laptop")
     conf = json.loads(rdir.conf_file.read_text())
     users = {u["user"]: u["permissions"] for u in conf["authorization"]["users"]}
-    assert users["my-laptop-daemon"] == {
-        "publish": {"allow": ["agent-bridge.my-laptop.>", "agent-bridge-relay.my-laptop.clients"]},
-        "subscribe": {"allow": ["agent-bridge.my-laptop.>"]},
-    }
+    daemon = users["my-laptop-daemon"]
+    assert daemon["subscribe"] == {"allow": ["agent-bridge.my-laptop.>"]}
+    own = ["agent-bridge.my-laptop.>", "agent-bridge-relay.my-laptop.clients"]
+    assert daemon["publish"]["allow"][:2] == own
+    # and the JetStream requests of its own work queue's stream and consumer, no other's
+    stream = "agent-bridge-my-laptop"
+    for allowed in daemon["publish"]["allow"][2:]:
+        assert allowed.startswith(("$JS.API.", "$JS.ACK.")), allowed
+        assert f".{stream}." in allowed or allowed.endswith(f".{stream}"), allowed
     # the pairing login (in every link) may pair and ask for a login, nothing more
     assert users["my-laptop-client"] == {
         "publish": {"allow": [f"agent-bridge.my-laptop.{s}" for s in ("status", "pair", "login")]},
@@ -162,7 +167,9 @@ def test_generated_config_confines_each_workstation(tmp_path: Path) -> None:
     users = {u["user"]: u["permissions"] for u in conf["authorization"]["users"]}
     p = "agent-bridge.my-laptop"
     assert users["my-laptop-c-0123abcd"] == {
-        "publish": {"allow": [f"{p}.status", f"{p}.open", f"{p}.vc.c-0123abcd.*.up"]},
+        "publish": {
+            "allow": [f"{p}.status", f"{p}.open", f"{p}.vc.c-0123abcd.*.up", f"{p}.q.c-0123abcd"]
+        },
         "subscribe": {"allow": [f"{p}._INBOX.c-0123abcd.>", f"{p}.vc.c-0123abcd.*.down"]},
     }
     assert conf["websocket"]["no_tls"] is True

@@ -5,10 +5,11 @@ once each, in order, when it is back; a cancelled one never does."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
+from tests.daemonkit import run_bridge, user_texts
 from tests.relaykit import Relay, linked_daemon
 from tests.web.browser import BROWSER_TESTS, Browser
 from tests.web.pages import (
@@ -159,3 +160,59 @@ def test_a_waiting_message_the_daemon_refuses_for_good_leaves_the_outbox_shown_n
     finally:
         p.close()
         d.stop()
+
+
+def test_left_on_the_relays_queue_it_reaches_the_agent_with_the_page_closed(
+    relay: Relay, browser: Browser, tmp_path: Path, project: Path
+) -> None:
+    """The workstation behind the relay is down while the relay is up: what the page sends goes
+    onto the relay's work queue, sealed; the page is closed; the workstation starts with no page
+    open and its agent gets each message once, in order; the page opened again sends nothing
+    twice."""
+    direct = DaemonProcess(tmp_path / "direct").start()
+    more = f'name = "studio"\nweb_url = "{base(direct)}"\n[server]\nserve_web = false\n'
+    remote_fixture = linked_daemon(tmp_path / "remote", relay.rdir.account_file("ws-b"), more)
+    remote = next(remote_fixture)
+    p = browser.page(*PHONE, mobile=True)
+    group = '#sessions li.ws-group[data-ws="relay:ws-b"]'
+    log: list[str] = []
+    try:
+        login(p, direct)
+        out = run_bridge("pair", "--relay", "--no-qr", env=remote.env, check=True).stdout
+        add_workstation_link(p, next(x for x in out.splitlines() if "#relay=" in x).strip())
+        p.wait(f'{group}[data-state="online"]', timeout_ms=30_000)
+        p.eval("window.agentBridge.app.showNewSession()")
+        p.select("#ns-ws", "relay:ws-b")
+        session = new_session(p, project)
+        send(p, "echo one")
+        wait_turns(p, 1)
+        remote.stop()
+        p.wait(".session .reach-note[data-state=offline]", timeout_ms=30_000)
+        send(p, "echo two")
+        send(p, "echo three")
+        p.wait_for("document.querySelectorAll('.blk-user.is-relayed').length === 2", 30_000)
+        assert (
+            p.texts(".blk-user.is-relayed .pending-note") == ["waiting on the relay for studio"] * 2
+        )
+        assert p.eval(KEPT) == 2  # still kept here until the workstation answers
+        shot(p, "outbox-phone-relayed")
+        log.append("workstation studio stopped, relay up: the page sent 2, both left on the relay")
+        p.reopen()  # the page closed
+        log.append("page closed")
+        remote.start()
+        got = asyncio.run(user_texts(remote, session, 3))
+        log.append(f"workstation started with no page open: the agent got {got}")
+        assert got == ["echo one", "echo two", "echo three"]
+        p.goto(base(direct) + f"#session={session}&ws=relay:ws-b")
+        p.wait(f'{group}[data-state="online"]', state="attached", timeout_ms=60_000)
+        p.wait_for(f"({KEPT}).then((n) => n === 0)", 30_000)
+        wait_turns(p, 3, timeout_ms=60_000)
+        assert p.texts(".blk-user .user-text") == ["echo one", "echo two", "echo three"]
+        assert_history_exact(p, remote, session)
+        log.append("page opened again: nothing waiting, each message once in the transcript")
+    finally:
+        p.close()
+        remote_fixture.close()
+        direct.stop()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "outbox-relay-queue-transcript.txt").write_text("\n".join(log) + "\n")

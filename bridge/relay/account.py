@@ -30,6 +30,16 @@ class Login:
 
 
 @dataclass(frozen=True)
+class QueueBounds:
+    """The relay's work queue for this workstation ([relay] queue_*, bridge/relay/workqueue.py)."""
+
+    enabled: bool = True
+    max_age_s: float = 7 * 86400.0
+    max_bytes: int = 64 * 1024 * 1024
+    max_per_client: int = 100
+
+
+@dataclass(frozen=True)
 class RelaySettings:
     url: str
     host_id: str
@@ -49,6 +59,7 @@ class RelaySettings:
     name: str
     #: the name the relay's certificate must carry, when not the url's host
     tls_server_name: str = ""
+    queue: QueueBounds = QueueBounds()
 
     @property
     def prefix(self) -> str:
@@ -173,6 +184,9 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         web_url=conf.web_url or str(account.get("web_url") or ""),
         name=conf.name or host_id,
         tls_server_name=conf.tls_server_name,
+        queue=QueueBounds(
+            conf.queue, conf.queue_max_age_s, conf.queue_max_bytes, conf.queue_max_per_client
+        ),
     )
 
 

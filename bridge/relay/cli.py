@@ -73,7 +73,8 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
         state = rdir.load() or RelayState()
         # asked first: not after a certificate is issued, and not while holding the lock
         first = None if state.workstations else _first_name(args)
-        for key in ("host", "port", "ws_port", "web_port", "tls_cert", "tls_key", "public_host"):
+        keys = ("host", "port", "ws_port", "web_port", "tls_cert", "tls_key", "public_host")
+        for key in (*keys, "queue_max_bytes"):
             value = getattr(args, key, None)
             if value is not None:
                 setattr(state, key, value)
@@ -335,6 +336,13 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
         dest="web_port",
         type=int,
         help="port serving the web client (default 4281; 0: off)",
+    )
+    p.add_argument(
+        "--queue-max-bytes",
+        dest="queue_max_bytes",
+        type=int,
+        help="bytes the workstations' work queues may keep on disk together (default 1 GiB; "
+        "0: no queue)",
     )
     p.add_argument("--tls-cert", dest="tls_cert", help="PEM certificate for every listener")
     p.add_argument("--tls-key", dest="tls_key", help="PEM key of --tls-cert")

@@ -37,6 +37,7 @@ from bridge.relay.account import RelaySettings, shown_url
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.identity import ClientLogins
 from bridge.relay.vconn import CLOSE_REVOKED, VirtualConnection
+from bridge.relay.workqueue import Deliver, WorkQueue
 from bridge.util.logthrottle import Throttle
 
 log = get_logger("bridge.relay")
@@ -66,6 +67,7 @@ class RelayLink:
         serve: Serve,
         *,
         max_frame: int,
+        deliver: Deliver | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -87,8 +89,14 @@ class RelayLink:
         #: unauthenticated input dropped since the start, by kind: "frames" (a message on a
         #: virtual connection that is forged, replayed or short) and "requests" (a request
         #: whose reply subject is outside the workstation's inbox); /healthz shows it
-        self.dropped = {"frames": 0, "requests": 0}
+        self.dropped = {"frames": 0, "requests": 0, "queued": 0}
         self._throttle = Throttle()
+        #: what phones sealed for the daemon while it was away (None: nothing takes it)
+        self.queue = (
+            WorkQueue(settings, registry, self.keys, deliver, self._queued_dropped)
+            if deliver is not None
+            else None
+        )
 
     # ---- life ---------------------------------------------------------------------------------
 
@@ -122,7 +130,7 @@ class RelayLink:
                     failures = 0
                     closed = asyncio.Event()
                     self._closed_event = closed
-                    await closed.wait()
+                    await self._serve_queue(self._nc, closed)
                 except Exception as exc:
                     log.warning("relay_link_failed", error=repr(exc))
                 self._set_status("disconnected")
@@ -131,6 +139,19 @@ class RelayLink:
                         await asyncio.wait_for(self._nc.close(), 2.0)
                 failures += 1
                 await asyncio.sleep(min(30.0, RECONNECT_WAIT_S * 2 ** min(failures, 4)))
+
+    async def _serve_queue(self, nc: Nats, closed: asyncio.Event) -> None:
+        """Until the connection closes, with the work queue's consumer on it (it outlives the
+        reconnections nats-py makes by itself)."""
+        if self.queue is None:
+            await closed.wait()
+            return
+        consumer = self._tasks.spawn(self.queue.run(nc), name="relay queue")
+        try:
+            await closed.wait()
+        finally:
+            consumer.cancel()
+            await asyncio.wait([consumer])
 
     async def _connect(self) -> Nats:
         s = self.settings
@@ -370,6 +391,12 @@ class RelayLink:
             conn=vc.conn,
             client=vc.client_id,
             total=self.dropped["frames"],
+        )
+
+    def _queued_dropped(self, why: str, client_id: str) -> None:
+        self.dropped["queued"] += 1
+        self._log_throttled(
+            "relay_queued_dropped", why, why=why, client=client_id, total=self.dropped["queued"]
         )
 
     async def _publish(self, subject: str, payloads: list[bytes]) -> None:

@@ -35,12 +35,17 @@ from typing import Any
 from bridge import paths
 from bridge.relay import privfile
 from bridge.relay.frontdoor import NATS_PATH
+from bridge.relay.queued import QUEUE_CONSUMER, queue_stream
 from bridge.server.netaddr import is_loopback
 
 DEFAULT_PORT = 4222
 DEFAULT_WS_PORT = 4280
 #: the web client's port (bridge/relay/webserve.py); 0 turns it off
 DEFAULT_WEB_PORT = 4281
+#: what the work queues of all workstations may keep on disk (JetStream's max_file_store)
+DEFAULT_QUEUE_BYTES = 1024 * 1024 * 1024
+#: JetStream's memory store, which the queues do not use (file storage), kept small
+QUEUE_MEMORY_BYTES = 16 * 1024 * 1024
 STOP_GRACE_S = 5.0
 #: prctl option: the signal a child gets when its parent dies (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
@@ -127,6 +132,10 @@ class RelayState:
     admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     #: PROBE_USER's password in the configuration last written
     probe_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    #: bytes every workstation's work queue together may keep (0: no JetStream, no queue)
+    queue_max_bytes: int = DEFAULT_QUEUE_BYTES
+    #: where JetStream keeps them ("" = the relay directory's ``jetstream``)
+    queue_dir: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +157,8 @@ class RelayState:
             },
             "monitor": list(self.monitor) if self.monitor else None,
             "admin_password": self.admin_password,
+            "queue_max_bytes": self.queue_max_bytes,
+            "queue_dir": self.queue_dir,
         }
 
     @classmethod
@@ -173,6 +184,8 @@ class RelayState:
             },
             monitor=(str(monitor[0]), str(monitor[1])) if monitor else None,
             admin_password=str(raw.get("admin_password") or secrets.token_urlsafe(24)),
+            queue_max_bytes=int(raw.get("queue_max_bytes", DEFAULT_QUEUE_BYTES)),
+            queue_dir=str(raw.get("queue_dir", "")),
         )
 
 
@@ -181,7 +194,9 @@ def _permissions(host_id: str, role: str) -> dict[str, Any]:
     p = f"agent-bridge.{host_id}"
     if role == "daemon":
         return {
-            "publish": {"allow": [f"{p}.>", f"{ADMIN_PREFIX}.{host_id}.clients"]},
+            "publish": {
+                "allow": [f"{p}.>", f"{ADMIN_PREFIX}.{host_id}.clients", *_queue_api(host_id)]
+            },
             "subscribe": {"allow": [f"{p}.>"]},
         }
     if role == "pairing":
@@ -193,9 +208,25 @@ def _permissions(host_id: str, role: str) -> dict[str, Any]:
     # a client's own user may ask and send up, and hear only its replies and what comes down,
     # on subjects that name it
     return {
-        "publish": {"allow": [f"{p}.status", f"{p}.open", f"{p}.vc.{role}.*.up"]},
+        "publish": {"allow": [f"{p}.status", f"{p}.open", f"{p}.vc.{role}.*.up", f"{p}.q.{role}"]},
         "subscribe": {"allow": [f"{p}._INBOX.{role}.>", f"{p}.vc.{role}.*.down"]},
     }
+
+
+def _queue_api(host_id: str) -> list[str]:
+    """The JetStream requests a daemon makes for its own work queue's stream and consumer
+    (bridge/relay/workqueue.py), and no other stream's."""
+    stream = queue_stream(host_id)
+    consumer = f"{stream}.{QUEUE_CONSUMER}"
+    return [
+        *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")),
+        f"$JS.API.CONSUMER.INFO.{consumer}",
+        f"$JS.API.CONSUMER.DELETE.{consumer}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{consumer}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{consumer}",
+        f"$JS.ACK.{consumer}.>",
+    ]
 
 
 #: bcrypt's cost for the passwords in nats.conf. Every one is 24 random bytes (192 bits), so
@@ -270,6 +301,12 @@ def render(state: RelayState) -> dict[str, Any]:
         "authorization": {"users": users},
         "websocket": websocket,
     }
+    if state.queue_max_bytes > 0 and state.queue_dir:
+        conf["jetstream"] = {
+            "store_dir": state.queue_dir,
+            "max_file_store": state.queue_max_bytes,
+            "max_memory_store": QUEUE_MEMORY_BYTES,
+        }
     if state.tls_cert:
         tls = {"cert_file": state.tls_cert, "key_file": state.tls_key}
         conf["tls"] = dict(tls)
@@ -353,6 +390,7 @@ class RelayDir:
         """The state, the nats-server configuration and every account file."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         state.probe_password = secrets.token_urlsafe(24)
+        state.queue_dir = state.queue_dir or str(self.dir / "jetstream")
         privfile.write_json(self.state_file, state.to_json())
         privfile.write_json(self.conf_file, render(state))
         for w in state.workstations.values():

@@ -27,6 +27,14 @@ test('pair reply opens to the client id', () => {
   assert.equal(rc.pairReply(reply, v.daemon.pk, client), innerOf(v.pair_reply_box).client_id);
 });
 
+test('a message for the work queue: the same box for the same plaintext and nonce', () => {
+  const inner = innerOf(v.queued_box);
+  const msg = rc.queuedMessage(v.daemon.pk, client, inner.client_id, inner.send, {
+    nowS: inner.ts, nonce: b64decode(v.queued_box.n),
+  });
+  assert.deepEqual(msg, { v: 1, pk: v.client.pk, n: v.queued_box.n, box: v.queued_box.box });
+});
+
 test('open request and reply: same box, same connection key', () => {
   const inner = innerOf(v.open_request_box);
   const eph = nacl.box.keyPair.fromSecretKey(b64decode(v.client_eph.sk));

@@ -372,6 +372,7 @@ class SessionView {
     this.pendings.set(id, pending);
     if (!this.ws.client.isOpen) {
       pending.waiting(this.ws.name, () => this.cancelWaiting(id));
+      this.app.relayOutbox(this.ws);
       return;
     }
     // after what still waits for this workstation, in order
@@ -388,6 +389,7 @@ class SessionView {
         pending.failed(message);
         if (!this.textarea.value) this.textarea.value = text;
       },
+      onRelayed: () => pending.relayed(this.ws.name),
     };
   }
 
@@ -397,12 +399,14 @@ class SessionView {
       if (this.pendings.has(e.id)) continue;
       const pending = this.transcript.addPending(e.id, e.text, e.attachments || []);
       this.pendings.set(e.id, pending);
-      if (!this.ws.client.isOpen) pending.waiting(this.ws.name, () => this.cancelWaiting(e.id));
+      if (e.relayed) pending.relayed(this.ws.name);
+      else if (!this.ws.client.isOpen) pending.waiting(this.ws.name, () => this.cancelWaiting(e.id));
     }
   }
 
   async cancelWaiting(id) {
     if (this.app.outbox.sending.has(id)) return; // on its way already
+    if (this.app.outbox.entries.get(id)?.relayed) return; // on the relay: it cannot be taken back
     await this.app.outbox.drop(id);
     this.pendings.get(id)?.remove();
     this.pendings.delete(id);
@@ -590,6 +594,7 @@ class App {
     else this.stations.set(ws.id, ws);
     ws.client.addEventListener('status', (ev) => {
       for (const view of this.views.values()) if (view.ws === ws) view.renderHeader();
+      this.relayOutbox(ws);
       if (ws === this.active) this.setConn(ev.detail);
       else if (ev.detail.state === 'unauthorized' && ws.kind === 'relay') {
         toast(`${ws.name}: ${ev.detail.reason || 'this browser is no longer paired'}`);
@@ -659,11 +664,22 @@ class App {
 
   /** What waited for `ws` goes now, in order (js/outbox.js); an open view shows each go. */
   flushOutbox(ws) {
-    return this.outbox.flush(ws, (e) => {
+    return this.outbox.flush(ws, this.outboxHooks(ws));
+  }
+
+  /** What an open view shows as each of `ws`'s waiting messages goes (or goes on the relay). */
+  outboxHooks(ws) {
+    return (e) => {
       const view = this.views.get(`${ws.id}\n${e.session}`);
       const pending = view?.pendings.get(e.id);
       return pending ? view.sentHooks(pending, e.text) : {};
-    });
+    };
+  }
+
+  /** `ws` is away behind a relay that is up: what waits for it goes onto the relay's queue. */
+  relayOutbox(ws) {
+    if (ws.kind !== 'relay' || ws.state !== 'offline') return;
+    this.outbox.relay(ws, this.outboxHooks(ws));
   }
 
   async onStationOpen(ws) {

@@ -4,6 +4,11 @@
 // when the workstation is back; in flight when the page closed, it is sent again. Each keeps
 // its client_msg_id, so the daemon takes it exactly once. It leaves the outbox once the daemon
 // answered, or when the person cancels it while it waits.
+//
+// A relay workstation that is away (the relay up, its daemon silent) gets each waiting message
+// on the relay's work queue too, sealed to its key (`relay`): the daemon takes it when it is
+// back even if this page is closed by then. The entry stays here, marked `relayed`, until the
+// daemon answers it directly; sent again then, it is known by its client_msg_id.
 
 import { idb } from './kv.js';
 
@@ -16,7 +21,7 @@ export class Outbox extends EventTarget {
     super();
     this.entries = new Map(); // client_msg_id -> {id, ws, session, text, attachments, created}
     this.sending = new Set();
-    this.flushing = new Map(); // workstation id -> the flush under way
+    this.flushing = new Map(); // workstation id -> the flush (or hand-over) under way
     /** Resolves once what an earlier page left is read back (flush waits for it). */
     this.ready = null;
   }
@@ -81,11 +86,45 @@ export class Outbox extends EventTarget {
 
   /** The workstation is reachable: its waiting messages go, in order. */
   flush(ws, hooks = () => ({})) {
-    // one flush of a workstation at a time, so its messages go in the order they were sent
+    return this.#inTurn(ws, () => this.#flush(ws, hooks));
+  }
+
+  /** A relay workstation is away while its relay is up: what waits for it and is not on the
+   *  relay's work queue yet goes there, in order; `hooks(entry).onRelayed()` for each. */
+  relay(ws, hooks = () => ({})) {
+    return this.#inTurn(ws, () => this.#relay(ws, hooks));
+  }
+
+  // one flush or hand-over of a workstation at a time, so its messages keep their order
+  #inTurn(ws, work) {
     const before = this.flushing.get(ws.id) || Promise.resolve();
-    const next = before.then(() => this.#flush(ws, hooks));
+    const next = before.then(work);
     this.flushing.set(ws.id, next);
     return next;
+  }
+
+  async #relay(ws, hooks) {
+    await this.ready;
+    if (!ws.station || ws.station.noQueue) return;
+    for (const entry of this.of(ws.id)) {
+      if (entry.relayed || ws.client.isOpen || !this.entries.has(entry.id)) continue;
+      this.sending.add(entry.id); // no Cancel while it goes: the relay would keep it anyway
+      try {
+        await ws.station.enqueue({
+          session: entry.session, text: entry.text, attachments: entry.attachments || [], client_msg_id: entry.id,
+        });
+      } catch (err) {
+        // not kept there (no queue, full, too large, the relay gone): it waits here, as before;
+        // the rest would be out of order on the queue without it
+        if (err.code === 'no_queue') ws.station.noQueue = true;
+        console.warn(`agent-bridge: not left on the relay: ${err.message || err}`);
+        return;
+      } finally {
+        this.sending.delete(entry.id);
+      }
+      await this.put({ ...entry, relayed: Date.now() });
+      hooks(entry).onRelayed?.();
+    }
   }
 
   async #flush(ws, hooks) {

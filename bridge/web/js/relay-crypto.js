@@ -136,6 +136,17 @@ export class RelayCrypto {
     return { v: 1, pk: keys.pk, n: b64encode(n), box: b64encode(box) };
   }
 
+  /**
+   * A message for the relay's work queue (docs/protocol.md, "The relay's work queue"): `send`
+   * ({session, text, attachments, client_msg_id}) sealed to the daemon's long-term key.
+   */
+  queuedMessage(daemonPk, keys, clientId, send, { nowS = Math.floor(Date.now() / 1000), nonce } = {}) {
+    const n = nonce || this.nacl.randomBytes(24);
+    const inner = jsonBytes({ client_id: clientId, ts: nowS, send });
+    const box = this.nacl.box(inner, n, b64decode(daemonPk), b64decode(keys.sk));
+    return { v: 1, pk: keys.pk, n: b64encode(n), box: b64encode(box) };
+  }
+
   /** {clientId, login} from the daemon's login reply; throws RelayError (its code) otherwise. */
   loginReply(reply, daemonPk, keys) {
     if (!reply || reply.ok !== true) throw new RelayError(reply?.error || 'bad_reply', `no login: ${reply?.error || 'bad reply'}`);

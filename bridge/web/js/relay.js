@@ -193,6 +193,32 @@ export class RelayStation extends EventTarget {
     }
   }
 
+  /**
+   * Leave `send` ({session, text, attachments, client_msg_id}) on the relay's work queue for a
+   * daemon that is away. Resolves once JetStream has stored it; throws RelayError: 'no_queue'
+   * (this relay keeps none), 'queue_full' (its bounds: the message stays in the outbox), or
+   * 'too_large' (over what the relay takes in one message).
+   */
+  async enqueue(send) {
+    const nc = await this.connection();
+    const { record } = this;
+    const data = json(crypto.queuedMessage(record.pk, record.keys, record.client_id, send));
+    if (nc.info?.max_payload && data.length > nc.info.max_payload) {
+      throw new RelayError('too_large', 'too large to wait on the relay');
+    }
+    let reply;
+    try {
+      const msg = await nc.request(`${this.prefix}.q.${record.client_id}`, data, { timeout: REQUEST_TIMEOUT_MS });
+      reply = JSON.parse(decoder.decode(msg.data));
+    } catch (err) {
+      if (isNoResponders(err)) throw new RelayError('no_queue', 'this relay keeps no queue');
+      throw err;
+    }
+    if (reply?.error) throw new RelayError('queue_full', reply.error.description || 'the relay refused it');
+    if (typeof reply?.seq !== 'number') throw new RelayError('bad_reply', 'the relay did not say it kept it');
+    return reply.seq;
+  }
+
   async connection() {
     if (this.#nc) return this.#nc;
     if (!this.#connecting) {

@@ -446,6 +446,11 @@ export class Transcript {
         clear(note).append(`waiting for ${name} · `,
           h('button', { type: 'button', class: 'link-btn small outbox-cancel', onclick: cancel }, 'Cancel'));
       },
+      /** On the relay's work queue (js/outbox.js): `name` takes it when it is back. */
+      relayed: (name) => {
+        el.classList.add('is-waiting', 'is-relayed');
+        note.textContent = `waiting on the relay for ${name}`;
+      },
       remove: () => {
         el.remove();
         this.pending.delete(id);

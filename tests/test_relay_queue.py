@@ -1,0 +1,263 @@
+"""The relay's work queue (docs/protocol.md, "The relay's work queue"), with a real daemon and
+a real nats-server with JetStream: what a phone sends while the workstation is away waits on
+the relay, sealed to the daemon's key, and reaches the agent once, in order, when the daemon is
+back; the relay reads none of it and can forge none; a revoked phone's, a stale one and a
+replayed one do nothing; the queue's bounds refuse a message to the phone that sends it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.aio.msg import Msg
+
+from bridge.relay import queued
+from bridge.relay.sealing import KeyPair
+from tests.daemon import DaemonProcess
+from tests.daemonkit import history, run_bridge, user_texts
+from tests.relaykit import Relay, RelayClient, decode_link, linked_daemon, wait_relay
+from tests.wsclient import Client
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+SECRET = "kumquat-lighthouse-2231"
+STREAM = queued.queue_stream("ws-a")
+
+
+@pytest.fixture
+def daemon(relay: Relay, tmp_path: Path) -> Iterator[DaemonProcess]:
+    yield from linked_daemon(tmp_path / "home", relay.rdir.account_file("ws-a"))
+
+
+async def paired(relay: Relay, d: DaemonProcess) -> RelayClient:
+    out = run_bridge("pair", "--relay", "--json", env=d.env, check=True)
+    info = decode_link(json.loads(out.stdout)["link"])
+    from bridge.relay.sealing import unb64
+
+    client = RelayClient(await relay.connect("ws-a"), "ws-a", unb64(info["pk"]))
+    reply = await client.pair(info["secret"], name="queue phone")
+    assert reply["ok"], reply
+    return client
+
+
+async def demo_session(d: DaemonProcess, cwd: Path) -> str:
+    c = await Client.open(d.url, d.token)
+    try:
+        created = await c.request("session.create", agent="demo", cwd=str(cwd))
+    finally:
+        await c.close()
+    return str(created["session"]["session"])
+
+
+def send(session: str, text: str, msg_id: str) -> dict[str, Any]:
+    return {"session": session, "text": text, "client_msg_id": msg_id}
+
+
+async def stream_messages(relay: Relay) -> int:
+    monitor = await relay.monitor()
+    try:
+        info = await monitor.jetstream().stream_info(STREAM)
+        return int(info.state.messages)
+    finally:
+        await monitor.close()
+
+
+async def wait_drained(relay: Relay, d: DaemonProcess) -> None:
+    for _ in range(150):
+        if d.healthz().get("relay_queue") == "on" and await stream_messages(relay) == 0:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"the queue never drained: {d.healthz()}\n{d.log_text()[-3000:]}")
+
+
+async def test_sent_while_the_daemon_is_down_reaches_the_agent_once_in_order_sealed(
+    relay: Relay, daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    log: list[str] = []
+    session = await demo_session(daemon, tmp_path)
+    client = await paired(relay, daemon)
+    await wait_drained(relay, daemon)  # the daemon made its stream and consumer
+    daemon.stop()
+    log.append(f"workstation ws-a paired one phone ({client.client_id}); its daemon stopped")
+
+    captured: list[Msg] = []
+    monitor = await relay.monitor()
+
+    async def keep(msg: Msg) -> None:
+        captured.append(msg)
+
+    await monitor.subscribe(">", cb=keep)
+    await monitor.flush()
+
+    texts = [f"echo {SECRET} {n}" for n in ("one", "two", "three")]
+    for n, text in enumerate(texts):
+        ack = await client.queue(send(session, text, f"m-{n}"))
+        assert ack.get("stream") == STREAM and "error" not in ack, ack
+    await client.nc.close()  # the phone closes
+    log.append(f"the phone queued {len(texts)} messages on the relay and closed")
+    await monitor.flush()
+    # the relay replays what it holds: the same sealed message twice more
+    first = next(m for m in captured if m.subject == queued.subject("ws-a", str(client.client_id)))
+    for _ in range(2):
+        await monitor.request(first.subject, first.data, timeout=5)
+    assert await stream_messages(relay) == 5
+    log.append("the relay published the first sealed message again, twice (a replay)")
+
+    daemon.start()
+    wait_relay(daemon, "connected")
+    await wait_drained(relay, daemon)
+    got = await user_texts(daemon, session, 3)
+    log.append("daemon started: it took the queue, stored each message, then acknowledged it")
+    log.append(f"the agent got: {got}")
+    assert got == texts
+    frames = await history(daemon, session)
+    assert sum(f["block"]["type"] == "session_end" for f in frames) == 3
+    said = "".join(f["block"]["text"] for f in frames if f["block"]["type"] == "text")
+    assert said.count(f"You said: {SECRET} three") == 1
+
+    await monitor.flush()
+    blob = b"\n".join(m.data + m.subject.encode() for m in captured)
+    subjects = sorted({m.subject.split(".")[0] + "." + m.subject.split(".")[1] for m in captured})
+    found = [w for w in (SECRET, session, "m-0", "echo") if w.encode() in blob]
+    log.append(
+        f"a monitor on '>' saw {len(captured)} messages ({len(blob)} bytes) on {subjects}; "
+        f"the text, the session id or a message id in them: {found or 'none'}"
+    )
+    assert len(captured) >= 5
+    assert SECRET.encode() not in blob and b"echo" not in blob
+    assert session.encode() not in blob
+    assert b'"m-0"' not in blob and b"client_msg_id" not in blob
+    await monitor.close()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "relay-queue-transcript.txt").write_text("\n".join(log) + "\n")
+
+
+async def test_forged_revoked_stale_and_foreign_messages_change_nothing(
+    relay: Relay, daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    session = await demo_session(daemon, tmp_path)
+    client = await paired(relay, daemon)
+    other = await paired(relay, daemon)
+    assert client.client_id and other.client_id
+    await wait_drained(relay, daemon)
+    # sealed with a key that is not the paired phone's, though it claims its public key
+    impostor = RelayClient(client.nc, "ws-a", client.daemon_pk, KeyPair.generate())
+    impostor.client_id = client.client_id
+    forged = json.loads(impostor.sealed(send(session, "echo forged", "f-1")))
+    forged["pk"] = json.loads(client.sealed(send(session, "x", "x")))["pk"]
+    subject = queued.subject("ws-a", client.client_id)
+    await client.nc.request(subject, json.dumps(forged).encode(), timeout=5)
+    # a message sealed long ago (older than the queue keeps any)
+    assert "error" not in await client.queue(send(session, "echo stale", "s-1"), ts=1)
+    # one phone's message moved onto another's subject by the relay
+    moved = client.sealed(send(session, "echo moved", "mv-1"))
+    await other.nc.request(queued.subject("ws-a", other.client_id), moved, timeout=5)
+    # junk
+    await client.nc.request(subject, b"\x00not json", timeout=5)
+    for _ in range(100):
+        if daemon.healthz()["relay_dropped"]["queued"] >= 4:
+            break
+        await asyncio.sleep(0.1)
+    assert daemon.healthz()["relay_dropped"]["queued"] == 4
+    # revoked while its message waited: the daemon is down, then takes nothing of it
+    daemon.stop()
+    assert "error" not in await other.queue(send(session, "echo after revoke", "r-1"))
+    run_bridge("clients", "revoke", other.client_id, env=daemon.env, check=True)
+    daemon.start()
+    wait_relay(daemon, "connected")
+    await wait_drained(relay, daemon)
+    assert await user_texts(daemon, session, 0) == []
+    log = daemon.log_text()
+    assert "relay_queued_dropped" in log
+    for why in ("bad_box", "stale", "wrong_subject", "bad_request"):
+        assert why in log, why
+    # the phone that is still paired is heard
+    assert "error" not in await client.queue(send(session, "echo still here", "ok-1"))
+    assert await user_texts(daemon, session, 1) == ["echo still here"]
+    assert daemon.healthz()["relay_dropped"]["queued"] == 1  # the revoked one, since the start
+    await client.nc.close()
+    await other.nc.close()
+
+
+async def test_a_refused_message_leaves_the_queue_and_the_next_one_goes(
+    relay: Relay, daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    session = await demo_session(daemon, tmp_path)
+    client = await paired(relay, daemon)
+    await wait_drained(relay, daemon)
+    daemon.stop()
+    assert "error" not in await client.queue(send("s_nosuchsession", "echo lost", "n-1"))
+    assert "error" not in await client.queue(send(session, "echo after it", "n-2"))
+    daemon.start()
+    wait_relay(daemon, "connected")
+    await wait_drained(relay, daemon)
+    assert await user_texts(daemon, session, 1) == ["echo after it"]
+    assert "relay_queued_refused" in daemon.log_text()
+    await client.nc.close()
+
+
+async def test_the_bounds_refuse_a_message_to_the_phone_that_sends_it(
+    relay: Relay, tmp_path: Path
+) -> None:
+    more = "queue_max_per_client = 2\n"
+    fixture = linked_daemon(tmp_path / "home", relay.rdir.account_file("ws-a"), more)
+    d = next(fixture)
+    try:
+        session = await demo_session(d, tmp_path)
+        client = await paired(relay, d)
+        await wait_drained(relay, d)
+        d.stop()
+        acks = [await client.queue(send(session, f"echo {n}", f"b-{n}")) for n in range(3)]
+        assert ["error" in a for a in acks] == [False, False, True]
+        assert "maximum messages per subject" in acks[2]["error"]["description"]
+        d.start()
+        wait_relay(d, "connected")
+        await wait_drained(relay, d)
+        assert await user_texts(d, session, 2) == ["echo 0", "echo 1"]
+        await client.nc.close()
+    finally:
+        fixture.close()
+
+
+async def test_a_relay_without_jetstream_says_so_and_everything_else_works(
+    tmp_path: Path,
+) -> None:
+    r = Relay(tmp_path / "relay")
+    r.state.queue_max_bytes = 0  # an older relay: no JetStream
+    r.rdir.save(r.state)
+    from tests.relaykit import hosted_login
+
+    hosted_login(r.rdir)
+    r.start()
+    fixture = linked_daemon(tmp_path / "home", r.rdir.account_file("ws-a"))
+    d = next(fixture)
+    try:
+        for _ in range(100):
+            if d.healthz().get("relay_queue") == "unavailable":
+                break
+            await asyncio.sleep(0.1)
+        assert d.healthz()["relay_queue"] == "unavailable"
+        assert "relay_queue_unavailable" in d.log_text()
+        client = await paired(r, d)
+        vc = await client.open()
+        await vc.hello()
+        await client.nc.close()
+    finally:
+        fixture.close()
+        r.stop()
+
+
+def test_the_relay_serves_jetstream_with_bounds_in_its_directory(tmp_path: Path) -> None:
+    r = Relay(tmp_path / "relay")
+    conf = json.loads(r.rdir.conf_file.read_text())
+    assert conf["jetstream"]["store_dir"] == str(tmp_path / "relay" / "jetstream")
+    assert conf["jetstream"]["max_file_store"] == 1024**3
+    users = {u["user"]: u for u in conf["authorization"]["users"]}
+    daemon_allows = users["ws-a-daemon"]["permissions"]["publish"]["allow"]
+    assert f"$JS.API.STREAM.CREATE.{STREAM}" in daemon_allows
+    assert not any("ws-b" in a for a in daemon_allows if a.startswith("$JS"))
