@@ -79,7 +79,9 @@ def phone_bearer_jwt(account: Key, host_id: str) -> str:
     exactly the subjects docs/remote-access.md lists for a hosted NATS's phone user."""
     p = f"agent-bridge.{host_id}"
     rights = {
-        "pub": {"allow": [f"{p}.status", f"{p}.pair", f"{p}.open", f"{p}.login", f"{p}.vc.*.up"]},
+        "pub": {
+            "allow": [f"{p}.{s}" for s in ("status", "pair", "open", "login", "vc.*.up", "q.*")]
+        },
         "sub": {"allow": [f"{p}._INBOX.>", f"{p}.vc.*.down"]},
         "bearer_token": True,
     }
@@ -121,6 +123,8 @@ class HostedNats:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = directory / "nats.log"
         listen = f'listen: "127.0.0.1:{self.port}"\n'
+        # JetStream on, as a provider offers it (the relay's work queue needs it)
+        listen += f'jetstream {{ store_dir: "{directory / "jetstream"}" }}\n'
         #: a WebSocket listener for browsers (plain: loopback only), 0 without
         self.ws_port = natsserver.free_port() if websocket else 0
         if websocket:
@@ -134,6 +138,8 @@ class HostedNats:
                 _claims(self.operator, self.operator, "op", {"type": "operator"}), self.operator
             )
             limits = {**UNLIMITED, "imports": -1, "exports": -1, "wildcards": True, "conn": -1}
+            # the account's JetStream (a provider's plan): without it no stream may be made
+            limits |= {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
             acct = _claims(
                 self.operator,
                 self.account,
@@ -141,6 +147,11 @@ class HostedNats:
                 {"type": "account", "limits": {**limits, "leaf": -1}},
             )
             preload = f'{self.account.public}: "{sign_jwt(acct, self.operator)}"'
+            # JetStream in operator mode wants a system account
+            system = Key(ACCOUNT)
+            sys_claims = _claims(self.operator, system, "SYS", {"type": "account"})
+            preload += f', {system.public}: "{sign_jwt(sys_claims, self.operator)}"'
+            listen += f"system_account: {system.public}\n"
             conf = f'{listen}operator: "{op}"\nresolver: MEMORY\n'
             conf += f"resolver_preload: {{ {preload} }}\n"
         self.conf = directory / "nats.conf"

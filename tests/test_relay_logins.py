@@ -19,7 +19,7 @@ from bridge.relay import account
 from bridge.relay.sealing import unb64
 from bridge.util.redact import redact
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
+from tests.daemonkit import run_bridge, user_texts
 from tests.natslogins import (
     ACCOUNT,
     USER,
@@ -68,7 +68,15 @@ async def test_the_daemon_logs_in_with_a_hosted_login_and_serves_a_client(
         assert (await vc.hello())["protocol"] == 1
         made = await vc.request("session.create", agent="demo", cwd=str(tmp_path))
         assert made["session"]["agent"] == "demo"
+        # the relay's work queue, on the account's JetStream: sent while the daemon is away
+        assert d.healthz()["relay_queue"] == "on"
+        d.stop()
+        send = {"session": made["session"]["session"], "text": "echo hosted", "client_msg_id": "h1"}
+        assert "error" not in await client.queue(send)
         await nc.close()
+        d.start()
+        wait_relay(d, "connected")
+        assert await user_texts(d, send["session"], 1) == ["echo hosted"]
         doctor = run_bridge("doctor", "--json", env=d.env)
         checks = by_code(json.loads(doctor.stdout))
         assert checks["relay_config"]["level"] == "info"

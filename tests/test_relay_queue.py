@@ -261,3 +261,97 @@ def test_the_relay_serves_jetstream_with_bounds_in_its_directory(tmp_path: Path)
     daemon_allows = users["ws-a-daemon"]["permissions"]["publish"]["allow"]
     assert f"$JS.API.STREAM.CREATE.{STREAM}" in daemon_allows
     assert not any("ws-b" in a for a in daemon_allows if a.startswith("$JS"))
+
+
+async def test_a_message_stored_but_not_acknowledged_comes_again_and_is_kept_once(
+    relay: Relay, tmp_path: Path
+) -> None:
+    """The worst moment: the daemon stored a message and died before its ack reached the relay.
+    Its next connection is given the message again at once (not after ack_wait), and the store,
+    which knows the client_msg_id, keeps it once."""
+    from bridge.config import RelayConfig
+    from bridge.relay import account
+    from bridge.relay.clients import ClientRegistry
+    from bridge.relay.link import RelayLink
+    from tests.relaykit import echo, paired, until_connected
+
+    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
+    assert settings is not None
+    stored: dict[str, str] = {}  # client_msg_id -> text: what the hub keeps
+    dying = asyncio.Event()
+
+    async def store_then_die(message: queued.Queued) -> None:
+        stored.setdefault(message.send.client_msg_id, message.send.text)
+        if not dying.is_set():
+            dying.set()
+            await asyncio.sleep(3600)  # the daemon is killed here, before its ack
+
+    registry = ClientRegistry(tmp_path / "state")
+    first = RelayLink(settings, registry, echo, max_frame=1 << 20, deliver=store_then_die)
+    first.start()
+    await until_connected(first, tries=100)
+    client = await paired(relay, first)
+    for _ in range(100):
+        if first.queue is not None and first.queue.status == "on":
+            break
+        await asyncio.sleep(0.05)
+    assert "error" not in await client.queue(send("s_1", "echo once", "k-1"))
+    assert "error" not in await client.queue(send("s_1", "echo twice", "k-2"))
+    await asyncio.wait_for(dying.wait(), 10)
+    await first.close()  # gone without acknowledging "echo once"
+    assert await stream_messages(relay) == 2
+
+    second = RelayLink(settings, registry, echo, max_frame=1 << 20, deliver=store_then_die)
+    second.start()
+    try:
+        for _ in range(100):  # well within ack_wait (60 s)
+            if await stream_messages(relay) == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert await stream_messages(relay) == 0
+        assert stored == {"k-1": "echo once", "k-2": "echo twice"}
+        assert second.queue is not None and second.queue.taken == 2
+    finally:
+        await second.close()
+        await client.nc.close()
+
+
+async def test_a_message_the_daemon_cannot_store_now_waits_and_keeps_its_place(
+    relay: Relay, tmp_path: Path
+) -> None:
+    """Storing fails for a while (the store busy, the session's queue full): the message goes
+    back to the relay and comes again, and the one after it does not pass it."""
+    from bridge.config import RelayConfig
+    from bridge.relay import account
+    from bridge.relay.clients import ClientRegistry
+    from bridge.relay.link import RelayLink
+    from tests.relaykit import echo, paired, until_connected
+
+    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
+    assert settings is not None
+    stored: list[str] = []
+    refusals = [RuntimeError("the store is busy")]
+
+    async def busy_once(message: queued.Queued) -> None:
+        if refusals:
+            raise refusals.pop()
+        stored.append(message.send.text)
+
+    link = RelayLink(
+        settings, ClientRegistry(tmp_path / "state"), echo, max_frame=1 << 20, deliver=busy_once
+    )
+    link.start()
+    try:
+        await until_connected(link, tries=100)
+        client = await paired(relay, link)
+        for n in range(3):
+            assert "error" not in await client.queue(send("s_1", f"echo {n}", f"o-{n}"))
+        for _ in range(200):
+            if len(stored) == 3:
+                break
+            await asyncio.sleep(0.1)
+        assert stored == ["echo 0", "echo 1", "echo 2"]
+        assert await stream_messages(relay) == 0
+        await client.nc.close()
+    finally:
+        await link.close()
