@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from nats.aio.client import Client as Nats
 
+from bridge.relay import queued
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.sealing import KeyPair, unb64
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
+from tests.daemonkit import run_bridge, user_texts
 from tests.relaykit import (
     RelayClient,
     ServedRelay,
@@ -27,6 +28,7 @@ from tests.relaykit import (
     nats_as,
     relayed_daemon,
 )
+from tests.wsclient import Client
 
 pytestmark = pytest.mark.slow
 
@@ -247,4 +249,43 @@ async def test_rotating_the_pairing_login_ends_old_links(setup: Setup) -> None:
     # the phone with its own user did not notice
     await vc.request("agents.list")
     for nc in (phone_nc, phone.nc, old_nc):
+        await nc.close()
+
+
+async def test_on_relay_serve_a_phone_queues_on_its_own_subject_only_and_a_revoked_one_not(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """The relay's work queue on `relay serve` (JetStream in its directory): each phone's own
+    user may leave messages on its own queue subject, not on another's, nor the daemon's
+    stream API; revoked, it may leave none."""
+    alice, alice_nc = await setup.paired("alice's phone")
+    bob, bob_nc = await setup.paired("bob's phone")
+    assert alice.client_id and bob.client_id
+    c = await Client.open(setup.daemon.url, setup.daemon.token)
+    session = (await c.request("session.create", agent="demo", cwd=str(tmp_path)))["session"]
+    await c.close()
+    for _ in range(100):
+        if setup.daemon.healthz()["relay_queue"] == "on":
+            break
+        await asyncio.sleep(0.1)
+    send = {"session": session["session"], "text": "echo queued by alice", "client_msg_id": "a1"}
+    ack = await alice.queue(send)
+    assert "error" not in ack and ack["stream"] == queued.queue_stream(HOST), ack
+    assert await user_texts(setup.daemon, session["session"], 1) == ["echo queued by alice"]
+    assert (setup.served.rdir / "jetstream").is_dir()  # kept in the relay's directory
+
+    watch = Watched()
+    alice_nc2 = await setup.own(alice, **watch.options())
+    bob_subject = queued.subject(HOST, bob.client_id)
+    await alice_nc2.publish(bob_subject, alice.sealed(send))
+    await watch.violation("publish", bob_subject)
+    stream_api = f"$JS.API.STREAM.INFO.{queued.queue_stream(HOST)}"
+    await alice_nc2.publish(stream_api, b"")
+    await watch.violation("publish", stream_api)
+
+    run_bridge("clients", "revoke", alice.client_id, env=setup.daemon.env, check=True)
+    await asyncio.wait_for(watch.closed.wait(), 15)  # her user is gone from the relay
+    with pytest.raises(Exception, match=r"[Aa]uthorization"):
+        await nats_as(setup.url, alice.login or {}, HOST, alice.client_id, allow_reconnect=False)
+    for nc in (alice_nc, bob_nc):
         await nc.close()
