@@ -221,6 +221,15 @@ MEANING: dict[str, str] = {
     "client `relay serve` serves), else this daemon's own address.",
     "relay.name": "The workstation's name shown on phones; `\"\"` = its account's name (the "
     "`relay add` name), so two machines with one host name stay apart.",
+    "relay.queue": "Keep what phones send while this daemon is away on the relay, in a "
+    'JetStream work queue sealed to its key, and take it when back (docs/protocol.md, "The '
+    "relay's work queue\"); needs JetStream on the relay (`relay serve` has it).",
+    "relay.queue_max_age_s": "The relay drops a queued message older than this (the phone "
+    "still holds it and sends it itself).",
+    "relay.queue_max_bytes": "Bytes the workstation's queue may hold; a message beyond it is "
+    "refused to the phone that sends it (which keeps it).",
+    "relay.queue_max_per_client": "Messages one phone may have waiting in the queue; one more "
+    "is refused to it (it keeps it).",
 }
 
 

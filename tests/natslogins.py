@@ -89,6 +89,17 @@ def phone_bearer_jwt(account: Key, host_id: str) -> str:
     return sign_jwt(claims, account)
 
 
+def daemon_rights(host_id: str) -> dict[str, Any]:
+    """The rights docs/remote-access.md ("A hosted NATS") gives the daemon's user: its
+    workstation's subjects and its work queue's JetStream API, written here from the docs."""
+    s, p = f"agent-bridge-{host_id}", f"agent-bridge.{host_id}.>"
+    stream = [f"$JS.API.STREAM.{verb}.{s}" for verb in ("INFO", "CREATE", "UPDATE")]
+    consumer = [f"$JS.API.CONSUMER.{verb}.{s}.daemon" for verb in ("INFO", "DELETE")]
+    consumer += [f"$JS.API.CONSUMER.CREATE.{s}.>", f"$JS.API.CONSUMER.DURABLE.CREATE.{s}.daemon"]
+    consumer += [f"$JS.API.CONSUMER.MSG.NEXT.{s}.daemon", f"$JS.ACK.{s}.daemon.>"]
+    return {"pub": {"allow": [p, *stream, *consumer]}, "sub": {"allow": [p]}}
+
+
 def creds_text(jwt: str, seed: str) -> str:
     """A ``.creds`` file as ``nsc generate creds`` writes it."""
     return (
@@ -161,11 +172,14 @@ class HostedNats:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
-    def login_file(self, user: Key, where: Path) -> Path:
-        """The user's file as a provider hands it out: its seed, or its ``.creds``."""
+    def login_file(self, user: Key, where: Path, rights: dict[str, Any] | None = None) -> Path:
+        """The user's file as a provider hands it out: its seed, or its ``.creds`` (a user of
+        the account with ``rights``, as ``{"pub": …, "sub": …}``; all when None)."""
         if self.mode == "nkey":
             return private(where, user.seed + "\n")
-        return private(where, creds_text(user_jwt(self.account, user, "daemon"), user.seed))
+        nats_claims = {"type": "user", "pub": {}, "sub": {}, **(rights or {}), **UNLIMITED}
+        jwt = sign_jwt(_claims(self.account, user, "daemon", nats_claims), self.account)
+        return private(where, creds_text(jwt, user.seed))
 
     def start(self) -> HostedNats:
         with open(self.log, "ab") as log:

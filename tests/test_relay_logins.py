@@ -26,6 +26,7 @@ from tests.natslogins import (
     HostedNats,
     Key,
     creds_text,
+    daemon_rights,
     private,
     user_jwt,
 )
@@ -55,7 +56,9 @@ async def test_the_daemon_logs_in_with_a_hosted_login_and_serves_a_client(
 ) -> None:
     home = tmp_path / "home"
     key = "nkey" if hosted.mode == "nkey" else "creds"
-    file = hosted.login_file(hosted.daemon_user, home / "secrets" / f"daemon.{key}")
+    # on the operator's account, with exactly the rights docs/remote-access.md gives it
+    rights = daemon_rights("ws-a")
+    file = hosted.login_file(hosted.daemon_user, home / "secrets" / f"daemon.{key}", rights)
     d = relayed_daemon(home, relay_table(hosted.url, key, file))  # healthz: relay connected
     try:
         out = run_bridge("pair", "--relay", "--json", env=d.env, check=True)

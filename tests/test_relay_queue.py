@@ -243,6 +243,8 @@ async def test_a_relay_without_jetstream_says_so_and_everything_else_works(
             await asyncio.sleep(0.1)
         assert d.healthz()["relay_queue"] == "unavailable"
         assert "relay_queue_unavailable" in d.log_text()
+        doctor = json.loads(run_bridge("doctor", "--json", env=d.env).stdout)
+        assert "relay_queue_unavailable" in json.dumps(doctor)
         client = await paired(r, d)
         vc = await client.open()
         await vc.hello()

@@ -403,7 +403,8 @@ def _relay_status_checks(health: dict[str, Any]) -> list[Check]:
         return []
     dropped = _relay_dropped_checks(health.get("relay_dropped"))
     if status == "connected":
-        return [Check(code="relay_connected", message="relay: connected"), *dropped]
+        queue = _relay_queue_checks(health.get("relay_queue"))
+        return [Check(code="relay_connected", message="relay: connected"), *queue, *dropped]
     return [
         *dropped,
         Check(
@@ -421,16 +422,35 @@ def _relay_dropped_checks(dropped: Any) -> list[Check]:
     if not isinstance(dropped, dict):
         return []
     frames, requests = dropped.get("frames", 0), dropped.get("requests", 0)
-    if not frames and not requests:
+    queued = dropped.get("queued", 0)
+    if not frames and not requests and not queued:
         return []
     return [
         Check(
             code="relay_dropped",
             level="warn",
-            message=f"relay: dropped {frames} forged or replayed frames and {requests} requests "
-            "with a foreign reply subject since the daemon started",
+            message=f"relay: dropped {frames} forged or replayed frames, {requests} requests "
+            f"with a foreign reply subject and {queued} queued messages that were not a paired "
+            "phone's since the daemon started",
             hint="someone with the relay's client login sends them (a revoked phone's?); they "
-            "changed nothing; see the daemon's log (relay_frame_dropped, relay_request_dropped)",
+            "changed nothing; see the daemon's log (relay_frame_dropped, relay_request_dropped, "
+            "relay_queued_dropped)",
+        )
+    ]
+
+
+def _relay_queue_checks(status: Any) -> list[Check]:
+    """The relay's work queue (docs/protocol.md, "The relay's work queue")."""
+    if status != "unavailable":
+        return []
+    return [
+        Check(
+            code="relay_queue_unavailable",
+            message="relay: no work queue: what a phone sends while this daemon is away waits "
+            "on the phone, not on the relay",
+            hint="the relay has no JetStream for this workstation (an older `relay serve`, or a "
+            "hosted account without it: docs/remote-access.md); see the daemon's log "
+            "(relay_queue_unavailable)",
         )
     ]
 
