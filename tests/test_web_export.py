@@ -46,7 +46,7 @@ def test_the_policy_is_a_meta_tag_and_every_file_is_there(exported: Path, static
     policy = content_security_policy(None).replace("; frame-ancestors 'none'", "")
     assert f'<meta http-equiv="Content-Security-Policy" content="{policy}">' in index
     assert "frame-ancestors" not in index  # ignored in a meta tag: left out
-    for name in ("js/app.js", "sw.js", "manifest.webmanifest", "app.css", "icon.svg"):
+    for name in ("js/app.js", "sw.js", "sw-core.js", "manifest.webmanifest", "app.css", "icon.svg"):
         with urllib.request.urlopen(f"{static_host}/{name}", timeout=10) as answer:
             assert answer.status == 200, name
 

@@ -37,7 +37,10 @@ export class Attention {
       navigator.serviceWorker.addEventListener('message', (ev) => {
         if (ev.data?.type === 'open-session') this.openSession(ev.data.session, ev.data.hash);
       });
-      navigator.serviceWorker.register('/sw.js', { scope: '/' })
+      // a module worker (it answers relay notifications itself); a classic one where the
+      // browser has no module workers
+      navigator.serviceWorker.register('/sw.js', { scope: '/', type: 'module' })
+        .catch(() => navigator.serviceWorker.register('/sw-classic.js', { scope: '/' }))
         .then((reg) => { this.registration = reg; this.render(); })
         .catch((err) => { this.workerError = err.message; this.render(); });
     }

@@ -1,6 +1,7 @@
 // The page's small key-value store in IndexedDB (database `agent-bridge`, store `kv`), shared
-// with the service worker (sw.js reads the kept token from it): the Web Push key and token
-// (attention.js) and the outbox (outbox.js).
+// with the service worker (sw-core.js reads the kept token from it, relay-answer.js the relay
+// records): the Web Push key and token (attention.js), the outbox (outbox.js) and a copy of
+// each relay workstation's record (workstations.js).
 
 const DB = 'agent-bridge';
 const STORE = 'kv';

@@ -9,6 +9,7 @@
 // The records (all but "local") are kept in localStorage under RECORDS_KEY.
 
 import { BridgeClient, defaultUrl } from './protocol.js';
+import { idb } from './kv.js';
 
 export const LOCAL = 'local';
 
@@ -50,10 +51,18 @@ export function saveRecord(record) {
   const list = loadRecords().filter((r) => r.id !== record.id);
   list.push(record);
   localStorage.setItem(RECORDS_KEY, JSON.stringify(list));
+  mirror(record);
 }
 
 export function forgetRecord(id) {
   localStorage.setItem(RECORDS_KEY, JSON.stringify(loadRecords().filter((r) => r.id !== id)));
+  idb('readwrite', (s) => s.delete(`ws:${id}`)).catch(() => {});
+}
+
+/** A relay record is also kept where the service worker can read it (it has no localStorage):
+ *  it answers that workstation's notifications through the relay (js/relay-answer.js). */
+function mirror(record) {
+  if (record.kind === 'relay') idb('readwrite', (s) => s.put(record, `ws:${record.id}`)).catch(() => {});
 }
 
 /** The name to show for the daemon that served this page. */
@@ -103,6 +112,7 @@ export class Workstation {
     this.station = null;
     this.#name = name;
     if (kind === 'relay') {
+      mirror(record); // one paired before the worker could read records
       this.station = new relay.RelayStation(record);
       // It got its own NATS login (a browser paired before the relay gave one): keep it.
       this.station.addEventListener('record', () => {
