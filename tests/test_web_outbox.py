@@ -188,6 +188,7 @@ def test_left_on_the_relays_queue_it_reaches_the_agent_with_the_page_closed(
         wait_turns(p, 1)
         remote.stop()
         p.wait(".session .reach-note[data-state=offline]", timeout_ms=30_000)
+        assert "waits on the relay" in p.text(".session .reach-note")
         send(p, "echo two")
         send(p, "echo three")
         p.wait_for("document.querySelectorAll('.blk-user.is-relayed').length === 2", 30_000)

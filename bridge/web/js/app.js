@@ -224,7 +224,9 @@ class SessionView {
     const said = {
       unauthorized: `This browser was revoked on ${name}: pair again with \`agent-bridge pair --relay\` there.`,
       relay_down: `The relay is down: ${name} cannot be reached. What you send waits here and goes once it is back.`,
-      offline: `${name} cannot be reached right now. What you send waits here and goes once it is back.`,
+      offline: ws?.station && !ws.station.noQueue
+        ? `${name} cannot be reached right now. What you send waits on the relay, and ${name} takes it when it is back, even if this page is closed.`
+        : `${name} cannot be reached right now. What you send waits here and goes once it is back.`,
       token_rejected: `${name} rejected this browser's token: pair again with \`agent-bridge pair\`.`,
       refused: `${name} refused this page's origin: add \`${location.origin}\` to \`server.allowed_origins\` in its config.toml and restart its daemon.`,
       stopped: `Not connected to ${name}.`,
