@@ -126,6 +126,18 @@ class Relay:
         user, password = self.state.monitor
         return await nats.connect(self.url, user=user, password=password)
 
+    async def overhear(self) -> tuple[Nats, list[Msg]]:
+        """A monitor subscribed to every subject (``>``), and the list of what it hears."""
+        captured: list[Msg] = []
+        monitor = await self.monitor()
+
+        async def keep(msg: Msg) -> None:
+            captured.append(msg)
+
+        await monitor.subscribe(">", cb=keep)
+        await monitor.flush()
+        return monitor, captured
+
     async def connect(
         self, host_id: str, role: str = "client", *, websocket: bool = False, **kw: Any
     ) -> Nats:

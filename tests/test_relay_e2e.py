@@ -179,14 +179,7 @@ async def test_relay_killed_and_restarted_mid_turn(
 async def test_the_relay_sees_only_ciphertext_and_cannot_drive_the_daemon(
     relay: Relay, daemon: DaemonProcess, tmp_path: Path
 ) -> None:
-    captured: list[Msg] = []
-    monitor = await relay.monitor()
-
-    async def keep(msg: Msg) -> None:
-        captured.append(msg)
-
-    await monitor.subscribe(">", cb=keep)
-    await monitor.flush()
+    monitor, captured = await relay.overhear()
     client, vc, _session, _ = await turn_until(
         relay, daemon, tmp_path, f"echo {SECRET_TEXT}", "session_end"
     )

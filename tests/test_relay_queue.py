@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nats.aio.msg import Msg
 
 from bridge.relay import queued
 from bridge.relay.sealing import KeyPair
@@ -85,14 +84,7 @@ async def test_sent_while_the_daemon_is_down_reaches_the_agent_once_in_order_sea
     daemon.stop()
     log.append(f"workstation ws-a paired one phone ({client.client_id}); its daemon stopped")
 
-    captured: list[Msg] = []
-    monitor = await relay.monitor()
-
-    async def keep(msg: Msg) -> None:
-        captured.append(msg)
-
-    await monitor.subscribe(">", cb=keep)
-    await monitor.flush()
+    monitor, captured = await relay.overhear()
 
     texts = [f"echo {SECRET} {n}" for n in ("one", "two", "three")]
     for n, text in enumerate(texts):

@@ -6,12 +6,14 @@ once each, in order, when it is back; a cancelled one never does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge, user_texts
 from tests.relaykit import Relay, linked_daemon
-from tests.web.browser import BROWSER_TESTS, Browser
+from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import (
     ARTIFACTS,
     PHONE,
@@ -26,6 +28,8 @@ from tests.web.pages import (
 )
 
 pytestmark = BROWSER_TESTS
+
+GROUP = '#sessions li.ws-group[data-ws="relay:ws-b"]'
 
 KEPT = (
     "new Promise((ok) => { const r = indexedDB.open('agent-bridge', 1);"
@@ -89,25 +93,39 @@ def test_what_is_sent_while_away_waits_survives_a_closed_page_and_goes_once(
         (ARTIFACTS / "outbox-transcript.txt").write_text("\n".join(log) + "\n")
 
 
+@contextlib.contextmanager
+def studio_through_the_relay(
+    relay: Relay, browser: Browser, tmp_path: Path, project: Path
+) -> Iterator[tuple[Page, DaemonProcess, DaemonProcess]]:
+    """A phone-size page signed in to its own daemon (``direct``) with a second workstation,
+    ``studio`` (``ws-b``), paired through the relay, online and chosen for new sessions; the
+    page, ``direct`` and ``studio`` are stopped after."""
+    direct = DaemonProcess(tmp_path / "direct").start()
+    more = f'name = "studio"\nweb_url = "{base(direct)}"\n[server]\nserve_web = false\n'
+    remote_fixture = linked_daemon(tmp_path / "remote", relay.rdir.account_file("ws-b"), more)
+    remote = next(remote_fixture)
+    p = browser.page(*PHONE, mobile=True)
+    try:
+        login(p, direct)
+        out = run_bridge("pair", "--relay", "--no-qr", env=remote.env, check=True).stdout
+        add_workstation_link(p, next(x for x in out.splitlines() if "#relay=" in x).strip())
+        p.wait(f'{GROUP}[data-state="online"]', timeout_ms=30_000)
+        p.eval("window.agentBridge.app.showNewSession()")
+        p.select("#ns-ws", "relay:ws-b")
+        yield p, direct, remote
+    finally:
+        p.close()
+        remote_fixture.close()
+        direct.stop()
+
+
 def test_through_the_relay_with_everything_down_and_back_in_another_order(
     relay: Relay, browser: Browser, tmp_path: Path, project: Path
 ) -> None:
     """The page's own daemon stays up; the workstation behind the relay and the relay go down
     (workstation first), messages wait, the page is closed and opened again, then the
     workstation comes back before the relay: each message reaches its agent once, in order."""
-    direct = DaemonProcess(tmp_path / "direct").start()
-    more = f'name = "studio"\nweb_url = "{base(direct)}"\n[server]\nserve_web = false\n'
-    remote_fixture = linked_daemon(tmp_path / "remote", relay.rdir.account_file("ws-b"), more)
-    remote = next(remote_fixture)
-    p = browser.page(*PHONE, mobile=True)
-    group = '#sessions li.ws-group[data-ws="relay:ws-b"]'
-    try:
-        login(p, direct)
-        out = run_bridge("pair", "--relay", "--no-qr", env=remote.env, check=True).stdout
-        add_workstation_link(p, next(x for x in out.splitlines() if "#relay=" in x).strip())
-        p.wait(f'{group}[data-state="online"]', timeout_ms=30_000)
-        p.eval("window.agentBridge.app.showNewSession()")
-        p.select("#ns-ws", "relay:ws-b")
+    with studio_through_the_relay(relay, browser, tmp_path, project) as (p, direct, remote):
         session = new_session(p, project)
         send(p, "echo one")
         wait_turns(p, 1)
@@ -119,23 +137,19 @@ def test_through_the_relay_with_everything_down_and_back_in_another_order(
         p.wait_for("document.querySelectorAll('.blk-user.is-waiting').length === 2")
         p.reopen()
         p.goto(base(direct) + f"#session={session}&ws=relay:ws-b")
-        p.wait(f"{group} .ws-waiting", state="attached")
-        assert p.text(f"{group} .ws-waiting") == "2 waiting to send"
+        p.wait(f"{GROUP} .ws-waiting", state="attached")
+        assert p.text(f"{GROUP} .ws-waiting") == "2 waiting to send"
         # the session opens from what the outbox knows, its messages shown waiting
         p.wait_for("document.querySelectorAll('.blk-user.is-waiting').length === 2")
         shot(p, "outbox-phone-waiting-relay")
         remote.start()  # the workstation first, the relay after it
         relay.start()
-        p.wait(f'{group}[data-state="online"]', state="attached", timeout_ms=60_000)
+        p.wait(f'{GROUP}[data-state="online"]', state="attached", timeout_ms=60_000)
         p.wait(".session textarea", timeout_ms=30_000)
         wait_turns(p, 3, timeout_ms=60_000)
         assert p.texts(".blk-user .user-text") == ["echo one", "echo two", "echo three"]
         assert_history_exact(p, remote, session)
-        assert p.count(f"{group} .ws-waiting") == 0
-    finally:
-        p.close()
-        remote_fixture.close()
-        direct.stop()
+        assert p.count(f"{GROUP} .ws-waiting") == 0
 
 
 def test_a_waiting_message_the_daemon_refuses_for_good_leaves_the_outbox_shown_not_sent(
@@ -169,51 +183,40 @@ def test_left_on_the_relays_queue_it_reaches_the_agent_with_the_page_closed(
     onto the relay's work queue, sealed; the page is closed; the workstation starts with no page
     open and its agent gets each message once, in order; the page opened again sends nothing
     twice."""
-    direct = DaemonProcess(tmp_path / "direct").start()
-    more = f'name = "studio"\nweb_url = "{base(direct)}"\n[server]\nserve_web = false\n'
-    remote_fixture = linked_daemon(tmp_path / "remote", relay.rdir.account_file("ws-b"), more)
-    remote = next(remote_fixture)
-    p = browser.page(*PHONE, mobile=True)
-    group = '#sessions li.ws-group[data-ws="relay:ws-b"]'
     log: list[str] = []
     try:
-        login(p, direct)
-        out = run_bridge("pair", "--relay", "--no-qr", env=remote.env, check=True).stdout
-        add_workstation_link(p, next(x for x in out.splitlines() if "#relay=" in x).strip())
-        p.wait(f'{group}[data-state="online"]', timeout_ms=30_000)
-        p.eval("window.agentBridge.app.showNewSession()")
-        p.select("#ns-ws", "relay:ws-b")
-        session = new_session(p, project)
-        send(p, "echo one")
-        wait_turns(p, 1)
-        remote.stop()
-        p.wait(".session .reach-note[data-state=offline]", timeout_ms=30_000)
-        assert "waits on the relay" in p.text(".session .reach-note")
-        send(p, "echo two")
-        send(p, "echo three")
-        p.wait_for("document.querySelectorAll('.blk-user.is-relayed').length === 2", 30_000)
-        assert (
-            p.texts(".blk-user.is-relayed .pending-note") == ["waiting on the relay for studio"] * 2
-        )
-        assert p.eval(KEPT) == 2  # still kept here until the workstation answers
-        shot(p, "outbox-phone-relayed")
-        log.append("workstation studio stopped, relay up: the page sent 2, both left on the relay")
-        p.reopen()  # the page closed
-        log.append("page closed")
-        remote.start()
-        got = asyncio.run(user_texts(remote, session, 3))
-        log.append(f"workstation started with no page open: the agent got {got}")
-        assert got == ["echo one", "echo two", "echo three"]
-        p.goto(base(direct) + f"#session={session}&ws=relay:ws-b")
-        p.wait(f'{group}[data-state="online"]', state="attached", timeout_ms=60_000)
-        p.wait_for(f"({KEPT}).then((n) => n === 0)", 30_000)
-        wait_turns(p, 3, timeout_ms=60_000)
-        assert p.texts(".blk-user .user-text") == ["echo one", "echo two", "echo three"]
-        assert_history_exact(p, remote, session)
-        log.append("page opened again: nothing waiting, each message once in the transcript")
+        with studio_through_the_relay(relay, browser, tmp_path, project) as (p, direct, remote):
+            session = new_session(p, project)
+            send(p, "echo one")
+            wait_turns(p, 1)
+            remote.stop()
+            p.wait(".session .reach-note[data-state=offline]", timeout_ms=30_000)
+            assert "waits on the relay" in p.text(".session .reach-note")
+            send(p, "echo two")
+            send(p, "echo three")
+            p.wait_for("document.querySelectorAll('.blk-user.is-relayed').length === 2", 30_000)
+            assert (
+                p.texts(".blk-user.is-relayed .pending-note")
+                == ["waiting on the relay for studio"] * 2
+            )
+            assert p.eval(KEPT) == 2  # still kept here until the workstation answers
+            shot(p, "outbox-phone-relayed")
+            log.append(
+                "workstation studio stopped, relay up: the page sent 2, both left on the relay"
+            )
+            p.reopen()  # the page closed
+            log.append("page closed")
+            remote.start()
+            got = asyncio.run(user_texts(remote, session, 3))
+            log.append(f"workstation started with no page open: the agent got {got}")
+            assert got == ["echo one", "echo two", "echo three"]
+            p.goto(base(direct) + f"#session={session}&ws=relay:ws-b")
+            p.wait(f'{GROUP}[data-state="online"]', state="attached", timeout_ms=60_000)
+            p.wait_for(f"({KEPT}).then((n) => n === 0)", 30_000)
+            wait_turns(p, 3, timeout_ms=60_000)
+            assert p.texts(".blk-user .user-text") == ["echo one", "echo two", "echo three"]
+            assert_history_exact(p, remote, session)
+            log.append("page opened again: nothing waiting, each message once in the transcript")
     finally:
-        p.close()
-        remote_fixture.close()
-        direct.stop()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "outbox-relay-queue-transcript.txt").write_text("\n".join(log) + "\n")

@@ -58,6 +58,19 @@ def _fields(req: dict[str, Any]) -> tuple[bytes, bytes]:
         raise Refused("bad_request") from exc
 
 
+def _unbox(
+    req: dict[str, Any], nonce: bytes, keys: KeyPair, client_pk: bytes, code: str
+) -> dict[str, Any]:
+    """The request's box opened, a JSON object; Refused(code) when it is not."""
+    try:
+        inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
+    except ValueError as exc:
+        raise Refused(code) from exc
+    if not isinstance(inner, dict):
+        raise Refused(code)
+    return inner
+
+
 def _reply_box(obj: dict[str, Any], keys: KeyPair, client_pk: bytes) -> dict[str, Any]:
     n = sealing.random_nonce()
     return {"n": b64(n), "box": sealing.box_json(obj, n, keys.secret, client_pk)}
@@ -70,12 +83,7 @@ def pair(
     try:
         req = read_request(data)
         client_pk, nonce = _fields(req)
-        try:
-            inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
-        except ValueError as exc:
-            raise Refused("bad_request") from exc
-        if not isinstance(inner, dict):
-            raise Refused("bad_request")
+        inner = _unbox(req, nonce, keys, client_pk, "bad_request")
         try:
             secret = unb64(inner.get("secret"), 32)
         except ValueError as exc:
@@ -111,20 +119,24 @@ def _fresh(inner: dict[str, Any], now: float | None) -> None:
         raise Refused("stale")
 
 
+def paired_box(
+    req: dict[str, Any], registry: ClientRegistry, keys: KeyPair
+) -> tuple[Client, dict[str, Any]]:
+    """The paired, unrevoked client a request's ``pk`` names, and its box opened: a JSON object
+    that client made for the daemon (a ``P.login`` request, a queued message); Refused else."""
+    client_pk, nonce = _fields(req)
+    client = _paired_client(registry, client_pk)
+    return client, _unbox(req, nonce, keys, client_pk, "bad_box")
+
+
 def login(
     data: bytes, registry: ClientRegistry, keys: KeyPair, now: float | None = None
 ) -> tuple[dict[str, Any], Client | None]:
     """Check a ``P.login`` request (a paired client asks for its own NATS user): ({}, client)
     when it is a paired, unrevoked client's, else (the refusal, None)."""
     try:
-        req = read_request(data)
-        client_pk, nonce = _fields(req)
-        client = _paired_client(registry, client_pk)
-        try:
-            inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
-        except ValueError as exc:
-            raise Refused("bad_box") from exc
-        if not isinstance(inner, dict) or inner.get("login") is not True:
+        client, inner = paired_box(read_request(data), registry, keys)
+        if inner.get("login") is not True:
             raise Refused("bad_box")
         _fresh(inner, now)
     except Refused as exc:
@@ -166,11 +178,8 @@ def open_connection(
         client = _paired_client(registry, client_pk)
         if named is not None and named != client.id:
             raise Refused("bad_request")
-        try:
-            inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
-        except ValueError as exc:
-            raise Refused("bad_box") from exc
-        if not isinstance(inner, dict) or inner.get("conn") != conn or inner.get("eph") != eph_text:
+        inner = _unbox(req, nonce, keys, client_pk, "bad_box")
+        if inner.get("conn") != conn or inner.get("eph") != eph_text:
             raise Refused("bad_box")
         if inner.get("client_id") != named:
             raise Refused("bad_box")

@@ -21,8 +21,8 @@ import msgspec
 
 from bridge.relay import sealing
 from bridge.relay.clients import Client, ClientRegistry
-from bridge.relay.handshake import MAX_SKEW_S, Refused, read_request
-from bridge.relay.sealing import KeyPair, b64, unb64
+from bridge.relay.handshake import MAX_SKEW_S, Refused, paired_box, read_request
+from bridge.relay.sealing import KeyPair, b64
 from bridge.wire.protocol import Attachment
 
 #: the largest queued message read: NATS's usual max_payload (`relay serve` sets it too)
@@ -87,22 +87,7 @@ def open_queued(
 ) -> Queued:
     """The message a paired, unrevoked client sealed on its own subject, no older than the
     queue keeps messages; Refused (a short code) for anything else."""
-    req = read_request(data, MAX_QUEUED_BYTES)
-    try:
-        client_pk, nonce = unb64(req.get("pk"), 32), unb64(req.get("n"), sealing.NONCE_BYTES)
-    except ValueError as exc:
-        raise Refused("bad_request") from exc
-    client = registry.by_pk(client_pk)
-    if client is None:
-        raise Refused("unknown_client")
-    if client.revoked:
-        raise Refused("revoked")
-    try:
-        inner = sealing.unbox_json(req.get("box"), nonce, keys.secret, client_pk)
-    except ValueError as exc:
-        raise Refused("bad_box") from exc
-    if not isinstance(inner, dict):
-        raise Refused("bad_box")
+    client, inner = paired_box(read_request(data, MAX_QUEUED_BYTES), registry, keys)
     # its own subject only: the relay cannot move one client's message to another's queue
     if inner.get("client_id") != client.id or subject_client != client.id:
         raise Refused("wrong_subject")
