@@ -349,3 +349,44 @@ async def test_a_message_the_daemon_cannot_store_now_waits_and_keeps_its_place(
         await client.nc.close()
     finally:
         await link.close()
+
+
+async def test_an_unreadable_clients_file_holds_the_queue_without_losing_a_message(
+    relay: Relay, tmp_path: Path
+) -> None:
+    """clients.json made readable by others (so refused) while a message waits: the message
+    stays on the relay and the consumer goes on; fixed, the message is taken."""
+    from bridge.config import RelayConfig
+    from bridge.relay import account
+    from bridge.relay.clients import ClientRegistry
+    from bridge.relay.link import RelayLink
+    from tests.relaykit import echo, paired, until_connected
+
+    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
+    assert settings is not None
+    stored: list[str] = []
+
+    async def keep(message: queued.Queued) -> None:
+        stored.append(message.send.text)
+
+    registry = ClientRegistry(tmp_path / "state")
+    link = RelayLink(settings, registry, echo, max_frame=1 << 20, deliver=keep)
+    link.start()
+    try:
+        await until_connected(link, tries=100)
+        client = await paired(relay, link)
+        registry.clients_file.chmod(0o644)
+        registry.clients_file.touch()  # seen as changed: read again, and refused
+        assert "error" not in await client.queue(send("s_1", "echo held", "u-1"))
+        await asyncio.sleep(2)
+        assert stored == [] and await stream_messages(relay) == 1
+        assert link.queue is not None and link.queue.status == "on"
+        registry.clients_file.chmod(0o600)
+        for _ in range(150):
+            if stored:
+                break
+            await asyncio.sleep(0.1)
+        assert stored == ["echo held"]
+        await client.nc.close()
+    finally:
+        await link.close()

@@ -189,7 +189,14 @@ class WorkQueue:
                 await asyncio.sleep(RETRY_S)
                 continue
             for i, msg in enumerate(msgs):
-                if not await self._take(msg):
+                try:
+                    taken = await self._take(msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a bug or an unreadable file: the message waits, logged
+                    log.exception("relay_queue_take_failed", subject=msg.subject)
+                    taken = False
+                if not taken:
                     # not now: this one and the rest go back, in order, after a pause
                     for rest in msgs[i:]:
                         with contextlib.suppress(Exception):
