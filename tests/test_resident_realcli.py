@@ -11,6 +11,7 @@ fixed sleeps.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,59 @@ async def test_opening_a_stopped_session_starts_its_agent(
         RealCli(agent, tmp_path, fake).running(keys=residency(5)) as h,
     ):
         await _opening_warms(h, fake, agent, project)
+
+
+def opencode_runs(cli: RealCli) -> list[list[str]]:
+    """OpenCode's own log (``$XDG_DATA_HOME/opencode/log``), one list of messages per server run,
+    oldest first."""
+    runs: dict[str, list[str]] = {}
+    for log in sorted((Path(cli.env["XDG_DATA_HOME"]) / "opencode/log").glob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            run = re.search(r"\brun=(\S+)", line)
+            message = re.search(r"\bmessage=(\"[^\"]*\"|\S+)", line)
+            if run and message:
+                runs.setdefault(run.group(1), []).append(message.group(1).strip('"'))
+    return list(runs.values())
+
+
+async def test_opencode_warm_start_sets_the_server_up_before_the_first_prompt(
+    tmp_path: Path, project: Path
+) -> None:
+    """OpenCode's server sets up its tools and the project's file watcher lazily, on the first
+    request that needs them: the warm start makes them ready (no model call, no event), so the
+    first prompt after opening a session does not pay for them."""
+    with realcli_session.fake_server("opencode") as fake:
+        cli = RealCli("opencode", tmp_path, fake)
+        fake.rescript(
+            Reply(text="opencode first answer 5521.", when=user("OC-SETUP-ONE")),
+            Reply(text="opencode answer on a set-up server.", when=user("OC-SETUP-TWO")),
+        )
+        with cli.running(keys=residency(5)) as h:
+            async with h.client() as c:
+                session, _ = await create(c, "opencode", project)
+                await run_turn(c, session, "OC-SETUP-ONE hello", timeout=180)
+                await stopped(c, h, session, timeout=90)
+                last_seq = (await listed(c))[session]["last_seq"]
+                servers = len(opencode_runs(cli))
+                requests = len(fake.requests)
+
+                await c.request("session.unsubscribe", session=session)
+                await c.request("session.subscribe", session=session, after_seq=last_seq)
+
+                async def set_up() -> bool:
+                    runs = opencode_runs(cli)
+                    if len(runs) <= servers or not (await listed(c))[session]["resident"]:
+                        return False
+                    done = runs[-1]
+                    return "shell tool using shell" in done and "booting location services" in done
+
+                await poll(set_up, 60, "the warm-started server to set up its tools and project")
+                assert "loop" not in opencode_runs(cli)[-1]  # no prompt ran on it
+                assert len(fake.requests) == requests  # no model call
+                state = (await listed(c))[session]
+                assert (state["state"], state["last_seq"]) == ("idle", last_seq)
+
+                second = await run_turn(c, session, "OC-SETUP-TWO still there?", timeout=180)
+                assert text_of(second) == "opencode answer on a set-up server."
+                assert not [b for b in of(second, "system") if b["code"] == "session_reset"]
+                assert fake.agent_requests[-1].contains("opencode first answer 5521.")

@@ -177,10 +177,12 @@ class BaseAdapter:
 
     async def warm_up(self) -> None:
         """Start the agent's process now if ``start()`` leaves that to the first ``send()``
-        (``persistent_process`` adapters). The daemon calls it after ``start()`` when a client
-        opens a session whose agent process it had stopped, so that the start overlaps the
-        person's typing; whatever it raises abandons the warm start (the adapter is stopped,
-        and the next turn starts a new one as usual). Default: nothing, ``start()`` did it."""
+        (``persistent_process`` adapters), and do there what the first turn would set up, where
+        the agent allows that without a model call or a change to its session. The daemon calls
+        it after ``start()`` when a client opens a session whose agent process it had stopped,
+        so that the start overlaps the person's typing; whatever it raises abandons the warm
+        start (the adapter is stopped, and the next turn starts a new one as usual). Default:
+        nothing, ``start()`` did it."""
 
     # ---- failures (optional) -----------------------------------------------------------------
 
