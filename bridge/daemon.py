@@ -41,6 +41,7 @@ from bridge.util.redact import remember_agent_env, remember_env_secrets
 
 if TYPE_CHECKING:
     from bridge.loading.loader import AdapterLoader
+    from bridge.relay.queued import Queued
 
 log = get_logger("bridge.daemon")
 
@@ -241,7 +242,7 @@ class Daemon:
         queue = link.queue
         self.server.healthz_fields["relay_queue"] = lambda: queue.status if queue else "off"
 
-    async def _take_queued(self, message: Any) -> None:
+    async def _take_queued(self, message: Queued) -> None:
         """A message a phone left on the relay's work queue (bridge/relay/workqueue.py): sent
         as its ``session.send`` would be; returns once it is stored."""
         from bridge.hub import HubError

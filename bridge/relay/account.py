@@ -11,7 +11,7 @@ error names the key, and the account file when the bad value came from it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,14 @@ class Login:
 class QueueBounds:
     """The relay's work queue for this workstation ([relay] queue_*, bridge/relay/workqueue.py)."""
 
-    enabled: bool = True
-    max_age_s: float = 7 * 86400.0
-    max_bytes: int = 64 * 1024 * 1024
-    max_per_client: int = 100
+    enabled: bool
+    max_age_s: float
+    max_bytes: int
+    max_per_client: int
+
+    @classmethod
+    def of(cls, q: RelayConfig) -> QueueBounds:
+        return cls(q.queue, q.queue_max_age_s, q.queue_max_bytes, q.queue_max_per_client)
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,8 @@ class RelaySettings:
     name: str
     #: the name the relay's certificate must carry, when not the url's host
     tls_server_name: str = ""
-    queue: QueueBounds = QueueBounds()
+    #: the defaults are [relay]'s own
+    queue: QueueBounds = field(default_factory=lambda: QueueBounds.of(RelayConfig()))
 
     @property
     def prefix(self) -> str:
@@ -184,9 +189,7 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         web_url=conf.web_url or str(account.get("web_url") or ""),
         name=conf.name or host_id,
         tls_server_name=conf.tls_server_name,
-        queue=QueueBounds(
-            conf.queue, conf.queue_max_age_s, conf.queue_max_bytes, conf.queue_max_per_client
-        ),
+        queue=QueueBounds.of(conf),
     )
 
 

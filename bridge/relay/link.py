@@ -87,8 +87,9 @@ class RelayLink:
         self._runner: asyncio.Task[None] | None = None
         self._closed_event: asyncio.Event | None = None
         #: unauthenticated input dropped since the start, by kind: "frames" (a message on a
-        #: virtual connection that is forged, replayed or short) and "requests" (a request
-        #: whose reply subject is outside the workstation's inbox); /healthz shows it
+        #: virtual connection that is forged, replayed or short), "requests" (a request
+        #: whose reply subject is outside the workstation's inbox) and "queued" (a work-queue
+        #: message that is not a paired, unrevoked client's own); /healthz shows it
         self.dropped = {"frames": 0, "requests": 0, "queued": 0}
         self._throttle = Throttle()
         #: what phones sealed for the daemon while it was away (None: nothing takes it)

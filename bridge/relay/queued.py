@@ -44,8 +44,6 @@ class QueuedSend(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class Queued:
     client: Client
     send: QueuedSend
-    #: when the client sealed it (its clock)
-    ts: float
 
 
 #: the daemon's durable consumer on its stream
@@ -70,8 +68,9 @@ def seal(
 ) -> bytes:
     """A queued message as a client makes it (the web client's is js/relay-crypto.js)."""
     n = sealing.random_nonce()
-    inner = {"client_id": client_id, "ts": int(now if now is not None else time.time())}
-    box = sealing.box_json({**inner, "send": send}, n, keys.secret, daemon_pk)
+    ts = int(now if now is not None else time.time())
+    inner = {"client_id": client_id, "ts": ts, "send": send}
+    box = sealing.box_json(inner, n, keys.secret, daemon_pk)
     body = {"v": 1, "pk": b64(keys.public), "n": b64(n), "box": box}
     return msgspec.json.encode(body)
 
@@ -101,4 +100,4 @@ def open_queued(
         raise Refused("bad_send") from exc
     if not 0 < len(send.client_msg_id) <= MAX_MSG_ID:
         raise Refused("bad_send")
-    return Queued(client, send, float(ts))
+    return Queued(client, send)

@@ -87,12 +87,9 @@ class WorkQueue:
         self._dropped = dropped
         self.stream = queued.queue_stream(settings.host_id)
         #: "off" ([relay] queue = false), "starting", "on", "unavailable"
-        self.status = "on" if settings.queue.enabled else "off"
-        if self.status == "on":
-            self.status = "starting"
-        #: messages taken since the start, and refused for good by the hub
+        self.status = "starting" if settings.queue.enabled else "off"
+        #: messages taken since the start
         self.taken = 0
-        self.refused = 0
 
     # ---- the stream ---------------------------------------------------------------------------
 
@@ -222,7 +219,6 @@ class WorkQueue:
         try:
             await self._deliver(message)
         except Undeliverable as exc:
-            self.refused += 1
             log.info(
                 "relay_queued_refused",
                 client=message.client.id,

@@ -16,6 +16,13 @@ const PREFIX = 'outbox:';
 /** Refusals that trying again will not change: the message leaves the outbox, shown failed. */
 const FINAL = new Set(['not_found', 'bad_request', 'conflict', 'too_large', 'unauthorized']);
 
+/** The `session.send` an entry is, for the daemon or for the relay's work queue. */
+function sendFields(entry) {
+  return {
+    session: entry.session, text: entry.text, attachments: entry.attachments || [], client_msg_id: entry.id,
+  };
+}
+
 export class Outbox extends EventTarget {
   constructor() {
     super();
@@ -69,9 +76,7 @@ export class Outbox extends EventTarget {
     if (this.sending.has(entry.id)) return;
     this.sending.add(entry.id);
     try {
-      const result = await client.request('session.send', {
-        session: entry.session, text: entry.text, attachments: entry.attachments, client_msg_id: entry.id,
-      });
+      const result = await client.request('session.send', sendFields(entry));
       await this.drop(entry.id);
       onDone(result);
     } catch (err) {
@@ -110,9 +115,7 @@ export class Outbox extends EventTarget {
       if (entry.relayed || ws.client.isOpen || !this.entries.has(entry.id)) continue;
       this.sending.add(entry.id); // no Cancel while it goes: the relay would keep it anyway
       try {
-        await ws.station.enqueue({
-          session: entry.session, text: entry.text, attachments: entry.attachments || [], client_msg_id: entry.id,
-        });
+        await ws.station.enqueue(sendFields(entry));
       } catch (err) {
         // not kept there (no queue, full, too large, the relay gone): it waits here, as before;
         // the rest would be out of order on the queue without it
