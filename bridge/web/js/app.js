@@ -255,6 +255,7 @@ class SessionView {
       if (st[key] !== undefined && st[key] !== null) this.session[key] = st[key];
     }
     if (st.state === 'ended') this.session.queued = 0;
+    if (!this.session.queued) this.app.outbox.nothingQueued(this.ws.id, this.id);
     this.renderHeader();
     this.app.updateListItem(this.session, this.ws);
   }
@@ -277,7 +278,12 @@ class SessionView {
   open() {
     this.showWaiting();
     this.app.client.subscribe(this.id, {
-      onEvent: (frame) => { this.transcript.apply(frame); followMode(this, frame); this.followNeeds(); },
+      onEvent: (frame) => {
+        this.transcript.apply(frame);
+        if (frame.block.type === 'user') this.app.outbox.userSeen(frame.block.id);
+        followMode(this, frame);
+        this.followNeeds();
+      },
       onState: (st) => this.setState(st),
       onError: (err) => toast(`Could not follow this session: ${err.message}`),
     }, this.transcript.lastSeq);
@@ -395,13 +401,15 @@ class SessionView {
     };
   }
 
-  /** The messages of this session still in the outbox (typed before the page was closed). */
+  /** The messages of this session still in the outbox (typed before the page was closed), and
+   *  those the daemon holds queued: not in the log until their turn starts. */
   showWaiting() {
     for (const e of this.app.outbox.of(this.ws.id, this.id)) {
-      if (this.pendings.has(e.id)) continue;
+      if (this.pendings.has(e.id) || this.transcript.userIds.has(e.id)) continue;
       const pending = this.transcript.addPending(e.id, e.text, e.attachments || []);
       this.pendings.set(e.id, pending);
-      if (e.relayed) pending.relayed(this.ws.name);
+      if (e.queued) pending.queued(true);
+      else if (e.relayed) pending.relayed(this.ws.name);
       else if (!this.ws.client.isOpen) pending.waiting(this.ws.name, () => this.cancelWaiting(e.id));
     }
   }
@@ -1101,6 +1109,7 @@ class App {
       return;
     }
     ws.sessions = new Map(sessions.map((s) => [s.session, s]));
+    for (const s of sessions) if (!s.queued) this.outbox.nothingQueued(ws.id, s.session);
     for (const view of this.views.values()) {
       if (view.ws !== ws) continue;
       const fresh = ws.sessions.get(view.id);
@@ -1136,7 +1145,7 @@ class App {
       isFoundOnDisk(s)
         ? h('span', { class: 'badge state', dataset: { state: s.state } }, s.state === 'parked' ? 'open in a terminal' : 'attach')
         : stateBadge(s)));
-      const waiting = this.outbox.of(ws.id).length;
+      const waiting = this.outbox.unsent(ws.id).length;
       const head = () => h('div', { class: 'ws-head' },
         h('span', { class: 'dot', 'aria-hidden': 'true' }),
         h('span', { class: 'ws-name' }, ws.name),

@@ -86,6 +86,8 @@ export class Transcript {
     this.permissions = new Map();
     this.lastPlan = null;
     this.pending = new Map();
+    /** The ids of the user blocks in the log (a message sent from here shows once). */
+    this.userIds = new Set();
     this.dirty = new Set();
     this.frame = 0;
     this.stick = true;
@@ -139,6 +141,7 @@ export class Transcript {
   #user(b, frame) {
     this.lastUserText = b.text;
     this.#dropRetry();
+    this.userIds.add(b.id);
     const pending = this.pending.get(b.id);
     if (pending) {
       pending.remove();
