@@ -151,7 +151,8 @@ class SessionView {
       icon('stop'), ' Stop');
     this.handoffBtn = h('button', {
       type: 'button', title: 'Continue in terminal', onclick: () => this.handoff(),
-    }, icon('terminal'), h('span', { class: 'hide-phone' }, ' Continue in terminal'));
+    }, icon('terminal'), h('span', { class: 'hide-phone' }, ' Continue in terminal'),
+    h('span', { class: 'phone-only' }, ' Terminal')); // a phone has no tooltip to name the icon
     this.closeBtn = h('button', {
       type: 'button', class: 'link-btn', title: 'End session', onclick: () => this.closeSession(),
     }, 'End', h('span', { class: 'hide-phone' }, ' session'));
