@@ -136,3 +136,61 @@ def test_on_a_phone_nothing_is_cut_off_and_the_branch_view_says_what_it_does(
         assert page_errors(p) == [], page_errors(p)
     finally:
         p.close()
+
+
+def test_a_revoked_phones_list_says_what_happened_and_what_to_do(
+    browser: Browser, served: ServedRelay, workstation: DaemonProcess
+) -> None:
+    """Revoked on the workstation, the phone opens the page again: the list says so, with the
+    command to pair again, where it said "No sessions yet" above an empty New session form
+    whose Start gave the browser's own "Please select an item"."""
+    p = browser.page(*PHONE, mobile=True)
+    try:
+        pair(p, workstation)
+        record = p.eval("JSON.parse(localStorage.getItem('agent-bridge.workstations'))[0]")
+        run_bridge("clients", "revoke", record["client_id"], env=workstation.env, check=True)
+        p.reopen()
+        p.goto(f"http://127.0.0.1:{served.web_port}/")
+        p.wait(f'{GROUP}[data-state="unauthorized"]', state="attached", timeout_ms=30_000)
+        p.wait(f"{GROUP} .ws-note")
+        note = p.text(f"{GROUP} .ws-note")
+        assert note.startswith("This browser was revoked on studio: pair again with"), note
+        assert p.text(f"{GROUP} .ws-note code") == "agent-bridge pair --relay"
+        assert p.eval("document.querySelector('#sessions-empty').hidden")
+        # the form says the same instead of offering a session no one can start
+        p.eval("window.agentBridge.app.showNewSession()")
+        assert p.text("#ns-refused").startswith("This browser was revoked on studio")
+        assert p.eval("document.querySelector('#new-session button[type=submit]').disabled")
+        assert p.eval("getComputedStyle(document.querySelector('#ns-agent')).display") == "none"
+        shot(p, "walk-phone-revoked-list")
+        assert_nothing_cut_off(p)
+    finally:
+        p.close()
+
+
+def test_a_used_pairing_link_says_so_once(
+    browser: Browser, served: ServedRelay, workstation: DaemonProcess
+) -> None:
+    """A link already used, opened in a fresh profile: its error once, under the form, not also
+    in a toast over it."""
+    first = browser.page(*PHONE, mobile=True)
+    try:
+        link = pair(first, workstation)
+    finally:
+        first.close()
+    p = browser.page(*PHONE, mobile=True)
+    try:
+        p.goto(link)
+        p.wait("#login-pair-status.error-text", timeout_ms=30_000)
+        said = p.text("#login-pair-status")
+        assert "already used or has expired" in said, said
+        shot(p, "walk-phone-used-link")
+        shown = p.eval(
+            "[...document.querySelectorAll('body *')].filter((e) => e.getClientRects().length"
+            " && [...e.childNodes].some((n) => n.nodeType === 3"
+            " && n.textContent.includes('already used'))).length"
+        )
+        assert shown == 1
+        assert p.count(".toast") == 0
+    finally:
+        p.close()

@@ -219,22 +219,10 @@ class SessionView {
   /** Says why the session's workstation cannot be reached (revoked, relay down, offline);
    *  true while it cannot. */
   renderReach() {
-    const ws = this.ws;
-    const state = ws?.state ?? 'online';
-    const name = ws?.name || 'the workstation';
-    const said = {
-      unauthorized: `This browser was revoked on ${name}: pair again with \`agent-bridge pair --relay\` there.`,
-      relay_down: `The relay is down: ${name} cannot be reached. What you send waits here and goes once it is back.`,
-      offline: ws?.station && !ws.station.noQueue
-        ? `${name} cannot be reached right now. What you send waits on the relay, and ${name} takes it when it is back, even if this page is closed.`
-        : `${name} cannot be reached right now. What you send waits here and goes once it is back.`,
-      token_rejected: `${name} rejected this browser's token: pair again with \`agent-bridge pair\`.`,
-      refused: `${name} refused this page's origin: add \`${location.origin}\` to \`server.allowed_origins\` in its config.toml and restart its daemon.`,
-      stopped: `Not connected to ${name}.`,
-    }[state];
+    const said = this.ws?.reachNote || '';
     this.reachEl.hidden = !said;
-    clear(this.reachEl).append(...codeSpans(said || ''));
-    this.reachEl.dataset.state = state;
+    clear(this.reachEl).append(...codeSpans(said));
+    this.reachEl.dataset.state = this.ws?.state ?? 'online';
     return Boolean(said);
   }
 
@@ -750,6 +738,8 @@ class App {
       clearTimeout(this.pairNoteTimer);
       // a success is said, then gets out of the way; an error stays until the next try
       if (fadeMs) this.pairNoteTimer = setTimeout(() => { for (const el of shown) el.hidden = true; }, fadeMs);
+      // said once: a toast too only where neither note is on screen (a phone in a session)
+      if (error && !shown.some((el) => el.getClientRects().length)) toast(text);
     };
     let relay;
     let link;
@@ -757,9 +747,8 @@ class App {
       relay = await this.relayModule();
       link = relay.parseLink(value);
     } catch (err) {
-      say(`Could not pair: ${err.message}`, true);
-      toast(`Could not pair: ${err.message}`);
       if (!this.stations.size) this.showLogin();
+      say(`Could not pair: ${err.message}`, true);
       return;
     }
     say(`Pairing with ${link.name} through ${link.url}…`);
@@ -786,9 +775,8 @@ class App {
       const why = err.code === 'unknown_secret'
         ? 'the pairing link was already used or has expired: run `agent-bridge pair --relay` again'
         : err.message;
-      say(`Could not pair with ${link.name}: ${why}`, true);
-      toast(`Could not pair with ${link.name}: ${why}`);
       if (!this.stations.size) this.showLogin();
+      say(`Could not pair with ${link.name}: ${why}`, true);
     }
   }
 
@@ -828,6 +816,11 @@ class App {
     for (const ws of this.stations.values()) select.append(h('option', { value: ws.id }, ws.name));
     if (this.active) select.value = this.active.id;
     $('#ns-ws-row').hidden = this.stations.size < 2;
+    // no session starts where this browser is refused: why, instead of an empty form
+    const refused = this.active?.refusesBrowser ? this.active.reachNote : '';
+    $('#new-session').toggleAttribute('data-refused', Boolean(refused));
+    clear($('#ns-refused')).append(...codeSpans(refused));
+    $('#new-session button[type=submit]').disabled = Boolean(refused);
     this.renderSessions();
   }
 
@@ -1153,9 +1146,9 @@ class App {
         waiting ? h('span', { class: 'ws-waiting small' }, `${waiting} waiting to send`) : null,
         h('span', { class: 'ws-state small', dataset: { state: ws.state } }, ws.stateLabel));
       // a refusal is fixed on the workstation, not by waiting: say how right here
-      const note = () => (ws.state === 'refused'
-        ? h('p', { class: 'ws-note small' }, ...codeSpans(`refused: add \`${location.origin}\` to \`server.allowed_origins\` on ${ws.name}`))
-        : null);
+      const fix = ws.state === 'refused' ? `refused: add \`${location.origin}\` to \`server.allowed_origins\` on ${ws.name}`
+        : ws.refusesBrowser ? ws.reachNote : '';
+      const note = () => (fix ? h('p', { class: 'ws-note small' }, ...codeSpans(fix)) : null);
       const group = (items) => h('li', { class: 'ws-group', dataset: { ws: ws.id, state: ws.state } },
         head(), note(), h('ul', { class: 'session-list' }, items));
       groups.push(group(own.map(item)));
@@ -1163,7 +1156,8 @@ class App {
     }
     clear($('#sessions')).append(...groups);
     clear($('#external')).append(...externalGroups);
-    $('#sessions-empty').hidden = ownCount > 0;
+    // "No sessions yet" only where a workstation said so: not for one that cannot be asked
+    $('#sessions-empty').hidden = ownCount > 0 || ![...this.stations.values()].some((ws) => ws.state === 'online');
     if (!this.formChosen) this.collapseForm(ownCount > 0);
     $('#external-empty').hidden = externalCount > 0;
     const needing = [...this.stations.values()]
