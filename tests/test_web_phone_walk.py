@@ -130,6 +130,7 @@ def test_on_a_phone_nothing_is_cut_off_and_the_branch_view_says_what_it_does(
         p.click(".ship-pr")
         p.wait(".ship-status .ship-hint", timeout_ms=30_000)
         hint = p.text(".ship-status .ship-hint")
+        p.eval("document.querySelector('.ship-status').scrollIntoView({block: 'end'})")
         shot(p, "walk-phone-pr-refused")
         assert "fetch URL" in hint and "forge" in hint, hint
         assert_nothing_cut_off(p)
