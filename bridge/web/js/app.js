@@ -129,6 +129,7 @@ class SessionView {
         session: this.id, request_id: requestId, option_id: optionId,
       }),
       onUsage: (u) => this.setUsage(u),
+      onUser: (id) => app.outbox.userSeen(id),
       onInfo: (info) => { this.info = info; this.renderCapabilities(); },
       onRetry: (text) => this.retry(text),
       diffMode: () => app.diffMode(),
@@ -267,12 +268,7 @@ class SessionView {
   open() {
     this.showWaiting();
     this.app.client.subscribe(this.id, {
-      onEvent: (frame) => {
-        this.transcript.apply(frame);
-        if (frame.block.type === 'user') this.app.outbox.userSeen(frame.block.id);
-        followMode(this, frame);
-        this.followNeeds();
-      },
+      onEvent: (frame) => { this.transcript.apply(frame); followMode(this, frame); this.followNeeds(); },
       onState: (st) => this.setState(st),
       onError: (err) => toast(`Could not follow this session: ${err.message}`),
     }, this.transcript.lastSeq);

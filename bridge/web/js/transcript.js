@@ -69,6 +69,7 @@ export class Transcript {
    * @param {HTMLElement} scroller  the element that scrolls (kept pinned to the bottom)
    * @param {{onPermission: (id: string, option: string) => Promise<void>,
    *          onUsage?: (u: object) => void, onInfo?: (b: object) => void,
+   *          onUser?: (id: string) => void,
    *          onRetry?: (text: string) => Promise<void>,
    *          diffMode?: () => 'unified'|'split', setDiffMode?: (m: string) => void}} hooks
    */
@@ -142,6 +143,7 @@ export class Transcript {
     this.lastUserText = b.text;
     this.#dropRetry();
     this.userIds.add(b.id);
+    this.hooks.onUser?.(b.id);
     const pending = this.pending.get(b.id);
     if (pending) {
       pending.remove();
