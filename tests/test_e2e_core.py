@@ -455,3 +455,36 @@ async def test_subscribe_beyond_the_last_seq_streams_live_events(
     frames = await c.turn(session)
     assert frames[0]["seq"] == 2 and "You said: live" in text_of(frames)
     await c.close()
+
+
+async def test_the_sessions_usage_counts_the_turns_before_a_daemon_restart(
+    daemon_factory: Any, project: Path
+) -> None:
+    """The demo agent counts its tokens since it was started; a daemon restart starts a new one,
+    and the session's usage still counts every turn it had (each `usage` block, `usage.get`,
+    `/status`)."""
+    d = daemon_factory().start()
+    c, session = await subscribed_demo(d, project)
+    first = await send_until(c, session, "echo one", lambda b: b["type"] == "usage")
+    await c.turn(session)
+    await c.close()
+    d.stop()
+    d.start()
+    c = await open_client(d)
+    await c.request("session.subscribe", session=session, after_seq=10**9)
+    turns = [
+        blocks(await send_until(c, session, text, lambda b: b["type"] == "usage"), "usage")[-1]
+        for text in ("echo two", "echo three")
+    ]
+    one = blocks(first, "usage")[-1]
+    per_turn = (one["input_tokens"], one["output_tokens"])  # the demo's: 10 + 1 word, 20 + 1
+    assert per_turn == (11, 21)
+    assert [(u["input_tokens"], u["output_tokens"]) for u in turns] == [(22, 42), (33, 63)]
+    assert turns[-1]["cost_usd"] == pytest.approx(0.0003)
+    got = (await c.request("usage.get", session=session))["usage"]
+    assert (got["input_tokens"], got["output_tokens"]) == (33, 63)
+    status = blocks(
+        await send_until(c, session, "/status", lambda b: b["type"] == "usage"), "usage"
+    )
+    assert (status[-1]["input_tokens"], status[-1]["output_tokens"]) == (33, 63)
+    await c.close()

@@ -26,6 +26,7 @@ from tests.web.pages import (
     shot,
     wait_turns,
 )
+from tests.wsclient import Client
 
 pytestmark = BROWSER_TESTS
 
@@ -220,3 +221,61 @@ def test_left_on_the_relays_queue_it_reaches_the_agent_with_the_page_closed(
     finally:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "outbox-relay-queue-transcript.txt").write_text("\n".join(log) + "\n")
+
+
+async def waiting_at_the_daemon(d: DaemonProcess, session: str) -> dict[str, object]:
+    """The session's list entry once the daemon holds its first message's turn on a permission
+    and one more message behind it (30 s at most)."""
+    deadline = asyncio.get_running_loop().time() + 30
+    c = await Client.open(d.url, d.token)
+    try:
+        while True:
+            listed = await c.request("sessions.list", include_external=False)
+            entry: dict[str, object] = next(
+                s for s in listed["sessions"] if s["session"] == session
+            )
+            if entry.get("queued") == 1 and entry.get("needs"):
+                return entry
+            assert asyncio.get_running_loop().time() < deadline, entry
+            await asyncio.sleep(0.2)
+    finally:
+        await c.ws.close()
+
+
+def test_reopened_a_message_the_daemon_took_from_the_relay_and_holds_queued_is_shown(
+    relay: Relay, browser: Browser, tmp_path: Path, project: Path
+) -> None:
+    """Two messages left on the relay's queue; the workstation takes both with the page closed:
+    the first starts a turn that waits on a permission, the second waits behind it at the
+    daemon. The page opened again shows both: the first in the log, the second as queued."""
+    with studio_through_the_relay(relay, browser, tmp_path, project) as (p, direct, remote):
+        session = new_session(p, project)
+        remote.stop()
+        p.wait(".session .reach-note[data-state=offline]", timeout_ms=30_000)
+        send(p, "show me the tour")
+        send(p, "echo after the tour")
+        p.wait_for("document.querySelectorAll('.blk-user.is-relayed').length === 2", 30_000)
+        p.reopen()
+        remote.start()
+        asyncio.run(waiting_at_the_daemon(remote, session))
+        p.goto(base(direct))  # the list, as a person opens it again
+        p.wait(f'{GROUP}[data-state="online"]', state="attached", timeout_ms=60_000)
+        item = f'{GROUP} li[data-session="{session}"] .session-item'
+        badge = f"document.querySelector('{item} .badge.state')?.textContent"
+        p.wait_for(f"{badge} === 'needs you · 1 queued'", 30_000)
+        p.click(item)
+        p.wait(".blk-permission[data-state=open]", timeout_ms=30_000)
+        shot(p, "outbox-phone-reopened-queued")
+        assert p.texts(".session .blk-user .user-text") == [
+            "show me the tour",
+            "echo after the tour",
+        ]
+        assert "queued" in p.text(".session .blk-user.is-pending .pending-note")
+        p.click(".blk-permission .perm-opt.kind-allow_once")
+        wait_turns(p, 2, timeout_ms=60_000)
+        assert p.texts(".session .blk-user .user-text") == [
+            "show me the tour",
+            "echo after the tour",
+        ]
+        assert_history_exact(p, remote, session)
+        p.wait_for(f"({KEPT}).then((n) => n === 0)", 30_000)  # queued no more: gone from here

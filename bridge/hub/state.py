@@ -234,6 +234,9 @@ class Session:
     last_pending: StoredEvent | None = None
     drained: asyncio.Event = field(default_factory=asyncio.Event)
     usage: UsageBlock | None = None
+    #: the session's usage when its adapter started, which that adapter does not count
+    #: (``session_usage`` in bridge/hub/turns.py)
+    usage_before: UsageBlock | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     #: A warm start under way (bridge/hub/warm.py): a turn waits for it and uses its agent.
     warming: asyncio.Task[None] | None = None

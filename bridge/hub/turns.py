@@ -17,6 +17,7 @@ from typing import TypeVar
 import structlog
 
 from bridge.adapters.base import BaseAdapter, cwd_matches, instantiate
+from bridge.adapters.perturn import add_usage
 from bridge.blocks import (
     AgentInfoBlock,
     AttachmentRef,
@@ -180,6 +181,7 @@ class TurnRunner:
         """``adapter`` (from ``new_adapter``) is the session's from now on."""
         s.adapter = adapter
         s.adapter_cls = type(adapter)
+        s.usage_before = s.usage  # a new adapter counts from zero: the session's total so far
         s.restart_adapter = False
         self.resident.started(s)
 
@@ -546,6 +548,8 @@ class TurnRunner:
             turn.permission_options[typed.id] = {o.id for o in typed.options}
         elif isinstance(typed, SystemBlock) and typed.code == "mode":
             modes.observe(self.cls(s), self.store, s, typed)
+        elif isinstance(typed, UsageBlock):
+            typed = session_usage(s, typed)
         elif isinstance(typed, SessionEndBlock) and turn.end_reason is not None:
             typed = SessionEndBlock(
                 reason=turn.end_reason,
@@ -607,7 +611,7 @@ class TurnRunner:
             with contextlib.suppress(Exception):
                 got = await call_adapter(s.adapter.get_usage(), USAGE_TIMEOUT_S)
                 if isinstance(got, UsageBlock):
-                    return got
+                    return session_usage(s, got)
         return s.usage
 
     async def models(self, agent: str) -> list[ModelInfo]:
@@ -637,3 +641,10 @@ def _refuse(s: Session) -> None:
         if not answer.done():
             answer.set_exception(HubError("conflict", "the session has ended"))
     s.deciding.clear()
+
+
+def session_usage(s: Session, adapter: UsageBlock) -> UsageBlock:
+    """The session's usage: what its adapter counted since it started, added to what the
+    adapters before it counted (a daemon restart, a stopped agent process, `/model` or a failed
+    turn start a new adapter, which counts from zero), so a client shows the whole session's."""
+    return adapter if s.usage_before is None else add_usage(s.usage_before, adapter)

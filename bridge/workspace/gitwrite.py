@@ -336,7 +336,9 @@ async def pull_request(
         raise ShipError(
             "not_found",
             f"no pull request page known for the remote `{remote}`",
-            "install gh and log it in (gh auth login), or open the pull request on the forge",
+            "install gh and log it in (gh auth login), or make the remote's fetch URL name its"
+            f" forge (GitHub, GitLab, Bitbucket, Gitea, Forgejo): it is `{fetch_url}`; set it with"
+            f" `git remote set-url {remote} URL` (a separate push URL may stay as it is)",
         )
     return {"url": url, "created": False, "checks": None}
 

@@ -129,6 +129,7 @@ class SessionView {
         session: this.id, request_id: requestId, option_id: optionId,
       }),
       onUsage: (u) => this.setUsage(u),
+      onUser: (id) => app.outbox.userSeen(id),
       onInfo: (info) => { this.info = info; this.renderCapabilities(); },
       onRetry: (text) => this.retry(text),
       diffMode: () => app.diffMode(),
@@ -151,7 +152,8 @@ class SessionView {
       icon('stop'), ' Stop');
     this.handoffBtn = h('button', {
       type: 'button', title: 'Continue in terminal', onclick: () => this.handoff(),
-    }, icon('terminal'), h('span', { class: 'hide-phone' }, ' Continue in terminal'));
+    }, icon('terminal'), h('span', { class: 'hide-phone' }, ' Continue in terminal'),
+    h('span', { class: 'phone-only' }, ' Terminal')); // a phone has no tooltip to name the icon
     this.closeBtn = h('button', {
       type: 'button', class: 'link-btn', title: 'End session', onclick: () => this.closeSession(),
     }, 'End', h('span', { class: 'hide-phone' }, ' session'));
@@ -218,22 +220,10 @@ class SessionView {
   /** Says why the session's workstation cannot be reached (revoked, relay down, offline);
    *  true while it cannot. */
   renderReach() {
-    const ws = this.ws;
-    const state = ws?.state ?? 'online';
-    const name = ws?.name || 'the workstation';
-    const said = {
-      unauthorized: `This browser was revoked on ${name}: pair again with \`agent-bridge pair --relay\` there.`,
-      relay_down: `The relay is down: ${name} cannot be reached. What you send waits here and goes once it is back.`,
-      offline: ws?.station && !ws.station.noQueue
-        ? `${name} cannot be reached right now. What you send waits on the relay, and ${name} takes it when it is back, even if this page is closed.`
-        : `${name} cannot be reached right now. What you send waits here and goes once it is back.`,
-      token_rejected: `${name} rejected this browser's token: pair again with \`agent-bridge pair\`.`,
-      refused: `${name} refused this page's origin: add \`${location.origin}\` to \`server.allowed_origins\` in its config.toml and restart its daemon.`,
-      stopped: `Not connected to ${name}.`,
-    }[state];
+    const said = this.ws?.reachNote || '';
     this.reachEl.hidden = !said;
-    clear(this.reachEl).append(...codeSpans(said || ''));
-    this.reachEl.dataset.state = state;
+    clear(this.reachEl).append(...codeSpans(said));
+    this.reachEl.dataset.state = this.ws?.state ?? 'online';
     return Boolean(said);
   }
 
@@ -255,6 +245,7 @@ class SessionView {
       if (st[key] !== undefined && st[key] !== null) this.session[key] = st[key];
     }
     if (st.state === 'ended') this.session.queued = 0;
+    if (!this.session.queued) this.app.outbox.nothingQueued(this.ws.id, this.id);
     this.renderHeader();
     this.app.updateListItem(this.session, this.ws);
   }
@@ -395,13 +386,15 @@ class SessionView {
     };
   }
 
-  /** The messages of this session still in the outbox (typed before the page was closed). */
+  /** The messages of this session still in the outbox (typed before the page was closed), and
+   *  those the daemon holds queued: not in the log until their turn starts. */
   showWaiting() {
     for (const e of this.app.outbox.of(this.ws.id, this.id)) {
-      if (this.pendings.has(e.id)) continue;
+      if (this.pendings.has(e.id) || this.transcript.userIds.has(e.id)) continue;
       const pending = this.transcript.addPending(e.id, e.text, e.attachments || []);
       this.pendings.set(e.id, pending);
-      if (e.relayed) pending.relayed(this.ws.name);
+      if (e.queued) pending.queued(true);
+      else if (e.relayed) pending.relayed(this.ws.name);
       else if (!this.ws.client.isOpen) pending.waiting(this.ws.name, () => this.cancelWaiting(e.id));
     }
   }
@@ -741,6 +734,8 @@ class App {
       clearTimeout(this.pairNoteTimer);
       // a success is said, then gets out of the way; an error stays until the next try
       if (fadeMs) this.pairNoteTimer = setTimeout(() => { for (const el of shown) el.hidden = true; }, fadeMs);
+      // said once: a toast too only where neither note is on screen (a phone in a session)
+      if (error && !shown.some((el) => el.getClientRects().length)) toast(text);
     };
     let relay;
     let link;
@@ -748,9 +743,8 @@ class App {
       relay = await this.relayModule();
       link = relay.parseLink(value);
     } catch (err) {
-      say(`Could not pair: ${err.message}`, true);
-      toast(`Could not pair: ${err.message}`);
       if (!this.stations.size) this.showLogin();
+      say(`Could not pair: ${err.message}`, true);
       return;
     }
     say(`Pairing with ${link.name} through ${link.url}…`);
@@ -777,9 +771,8 @@ class App {
       const why = err.code === 'unknown_secret'
         ? 'the pairing link was already used or has expired: run `agent-bridge pair --relay` again'
         : err.message;
-      say(`Could not pair with ${link.name}: ${why}`, true);
-      toast(`Could not pair with ${link.name}: ${why}`);
       if (!this.stations.size) this.showLogin();
+      say(`Could not pair with ${link.name}: ${why}`, true);
     }
   }
 
@@ -819,6 +812,11 @@ class App {
     for (const ws of this.stations.values()) select.append(h('option', { value: ws.id }, ws.name));
     if (this.active) select.value = this.active.id;
     $('#ns-ws-row').hidden = this.stations.size < 2;
+    // no session starts where this browser is refused: why, instead of an empty form
+    const refused = this.active?.refusesBrowser ? this.active.reachNote : '';
+    $('#new-session').toggleAttribute('data-refused', Boolean(refused));
+    clear($('#ns-refused')).append(...codeSpans(refused));
+    $('#new-session button[type=submit]').disabled = Boolean(refused);
     this.renderSessions();
   }
 
@@ -1101,6 +1099,7 @@ class App {
       return;
     }
     ws.sessions = new Map(sessions.map((s) => [s.session, s]));
+    for (const s of sessions) if (!s.queued) this.outbox.nothingQueued(ws.id, s.session);
     for (const view of this.views.values()) {
       if (view.ws !== ws) continue;
       const fresh = ws.sessions.get(view.id);
@@ -1136,16 +1135,16 @@ class App {
       isFoundOnDisk(s)
         ? h('span', { class: 'badge state', dataset: { state: s.state } }, s.state === 'parked' ? 'open in a terminal' : 'attach')
         : stateBadge(s)));
-      const waiting = this.outbox.of(ws.id).length;
+      const waiting = this.outbox.unsent(ws.id).length;
       const head = () => h('div', { class: 'ws-head' },
         h('span', { class: 'dot', 'aria-hidden': 'true' }),
         h('span', { class: 'ws-name' }, ws.name),
         waiting ? h('span', { class: 'ws-waiting small' }, `${waiting} waiting to send`) : null,
         h('span', { class: 'ws-state small', dataset: { state: ws.state } }, ws.stateLabel));
       // a refusal is fixed on the workstation, not by waiting: say how right here
-      const note = () => (ws.state === 'refused'
-        ? h('p', { class: 'ws-note small' }, ...codeSpans(`refused: add \`${location.origin}\` to \`server.allowed_origins\` on ${ws.name}`))
-        : null);
+      const fix = ws.state === 'refused' ? `refused: add \`${location.origin}\` to \`server.allowed_origins\` on ${ws.name}`
+        : ws.refusesBrowser ? ws.reachNote : '';
+      const note = () => (fix ? h('p', { class: 'ws-note small' }, ...codeSpans(fix)) : null);
       const group = (items) => h('li', { class: 'ws-group', dataset: { ws: ws.id, state: ws.state } },
         head(), note(), h('ul', { class: 'session-list' }, items));
       groups.push(group(own.map(item)));
@@ -1153,7 +1152,8 @@ class App {
     }
     clear($('#sessions')).append(...groups);
     clear($('#external')).append(...externalGroups);
-    $('#sessions-empty').hidden = ownCount > 0;
+    // "No sessions yet" only where a workstation said so: not for one that cannot be asked
+    $('#sessions-empty').hidden = ownCount > 0 || ![...this.stations.values()].some((ws) => ws.state === 'online');
     if (!this.formChosen) this.collapseForm(ownCount > 0);
     $('#external-empty').hidden = externalCount > 0;
     const needing = [...this.stations.values()]

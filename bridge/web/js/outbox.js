@@ -9,6 +9,11 @@
 // on the relay's work queue too, sealed to its key (`relay`): the daemon takes it when it is
 // back even if this page is closed by then. The entry stays here, marked `relayed`, until the
 // daemon answers it directly; sent again then, it is known by its client_msg_id.
+//
+// One the daemon answered `queued` (it waits there behind a running turn) is not in the
+// session's log until its turn starts, so it stays here, marked `queued` and never sent again,
+// until its `user` block is seen or the session has nothing queued: a page opened meanwhile
+// still shows it.
 
 import { idb } from './kv.js';
 
@@ -29,6 +34,7 @@ export class Outbox extends EventTarget {
     this.entries = new Map(); // client_msg_id -> {id, ws, session, text, attachments, created}
     this.sending = new Set();
     this.flushing = new Map(); // workstation id -> the flush (or hand-over) under way
+    this.started = new Set(); // ids whose user block was seen: queued no more
     /** Resolves once what an earlier page left is read back (flush waits for it). */
     this.ready = null;
   }
@@ -59,11 +65,29 @@ export class Outbox extends EventTarget {
     this.changed();
   }
 
-  /** The waiting messages of a workstation (or of one of its sessions), oldest first. */
+  /** The messages of a workstation (or of one of its sessions), oldest first; those the daemon
+   *  holds queued too. */
   of(wsId, session = null) {
     return [...this.entries.values()]
       .filter((e) => e.ws === wsId && (!session || e.session === session))
       .sort((a, b) => a.created - b.created);
+  }
+
+  /** The messages of a workstation still to be sent (not those the daemon holds queued). */
+  unsent(wsId) {
+    return this.of(wsId).filter((e) => !e.queued);
+  }
+
+  /** The `user` block of message `id` is in its session's log: it left the daemon's queue. */
+  userSeen(id) {
+    this.started.add(id);
+    if (this.entries.get(id)?.queued) this.drop(id);
+  }
+
+  /** A session of `wsId` has nothing queued at the daemon (`sessions.list`, a state frame):
+   *  the messages it held queued have all started (or were dropped with the session's end). */
+  nothingQueued(wsId, session) {
+    for (const e of this.of(wsId, session)) if (e.queued) this.drop(e.id);
   }
 
   changed() {
@@ -77,7 +101,8 @@ export class Outbox extends EventTarget {
     this.sending.add(entry.id);
     try {
       const result = await client.request('session.send', sendFields(entry));
-      await this.drop(entry.id);
+      if (result.queued && !this.started.has(entry.id)) await this.put({ ...entry, queued: Date.now() });
+      else await this.drop(entry.id);
       onDone(result);
     } catch (err) {
       if (FINAL.has(err.code)) {
@@ -111,7 +136,7 @@ export class Outbox extends EventTarget {
   async #relay(ws, hooks) {
     await this.ready;
     if (!ws.station || ws.station.noQueue) return;
-    for (const entry of this.of(ws.id)) {
+    for (const entry of this.unsent(ws.id)) {
       if (entry.relayed || ws.client.isOpen || !this.entries.has(entry.id)) continue;
       this.sending.add(entry.id); // no Cancel while it goes: the relay would keep it anyway
       try {
@@ -132,7 +157,7 @@ export class Outbox extends EventTarget {
 
   async #flush(ws, hooks) {
     await this.ready;
-    for (const entry of this.of(ws.id)) {
+    for (const entry of this.unsent(ws.id)) {
       if (!ws.client.isOpen) return;
       await this.send(ws.client, entry, hooks(entry));
     }

@@ -171,7 +171,7 @@ export class BranchView {
     const btn = (label, cls, run) => h('button', { type: 'button', class: `small-btn ${cls}`, onclick: run }, label);
     return h('div', { class: 'ship-actions' },
       h('div', { class: 'ship-row' }, this.messageEl, btn('Commit all', 'ship-commit', () => this.commit())),
-      h('div', { class: 'ship-row' }, btn('Ask the agent to draft the message', 'link-btn ship-draft', () => this.draft())),
+      h('div', { class: 'ship-row' }, btn('Ask the agent to draft the message', 'ship-draft', () => this.draft())),
       h('div', { class: 'ship-row' },
         btn('Push', 'ship-push', () => this.push()),
         btn('Open pull request', 'ship-pr', () => this.pr()),

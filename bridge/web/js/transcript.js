@@ -69,6 +69,7 @@ export class Transcript {
    * @param {HTMLElement} scroller  the element that scrolls (kept pinned to the bottom)
    * @param {{onPermission: (id: string, option: string) => Promise<void>,
    *          onUsage?: (u: object) => void, onInfo?: (b: object) => void,
+   *          onUser?: (id: string) => void,
    *          onRetry?: (text: string) => Promise<void>,
    *          diffMode?: () => 'unified'|'split', setDiffMode?: (m: string) => void}} hooks
    */
@@ -86,6 +87,8 @@ export class Transcript {
     this.permissions = new Map();
     this.lastPlan = null;
     this.pending = new Map();
+    /** The ids of the user blocks in the log (a message sent from here shows once). */
+    this.userIds = new Set();
     this.dirty = new Set();
     this.frame = 0;
     this.stick = true;
@@ -139,6 +142,8 @@ export class Transcript {
   #user(b, frame) {
     this.lastUserText = b.text;
     this.#dropRetry();
+    this.userIds.add(b.id);
+    this.hooks.onUser?.(b.id);
     const pending = this.pending.get(b.id);
     if (pending) {
       pending.remove();

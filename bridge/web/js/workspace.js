@@ -173,7 +173,8 @@ export class ChangesPanel {
   #mode(which) {
     this.showing = which;
     this.modeBtn.hidden = !this.view.session.worktree;
-    this.modeBtn.textContent = which === 'branch' ? 'Changes' : 'Branch';
+    // not "Changes": the header's Changes opens this panel; this shows the uncommitted ones
+    this.modeBtn.textContent = which === 'branch' ? 'Uncommitted' : 'Branch';
   }
 
   showBranch() {

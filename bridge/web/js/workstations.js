@@ -167,6 +167,28 @@ export class Workstation {
     return STATE_LABELS[this.state] || this.state;
   }
 
+  /** Why this workstation cannot be reached, and what to do, in words (a phone has no
+   *  tooltips); '' while it is online or connecting. */
+  get reachNote() {
+    const name = this.name || 'the workstation';
+    return {
+      unauthorized: `This browser was revoked on ${name}: pair again with \`agent-bridge pair --relay\` there.`,
+      relay_down: `The relay is down: ${name} cannot be reached. What you send waits here and goes once it is back.`,
+      offline: this.station && !this.station.noQueue
+        ? `${name} cannot be reached right now. What you send waits on the relay, and ${name} takes it when it is back, even if this page is closed.`
+        : `${name} cannot be reached right now. What you send waits here and goes once it is back.`,
+      token_rejected: `${name} rejected this browser's token: pair again with \`agent-bridge pair\`.`,
+      refused: `${name} refused this page's origin: add \`${location.origin}\` to \`server.allowed_origins\` in its config.toml and restart its daemon.`,
+      stopped: `Not connected to ${name}.`,
+    }[this.state] || '';
+  }
+
+  /** Whether this workstation refuses this browser (revoked, a rejected token): waiting will
+   *  not change it, pairing again will. */
+  get refusesBrowser() {
+    return ['unauthorized', 'token_rejected'].includes(this.state);
+  }
+
   start() {
     this.client.start();
   }
