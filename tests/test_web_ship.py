@@ -14,7 +14,7 @@ from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.gitrepo import git
 from tests.relaykit import ServedRelay, linked_daemon
-from tests.test_workspace_ship import clone_with_origin
+from tests.shipkit import clone_with_origin
 from tests.web.browser import BROWSER_TESTS, Browser
 from tests.web.pages import PHONE, page_errors, send, shot
 

@@ -37,7 +37,7 @@ from bridge.wire.results import (
     WorkspaceWorktreeRemoveResult,
     as_result,
 )
-from bridge.workspace import gitwrite
+from bridge.workspace import gitwrite, names
 from bridge.workspace.gitwrite import ShipError
 
 if TYPE_CHECKING:
@@ -53,6 +53,12 @@ _T = TypeVar("_T")
 SETUP_FILE = os.path.join(".agent-bridge", "worktree-setup")
 #: setup output kept in the session's block
 SETUP_SHOWN = 4000
+
+
+def checked(why: str | None) -> None:
+    """A client's value that a check of bridge/workspace/names.py refused: ``bad_request``."""
+    if why is not None:
+        raise HubError("bad_request", why)
 
 
 async def shipped(work: Awaitable[_T]) -> _T:
@@ -101,6 +107,7 @@ class ShipApi:
         setup said (for the session's first block)."""
         assert req.worktree is not None
         conf = self.config.workspace
+        checked(names.directory_problem("`cwd`", req.cwd))
         made = await shipped(
             gitwrite.add_worktree(req.cwd, req.worktree.branch, req.worktree.base, conf.worktrees)
         )
@@ -124,7 +131,7 @@ class ShipApi:
         """A worktree whose session could not start goes again, with its branch."""
         try:
             await gitwrite.remove_worktree(worktree.path, force=True)
-            await gitwrite.git(worktree.repo, "branch", "-D", worktree.branch)
+            await gitwrite.git(worktree.repo, "branch", "-D", "--", worktree.branch)
         except ShipError as exc:
             log.warning("worktree_not_removed", path=worktree.path, error=str(exc))
 
@@ -133,8 +140,14 @@ class ShipApi:
 
     # ---- requests ----------------------------------------------------------------------------
 
+    async def _allowed(self, path: str) -> str:
+        """``path``'s real directory when a write may happen there (a project or a session's
+        directory, named plainly), else a refusal."""
+        checked(names.directory_problem("`path`", path))
+        return await self.projects.allowed(path)
+
     async def _writable(self, path: str) -> str:
-        root = await self.projects.allowed(path)
+        root = await self._allowed(path)
         why = self.hub.busy_in(root)
         if why is not None:
             raise HubError("conflict", f"not now: {why}", "try again once the turn has ended")
@@ -154,18 +167,18 @@ class ShipApi:
         return as_result(got, WorkspaceCommitResult)
 
     async def push(self, _conn: Connection, req: WorkspacePush) -> WorkspacePushResult:
-        root = await self.projects.allowed(req.path)
+        root = await self._allowed(req.path)
         return as_result(await shipped(gitwrite.push(root, req.remote)), WorkspacePushResult)
 
     async def pr(self, _conn: Connection, req: WorkspacePr) -> WorkspacePrResult:
-        root = await self.projects.allowed(req.path)
+        root = await self._allowed(req.path)
         got = await shipped(gitwrite.pull_request(root, req.title, req.body, req.base))
         return as_result(got, WorkspacePrResult)
 
     async def worktree_remove(
         self, _conn: Connection, req: WorkspaceWorktreeRemove
     ) -> WorkspaceWorktreeRemoveResult:
-        root = await self.projects.allowed(req.path)
+        root = await self._allowed(req.path)
         working = self.hub.sessions_in(root)
         if working:
             raise HubError(
