@@ -301,6 +301,7 @@ async def test_a_new_worktree_runs_the_repositorys_setup_first(
     setup.chmod(0o755)
     git(repo, "add", ".agent-bridge")
     git(repo, "commit", "-q", "-m", "setup")
+    git(repo, "push", "-q", "origin", "main")  # the default branch's own: it runs
     c = await Client.open(daemon.url, daemon.token)
     try:
         s = await new_worktree_session(c, repo, "with-setup")
