@@ -1,22 +1,27 @@
 """Ship from the phone, in headless Chromium at phone size (390x844) through `relay serve`: a
 session in a new worktree, the agent's work reviewed as the whole branch, a comment on a line
 sent back, then commit, push (a bare repository on disk is the push URL) and the pull request's
-page (the fetch URL names GitHub; no gh here). Screenshots go to tests/artifacts/web/."""
+page (the fetch URL names GitHub; no gh here); and a worktree removed from the Branch view,
+which then says it is gone. Screenshots go to tests/artifacts/web/."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
+from tests.daemonkit import run_bridge, running
 from tests.gitrepo import git
 from tests.relaykit import ServedRelay, linked_daemon
-from tests.shipkit import clone_with_origin
-from tests.web.browser import BROWSER_TESTS, Browser
-from tests.web.pages import PHONE, page_errors, send, shot
+from tests.shipkit import clone_with_origin, new_worktree_session, ship_daemon
+from tests.web.browser import BROWSER_TESTS, Browser, Page
+from tests.web.pages import PHONE, login, page_errors, send, shot
+from tests.wsclient import Client
 
 pytestmark = [*BROWSER_TESTS, pytest.mark.slow]
 
@@ -114,3 +119,65 @@ def test_from_a_new_worktree_to_the_pull_request_on_a_phone(
         assert page_errors(p) == [], page_errors(p)
     finally:
         p.close()
+
+
+async def pushed_worktree_session(d: DaemonProcess, repo: Path) -> dict[str, Any]:
+    """A worktree session whose turn's work is committed and pushed, then ended: ready to go."""
+    c = await Client.open(d.url, d.token)
+    try:
+        s = await new_worktree_session(c, repo, "feature/done")
+        await c.request("session.subscribe", session=s["session"])
+        await c.request("session.send", session=s["session"], text="a greeting")
+        await c.turn(s["session"])
+        await c.request("workspace.commit", path=s["cwd"], message="Add a greeting", all=True)
+        await c.request("workspace.push", path=s["cwd"])
+        await c.request("session.close", session=s["session"])
+        return s
+    finally:
+        await c.close()
+
+
+def open_session(p: Page, session: str) -> None:
+    """Open ``session`` from the page's list (an ended one too) once the list has it."""
+    p.wait_for(f"window.agentBridge.app.sessions.has({json.dumps(session)})")
+    p.eval(f"window.agentBridge.app.open({json.dumps(session)})")
+    p.wait(".session .changes-btn")
+
+
+def test_a_removed_worktree_says_it_is_gone(browser: Browser, tmp_path: Path) -> None:
+    _origin, repo = clone_with_origin(tmp_path)
+    daemon = running(ship_daemon(tmp_path))
+    d = next(daemon)
+    p = browser.page(*PHONE, mobile=True)
+    try:
+        s = asyncio.run(pushed_worktree_session(d, repo))
+        where = Path(s["cwd"])
+        login(p, d)
+        open_session(p, s["session"])
+        p.click(".session .changes-btn")
+        p.wait('.ship-file[data-path="demo.txt"]', timeout_ms=30_000)
+        assert p.text(".ship-counts") == "1 ahead, 0 behind main"
+        p.eval("window.confirm = () => true")
+        p.click(".ship-remove")
+        p.wait(".ship-gone", timeout_ms=30_000)
+        assert not where.exists() and not (tmp_path / "shop.worktrees").exists()
+        gone = p.text(".changes-body")
+        assert f"This worktree is gone: {where} was removed." in gone
+        assert f"Removed {where}." in gone
+        assert p.text(".changes-title") == "Removed · feature/done"
+        # no stale diff, and nothing to commit, push or open a pull request from
+        for sel in (".ship-file", ".ship-counts", ".ship-commit", ".ship-push", ".ship-pr"):
+            assert p.count(sel) == 0, sel
+        assert p.eval("document.querySelector('.changes-mode').hidden") is True
+        shot(p, "ship-phone-worktree-removed")
+        # opened again later (a new page): the daemon has no directory there, still gone
+        p.reload()
+        p.wait("#conn[data-state=open]")
+        open_session(p, s["session"])
+        p.click(".session .changes-btn")
+        p.wait(".ship-gone", timeout_ms=30_000)
+        assert p.count(".ship-file") == 0 and p.count(".ship-push") == 0
+        assert page_errors(p) == [], page_errors(p)
+    finally:
+        p.close()
+        daemon.close()

@@ -382,3 +382,22 @@ async def test_a_commit_while_a_terminal_holds_the_session_names_it(
         assert f"session {s['session']} is open in a terminal" in busy["message"]
     finally:
         await c.close()
+
+
+async def test_removing_the_last_worktree_leaves_no_folder(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    _origin, repo = clone_with_origin(tmp_path)
+    c = await Client.open(daemon.url, daemon.token)
+    try:
+        a = await new_worktree_session(c, repo, "one")
+        b = await new_worktree_session(c, repo, "two")
+        for s in (a, b):
+            await c.request("session.close", session=s["session"])
+        await c.request("workspace.worktree_remove", path=a["cwd"])
+        assert sorted(os.listdir(tmp_path / "shop.worktrees")) == ["two"]  # still in use
+        await c.request("workspace.worktree_remove", path=b["cwd"])
+        assert not (tmp_path / "shop.worktrees").exists()
+        assert sorted(os.listdir(tmp_path)) == ["home", "origin.git", "seed", "shop"]
+    finally:
+        await c.close()

@@ -160,7 +160,7 @@ class ShipApi:
     async def drop_worktree(self, worktree: WorktreeObject) -> None:
         """A worktree whose session could not start goes again, with its branch."""
         try:
-            await gitwrite.remove_worktree(worktree.path, force=True)
+            await gitwrite.remove_worktree(worktree.path, True, self.config.workspace.worktrees)
             await gitwrite.git(worktree.repo, "branch", "-D", "--", worktree.branch)
         except ShipError as exc:
             log.warning("worktree_not_removed", path=worktree.path, error=str(exc))
@@ -216,7 +216,8 @@ class ShipApi:
                 f"session {working[0]} works in this worktree",
                 "end the session first (session.close), then remove the worktree",
             )
-        got = await shipped(gitwrite.remove_worktree(root, req.force))
+        where = self.config.workspace.worktrees
+        got = await shipped(gitwrite.remove_worktree(root, req.force, where))
         return as_result(got, WorkspaceWorktreeRemoveResult)
 
     async def allow_setup(

@@ -16,6 +16,7 @@ A failure is a :class:`ShipError` with a code a client can act on and a one-sent
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -148,13 +149,18 @@ def check_ref(what: str, ref: str) -> str:
     return ref
 
 
-def worktree_path(repo: str, branch: str, root: str = "") -> str:
-    """Where a branch's worktree goes: under ``root`` (``[workspace] worktrees``), else beside
-    the repository in ``<repo>.worktrees/``; the branch's slashes become dashes."""
-    base = os.path.expanduser(root) if root else f"{repo}.worktrees"
+def worktrees_dir(repo: str, root: str = "") -> str:
+    """The folder of a repository's worktrees: ``<root>/<repo name>`` (``[workspace]
+    worktrees``), else ``<repo>.worktrees`` beside the repository."""
     if root:
-        base = os.path.join(base, os.path.basename(repo))
-    return os.path.join(base, branch.replace("/", "-"))
+        return os.path.join(os.path.expanduser(root), os.path.basename(repo))
+    return f"{repo}.worktrees"
+
+
+def worktree_path(repo: str, branch: str, root: str = "") -> str:
+    """Where a branch's worktree goes: in :func:`worktrees_dir`, the branch's slashes made
+    dashes."""
+    return os.path.join(worktrees_dir(repo, root), branch.replace("/", "-"))
 
 
 async def add_worktree(path: str, branch: str, base: str | None, root: str = "") -> Worktree:
@@ -402,9 +408,9 @@ async def _remote_head(cwd: str, remote: str) -> str:
     return head.split("/", 1)[1] if "/" in head else "main"
 
 
-async def remove_worktree(path: str, force: bool) -> dict[str, Any]:
+async def remove_worktree(path: str, force: bool, root: str = "") -> dict[str, Any]:
     """Remove the worktree at ``path``: refused with uncommitted changes or commits no remote
-    has, unless ``force``."""
+    has, unless ``force``. The :func:`worktrees_dir` it was in goes too once empty."""
     top = await toplevel(path)
     repo = await main_tree(top)
     if top == repo:
@@ -432,4 +438,8 @@ async def remove_worktree(path: str, force: bool) -> dict[str, Any]:
     result = await git(repo, *argv)
     if result.returncode != 0:
         raise _failed(result, "git worktree remove failed")
+    made = worktrees_dir(repo, root)
+    if os.path.dirname(top) == os.path.realpath(made):
+        with contextlib.suppress(OSError):  # another worktree is still in it
+            os.rmdir(made)
     return {"removed": top}
