@@ -42,6 +42,26 @@ async def new_worktree_session(c: Client, repo: Path, branch: str) -> dict[str, 
     return dict(made["session"])
 
 
+#: a repository's own worktree setup that leaves a mark where it ran
+SETUP = "#!/bin/sh\necho ran > ran.txt\necho setup ran in $(pwd)\n"
+
+
+def commit_setup(repo: Path, text: str, message: str = "setup") -> None:
+    setup = repo / ".agent-bridge" / "worktree-setup"
+    setup.parent.mkdir(exist_ok=True)
+    setup.write_text(text)
+    setup.chmod(0o755)
+    git(repo, "add", ".agent-bridge")
+    git(repo, "commit", "-q", "-m", message)
+
+
+def pull_request_branch(repo: Path, name: str, text: str) -> None:
+    """A branch someone else wrote (a fetched pull request) whose setup is ``text``."""
+    git(repo, "checkout", "-q", "-b", name)
+    commit_setup(repo, text, "a pull request")
+    git(repo, "checkout", "-q", "main")
+
+
 def fake_gh(where: Path, logged_in: bool = True) -> Path:
     """A `gh` that records its arguments and prints a pull request's URL."""
     where.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """Ship from the phone, in headless Chromium at phone size (390x844) through `relay serve`: a
 session in a new worktree, the agent's work reviewed as the whole branch, a comment on a line
 sent back, then commit, push (a bare repository on disk is the push URL) and the pull request's
-page (the fetch URL names GitHub; no gh here); and a worktree removed from the Branch view,
-which then says it is gone. Screenshots go to tests/artifacts/web/."""
+page (the fetch URL names GitHub; no gh here); a worktree removed from the Branch view, which
+then says it is gone; and a pull request's own worktree setup, skipped, allowed from the page.
+Screenshots go to tests/artifacts/web/."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge, running
 from tests.gitrepo import git
 from tests.relaykit import ServedRelay, linked_daemon
-from tests.shipkit import clone_with_origin, new_worktree_session, ship_daemon
+from tests.shipkit import (
+    SETUP,
+    clone_with_origin,
+    new_worktree_session,
+    pull_request_branch,
+    ship_daemon,
+)
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import PHONE, login, page_errors, send, shot
 from tests.wsclient import Client
@@ -177,6 +184,48 @@ def test_a_removed_worktree_says_it_is_gone(browser: Browser, tmp_path: Path) ->
         p.click(".session .changes-btn")
         p.wait(".ship-gone", timeout_ms=30_000)
         assert p.count(".ship-file") == 0 and p.count(".ship-push") == 0
+        assert page_errors(p) == [], page_errors(p)
+    finally:
+        p.close()
+        daemon.close()
+
+
+async def worktree_from(d: DaemonProcess, repo: Path, branch: str, base: str) -> dict[str, Any]:
+    c = await Client.open(d.url, d.token)
+    try:
+        made = await c.request(
+            "session.create", agent="demo", cwd=str(repo), worktree={"branch": branch, "base": base}
+        )
+        return dict(made["session"])
+    finally:
+        await c.close()
+
+
+def test_a_skipped_setup_is_allowed_from_the_page(browser: Browser, tmp_path: Path) -> None:
+    _origin, repo = clone_with_origin(tmp_path)
+    pull_request_branch(repo, "pr/3", SETUP)
+    daemon = running(ship_daemon(tmp_path))
+    d = next(daemon)
+    p = browser.page(*PHONE, mobile=True)
+    try:
+        s = asyncio.run(worktree_from(d, repo, "review-3", "pr/3"))
+        assert not (Path(s["cwd"]) / "ran.txt").exists()
+        login(p, d)
+        open_session(p, s["session"])
+        block = ".blk-system.code-worktree_setup"
+        p.wait(f"{block} .allow-setup", timeout_ms=30_000)
+        said = p.text(block)
+        assert "skipped: the default branch origin/main has no .agent-bridge/worktree-setup" in said
+        assert "agent-bridge git allow-setup" in said
+        shot(p, "ship-phone-setup-skipped")
+        p.eval("window.confirm = () => true")
+        p.click(f"{block} .allow-setup")
+        p.wait_for(
+            f"document.querySelector('{block} .allow-setup-said').textContent.startsWith('Allowed')"
+        )
+        assert p.count(f"{block} .allow-setup") == 0
+        again = asyncio.run(worktree_from(d, repo, "review-3b", "pr/3"))
+        assert (Path(again["cwd"]) / "ran.txt").read_text() == "ran\n"
         assert page_errors(p) == [], page_errors(p)
     finally:
         p.close()

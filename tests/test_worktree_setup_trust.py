@@ -18,34 +18,17 @@ from bridge.workspace import git as bgit
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge, running
 from tests.gitrepo import git
-from tests.shipkit import clone_with_origin, ship_daemon
+from tests.shipkit import SETUP, clone_with_origin, commit_setup, pull_request_branch, ship_daemon
 from tests.wsclient import Client, blocks
 
 pytestmark = pytest.mark.skipif(bgit.git_binary() is None, reason="git is not installed")
 
 NO_SETUP_ON_ORIGIN = "the default branch origin/main has no .agent-bridge/worktree-setup"
-SETUP = "#!/bin/sh\necho ran > ran.txt\necho setup ran in $(pwd)\n"
 
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     yield from running(ship_daemon(tmp_path))
-
-
-def commit_setup(repo: Path, text: str, message: str = "setup") -> None:
-    setup = repo / ".agent-bridge" / "worktree-setup"
-    setup.parent.mkdir(exist_ok=True)
-    setup.write_text(text)
-    setup.chmod(0o755)
-    git(repo, "add", ".agent-bridge")
-    git(repo, "commit", "-q", "-m", message)
-
-
-def pull_request_branch(repo: Path, name: str, text: str) -> None:
-    """A branch someone else wrote (a fetched pull request) whose setup is ``text``."""
-    git(repo, "checkout", "-q", "-b", name)
-    commit_setup(repo, text, "a pull request")
-    git(repo, "checkout", "-q", "main")
 
 
 async def worktree_from(
