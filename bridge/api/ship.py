@@ -1,11 +1,13 @@
 """The requests of "Ship from the phone": a session in a worktree of its own, the review's
-comments sent back to the agent, and ``workspace.commit``/``push``/``pr``/``worktree_remove``.
+comments sent back to the agent, ``workspace.commit``/``push``/``pr``/``worktree_remove``, and
+``workspace.allow_setup`` (a repository's own worktree setup the person trusts, by its hash).
 
 The work is bridge/workspace/gitwrite.py's (git and gh, as the person's terminal runs them);
-here are the daemon's rules around it (docs/protocol.md, "Ship from the phone"): a path must
-be a project or a session's directory (as for the read-only views), and a write waits for no
-one: while a turn runs there or a terminal holds a session there, it is refused ``conflict``
-naming who holds it. A failure is an ``err`` frame with a ``hint`` (and git's ``output``).
+here are the daemon's rules around it (docs/protocol.md, "Ship from the phone"): every value a
+client sends is checked first (bridge/workspace/names.py), a path must be a project or a
+session's directory (as for the read-only views), and a write waits for no one: while a turn
+runs there or a terminal holds a session there, it is refused ``conflict`` naming who holds it.
+A failure is an ``err`` frame with a ``hint`` (and git's ``output``).
 """
 
 from __future__ import annotations
