@@ -233,3 +233,23 @@ async def test_session_create_worktree_branch_base_and_cwd(
     finally:
         await c.close()
     assert not marker.exists()
+
+
+async def test_a_worktree_sessions_cwd_may_start_with_the_home_directory(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """``~`` is the daemon's home, as for any session's ``cwd``; ``~`` and then ``..`` is not."""
+    _origin, repo = clone_with_origin(tmp_path)
+    repo.rename(daemon.home / "shop")
+    c = await Client.open(daemon.url, daemon.token)
+    try:
+        made = await c.request(
+            "session.create", agent="demo", cwd="~/shop", worktree={"branch": "from-home"}
+        )
+        assert made["session"]["worktree"]["repo"] == str(daemon.home / "shop")
+        frame = await c.call(
+            "session.create", agent="demo", cwd="~/../home/shop", worktree={"branch": "no"}
+        )
+        assert frame["code"] == "bad_request" and "`..`" in frame["message"], frame
+    finally:
+        await c.close()

@@ -136,9 +136,10 @@ class ShipApi:
         saying what the setup did (or why the repository's own was skipped)."""
         assert req.worktree is not None
         conf = self.config.workspace
-        checked(names.directory_problem("`cwd`", req.cwd))
+        cwd = os.path.expanduser(req.cwd)  # as session.create's own `cwd`
+        checked(names.directory_problem("`cwd`", cwd))
         made = await shipped(
-            gitwrite.add_worktree(req.cwd, req.worktree.branch, req.worktree.base, conf.worktrees)
+            gitwrite.add_worktree(cwd, req.worktree.branch, req.worktree.base, conf.worktrees)
         )
         worktree = WorktreeObject(
             repo=made.repo, branch=made.branch, base=made.base, path=made.path
