@@ -181,8 +181,9 @@ MEANING: dict[str, str] = {
     "workspace.worktrees": 'Where `session.create`\'s worktrees go: `""` = beside each '
     "repository (`<repo>.worktrees/<branch>`), else `<this>/<repo name>/<branch>`.",
     "workspace.setup": "Command run in each new worktree before its session starts (a list, no "
-    'shell), e.g. `["npm", "ci"]`; empty: the repository\'s own executable '
-    "`.agent-bridge/worktree-setup`, if any.",
+    'shell), e.g. `["npm", "ci"]`; it always runs. Empty: the repository\'s own executable '
+    "`.agent-bridge/worktree-setup`, if any, only when it is the one on the default branch or "
+    "was allowed by its SHA-256 (`agent-bridge git allow-setup`).",
     "workspace.setup_timeout_s": "Seconds the worktree setup may take (its process group is "
     "killed after).",
     "hub.park_poll": "Seconds between ownership checks of a parked session (is the terminal "

@@ -195,6 +195,14 @@ class WorkspaceWorktreeRemove(_Request, tag="workspace.worktree_remove", kw_only
     force: bool = False
 
 
+class WorkspaceAllowSetup(_Request, tag="workspace.allow_setup", kw_only=True):
+    """Let a repository's ``.agent-bridge/worktree-setup`` run in new worktrees: this exact
+    content, by its SHA-256 (what the person looked at)."""
+
+    path: str
+    sha256: str
+
+
 class ReviewComment(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One comment of ``session.review``: on lines ``line``..``end_line`` of ``file``."""
 
@@ -300,6 +308,7 @@ Request = (
     | WorkspacePush
     | WorkspacePr
     | WorkspaceWorktreeRemove
+    | WorkspaceAllowSetup
     | SessionReview
     | SessionMode
     | ClientPresence
