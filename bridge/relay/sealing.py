@@ -19,6 +19,8 @@ import nacl.public
 import nacl.secret
 import nacl.utils
 
+from bridge.relay import safejson
+
 #: direction bytes of the frame nonces
 CLIENT_TO_DAEMON = 0x43  # 'C'
 DAEMON_TO_CLIENT = 0x44  # 'D'
@@ -102,7 +104,8 @@ def box_json(obj: dict[str, Any], nonce: bytes, own_secret: bytes, peer_public: 
 
 
 def unbox_json(box_b64: object, nonce: bytes, own_secret: bytes, peer_public: bytes) -> Any:
-    """Open a ``box`` field; raises ValueError when it does not open or is not JSON."""
+    """Open a ``box`` field; raises ValueError when it does not open or is not JSON (read as
+    all relay input is: bridge/relay/safejson.py)."""
     data = unb64(box_b64)
     box = nacl.public.Box(nacl.public.PrivateKey(own_secret), nacl.public.PublicKey(peer_public))
     try:
@@ -110,9 +113,9 @@ def unbox_json(box_b64: object, nonce: bytes, own_secret: bytes, peer_public: by
     except nacl.exceptions.CryptoError as exc:
         raise ValueError("box does not open") from exc
     try:
-        return json.loads(plain)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError("box holds no JSON") from exc
+        return safejson.read(plain)
+    except safejson.Unreadable as exc:
+        raise ValueError(f"box holds no JSON: {exc}") from exc
 
 
 def connection_key(own_ephemeral_secret: bytes, peer_ephemeral_public: bytes) -> bytes:
