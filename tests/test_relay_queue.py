@@ -415,7 +415,9 @@ async def test_deep_json_on_a_phones_subject_is_dropped_and_the_queue_goes_on(
     for n, text in enumerate(texts):
         assert "error" not in await other.queue(send(session, text, f"d-{n}"))
     assert await user_texts(daemon, session, 3) == texts
-    assert daemon.healthz()["relay_dropped"]["queued"] == 1
+    health = daemon.healthz()
+    assert health["relay_dropped"]["queued"] == 1
+    assert health["relay_queue_set_aside"] == {"count": 0, "last": []}
     [line] = daemon.log_events("relay_queued_dropped")
     assert line["why"] == "bad_request", line
     assert "Traceback" not in daemon.log_text()
@@ -457,3 +459,66 @@ async def test_a_lone_surrogate_in_a_queued_text_never_stops_the_queue(
     await vc.request("session.send", session=session, text="echo still fine", client_msg_id="s-ok")
     assert (await user_texts(daemon, session, 4))[-1] == "echo still fine"
     await client.nc.close()
+
+
+async def test_a_message_that_keeps_failing_is_set_aside_and_the_next_ones_go(
+    relay: Relay, tmp_path: Path
+) -> None:
+    """A message the hub fails to store every time (an error, or no answer at all) is tried
+    the consumer's max_deliver times, the pause growing, then set aside: terminated, counted,
+    its reason kept; the messages after it are taken, in order, and the stream is empty."""
+    from bridge.config import RelayConfig
+    from bridge.relay import account
+    from bridge.relay.clients import ClientRegistry
+    from bridge.relay.link import RelayLink
+    from tests.relaykit import echo, paired, until_connected
+
+    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
+    assert settings is not None
+    stored: list[str] = []
+    attempts: dict[str, int] = {}
+
+    async def deliver(message: queued.Queued) -> None:
+        text = message.send.text
+        attempts[text] = attempts.get(text, 0) + 1
+        if text == "echo failing":
+            raise RuntimeError("the store is broken for this one")
+        if text == "echo unanswered":
+            await asyncio.Event().wait()  # the hub never answers
+        stored.append(text)
+
+    link = RelayLink(
+        settings, ClientRegistry(tmp_path / "state"), echo, max_frame=1 << 20, deliver=deliver
+    )
+    assert link.queue is not None
+    link.queue.max_deliver, link.queue.retry_s, link.queue.deliver_timeout_s = 3, 0.1, 1.0
+    link.start()
+    try:
+        await until_connected(link, tries=100)
+        client = await paired(relay, link)
+        texts = ["echo first", "echo failing", "echo between", "echo unanswered", "echo last"]
+        for n, text in enumerate(texts):
+            assert "error" not in await client.queue(send("s_1", text, f"x-{n}"))
+        for _ in range(300):
+            if len(stored) == 3:
+                break
+            await asyncio.sleep(0.1)
+        assert stored == ["echo first", "echo between", "echo last"]
+        assert attempts["echo failing"] == 3 and attempts["echo unanswered"] == 3
+        report = link.queue.set_aside_report()
+        assert report["count"] == 2
+        whys = [entry["why"] for entry in report["last"]]
+        assert whys == ["RuntimeError: the store is broken for this one", "not stored within 1 s"]
+        assert all(entry["session"] == "s_1" and entry["attempt"] == 3 for entry in report["last"])
+        assert await stream_messages(relay) == 0
+        # what `agent-bridge doctor` makes of it, from /healthz
+        from bridge.cli.doctor import _relay_status_checks
+
+        health = {"relay": "connected", "relay_queue": "on", "relay_queue_set_aside": report}
+        [warning] = [c for c in _relay_status_checks(health) if c.level == "warn"]
+        assert warning.code == "relay_queue_set_aside"
+        assert "2 queued messages set aside" in warning.message
+        assert "not stored within 1 s" in warning.message
+        await client.nc.close()
+    finally:
+        await link.close()
