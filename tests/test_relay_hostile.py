@@ -236,7 +236,9 @@ async def test_malformed_requests_are_refused_and_logged_throttled(
     for _ in range(1000):
         reply = await stranger.nc.request("agent-bridge.ws-a.pair", deep, timeout=5)
         assert json.loads(reply.data) == {"ok": False, "error": "bad_request"}
+    zero_key = {"v": 1, "pk": sealing.b64(bytes(32)), "n": sealing.b64(bytes(24)), "box": "AAAA"}
     shapes = [deep, b'{"v":1,"pk":"\\ud800"}', b"\xff\xfe", b"[1]", b'"v"', b"1e999", b"{}" * 3]
+    shapes.append(json.dumps(zero_key).encode())  # a key of low order: no shared secret
     for what in ("pair", "open"):
         for data in shapes:
             reply = await stranger.nc.request(f"agent-bridge.ws-a.{what}", data, timeout=5)

@@ -184,11 +184,14 @@ def open_connection(
         _fresh(inner, now)
         if conn in in_use:
             raise Refused("conn_in_use")
+        mine = KeyPair.generate()
+        try:
+            key = sealing.connection_key(mine.secret, client_eph)
+        except ValueError as exc:
+            raise Refused("bad_request") from exc
     except Refused as exc:
         return {"ok": False, "error": str(exc)}, None
-    mine = KeyPair.generate()
     inner_reply = {"conn": conn, "eph": b64(mine.public), "client_eph": eph_text}
     reply = {"ok": True, "eph": b64(mine.public), **_reply_box(inner_reply, keys, client_pk)}
-    key = sealing.connection_key(mine.secret, client_eph)
     batch = inner.get("batch") is True
     return reply, Opened(conn, client, key, scoped=named is not None, batch=batch)

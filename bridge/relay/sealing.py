@@ -107,8 +107,11 @@ def unbox_json(box_b64: object, nonce: bytes, own_secret: bytes, peer_public: by
     """Open a ``box`` field; raises ValueError when it does not open or is not JSON (read as
     all relay input is: bridge/relay/safejson.py)."""
     data = unb64(box_b64)
-    box = nacl.public.Box(nacl.public.PrivateKey(own_secret), nacl.public.PublicKey(peer_public))
     try:
+        # a peer key of low order (all zeros, say: anyone can send one) fails here already
+        box = nacl.public.Box(
+            nacl.public.PrivateKey(own_secret), nacl.public.PublicKey(peer_public)
+        )
         plain = box.decrypt(data, nonce)
     except nacl.exceptions.CryptoError as exc:
         raise ValueError("box does not open") from exc
@@ -119,11 +122,15 @@ def unbox_json(box_b64: object, nonce: bytes, own_secret: bytes, peer_public: by
 
 
 def connection_key(own_ephemeral_secret: bytes, peer_ephemeral_public: bytes) -> bytes:
-    """K = crypto_box_beforenm(peer ephemeral pk, own ephemeral sk): the same on both sides."""
-    box = nacl.public.Box(
-        nacl.public.PrivateKey(own_ephemeral_secret),
-        nacl.public.PublicKey(peer_ephemeral_public),
-    )
+    """K = crypto_box_beforenm(peer ephemeral pk, own ephemeral sk): the same on both sides;
+    ValueError for a peer key of low order (no shared secret)."""
+    try:
+        box = nacl.public.Box(
+            nacl.public.PrivateKey(own_ephemeral_secret),
+            nacl.public.PublicKey(peer_ephemeral_public),
+        )
+    except nacl.exceptions.CryptoError as exc:
+        raise ValueError("not a usable public key") from exc
     return bytes(box.shared_key())
 
 
