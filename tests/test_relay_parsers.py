@@ -8,6 +8,7 @@ daemon's work queue)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -19,11 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bridge.process import TaskOwner
 from bridge.relay import admin, handshake, queued, safejson, sealing
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.handshake import Refused
 from bridge.relay.sealing import KeyPair, b64
 from bridge.relay.vconn import VirtualConnection
+from tests.relaykit import lone_connection
 
 SETTINGS = settings(
     max_examples=200,
@@ -124,6 +127,8 @@ hostile = (
         [
             *(b'{"v":1,"pk":"\\ud800"}', b'"\\udfff"', b"\xff\xfe{}", b"\xef\xbb\xbf{}"),
             *(b"[NaN]", b"1e999", b'{"v":1e999}', b"{}" * 3, b"", b"null", b'{"v":true}'),
+            _deep("[", 3000),
+            b'{"code":' * 3000 + b"1" + b"}" * 3000,
         ]
     )
 )
@@ -257,7 +262,30 @@ def test_a_queued_box_of_anything_is_taken_or_refused(
     assert isinstance(message.send.text, str) and message.send.text.encode()
 
 
-# ---- a peer's CLOSE, and `relay serve`'s admin requests --------------------------------------
+# ---- a virtual connection, a peer's CLOSE, and `relay serve`'s admin requests --------------
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(sealing.KINDS), hostile) | hostile, max_size=8))
+def test_a_virtual_connection_takes_any_message_sealed_or_not(messages: list[Any]) -> None:
+    """What the peer seals (any kind, any body: broken UTF-8, a BATCH whose lengths do not add
+    up, a CLOSE of deep JSON) and what anyone sends unsealed: dropped, rejected or taken,
+    never raised out of ``deliver`` (it runs in the relay link's NATS callback)."""
+
+    async def run() -> None:
+        owner = TaskOwner("test")
+        vc, key, _ = lone_connection(owner)
+        sealer = sealing.Sealer(key, sealing.CLIENT_TO_DAEMON)
+        for message in messages:
+            if isinstance(message, tuple):
+                kind, body = message
+                vc.deliver(sealer.seal(kind, body))
+            else:
+                vc.deliver(message)
+        vc.abort()
+        await owner.close()
+
+    asyncio.run(run())
 
 
 @SETTINGS
