@@ -252,6 +252,26 @@ async def test_malformed_requests_are_refused_and_logged_throttled(
 
 
 @pytest.mark.slow
+async def test_requests_the_daemon_fails_to_handle_are_logged_throttled_without_a_traceback(
+    relay: Relay, daemon: DaemonProcess
+) -> None:
+    """Its pairing file made readable by others, the daemon refuses to read it: each pairing
+    request is answered ``internal``; 300 of them write one line, not 300 tracebacks."""
+    out = run_bridge("pair", "--relay", "--json", env=daemon.env, check=True)
+    pk = sealing.unb64(decode_link(json.loads(out.stdout)["link"])["pk"])
+    (daemon.state_dir / "relay" / "pairing.json").chmod(0o644)
+    stranger = RelayClient(await relay.connect("ws-a"), "ws-a", pk)
+    for _ in range(300):
+        reply = await stranger.pair(sealing.b64(os.urandom(32)))
+        assert reply == {"ok": False, "error": "internal"}
+    [line] = daemon.log_events("relay_request_failed")
+    assert line["request"] == "pair" and "PrivateFileError" in line["error"], line
+    assert "Traceback" not in daemon.log_text()
+    assert await stranger.status() == {"v": 1}  # the link goes on
+    await stranger.nc.close()
+
+
+@pytest.mark.slow
 async def test_a_hung_relay_is_noticed_within_seconds(relay: Relay, daemon: DaemonProcess) -> None:
     assert relay.proc is not None
     os.kill(relay.proc.pid, signal.SIGSTOP)
