@@ -4,9 +4,12 @@ paired clients' logins, each workstation's work-queue stream (bridge/relay/queue
 the closing of revoked users' connections (bridge/relay/kick.py) (docs/security.md, "One NATS
 identity per client"; docs/protocol.md, "Client logins").
 
-The admin service hears ``agent-bridge-relay.<host_id>.clients`` in the relay's account; each
-workstation's account imports only its own such subject, so the subject proves which
-workstation asks, and a request changes nothing but that workstation's client logins. A request
+The admin service has one connection in each workstation's account (its user placed there by the
+callout, like every other), where it hears ``agent-bridge-relay.<host_id>.clients``; in that
+account only the daemon's user may publish there, so nats-server proves which workstation asks,
+and a request changes nothing but that workstation's client logins. The same connection makes
+the workstation's stream (two JetStream requests in that account). A workstation added by
+`relay add` gets its connection once nats-server has read its new account. A request
 is ``{"v":1,"clients":{<client id>:<password>,...}}``: the whole set, so a client left out
 (revoked) loses its user. The service writes the workstation's clients file (one small file),
 makes its stream keep exactly the phones' queue subjects, closes the connections of users that
@@ -38,6 +41,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError, UnexpectedEOF
 
 from bridge.logs import get_logger
 from bridge.process import TaskOwner
@@ -143,6 +147,9 @@ class AdminService:
         self.callout = Callout(self.store, state.issuer)
         self._nc: Nats | None = None
         self._sys: Nats | None = None
+        #: host_id -> the relay's connection in that workstation's account
+        self._links: dict[str, Nats] = {}
+        self._closing = False
         self._tasks = TaskOwner("relay admin")
         self._locks: dict[str, asyncio.Lock] = {}
         self._paces: dict[str, Pace] = {}
@@ -180,19 +187,26 @@ class AdminService:
                 await writer.wait_closed()
             return
 
-    async def _connect(self, user: str, password: str, name: str) -> Nats:
+    async def _connect(self, user: str, password: str, name: str, **kw: Any) -> Nats:
         async def on_error(exc: Exception) -> None:
-            log.warning("relay_admin_error", error=repr(exc), connection=name)
+            # nats-server stopping or restarting: nats-py reconnects, said once below
+            if not isinstance(exc, (OSError, UnexpectedEOF, ConnectionClosedError)):
+                log.warning("relay_admin_error", error=repr(exc), connection=name)
 
+        async def on_disconnected() -> None:
+            if not self._closing:
+                log.info("relay_admin_disconnected", connection=name)
+
+        options: dict[str, Any] = {
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.2,
+            "error_cb": on_error,
+            "disconnected_cb": on_disconnected,
+            **kw,
+        }
         return await nats.connect(
-            **self._options(),
-            user=user,
-            password=password,
-            name=name,
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.2,
-            error_cb=on_error,
+            **self._options(), user=user, password=password, name=name, **options
         )
 
     async def start(self) -> None:
@@ -201,14 +215,14 @@ class AdminService:
         self._nc = await self._connect(ADMIN_USER, self.state.admin_password, "relay admin")
         self._sys = await self._connect(SYSTEM_USER, self.state.system_password, "relay system")
         await self.callout.start(self._nc)
-        await self._nc.subscribe(f"{ADMIN_PREFIX}.*.clients", cb=self._on_request)
         await self._nc.flush(timeout=5)
-        await self._ensure_streams()
+        await self._ensure_links()
         self._tasks.spawn(self._watch(), name="relay.json watch")
 
     async def close(self) -> None:
+        self._closing = True
         await self._tasks.close()
-        for nc in (self._nc, self._sys):
+        for nc in (*self._links.values(), self._nc, self._sys):
             if nc is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(nc.close(), 2.0)
@@ -222,7 +236,9 @@ class AdminService:
 
     def _take_state(self, state: RelayState, clients: dict[str, dict[str, ClientLogin]]) -> None:
         for h, w in state.workstations.items():
-            self.store.set_workstation(h, w.daemon_password, w.client_password)
+            self.store.set_workstation(
+                h, w.daemon_password, w.client_password, state.admin_password
+            )
             if h in clients:
                 self.store.set_clients(h, clients[h])
         for h in set(self.store.clients) - set(state.workstations):
@@ -242,8 +258,7 @@ class AdminService:
                     await self._reread()
                 except (RelayServeError, PrivateFileError, OSError) as exc:
                     log.warning("relay_admin_failed", error=str(exc))
-            if self._missing_streams():
-                await self._ensure_streams()
+            await self._ensure_links()
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -269,29 +284,45 @@ class AdminService:
                 # a rotated pairing login: connections made with the old one are closed
                 await kick.kick(self._sys, h, {loginstore.pairing_user(h)})
 
-    # ---- the streams --------------------------------------------------------------------------
+    # ---- each workstation's account ----------------------------------------------------------
 
-    def _missing_streams(self) -> list[str]:
-        return [h for h in self.state.queued_workstations() if h not in self._streams]
+    async def _ensure_links(self) -> None:
+        """A connection in each workstation's account, and its stream made; a workstation whose
+        account nats-server does not have yet (`relay add` reloads it) is tried again later."""
+        for h in self.state.workstations:
+            if h not in self._links:
+                try:
+                    self._links[h] = await self._link(h)
+                except Exception as exc:
+                    if self._throttle.take(("link", h)) is not None:
+                        log.info("relay_workstation_waiting", host_id=h, error=repr(exc))
+                    continue
+            if h not in self._streams:
+                await self._ensure_stream(h)
 
-    async def _ensure_streams(self) -> None:
-        for h in self._missing_streams():
-            await self._ensure_stream(h)
+    async def _link(self, host_id: str) -> Nats:
+        nc = await self._connect(
+            loginstore.relay_user(host_id),
+            self.state.admin_password,
+            f"relay admin {host_id}",
+            inbox_prefix=f"{ADMIN_PREFIX}.{host_id}._INBOX",
+            connect_timeout=2,
+        )
+        await nc.subscribe(f"{ADMIN_PREFIX}.{host_id}.clients", cb=self._on_request)
+        await nc.flush(timeout=5)
+        return nc
 
     async def _ensure_stream(self, host_id: str) -> bool:
-        if self._nc is None or host_id not in self.state.queued_workstations():
+        nc = self._links.get(host_id)
+        if nc is None or host_id not in self.state.queued_workstations():
             return False
         try:
             await queuestream.ensure(
-                self._nc,
-                host_id,
-                self.store.queue_subjects(host_id),
-                self.state.queue_share_bytes,
+                nc, host_id, self.store.queue_subjects(host_id), self.state.queue_share_bytes
             )
-        except Exception as exc:  # its account not read yet (`relay add`): tried again
+        except Exception as exc:
             self._streams.discard(host_id)
-            key = ("stream", host_id)
-            if self._throttle.take(key) is not None:
+            if self._throttle.take(("stream", host_id)) is not None:
                 log.warning("relay_queue_stream_failed", host_id=host_id, error=repr(exc))
             return False
         self._streams.add(host_id)

@@ -7,7 +7,8 @@ bytes (192 bits): a fast hash loses nothing against guessing, and keeps a login'
 dictionary lookup and one constant-time comparison, with no bcrypt on the event loop that
 carries the phones' bytes.
 
-The daemon and pairing logins come from ``relay.json`` (the account files are made from it).
+The daemon and pairing logins, and the relay's own login in each workstation's account (its
+admin password), come from ``relay.json`` (the account files are made from it).
 A workstation's clients' logins are in ``clients/<host_id>.json`` (mode 0600), written by the
 admin service when that workstation's daemon sends its set: one pairing or revocation writes
 one small file, whatever the number of workstations. A client's queue token (a hash of its
@@ -67,6 +68,11 @@ def client_user(host_id: str, client_id: str) -> str:
     return f"{host_id}-{client_id}"
 
 
+def relay_user(host_id: str) -> str:
+    """The relay's own connection in the workstation's account (its admin service)."""
+    return f"{host_id}-relay"
+
+
 def clients_file(directory: Path, host_id: str) -> Path:
     return directory / "clients" / f"{host_id}.json"
 
@@ -103,7 +109,7 @@ class LoginStore:
         #: host_id -> its clients' logins
         self.clients: dict[str, dict[str, ClientLogin]] = {}
         #: host_id -> the user names of its daemon and pairing logins
-        self._own: dict[str, tuple[str, str]] = {}
+        self._own: dict[str, tuple[str, ...]] = {}
 
     def check(self, user: str, password: str) -> Login | None:
         """The login of ``user`` when ``password`` is its password, else None."""
@@ -112,10 +118,13 @@ class LoginStore:
             return None
         return login
 
-    def set_workstation(self, host_id: str, daemon_password: str, pairing_password: str) -> None:
+    def set_workstation(
+        self, host_id: str, daemon_password: str, pairing_password: str, relay_password: str
+    ) -> None:
         self._logins[daemon_user(host_id)] = Login(host_id, "daemon", digest(daemon_password))
         self._logins[pairing_user(host_id)] = Login(host_id, "pairing", digest(pairing_password))
-        self._own[host_id] = (daemon_user(host_id), pairing_user(host_id))
+        self._logins[relay_user(host_id)] = Login(host_id, "relay", digest(relay_password))
+        self._own[host_id] = (daemon_user(host_id), pairing_user(host_id), relay_user(host_id))
         self.clients.setdefault(host_id, {})
 
     def drop_workstation(self, host_id: str) -> None:

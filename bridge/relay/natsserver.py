@@ -37,10 +37,11 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from bridge import paths
 from bridge.relay import privfile
@@ -51,11 +52,10 @@ from bridge.relay.loginstore import (
     daemon_user,
     pairing_user,
     read_clients,
+    relay_user,
     write_clients,
 )
 from bridge.relay.natsjwt import Issuer
-from bridge.relay.permissions import ADMIN_PREFIX
-from bridge.relay.queuestream import js_prefix
 from bridge.server.netaddr import is_loopback
 
 DEFAULT_PORT = 4222
@@ -74,8 +74,8 @@ MAX_CONSUMERS = 4
 STOP_GRACE_S = 5.0
 #: prctl option: the signal a child gets when its parent dies (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
-#: the account of the relay's own connection: the auth callout, the admin service, and the
-#: imports of each workstation's JetStream API (bridge/relay/queuestream.py)
+#: the account of the relay's own connection, where the auth callout runs (the relay's admin
+#: service has a connection in each workstation's account besides, placed by the callout)
 RELAY_ACCOUNT = "RELAY"
 SYSTEM_ACCOUNT = "SYS"
 ADMIN_USER = "agent-bridge-relay-admin"
@@ -135,6 +135,10 @@ class Workstation:
 
     def user_of(self, client_id: str) -> str:
         return client_user(self.host_id, client_id)
+
+    @property
+    def relay_user(self) -> str:
+        return relay_user(self.host_id)
 
 
 @dataclass
@@ -290,29 +294,19 @@ def _remember_hashes(conf_file: Path, state: RelayState) -> None:
         return
 
 
-def _account(state: RelayState, host_id: str, queued: bool) -> dict[str, Any]:
-    """A workstation's account: no user (the callout places them), its admin subject imported
-    from the relay's account, its JetStream API exported to it alone, and its JetStream
-    limits."""
-    account: dict[str, Any] = {
-        "imports": [
-            {
-                "service": {
-                    "account": RELAY_ACCOUNT,
-                    "subject": f"{ADMIN_PREFIX}.{host_id}.clients",
-                }
-            }
-        ],
-    }
-    if queued:
-        account["exports"] = [{"service": "$JS.API.>", "accounts": [RELAY_ACCOUNT]}]
-        account["jetstream"] = {
+def _account(state: RelayState, queued: bool) -> dict[str, Any]:
+    """A workstation's account: no user in it (the callout places them), its JetStream limits
+    when it has a queue."""
+    if not queued:
+        return {}
+    return {
+        "jetstream": {
             "max_file": state.queue_share_bytes,
             "max_mem": 0,
             "max_streams": 1,
             "max_consumers": MAX_CONSUMERS,
         }
-    return account
+    }
 
 
 def render(state: RelayState) -> dict[str, Any]:
@@ -321,24 +315,12 @@ def render(state: RelayState) -> dict[str, Any]:
     admin = {"user": ADMIN_USER, "password": state.admin_password}
     system = {"user": SYSTEM_USER, "password": state.system_password}
     _hash_passwords([admin, system])
-    relay: dict[str, Any] = {
-        "users": [admin],
-        # the workstations ask for their clients' users here; the subject names which asks
-        "exports": [{"service": f"{ADMIN_PREFIX}.*.clients"}],
-        "imports": [
-            {
-                "service": {"account": h, "subject": "$JS.API.>"},
-                "to": f"{js_prefix(h)}.>",
-            }
-            for h in queued
-        ],
-    }
     accounts: dict[str, Any] = {
-        RELAY_ACCOUNT: relay,
+        RELAY_ACCOUNT: {"users": [admin]},
         SYSTEM_ACCOUNT: {"users": [system]},
     }
     for h in state.workstations:
-        accounts[h] = _account(state, h, h in queued)
+        accounts[h] = _account(state, h in queued)
     websocket: dict[str, Any] = {"host": state.host, "port": state.ws_port}
     if state.ws_internal_port:  # relay serve's ports in front: TLS ends there
         websocket = {"host": "127.0.0.1", "port": state.ws_internal_port, "no_tls": True}
@@ -578,16 +560,34 @@ def _die_with_parent() -> Callable[[], None] | None:
     return arm
 
 
-def start(rdir: RelayDir) -> subprocess.Popen[bytes]:
-    """nats-server as a child in its own process group, ended with its parent."""
+#: what nats-server says of a WebSocket listener without TLS; behind `relay serve`'s front door
+#: (bridge/relay/frontdoor.py), which ends TLS itself and listens on loopback only, it is untrue
+PLAIN_WS_WARNING = b"Websocket not configured with TLS"
+
+
+def start(rdir: RelayDir, *, front_door: bool = False) -> subprocess.Popen[bytes]:
+    """nats-server as a child in its own process group, ended with its parent. Its log goes to
+    ours; with ``front_door``, less its warning about a plain WebSocket listener."""
     binary = nats_server_binary()
     proc = subprocess.Popen(
         [str(binary), "-c", str(rdir.conf_file), "-P", str(rdir.pid_file)],
         start_new_session=True,
         stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE if front_door else None,
         preexec_fn=_die_with_parent(),
     )
+    if proc.stderr is not None:
+        threading.Thread(target=_copy_log, args=(proc.stderr,), daemon=True).start()
     return proc
+
+
+def _copy_log(source: IO[bytes]) -> None:
+    """nats-server's log lines to our stderr, until it closes it (it exits)."""
+    out = sys.stderr.buffer
+    for line in source:
+        if PLAIN_WS_WARNING not in line:
+            out.write(line)
+            out.flush()
 
 
 def stop(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> int:

@@ -39,9 +39,17 @@ def queue_subject(host_id: str, client_id: str, token: str) -> str:
 
 
 def permissions(host_id: str, role: str, token: str = "") -> dict[str, Any]:
-    """``role``: "daemon", "pairing", or a client id (that client's own user, whose queue
-    token is ``token``)."""
+    """``role``: "daemon", "pairing", "relay" (`relay serve`'s own connection in the
+    workstation's account), or a client id (that client's own user, whose queue token is
+    ``token``)."""
     p = f"agent-bridge.{host_id}"
+    if role == "relay":
+        # it hears the daemon's admin requests, answers them in the workstation's inbox and
+        # makes the stream; its own replies come under its own prefix
+        return {
+            "publish": {"allow": [f"{p}._INBOX.>", "$JS.API.>"]},
+            "subscribe": {"allow": [f"{ADMIN_PREFIX}.{host_id}.>"]},
+        }
     if role == "daemon":
         return {
             "publish": {

@@ -11,8 +11,8 @@ its bounds give each phone a share in bytes, not only in messages:
 - the workstation's share (``max_bytes``, 64 MiB by default) is also its account's JetStream
   storage limit, so no workstation can reserve more of the relay's store than its share.
 
-The relay reaches each workstation's JetStream API through an import in its own account
-(``agent-bridge-relay.js.<host_id>.>`` -> that account's ``$JS.API.>``).
+The relay reaches each workstation's JetStream API with its own connection in that account
+(bridge/relay/admin.py).
 """
 
 from __future__ import annotations
@@ -38,11 +38,6 @@ OWNER = "relay serve"
 API_TIMEOUT_S = 5.0
 
 
-def js_prefix(host_id: str) -> str:
-    """Where the relay's account reaches ``host_id``'s JetStream API (its nats.conf import)."""
-    return f"agent-bridge-relay.js.{host_id}"
-
-
 def stream_config(host_id: str, subjects: list[str], share_bytes: int) -> api.StreamConfig:
     """The stream of ``host_id`` keeping ``subjects`` (its phones' queue subjects); with no
     phone, a subject with a fresh random token no one can name."""
@@ -63,9 +58,10 @@ def stream_config(host_id: str, subjects: list[str], share_bytes: int) -> api.St
 
 
 async def ensure(nc: Nats, host_id: str, subjects: list[str], share_bytes: int) -> Any:
-    """Make or update ``host_id``'s stream to keep exactly ``subjects``: one JetStream request
-    in that workstation's account, whatever the number of workstations."""
-    js = nc.jetstream(prefix=js_prefix(host_id), timeout=API_TIMEOUT_S)
+    """Make or update ``host_id``'s stream to keep exactly ``subjects``, on ``nc`` (the relay's
+    connection in that workstation's account): two JetStream requests, whatever the number of
+    workstations."""
+    js = nc.jetstream(timeout=API_TIMEOUT_S)
     wanted = stream_config(host_id, subjects, share_bytes)
     try:
         await js.stream_info(queue_stream(host_id))
