@@ -410,3 +410,27 @@ async def test_a_relay_directory_of_the_old_format_loads_and_its_phone_logs_in(
         await two.close()
     finally:
         served.stop()
+
+
+async def test_a_healthy_start_and_stop_logs_no_error(tmp_path: Path) -> None:
+    """No connection error of the relay's own services before nats-server listens or after it
+    stops, no refused internal login, and no warning about nats-server's plain WebSocket
+    listener, which is on loopback behind the front door that ends TLS."""
+    served = ServedRelay(tmp_path / "relayhost", "ws1").start()
+    try:
+        two = Two(served)
+        await (await two.daemon("ws1")).flush()
+        await two.close()
+    finally:
+        assert served.stop() == 0
+    printed = served.printed()
+    assert "relay stopped" in printed
+    for unwanted in (
+        "relay_admin_error",
+        "authentication error",
+        "Authorization Violation",
+        "Websocket not configured with TLS",
+        "[ERR]",
+        "Traceback",
+    ):
+        assert unwanted not in printed, (unwanted, printed[-3000:])
