@@ -334,6 +334,11 @@ class AdminService:
         """One workstation's request: its pace checked here, applied in its own task (the
         subscription's callbacks run one at a time, for every workstation)."""
         host_id = msg.subject.split(".")[1]
+        # its answer goes only to the asking workstation's own inbox (the only place the
+        # relay's connection there may publish to)
+        if not msg.reply.startswith(f"agent-bridge.{host_id}._INBOX."):
+            self._refuse(host_id, "bad_reply_subject")
+            return
         pace = self._paces.setdefault(host_id, Pace())
         if not pace.take():
             self._refuse(host_id, "busy")
