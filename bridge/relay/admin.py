@@ -34,7 +34,6 @@ import json
 import re
 import ssl
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,13 +135,9 @@ class Pace:
 
 
 class AdminService:
-    def __init__(
-        self, rdir: RelayDir, state: RelayState, reload: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, rdir: RelayDir, state: RelayState) -> None:
         self.rdir = rdir
         self.state = state
-        #: asks nats-server to read its configuration again (unused: kept for callers)
-        self._reload = reload
         self.store = LoginStore()
         self.callout = Callout(self.store, state.issuer)
         self._nc: Nats | None = None
@@ -158,9 +153,6 @@ class AdminService:
         self._stamp: tuple[int, int, int] | None = None
         #: at most one line per kind of refusal every 10 s
         self._throttle = Throttle()
-        #: requests answered, refused (for tests and the curious)
-        self.applied = 0
-        self.refused = 0
 
     # ---- life ---------------------------------------------------------------------------------
 
@@ -352,7 +344,6 @@ class AdminService:
             async with self._locks.setdefault(host_id, asyncio.Lock()):
                 users = await self._apply(host_id, clients)
             body: dict[str, Any] = {"ok": True, "users": users}
-            self.applied += 1
         except Refused as exc:
             self._refuse(host_id, str(exc))
             body = {"ok": False, "error": str(exc)}
@@ -366,7 +357,6 @@ class AdminService:
             await msg.respond(json.dumps(body, separators=(",", ":")).encode())
 
     def _refuse(self, host_id: str, why: str) -> None:
-        self.refused += 1
         left_out = self._throttle.take(why)
         if left_out is not None:
             log.warning(

@@ -136,7 +136,7 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
         ports = f"{state.ws_port}" + (f" and {state.web_port}" if web is not None else "")
         return fail(f"the relay's ports {state.host}:{ports}: {exc}")
     proc = natsserver.start(rdir, front_door=bool(state.ws_internal_port))
-    admin = AdminService(rdir, state, lambda: proc.send_signal(signal.SIGHUP))
+    admin = AdminService(rdir, state)
     stopping: list[int] = []
     if auto is not None:  # a renewed certificate: nats-server and the web listener reload it
 
