@@ -48,11 +48,9 @@ from bridge.relay import privfile
 from bridge.relay.frontdoor import NATS_PATH
 from bridge.relay.loginstore import (
     ClientLogin,
-    client_user,
     daemon_user,
     pairing_user,
     read_clients,
-    relay_user,
     write_clients,
 )
 from bridge.relay.natsjwt import Issuer
@@ -133,13 +131,6 @@ class Workstation:
     def client_user(self) -> str:
         return pairing_user(self.host_id)
 
-    def user_of(self, client_id: str) -> str:
-        return client_user(self.host_id, client_id)
-
-    @property
-    def relay_user(self) -> str:
-        return relay_user(self.host_id)
-
 
 @dataclass
 class RelayState:
@@ -155,7 +146,8 @@ class RelayState:
     #: (bridge/relay/frontdoor.py); 0: nats-server listens on ``ws_port`` itself
     ws_internal_port: int = 0
     workstations: dict[str, Workstation] = field(default_factory=dict)
-    #: a user allowed every subject (tests watch all traffic with it); None in real use
+    #: a user allowed every subject of the first workstation's account (the tests' stand-in
+    #: for a hosted NATS watches traffic with it); `relay serve` has none
     monitor: tuple[str, str] | None = None
     #: the admin connection's password (bridge/relay/admin.py)
     admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
