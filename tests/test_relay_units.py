@@ -343,3 +343,18 @@ def test_the_web_port_sends_only_nats_path_requests_to_nats_server() -> None:
         b"\x16\x03garbage\r\n\r\n",
     ):
         assert not route(head), head
+
+
+def test_relay_add_refuses_a_workstation_whose_share_does_not_fit(tmp_path: Path) -> None:
+    rdir = natsserver.RelayDir(tmp_path / "relay")
+    state = natsserver.RelayState(queue_max_bytes=2 * natsserver.DEFAULT_SHARE_BYTES)
+    rdir.save(state)
+    rdir.add(state, "one")
+    rdir.add(state, "two")
+    with pytest.raises(natsserver.RelayServeError, match="no room for another workstation"):
+        rdir.add(state, "three")
+    assert list(state.workstations) == ["one", "two"]
+    # a relay.json edited beyond it: the ones that fit have JetStream, the others none
+    state.queue_share_bytes *= 2
+    assert state.queued_workstations() == ["one"]
+    assert "jetstream" not in natsserver.render(state)["accounts"]["two"]
