@@ -226,11 +226,14 @@ MEANING: dict[str, str] = {
     'JetStream work queue sealed to its key, and take it when back (docs/protocol.md, "The '
     "relay's work queue\"); needs JetStream on the relay (`relay serve` has it).",
     "relay.queue_max_age_s": "The relay drops a queued message older than this (the phone "
-    "still holds it and sends it itself).",
+    "still holds it and sends it itself). On a hosted NATS; `relay serve` makes the stream "
+    "with its own bounds (7 days).",
     "relay.queue_max_bytes": "Bytes the workstation's queue may hold; a message beyond it is "
-    "refused to the phone that sends it (which keeps it).",
+    "refused to the phone that sends it (which keeps it). On a hosted NATS; on `relay serve` "
+    "the workstation's share there (64 MiB).",
     "relay.queue_max_per_client": "Messages one phone may have waiting in the queue; one more "
-    "is refused to it (it keeps it).",
+    "is refused to it (it keeps it). On a hosted NATS; on `relay serve` 16 messages of at most "
+    "512 KiB (8 MiB).",
 }
 
 

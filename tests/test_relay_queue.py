@@ -251,7 +251,8 @@ def test_the_relay_serves_jetstream_with_bounds_in_its_directory(tmp_path: Path)
     conf = json.loads(r.rdir.conf_file.read_text())
     assert conf["jetstream"]["store_dir"] == str(tmp_path / "relay" / "jetstream")
     assert conf["jetstream"]["max_file_store"] == 1024**3
-    users = {u["user"]: u for u in conf["authorization"]["users"]}
+    # a hosted NATS's daemon user makes its own stream, in its own account
+    users = {u["user"]: u for u in conf["accounts"]["ws-a"]["users"]}
     daemon_allows = users["ws-a-daemon"]["permissions"]["publish"]["allow"]
     assert f"$JS.API.STREAM.CREATE.{STREAM}" in daemon_allows
     assert not any("ws-b" in a for a in daemon_allows if a.startswith("$JS"))

@@ -22,7 +22,7 @@ from nats.errors import NoRespondersError
 from bridge.logs import get_logger
 from bridge.relay import safejson
 from bridge.relay.clients import Client, ClientRegistry
-from bridge.relay.natsserver import ADMIN_PREFIX
+from bridge.relay.permissions import ADMIN_PREFIX
 from bridge.util.redact import remember_secret
 
 log = get_logger("bridge.relay")

@@ -7,8 +7,11 @@ stores it durably) and only then acknowledges it to the stream.
   work-queue retention and the bounds of ``[relay] queue_*``: a message older than
   ``queue_max_age_s`` is dropped by the relay; one over ``queue_max_bytes`` in all, or over
   ``queue_max_per_client`` waiting from its client, is refused to the client that publishes
-  it (discard new), which keeps it. The daemon creates the stream when it is not there (or
-  updates its bounds); a relay whose operator made it keeps the operator's.
+  it (discard new), which keeps it. On `relay serve` the relay makes the stream and decides its
+  bounds (bridge/relay/queuestream.py; the daemon may only read it and use its consumer); on a
+  hosted NATS the daemon creates it when it is not there (or updates its bounds), and a stream
+  its operator made keeps the operator's bounds. The consumer takes the whole stream, whatever
+  its subjects (``P.q.<client_id>``, or ``P.q.<token>.<client_id>`` on `relay serve`).
 - Outcomes, one message at a time in the stream's order: taken (stored by the hub) -> ack;
   unreadable (any parse or decode error), not authentic, not a paired client's, revoked or
   stale -> dropped (term), counted and logged throttled, nothing changed; authentic but
@@ -46,6 +49,7 @@ from bridge.relay import queued
 from bridge.relay.account import RelaySettings
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.handshake import Refused
+from bridge.relay.queuestream import OWNER_KEY
 from bridge.relay.sealing import KeyPair
 from bridge.util.logthrottle import Throttle
 
@@ -150,6 +154,8 @@ class WorkQueue:
             log.info("relay_queue_created", stream=self.stream)
             return js
         have = info.config
+        if (have.metadata or {}).get(OWNER_KEY):  # `relay serve`'s: its bounds are the relay's
+            return js
         bounds = ("max_age", "max_bytes", "max_msgs_per_subject")
         if any(getattr(have, b) != getattr(wanted, b) for b in bounds):
             try:
@@ -180,7 +186,7 @@ class WorkQueue:
                     max_deliver=self.max_deliver,
                 )
                 sub = await js.pull_subscribe(
-                    f"{self.settings.prefix}.q.*",
+                    f"{self.settings.prefix}.q.>",
                     durable=queued.QUEUE_CONSUMER,
                     stream=self.stream,
                     config=consumer,
