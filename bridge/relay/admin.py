@@ -56,7 +56,7 @@ from bridge.relay.natsserver import (
     RelayState,
 )
 from bridge.relay.permissions import ADMIN_PREFIX
-from bridge.relay.privfile import PrivateFileError
+from bridge.util.privfile import PrivateFileError
 from bridge.server.netaddr import is_loopback
 from bridge.util.logthrottle import Throttle
 

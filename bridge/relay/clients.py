@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import paths
-from bridge.relay import privfile
+from bridge.util import privfile
 from bridge.relay.sealing import KeyPair, b64, unb64
 
 PAIRING_TTL_S = 600.0

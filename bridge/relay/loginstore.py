@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.relay import privfile
+from bridge.util import privfile
 from bridge.relay.permissions import queue_subject, queue_token
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bridge import paths
-from bridge.relay import privfile
+from bridge.util import privfile
 from bridge.relay.frontdoor import NATS_PATH
 from bridge.relay.loginstore import (
     ClientLogin,
