@@ -102,16 +102,27 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
     for warning in (natsserver.plain_ws_warning(state), natsserver.plain_web_warning(state)):
         if warning:
             print(warning, file=sys.stderr, flush=True)
-    return asyncio.run(_serve(rdir, state, binary, acme))
+    from bridge.util.fdlimit import raise_open_files
+
+    # before nats-server starts: it has the same limit
+    open_files = raise_open_files()
+    return asyncio.run(_serve(rdir, state, binary, acme, open_files))
 
 
-async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
+async def _serve(
+    rdir: Any, state: Any, binary: Path, acme: Any = None, open_files: int = 1024
+) -> int:
     """The web client's port (when on), nats-server and its admin service (the clients' own
-    users), until SIGTERM/SIGINT or nats-server exits; all stop together."""
+    users), until SIGTERM/SIGINT or nats-server exits; all stop together. ``open_files``:
+    the descriptors it may hold, which bound the connections its ports keep waiting."""
     from bridge.relay import natsserver, webserve
     from bridge.relay.admin import AdminService
+    from bridge.relay.doorcap import PendingCap
     from bridge.relay.frontdoor import FrontDoor
+    from bridge.util import logthrottle
 
+    # out of descriptors, asyncio reports each failed accept: a line once in a while instead
+    logthrottle.install(asyncio.get_running_loop())
     auto = None
     if acme is not None:  # automatic TLS: the first certificate before any listener needs it
         from bridge.relay import autotls
@@ -124,7 +135,9 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
             await auto.close()
             return fail(exc)
     web = webserve.relay_web() if state.web_port else None
-    door = FrontDoor(state.ws_internal_port, await web.start() if web is not None else None)
+    pending = PendingCap.for_descriptors(open_files)
+    page_port = await web.start() if web is not None else None
+    door = FrontDoor(state.ws_internal_port, page_port, pending)
     try:
         await door.start(state.host, state.ws_port, state.web_port, state.tls_cert, state.tls_key)
     except (OSError, ValueError) as exc:
