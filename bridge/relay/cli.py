@@ -32,29 +32,48 @@ then pair a phone there with `agent-bridge pair --relay`."""
 
 
 def how_to_use(account: Path) -> str:
+    """The workstation's side of the copy: it reaches the relay machine by the name daemons
+    dial (``--public-host``, in the account's url), not by what this machine calls itself."""
+    from urllib.parse import urlsplit
+
     from bridge.relay.account import WORKSTATION_ACCOUNT
 
+    try:
+        host = urlsplit(str(json.loads(account.read_text())["url"])).hostname or ""
+    except (OSError, ValueError, KeyError, TypeError):
+        host = ""
+    host = host or socket.gethostname() or "RELAY"
     return HOW_TO_USE.format(
-        host=socket.gethostname() or "RELAY",
+        host=f"[{host}]" if ":" in host else host,
         account=account,
         workstation_account=WORKSTATION_ACCOUNT,
     )
 
 
+#: the first workstation's name when none is given: the relay machine cannot know the name
+#: of the machine whose daemon will use it
+FIRST_NAME = "workstation"
+
+
 def _first_name(args: argparse.Namespace) -> str:
-    """The first workstation's name: ``--name``, else asked for on a terminal, else the
-    relay's host name (and how to choose another)."""
-    host = socket.gethostname() or "workstation"
+    """The first workstation's name: ``--name``, else asked for on a terminal, else
+    FIRST_NAME (and how to choose another)."""
     if args.name:
         return str(args.name)
     if sys.stdin.isatty():
         try:
-            answer = input(f"Name of the first workstation (the account; Enter for {host}): ")
+            answer = input(
+                "Name of the first workstation (the computer whose daemon will use this relay; "
+                f"Enter for {FIRST_NAME}): "
+            )
         except EOFError:  # Ctrl-D: the default, as Enter
             answer = ""
-        return answer.strip() or host
-    print(f"naming the first workstation {host!r}; `relay serve --name NAME` chooses another")
-    return host
+        return answer.strip() or FIRST_NAME
+    print(
+        f"naming the first workstation {FIRST_NAME!r}; `relay serve --name NAME` chooses "
+        "another (the computer whose daemon will use this relay)"
+    )
+    return FIRST_NAME
 
 
 def _relay_dir(args: argparse.Namespace) -> Any:
@@ -368,7 +387,7 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--name",
         help="the first workstation's name, on its first run (asked on a terminal; default: "
-        "this host's name); each other one is named by `relay add NAME`",
+        f"{FIRST_NAME}); each other one is named by `relay add NAME`",
     )
     p.add_argument(
         "--acme-email",
