@@ -182,3 +182,68 @@ def test_the_bounds_count_an_address_and_all_and_follow_the_descriptors() -> Non
     assert (low.most, low.per_address) == (40, 10)
     high = PendingCap.for_descriptors(65536)
     assert (high.most, high.per_address) == (1024, 32)
+
+
+def test_out_of_descriptors_the_door_says_so_once_in_a_while_and_takes_a_phone_when_some_close(
+    tmp_path: Path,
+) -> None:
+    """Phones that did send their request (NATS clients on /nats, two descriptors each in
+    the relay) take every descriptor of a relay cut to 48: the next connection cannot be
+    accepted. The relay says so in a line or two, with no traceback, and takes the waiting
+    phone once a few of the others leave."""
+    import asyncio
+
+    served = ServedRelay(tmp_path, "door box")
+    served.fd_limit = (48, 48)
+    served.start()
+    login = json.loads(served.account_file("door-box").read_text())["client"]
+    url = f"ws://127.0.0.1:{served.web_port}/nats"
+
+    async def phone(timeout: float) -> nats.NATS:
+        # bounded as a whole: nats-py tries a failed first connection again by itself
+        return await asyncio.wait_for(connect(timeout), timeout * 2)
+
+    async def connect(timeout: float) -> nats.NATS:
+        nc = await nats.connect(
+            url,
+            user=login["user"],
+            password=login["password"],
+            inbox_prefix="agent-bridge.door-box._INBOX.pair",
+            connect_timeout=timeout,
+            allow_reconnect=False,
+        )
+        await nc.flush(timeout=timeout)
+        return nc
+
+    async def crowd() -> None:
+        held: list[nats.NATS] = []
+        try:
+            for _ in range(100):  # until the relay has no descriptor for one more
+                try:
+                    held.append(await phone(3.0))
+                except Exception:
+                    break
+            else:
+                pytest.fail("100 phones in on 48 descriptors: the limit did not hold")
+            deadline = time.monotonic() + 20
+            while "relay_door_accept_failed" not in served.printed():
+                assert time.monotonic() < deadline, served.printed()[-3000:]
+                await asyncio.sleep(0.1)
+            waiting = asyncio.ensure_future(phone(30.0))
+            for nc in held[:6]:
+                await asyncio.wait_for(nc.close(), 10)
+            await asyncio.wait_for((await waiting).close(), 10)
+        finally:
+            for nc in held:
+                if not nc.is_closed:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(nc.close(), 10)
+
+    try:
+        asyncio.run(crowd())
+    finally:
+        assert served.stop() == 0
+    printed = served.printed()
+    assert "Traceback" not in printed
+    assert 1 <= printed.count("relay_door_accept_failed") <= 3, printed[-3000:]
+    assert "Too many open files" in printed or "EMFILE" in printed

@@ -27,6 +27,9 @@ BACKLOG = 1024
 PAUSE_FIRST_S = 0.05
 PAUSE_MOST_S = 1.0
 
+#: what a process out of descriptors (its own, the system's) or buffers gets
+OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
 Take = Callable[[socket.socket, Any], None]
 
 

@@ -51,6 +51,9 @@ REFUSED = {
 }
 #: bytes copied per read
 CHUNK = 1 << 16
+#: how long a connection that sent its request waits for a descriptor to reach nats-server
+#: or the page with
+UPSTREAM_WAIT_S = 5.0
 
 
 async def splice(
@@ -63,7 +66,7 @@ async def splice(
     """Copy both ways between a client and ``target`` (``first`` goes first) until either
     side closes; then both are closed."""
     try:
-        up_reader, up_writer = await asyncio.open_connection(*target)
+        up_reader, up_writer = await _dial(target)
     except OSError as exc:
         # out of descriptors, every connection fails alike: said once in a while
         left_out = (throttle or Throttle()).take(("upstream", target[1], exc.errno))
@@ -78,6 +81,22 @@ async def splice(
         return
     up_writer.write(first)
     await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+
+
+async def _dial(target: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``target``. Out of descriptors, a phone whose request is in waits for
+    one (others leave) up to UPSTREAM_WAIT_S, rather than being dropped at once."""
+    deadline = asyncio.get_running_loop().time() + UPSTREAM_WAIT_S
+    pause = acceptor.PAUSE_FIRST_S
+    while True:
+        try:
+            return await asyncio.open_connection(*target)
+        except OSError as exc:
+            late = asyncio.get_running_loop().time() + pause > deadline
+            if exc.errno not in acceptor.OUT_OF_RESOURCES or late:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(acceptor.PAUSE_MOST_S, pause * 2)
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -178,14 +197,19 @@ class FrontDoor:
         assert task is not None
         self._own(task)
         try:
-            head = await self._head(reader, writer)
-        finally:
-            self.pending.release(key)
-        if head is None:
-            return
-        assert self.page is not None or not web
-        target = self.page if web and self.page is not None and not route(head) else self.nats
-        await splice(reader, writer, target, first=head, throttle=self._throttle)
+            try:
+                head = await self._head(reader, writer)
+            finally:
+                self.pending.release(key)
+            if head is None:
+                return
+            assert self.page is not None or not web
+            target = self.page if web and self.page is not None and not route(head) else self.nats
+            await splice(reader, writer, target, first=head, throttle=self._throttle)
+        except asyncio.CancelledError:
+            # the door is closing; ended here, not re-raised: asyncio 3.11's callback on a
+            # connection's task logs a traceback for a cancelled one
+            writer.transport.abort()
 
     async def _head(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
