@@ -220,6 +220,7 @@ class RelayLink:
             return
         if isinstance(exc, nats.errors.UnexpectedEOF):
             return  # the relay closed the connection (it stopped): relay_disconnected says so
+        self.reason = ""  # what is wrong now, not what was
         if isinstance(exc, ssl.SSLCertVerificationError):
             s = self.settings
             name = s.tls_server_name or urlsplit(s.url).hostname or s.url
