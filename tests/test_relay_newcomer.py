@@ -27,6 +27,7 @@ ALARMS = (
     "UnexpectedEOF",
     "relay_admin_error",
     "Traceback",
+    "[ERR]",
 )
 
 
