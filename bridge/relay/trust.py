@@ -48,8 +48,9 @@ def reason(exc: ssl.SSLCertVerificationError, ca_file: Path | None, name: str) -
             f"valid for {name} ({said}). Fix: dial the relay by a name its certificate carries "
             "(relay.url), or set relay.tls_server_name to that name"
         )
+    # no path: /healthz, which says this, answers without a token
     roots = (
-        f"neither the system's roots nor relay.ca_file ({ca_file}) hold its root"
+        "neither the system's roots nor relay.ca_file hold its root"
         if ca_file is not None
         else "the system's roots do not hold its root"
     )
