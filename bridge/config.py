@@ -210,6 +210,9 @@ class RelayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: The name the relay's TLS certificate is checked against when ``url`` reaches it by
     #: another (an SSH tunnel to 127.0.0.1, a LAN address); "" = the url's host.
     tls_server_name: str = ""
+    #: PEM file of the CA roots the relay's TLS certificate may chain to, besides the
+    #: system's: a private CA, or a staging one (Let's Encrypt's staging, pebble).
+    ca_file: str = ""
     #: The NATS WebSocket URL paired clients dial (wss://...); overrides the account's.
     client_url: str = ""
     #: JSON file {"user": ..., "password": ...} put in pairing links (mode 0600); optional.

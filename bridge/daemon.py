@@ -239,6 +239,8 @@ class Daemon:
         link.start()
         # unauthenticated relay input dropped since the start (docs/operations.md)
         self.server.healthz_fields["relay_dropped"] = lambda: dict(link.dropped)
+        # why the link is down, when the user can fix it (docs/operations.md, "Doctor")
+        self.server.healthz_fields["relay_reason"] = lambda: link.reason
         queue = link.queue
         self.server.healthz_fields["relay_queue"] = lambda: queue.status if queue else "off"
         if queue is not None:  # messages that failed every attempt (docs/operations.md)

@@ -213,6 +213,10 @@ MEANING: dict[str, str] = {
     "relay.tls_server_name": "The name the relay's TLS certificate is checked against when "
     '`url` reaches it by another (an SSH tunnel to `127.0.0.1`, a LAN address); `""` = the '
     "url's host.",
+    "relay.ca_file": "PEM file of CA root certificates the relay's TLS certificate may chain "
+    "to, besides the system's: a private CA, or a staging one (Let's Encrypt's staging, "
+    "pebble); used for `tls://` relays, checked at start and by `doctor`. The phone must trust "
+    'the same root (docs/remote-access.md, "Trusting a private or staging CA").',
     "relay.client_url": "The NATS WebSocket URL (`wss://`) pairing links give phones; overrides "
     "the account's.",
     "relay.client_auth": "JSON file with the phones' NATS login, put in pairing links: "

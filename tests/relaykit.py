@@ -470,6 +470,8 @@ class ServedRelay:
         self.options = options
         self.log = directory / "serve.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        #: (soft, hard) RLIMIT_NOFILE it starts with, as a service manager would set it
+        self.fd_limit: tuple[int, int] | None = None
 
     def start(self) -> ServedRelay:
         """Started; on other ports if one picked was taken meanwhile (free_port can only say
@@ -502,11 +504,14 @@ class ServedRelay:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=self._limit_fds if self.fd_limit else None,
             )
         # Generous: with --acme-email the listeners wait for the certificate, an ACME exchange
         # with pebble that took over 20 s on a loaded machine. A wait, not a timing target.
         deadline = time.monotonic() + START_WAIT_S
-        for port in (self.port, self.ws_port, self.web_port):
+        # not the NATS port: a probe that hangs up there is a TLS handshake error in
+        # nats-server's log; "relay running" below says it listens
+        for port in (self.ws_port, self.web_port):
             while not _listens(port):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError(f"relay serve did not listen on {port}: {self.printed()}")
@@ -517,6 +522,12 @@ class ServedRelay:
                 raise RuntimeError(f"relay serve did not start: {self.printed()}")
             time.sleep(0.05)
         return self
+
+    def _limit_fds(self) -> None:
+        import resource
+
+        assert self.fd_limit is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.fd_limit)
 
     def printed(self) -> str:
         return self.log.read_text()
