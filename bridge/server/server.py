@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import __version__
+from bridge.api.checks import ChecksApi
 from bridge.api.dispatch import Handler, Routes
 from bridge.api.projects import ProjectsApi
 from bridge.api.requests import CoreRequests
@@ -85,6 +86,8 @@ class BridgeServer:
         self.ship_api = ShipApi(config, hub, self.projects_api)
         self.ship_api.register(self.routes)
         self.core.ship = self.ship_api
+        # a branch's CI checks and a failed check's log (bridge/api/checks.py)
+        ChecksApi(hub, self.projects_api).register(self.routes)
 
     # ---- what others read and set --------------------------------------------------------------
 

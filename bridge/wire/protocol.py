@@ -204,6 +204,21 @@ class WorkspaceAllowSetup(_Request, tag="workspace.allow_setup", kw_only=True):
     sha256: str
 
 
+class WorkspaceChecks(_Request, tag="workspace.checks", kw_only=True):
+    """The CI checks of the branch checked out at ``path`` (or in ``session``'s directory)."""
+
+    path: str | None = None
+    session: str | None = None
+
+
+class WorkspaceCheckLog(_Request, tag="workspace.check_log", kw_only=True):
+    """The tail of a failed check's log."""
+
+    path: str | None = None
+    session: str | None = None
+    check: str
+
+
 class ReviewComment(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One comment of ``session.review``: on lines ``line``..``end_line`` of ``file``."""
 
@@ -310,6 +325,8 @@ Request = (
     | WorkspacePr
     | WorkspaceWorktreeRemove
     | WorkspaceAllowSetup
+    | WorkspaceChecks
+    | WorkspaceCheckLog
     | SessionReview
     | SessionMode
     | ClientPresence

@@ -242,6 +242,38 @@ class WorkspaceAllowSetupResult(Result, kw_only=True):
     sha256: str
 
 
+class CheckObject(msgspec.Struct, kw_only=True):
+    """One CI check of a branch."""
+
+    name: str
+    state: Literal["pending", "success", "failure", "cancelled", "skipped"]
+    url: str | None
+    started_at: str | None
+    completed_at: str | None
+
+
+class PullRequestRef(msgspec.Struct, kw_only=True):
+    url: str
+    number: int
+
+
+class WorkspaceChecksResult(Result, kw_only=True):
+    """The answer to ``workspace.checks``: the branch's checks, and its pull request (null:
+    the HEAD commit's check runs)."""
+
+    checks: list[CheckObject]
+    pr: PullRequestRef | None
+
+
+class WorkspaceCheckLogResult(Result, kw_only=True):
+    """The answer to ``workspace.check_log``: the failed check's last lines, secrets masked."""
+
+    check: str
+    url: str | None
+    log: str
+    truncated: bool
+
+
 class WorkspaceFileResult(Result, kw_only=True):
     """The answer to ``workspace.file``: ``text``, or ``base64`` when ``binary``."""
 
@@ -326,6 +358,8 @@ RESULTS: tuple[type[Result], ...] = (
     WorkspacePrResult,
     WorkspaceWorktreeRemoveResult,
     WorkspaceAllowSetupResult,
+    WorkspaceChecksResult,
+    WorkspaceCheckLogResult,
     SessionModeResult,
     WebpushKeyResult,
     NotifyChannelsResult,
