@@ -16,7 +16,6 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
-from tests.gitrepo import git
 from tests.relaykit import ServedRelay, wait_relay
 from tests.shipkit import (
     CI_FAILED,

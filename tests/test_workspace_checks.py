@@ -16,6 +16,7 @@ from bridge.workspace import git as bgit
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.gitrepo import git
+from tests.notify_fakes import Receiver
 from tests.shipkit import (
     CI_FAILED,
     CI_PASSED,
@@ -162,3 +163,34 @@ def test_gh_answers_read_without_trusting_them() -> None:
     long = ("x" * 1000 + "\n") * 200
     assert len(checks.log_tail(long.encode()).encode()) <= checks.LOG_BYTES
     assert checks.parse_pr(b'{"url": "u", "number": "7"}') is None
+
+
+async def test_a_branch_whose_checks_finish_is_notified(tmp_path: Path, receiver: Receiver) -> None:
+    _origin, repo = clone_with_origin(tmp_path)
+    bin_dir = tmp_path / "bin"
+    _calls, ci = fake_ci_gh(bin_dir)
+    set_ci(ci, pr=PR, checks=CI_PENDING)
+    more = (
+        "[workspace]\nchecks_poll_s = 0.2\n"
+        f'[notify]\n[[notify.targets]]\nurl = "{receiver.url}"\nkinds = ["checks"]\n'
+    )
+    d = ship_daemon(tmp_path)
+    conf = d.config_dir / "config.toml"
+    conf.write_text(conf.read_text() + more)
+    d.env["PATH"] = f"{bin_dir}{os.pathsep}{d.env.get('PATH', os.environ['PATH'])}"
+    d.start()
+    c = await Client.open(d.url, d.token)
+    try:
+        made = await c.request("session.create", agent="demo", cwd=str(repo))
+        sid = made["session"]["session"]
+        got = await c.request("workspace.checks", session=sid)
+        assert got["checks"][1]["state"] == "pending"  # the daemon watches from now on
+        set_ci(ci, checks=CI_FAILED)
+        data = receiver.wait(1)[0].json()
+        assert data["title"].endswith("CI failed on pull request #7"), data
+        assert data["message"].startswith("1 of 2 checks failed: test\n\nhttp"), data
+        assert data["message"].endswith(f"#session={sid}")
+        assert len(receiver.hits) == 1
+    finally:
+        await c.close()
+        d.stop()

@@ -87,7 +87,8 @@ class BridgeServer:
         self.ship_api.register(self.routes)
         self.core.ship = self.ship_api
         # a branch's CI checks and a failed check's log (bridge/api/checks.py)
-        ChecksApi(hub, self.projects_api).register(self.routes)
+        self.checks_api = ChecksApi(hub, self.projects_api, config.workspace.checks_poll_s)
+        self.checks_api.register(self.routes)
 
     # ---- what others read and set --------------------------------------------------------------
 
@@ -138,6 +139,7 @@ class BridgeServer:
         await self.endpoint.close()
         await self.tasks.close()
         await self.projects_api.close()
+        await self.checks_api.close()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         return self.tasks.spawn(coro)

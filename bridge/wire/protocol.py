@@ -295,7 +295,7 @@ class NotifyChannels(_Request, tag="notify.channels", kw_only=True):
 class NotifyTest(_Request, tag="notify.test", kw_only=True):
     """Send a test notification through every channel; the result says what each answered."""
 
-    kind: Literal["permission", "turn_end", "error", "handoff"] = "turn_end"
+    kind: Literal["permission", "turn_end", "error", "handoff", "checks"] = "turn_end"
     endpoint: str | None = None
 
 
