@@ -219,6 +219,32 @@ class WorkspaceCheckLog(_Request, tag="workspace.check_log", kw_only=True):
     check: str
 
 
+class PreviewOpen(_Request, tag="preview.open", kw_only=True):
+    """Show a dev server on this machine's loopback (``port``) through the daemon."""
+
+    session: str | None = None
+    cwd: str | None = None
+    port: int
+    path: str = "/"
+
+
+class PreviewList(_Request, tag="preview.list", kw_only=True):
+    pass
+
+
+class PreviewClose(_Request, tag="preview.close", kw_only=True):
+    """``preview``: the preview's id (a frame's own ``id`` is the request's)."""
+
+    preview: str
+
+
+class PreviewPorts(_Request, tag="preview.ports", kw_only=True):
+    """The ports the processes working in a session's directory (or ``cwd``) listen on."""
+
+    session: str | None = None
+    cwd: str | None = None
+
+
 class ReviewComment(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One comment of ``session.review``: on lines ``line``..``end_line`` of ``file``."""
 
@@ -327,6 +353,10 @@ Request = (
     | WorkspaceAllowSetup
     | WorkspaceChecks
     | WorkspaceCheckLog
+    | PreviewOpen
+    | PreviewList
+    | PreviewClose
+    | PreviewPorts
     | SessionReview
     | SessionMode
     | ClientPresence

@@ -274,6 +274,36 @@ class WorkspaceCheckLogResult(Result, kw_only=True):
     truncated: bool
 
 
+class PreviewObject(msgspec.Struct, kw_only=True):
+    """An open preview: ``url`` opens it (absolute), ``expires_at`` is when it closes unless
+    a request comes first (ISO 8601, UTC)."""
+
+    id: str
+    port: int
+    url: str
+    expires_at: str
+    cwd: str | None = None
+    session: str | None = None
+
+
+class PreviewOpenResult(Result, kw_only=True):
+    preview: PreviewObject
+
+
+class PreviewListResult(Result, kw_only=True):
+    previews: list[PreviewObject]
+
+
+class ListeningPort(msgspec.Struct, kw_only=True):
+    port: int
+    pid: int
+    command: str
+
+
+class PreviewPortsResult(Result, kw_only=True):
+    ports: list[ListeningPort]
+
+
 class WorkspaceFileResult(Result, kw_only=True):
     """The answer to ``workspace.file``: ``text``, or ``base64`` when ``binary``."""
 
@@ -360,6 +390,9 @@ RESULTS: tuple[type[Result], ...] = (
     WorkspaceAllowSetupResult,
     WorkspaceChecksResult,
     WorkspaceCheckLogResult,
+    PreviewOpenResult,
+    PreviewListResult,
+    PreviewPortsResult,
     SessionModeResult,
     WebpushKeyResult,
     NotifyChannelsResult,

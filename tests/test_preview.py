@@ -1,0 +1,108 @@
+"""Previews against a real daemon and a real dev server (tests/devserver.py): the page through
+the preview's own listener, Host and Origin as the dev server expects, the live-reload
+WebSocket spliced through, nothing without the preview's secret, no service worker script,
+nothing once closed, the daemon's own port refused, the session's listening ports found; the
+idle close with a clock of the test's own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from bridge.server.preview import Previews
+from tests.daemon import DaemonProcess
+from tests.daemonkit import running
+from tests.previewkit import dev_server, make_site
+from tests.shipkit import ship_daemon
+from tests.wsclient import Client, RequestFailed
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+    yield from running(ship_daemon(tmp_path))
+
+
+def cookie_of(client: httpx.AsyncClient) -> str:
+    return "; ".join(f"{k}={v}" for k, v in client.cookies.items())
+
+
+async def test_a_dev_server_through_its_preview(daemon: DaemonProcess, tmp_path: Path) -> None:
+    site = make_site(tmp_path / "shop")
+    c = await Client.open(daemon.url, daemon.token)
+    try:
+        with dev_server(site) as port:
+            made = await c.request("session.create", agent="demo", cwd=str(site))
+            sid = made["session"]["session"]
+            found = await c.request("preview.ports", session=sid)
+            assert port in [p["port"] for p in found["ports"]], found
+            got = (await c.request("preview.open", session=sid, port=port, path="/"))["preview"]
+            assert got["port"] == port and got["url"].startswith("http://127.0.0.1:")
+            listed = await c.request("preview.list")
+            assert [p["id"] for p in listed["previews"]] == [got["id"]]
+            base = got["url"].split("/__preview/")[0]
+            async with httpx.AsyncClient(follow_redirects=True, timeout=10) as web:
+                # without the preview's secret: nothing
+                assert (await web.get(f"{base}/")).status_code == 403
+                bad = got["url"].replace("/__preview/", "/__preview/x")
+                assert (await web.get(bad)).status_code == 403
+                page = await web.get(got["url"])
+                assert page.status_code == 200 and "Hello from the dev server" in page.text
+                echo = (await web.get(f"{base}/__echo", headers={"Origin": base})).json()
+                assert echo["host"] == f"localhost:{port}"
+                assert echo["origin"] == f"http://localhost:{port}"
+                assert "abpv_" not in echo.get("cookie", "")  # the secret stays with us
+                sw = await web.get(f"{base}/index.html", headers={"Service-Worker": "script"})
+                assert sw.status_code == 403
+                # the live reload's WebSocket, through the preview
+                ws_url = base.replace("http://", "ws://") + "/__livereload"
+                async with connect(
+                    ws_url, additional_headers={"Cookie": cookie_of(web)}, open_timeout=10
+                ) as ws:
+                    (site / "index.html").write_text("<h1>edited</h1>")
+                    assert await asyncio.wait_for(ws.recv(), 10) == "reload"
+                assert "edited" in (await web.get(f"{base}/")).text
+                await c.request("preview.close", preview=got["id"])
+                with pytest.raises(httpx.ConnectError):
+                    await web.get(f"{base}/")
+            assert (await c.request("preview.list"))["previews"] == []
+            own = int(daemon.url.rsplit(":", 1)[1].split("/")[0])
+            for bad_port in (own, 0, 70000):
+                with pytest.raises(RequestFailed) as refused:
+                    await c.request("preview.open", port=bad_port)
+                assert refused.value.frame["code"] == "bad_request"
+            with pytest.raises(RequestFailed) as outside:
+                await c.request("preview.open", cwd="/etc", port=port)
+            assert outside.value.frame["code"] == "not_found"
+    finally:
+        await c.close()
+
+
+async def test_a_preview_without_a_request_closes_and_nothing_else_is_reached() -> None:
+    now = [0.0]
+
+    async def where(_cwd: str | None, _session: str | None) -> str:
+        return "/"
+
+    previews = Previews(lambda: ("127.0.0.1", 1), lambda: None, where, clock=lambda: now[0])
+    try:
+        # a port nothing listens on: the browser gets 502, and no other host or port is tried
+        p = await previews.open(9, None, None, "/")
+        base = p.url.split("/__preview/")[0]
+        async with httpx.AsyncClient(follow_redirects=True, timeout=10) as web:
+            assert (await web.get(p.url)).status_code == 502
+            now[0] += 29 * 60
+            await web.get(f"{base}/")  # a request: the idle time starts again
+            now[0] += 29 * 60
+            assert await previews.expire() == []
+            now[0] += 60
+            assert await previews.expire() == [p.id]
+            with pytest.raises(httpx.ConnectError):
+                await web.get(f"{base}/")
+        assert previews.open_previews == {}
+    finally:
+        await previews.close()
