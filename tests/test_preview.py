@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 
 from bridge.server.preview import Previews
 from tests.daemon import DaemonProcess
-from tests.daemonkit import running
+from tests.daemonkit import run_bridge, running
 from tests.previewkit import dev_server, make_site
 from tests.shipkit import ship_daemon
 from tests.wsclient import Client, RequestFailed
@@ -66,7 +66,23 @@ async def test_a_dev_server_through_its_preview(daemon: DaemonProcess, tmp_path:
                     (site / "index.html").write_text("<h1>edited</h1>")
                     assert await asyncio.wait_for(ws.recv(), 10) == "reload"
                 assert "edited" in (await web.get(f"{base}/")).text
-                await c.request("preview.close", preview=got["id"])
+                # the same from a terminal
+                opened = run_bridge("preview", sid, str(port), "--path=/__echo", env=daemon.env)
+                assert opened.returncode == 0, opened.stderr
+                second = opened.stdout.strip()
+                assert second.startswith("http://127.0.0.1:") and second.endswith("to=/__echo")
+                assert (await web.get(second)).json()["host"] == f"localhost:{port}"
+                listed = run_bridge("preview", env=daemon.env).stdout
+                assert got["id"] in listed and second in listed
+                other = second.split("/__preview/")[0]
+                closed = run_bridge("preview", "--close", got["id"], env=daemon.env)
+                assert closed.stdout.strip() == f"closed {got['id']}", closed.stderr
+                with pytest.raises(httpx.ConnectError):
+                    await web.get(f"{base}/")
+                assert (await web.get(f"{other}/__echo")).status_code == 200
+                await c.request(
+                    "preview.close", preview=(await c.request("preview.list"))["previews"][0]["id"]
+                )
                 with pytest.raises(httpx.ConnectError):
                     await web.get(f"{base}/")
             assert (await c.request("preview.list"))["previews"] == []
