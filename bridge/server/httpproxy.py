@@ -74,6 +74,24 @@ class Target(Protocol):
     def touch(self) -> None: ...
 
 
+class Reader(Protocol):
+    """Where the browser's bytes come from: a socket's StreamReader, or a relay stream's."""
+
+    async def read(self, n: int) -> bytes: ...
+
+
+class Writer(Protocol):
+    """Where the browser's bytes go: a socket's StreamWriter, or a relay stream's."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    async def wait_closed(self) -> None: ...
+
+
 class Refused(Exception):
     """A request the proxy answers itself (``status``, one line of text)."""
 
@@ -94,7 +112,7 @@ class Bounds:
 
 
 async def _event(
-    conn: h11.Connection, reader: asyncio.StreamReader, timeout: float
+    conn: h11.Connection, reader: Reader, timeout: float
 ) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
     """The next event of ``conn``, reading from ``reader`` as it needs."""
     while True:
@@ -179,8 +197,8 @@ class ProxyConnection:
     def __init__(
         self,
         target: Target,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        reader: Reader,
+        writer: Writer,
         bounds: Bounds | None = None,
         on_refused: Callable[[str], None] | None = None,
     ) -> None:
@@ -375,7 +393,7 @@ class ProxyConnection:
         if down_extra:
             up_writer.write(down_extra)
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: Reader, dst: Writer) -> None:
             with contextlib.suppress(ConnectionError, OSError):
                 while data := await src.read(READ_SIZE):
                     dst.write(data)
