@@ -14,6 +14,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from bridge.server.httpproxy import Bounds
 from bridge.server.preview import Previews
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge, running
@@ -120,5 +121,33 @@ async def test_a_preview_without_a_request_closes_and_nothing_else_is_reached() 
             with pytest.raises(httpx.ConnectError):
                 await web.get(f"{base}/")
         assert previews.open_previews == {}
+    finally:
+        await previews.close()
+
+
+async def test_the_proxy_bounds_what_it_takes_and_gives(tmp_path: Path) -> None:
+    site = make_site(tmp_path / "site")
+    (site / "big.bin").write_bytes(b"x" * 300_000)
+
+    async def where(_cwd: str | None, _session: str | None) -> str:
+        return "/"
+
+    bounds = Bounds(head=4096, request_body=1000, response_body=100_000, answer_s=5, read_s=5)
+    previews = Previews(lambda: ("127.0.0.1", 1), lambda: None, where, bounds=bounds)
+    try:
+        with dev_server(site) as port:
+            p = await previews.open(port, None, None, "/")
+            base = p.url.split("/__preview/")[0]
+            async with httpx.AsyncClient(follow_redirects=True, timeout=10) as web:
+                assert (await web.get(p.url)).status_code == 200
+                big_head = await web.get(f"{base}/", headers={"X-Big": "y" * 5000})
+                assert big_head.status_code == 431
+                body = await web.post(f"{base}/", content=b"z" * 2000)
+                assert body.status_code == 413
+                with pytest.raises(httpx.RemoteProtocolError):  # cut, never whole
+                    await web.get(f"{base}/big.bin")
+                # a Host naming another server changes nothing: still only the dev server
+                echo = await web.get(f"{base}/__echo", headers={"Host": "example.com:80"})
+                assert echo.json()["host"] == f"localhost:{port}"
     finally:
         await previews.close()

@@ -43,7 +43,8 @@ ANSWER_S = 60.0
 READ_S = 60.0
 #: seconds a browser's kept-alive connection may sit without a request
 KEEPALIVE_S = 75.0
-READ_SIZE = 256 * 1024
+#: a read fits in one relay STREAM message with room to spare (bridge/relay/tunnel.py)
+READ_SIZE = 255 * 1024
 
 KEY_PATH = "/__preview/"
 
@@ -128,6 +129,10 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
         if k == name:
             return v
     return None
+
+
+def _head_size(first: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    return len(first) + sum(len(k) + len(v) + 4 for k, v in headers)
 
 
 def cookie_value(headers: list[tuple[bytes, bytes]], name: str) -> str | None:
@@ -254,6 +259,9 @@ class ProxyConnection:
             return False
         self.target.touch()
         headers = list(event.headers)
+        # h11 bounds a head that arrives in pieces; one that arrives whole is measured here
+        if _head_size(event.target, headers) > self.bounds.head:
+            raise Refused(431, "the request's head is too large for a preview")
         path = event.target.decode("latin-1")
         if path.startswith(KEY_PATH):
             self._enter(path)
@@ -347,6 +355,8 @@ class ProxyConnection:
                 return
             if not isinstance(head, h11.Response):
                 raise Refused(502, "the dev server closed without an answer")
+            if _head_size(head.reason, list(head.headers)) > self.bounds.head:
+                raise Refused(502, "the dev server's answer head is too large")
             headers = downstream_headers(list(head.headers), self.target)
             self._send(
                 h11.Response(status_code=head.status_code, headers=headers, reason=head.reason)
