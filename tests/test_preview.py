@@ -7,6 +7,7 @@ idle close with a clock of the test's own."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from bridge.server.httpproxy import Bounds
+from bridge.server.listening import listeners_under
 from bridge.server.preview import Previews
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge, running
@@ -151,3 +153,39 @@ async def test_the_proxy_bounds_what_it_takes_and_gives(tmp_path: Path) -> None:
                 assert echo.json()["host"] == f"localhost:{port}"
     finally:
         await previews.close()
+
+
+def test_the_ports_a_directory_s_processes_listen_on(tmp_path: Path) -> None:
+    """``/proc`` as the kernel writes it (a tree of the test's own): LISTEN sockets on the
+    loopback or every address, matched by inode to the processes working under the
+    directory; an established one, another address, another directory are not listed."""
+    proc, project = tmp_path / "proc", tmp_path / "shop"
+    (project / "web").mkdir(parents=True)
+    (proc / "net").mkdir(parents=True)
+    head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt"
+    head += "   uid  timeout inode\n"
+    rows = [
+        "0: 0100007F:1435 00000000:0000 0A 00000000:00000000 00:00000000 00000000 1000 0 111 1",
+        "1: 00000000:0BB8 00000000:0000 0A 00000000:00000000 00:00000000 00000000 1000 0 222 1",
+        "2: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000 1000 0 333 1",
+        "3: 0A00000A:2328 00000000:0000 0A 00000000:00000000 00:00000000 00000000 1000 0 444 1",
+    ]
+    (proc / "net" / "tcp").write_text(head + "\n".join(rows) + "\n")
+    tcp6 = "0: 00000000000000000000000001000000:1F41 00000000000000000000000000000000:0000 0A"
+    tcp6 += " 00000000:00000000 00:00000000 00000000 1000 0 555 1\n"
+    (proc / "net" / "tcp6").write_text(head + tcp6)
+    for pid, cwd, inodes in (
+        ("10", project / "web", [111, 333, 444]),
+        ("11", project, [555]),
+        ("12", tmp_path, [222]),
+    ):
+        (proc / pid / "fd").mkdir(parents=True)
+        os.symlink(cwd, proc / pid / "cwd")
+        (proc / pid / "cmdline").write_bytes(b"npm\0run\0dev\0")
+        for n, inode in enumerate(inodes):
+            os.symlink(f"socket:[{inode}]", proc / pid / "fd" / str(n + 3))
+    found = listeners_under(str(project), proc=str(proc))
+    assert [(x.port, x.pid, x.command) for x in found] == [
+        (0x1435, 10, "npm run dev"),
+        (0x1F41, 11, "npm run dev"),
+    ]
