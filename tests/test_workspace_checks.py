@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,14 @@ def started(tmp_path: Path, bin_dir: Path) -> DaemonProcess:
     d.env["DEPLOY_TOKEN"] = SECRET
     d.start()
     return d
+
+
+def wait_until(happened: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Until ``happened`` (the daemon's log says so), or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not happened():
+        assert time.monotonic() < deadline, "it never happened"
+        time.sleep(0.05)
 
 
 def failed_log() -> str:
@@ -181,15 +191,27 @@ async def test_a_branch_whose_checks_finish_is_notified(tmp_path: Path, receiver
     d.start()
     c = await Client.open(d.url, d.token)
     try:
+        # a person looks at session A: its branch's finished run is not notified
         made = await c.request("session.create", agent="demo", cwd=str(repo))
         sid = made["session"]["session"]
+        await c.request("client.presence", visible=True, session=sid)
         got = await c.request("workspace.checks", session=sid)
         assert got["checks"][1]["state"] == "pending"  # the daemon watches from now on
+        set_ci(ci, checks=CI_PASSED)
+        wait_until(lambda: any(e["watched"] for e in d.log_events("checks_finished")))
+
+        # nobody looks at session B: notified, and it is the first notification
+        (tmp_path / "b").mkdir()
+        _origin_b, repo_b = clone_with_origin(tmp_path / "b")
+        made_b = await c.request("session.create", agent="demo", cwd=str(repo_b))
+        sid_b = made_b["session"]["session"]
+        set_ci(ci, checks=CI_PENDING)
+        await c.request("workspace.checks", session=sid_b)
         set_ci(ci, checks=CI_FAILED)
         data = receiver.wait(1)[0].json()
         assert data["title"].endswith("CI failed on pull request #7"), data
         assert data["message"].startswith("1 of 2 checks failed: test\n\nhttp"), data
-        assert data["message"].endswith(f"#session={sid}")
+        assert data["message"].endswith(f"#session={sid_b}")
         assert len(receiver.hits) == 1
     finally:
         await c.close()

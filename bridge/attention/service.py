@@ -16,6 +16,7 @@ from bridge.attention.detect import (
 from bridge.attention.notifier import Attention, TestTooSoon
 from bridge.attention.pushstore import PushSubscriptions
 from bridge.attention.webpush import SubscriptionError
+from bridge.logs import get_logger
 from bridge.server.pairing import pairing_host
 from bridge.wire.protocol import (
     ClientPresence,
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
     from bridge.hub import Hub
     from bridge.server.connection import Connection
     from bridge.server.server import BridgeServer
+
+
+log = get_logger("bridge.attention")
 
 
 def web_base_url(server: BridgeServer) -> str:
@@ -113,6 +117,8 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
         return as_result({"results": answers}, NotifyTestResult)
 
     def checks_finished(session: str, title: str, body: str) -> None:
+        # said once per finished branch, whether or not a person is looking
+        log.info("checks_finished", session=session, watched=attention.presence.watched(session))
         info = lookup(session)
         notice = Notice(
             kind="checks",
