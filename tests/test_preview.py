@@ -7,8 +7,9 @@ idle close with a clock of the test's own."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -189,3 +190,44 @@ def test_the_ports_a_directory_s_processes_listen_on(tmp_path: Path) -> None:
         (0x1435, 10, "npm run dev"),
         (0x1F41, 11, "npm run dev"),
     ]
+
+
+async def raw_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A dev server of one request: what it got (its head's lines, its body) as JSON."""
+    head = (await reader.readuntil(b"\r\n\r\n")).decode()
+    lines = head.split("\r\n")[1:-2]
+    headers = dict(line.lower().split(": ", 1) for line in lines)
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    out = json.dumps({"headers": headers, "body": body.decode()}).encode()
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(out) + out)
+    await writer.drain()
+    writer.close()
+
+
+async def test_a_chunked_body_reaches_the_dev_server_whole_and_no_redirect_leaves() -> None:
+    async def where(_cwd: str | None, _session: str | None) -> str:
+        return "/"
+
+    server = await asyncio.start_server(raw_echo, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    previews = Previews(lambda: ("127.0.0.1", 1), lambda: None, where)
+    try:
+        p = await previews.open(port, None, None, "/")
+        base, key = p.url.split("/__preview/")[0], p.key
+        async with httpx.AsyncClient(timeout=10) as web:
+            for to in ("//evil.example/", "/%0d%0aSet-Cookie:%20x=1", "https://evil.example/"):
+                entered = await web.get(f"{base}/__preview/{key}?to={to}")
+                assert entered.status_code == 303 and entered.headers["location"] == "/"
+
+            async def chunks() -> AsyncIterator[bytes]:
+                yield b"hello "
+                yield b"dev server"
+
+            got = (await web.post(f"{base}/form", content=chunks())).json()
+            assert got["body"] == "hello dev server"
+            assert got["headers"]["content-length"] == "16"
+            assert "transfer-encoding" not in got["headers"]
+            assert got["headers"]["host"] == f"localhost:{port}"
+    finally:
+        await previews.close()
+        server.close()

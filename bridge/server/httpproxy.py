@@ -274,6 +274,10 @@ class ProxyConnection:
         body = await self._body()
         upgrade = (_header(headers, b"upgrade") or b"").lower() == b"websocket"
         up_headers = upstream_headers(headers, self.target, upgrade)
+        # the body was read whole (a chunked one too): its length is said as it is now
+        up_headers = [(k, v) for k, v in up_headers if k != b"content-length"]
+        if body or event.method not in (b"GET", b"HEAD", b"OPTIONS"):
+            up_headers.append((b"content-length", str(len(body)).encode()))
         request = h11.Request(method=event.method, target=event.target, headers=up_headers)
         await self._forward(request, body, upgrade)
         return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
@@ -289,7 +293,8 @@ class ProxyConnection:
             name, _, value = pair.partition("=")
             if name == "to":
                 to = unquote(value)
-        if not to.startswith("/") or to.startswith("//") or "\\" in to:
+        # a path on this preview only: not another host (//, \\), not a header's end
+        if not to.startswith("/") or to.startswith("//") or "\\" in to or not to.isprintable():
             to = "/"
         cookie = f"{self.target.cookie}={self.target.key}; Path=/; HttpOnly; SameSite=Strict"
         self._drain_body_sync()
