@@ -123,6 +123,14 @@ def test_checks_on_a_phone_pending_then_failure_sent_to_the_agent_then_success(
         p.click(".session .changes-btn")
         p.wait('.check[data-name="test"].check-success', timeout_ms=30_000)
         assert p.count(".check-fix") == 0
+
+        # a preview through the relay is not in the page yet: it says so, opens no frame
+        p.click(".session .preview-btn")
+        p.wait(".preview-port")
+        p.fill(".preview-port", "5173")
+        p.click(".preview-form button[type=submit]")
+        p.wait(".preview-relay-note")
+        assert p.count(".preview-overlay") == 0
         assert page_errors(p) == [], page_errors(p)
     finally:
         p.close()

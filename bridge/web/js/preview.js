@@ -68,6 +68,13 @@ export class PreviewPanel {
   }
 
   async open(port, note) {
+    if (this.view.ws?.kind === 'relay') {
+      // its URL is the workstation's own address: not one this phone can reach through the relay
+      clear(note).append(h('p', { class: 'error-text preview-relay-note' },
+        'A preview through the relay is not in the web client yet: open the workstation\'s own '
+        + 'page on its network, or run agent-bridge preview there.'));
+      return;
+    }
     clear(note).append(h('p', { class: 'muted small' }, `Opening localhost:${port}…`));
     try {
       const { preview } = await this.request('preview.open', { session: this.view.id, port });
