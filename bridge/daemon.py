@@ -234,6 +234,7 @@ class Daemon:
             serve,
             max_frame=self.config.limits.max_frame_bytes,
             deliver=self._take_queued,
+            previews=self.server.previews,
         )
         self.relay = link
         link.start()

@@ -14,7 +14,7 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +314,8 @@ class VirtualClient:
         self.raw_down: list[bytes] = []
         #: messages on the down subject that did not authenticate (dropped)
         self.dropped: list[bytes] = []
+        #: told of each STREAM message (tests/tunnelkit.py)
+        self.on_stream: Callable[[sealing.Opened], None] | None = None
 
     async def listen(self) -> None:
         self._sub = await self.client.nc.subscribe(self.down, cb=self._on_down)
@@ -349,6 +351,10 @@ class VirtualClient:
             return
         if opened.kind == sealing.CLOSE:
             self._closed(json.loads(opened.body))
+            return
+        if opened.kind == sealing.STREAM:
+            if self.on_stream is not None:
+                self.on_stream(opened)
             return
         if opened.kind == sealing.BATCH:
             for frame in self.joiner.feed_batch(opened):

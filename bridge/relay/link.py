@@ -24,7 +24,7 @@ import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import nats
@@ -38,9 +38,13 @@ from bridge.relay import handshake, natskeys, trust
 from bridge.relay.account import RelaySettings, shown_url
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.identity import ClientLogins
+from bridge.relay.tunnel import Streams
 from bridge.relay.vconn import CLOSE_REVOKED, VirtualConnection
 from bridge.relay.workqueue import Deliver, WorkQueue
 from bridge.util.logthrottle import Throttle
+
+if TYPE_CHECKING:
+    from bridge.server.preview import Previews
 
 log = get_logger("bridge.relay")
 
@@ -70,12 +74,15 @@ class RelayLink:
         *,
         max_frame: int,
         deliver: Deliver | None = None,
+        previews: Previews | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
         self.keys = registry.daemon_keys()
         self._serve = serve
         self.max_frame = max_frame
+        #: the daemon's previews, reached by STREAM messages (bridge/relay/tunnel.py)
+        self.previews = previews
         self.status = "disconnected"
         #: why it is not connected, when that is known and the user can fix it (a relay
         #: certificate this daemon does not trust); "" otherwise
@@ -383,6 +390,8 @@ class RelayLink:
             on_dropped=self._frame_dropped,
             batch=opened.batch,
         )
+        if self.previews is not None:
+            vc.streams = Streams(vc, self.previews)
         self.vcs[opened.conn] = vc
         await self._respond(msg, reply)
         client_id = opened.client.id
@@ -397,6 +406,8 @@ class RelayLink:
         finally:
             with contextlib.suppress(Exception):
                 await vc.close(1000, "")
+            if vc.streams is not None:
+                await vc.streams.close()
             await vc.stopped()
             self.vcs.pop(vc.conn, None)
             self._up.pop(vc.conn, None)

@@ -17,6 +17,7 @@ import {
 import { Transcript, commandBox, terminalCommand, usageText } from './transcript.js';
 import { ChangesPanel, ProjectPicker, fillModes, followMode, modePicker, renderMode } from './workspace.js';
 import { suggestBranch } from './ship.js';
+import { PreviewPanel } from './preview.js';
 import { Outbox } from './outbox.js';
 
 const TOKEN_KEY = 'agent-bridge.token';
@@ -161,6 +162,7 @@ class SessionView {
     this.handoffBox = h('div', { class: 'handoff-box', hidden: true });
     this.modeSelect = modePicker(this);
     this.changes = new ChangesPanel(this);
+    this.preview = new PreviewPanel(this);
     this.changesBtn = h('button', {
       type: 'button', class: 'changes-btn', title: 'Changes in the working directory',
       onclick: () => this.toggleChanges(),
@@ -189,7 +191,7 @@ class SessionView {
       h('div', { class: 'session-head' },
         h('div', { class: 'head-main' }, this.titleEl, this.metaEl),
         h('div', { class: 'head-side' }, this.stateEl, this.usageEl),
-        h('div', { class: 'head-actions' }, this.modeSelect, this.changesBtn, this.stopBtn,
+        h('div', { class: 'head-actions' }, this.modeSelect, this.changesBtn, this.preview.button, this.stopBtn,
           this.handoffBtn, this.closeBtn)),
       this.handoffBox, this.changes.el, this.scroller, this.form);
   }
