@@ -97,9 +97,17 @@ class SessionSubscribeResult(Result, kw_only=True):
 
 
 class SessionSendResult(Result, kw_only=True):
-    """The answer to ``session.send``: false when the message started a turn at once."""
+    """The answer to ``session.send``: ``queued`` false when the message started a turn at
+    once or, ``steered``, entered the running turn."""
 
     queued: bool
+    steered: bool = False
+
+
+class SessionForkResult(Result, kw_only=True):
+    """The answer to ``session.fork``: the new session."""
+
+    session: SessionObject
 
 
 class SessionReviewResult(Result, kw_only=True):
@@ -376,6 +384,7 @@ RESULTS: tuple[type[Result], ...] = (
     SessionAttachResult,
     SessionSubscribeResult,
     SessionSendResult,
+    SessionForkResult,
     SessionReviewResult,
     SessionHandoffResult,
     UsageGetResult,
