@@ -38,7 +38,8 @@ class Forks:
         self.store = turns.store
         self.fanout = turns.fanout
 
-    async def plan(self, parent: Session, at_seq: int | None) -> ForkPlan:
+    async def plan(self, parent: Session, at_seq: int | None, *, native: bool = True) -> ForkPlan:
+        """Where the fork ends and how; ``native``: the agent may fork its own session."""
         last = parent.next_seq - 1
         at = last if at_seq is None else at_seq
         if at < 0 or at > last:
@@ -46,6 +47,8 @@ class Forks:
         how = getattr(self.turns.cls(parent), "cap_fork", "replay")
         if how not in ("native", "replay"):
             raise HubError("bad_request", f"sessions of `{parent.rec.agent}` cannot be forked")
+        if not native and how == "native":
+            how = "replay"
         cut, history = await self._history(parent, at)
         if how == "native" and cut.turns and not parent.rec.agent_session_id:
             raise HubError(

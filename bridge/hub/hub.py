@@ -5,6 +5,7 @@ It owns the sessions and wires the stages, each of which knows only those below 
     hub.py      start-up and recovery, create/attach/close, send, slash commands, listing
     parking.py  park, mirror, watcher, sweep, reattach, handoff
     warm.py     start a stopped agent when a client opens its session
+    forks.py    session.fork: plan, start the fork's agent, copy the history (fork.py: the cut)
     turns.py    adapter lifecycle, the queue, the turn runner, call_adapter()
     fanout.py   emit, publish after commit, state frames, pacing, subscribe/replay
     state.py    Session, Turn, Subscription, the transition table
@@ -501,9 +502,10 @@ class Hub:
         """``session.fork`` (bridge/hub/fork.py), in ``cwd`` (default: the parent's)."""
         parent = await self.find(session_id)
         entry = await self._entry(parent.rec.agent)
-        plan = await self.forks.plan(parent, at_seq)
         rec = parent.rec
         where = self._check_cwd(cwd) if cwd is not None else rec.cwd
+        # An agent's own fork stays where its session is: another directory gets a replay.
+        plan = await self.forks.plan(parent, at_seq, native=where == rec.cwd)
         s = self._new_record(rec.agent, where, rec.model, rec.effort, None, external=False)
         s.rec.mode = rec.mode
         s.rec.worktree = worktree
