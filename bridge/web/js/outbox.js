@@ -25,6 +25,7 @@ const FINAL = new Set(['not_found', 'bad_request', 'conflict', 'too_large', 'una
 function sendFields(entry) {
   return {
     session: entry.session, text: entry.text, attachments: entry.attachments || [], client_msg_id: entry.id,
+    ...(entry.steer ? { steer: true } : {}),
   };
 }
 
