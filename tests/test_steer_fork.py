@@ -237,3 +237,21 @@ def test_slash_commands_and_steers_do_not_start_turns() -> None:
     history, message = split_fork_context(text)
     assert message == "next"
     assert history is not None and "User (added during the turn): also this" in history
+
+
+async def test_a_retransmit_after_a_restart_gets_the_steered_answer(tmp_path: Path) -> None:
+    """The answer is stored with the message (status ``steered``): a daemon restarted on its
+    store answers a retransmit the same, and nothing is sent again."""
+    from bridge.store.store import MessageRecord, SessionRecord
+    from tests.hubkit import PreloadedStore
+
+    rec = SessionRecord(id="s_steered", agent="demo", cwd=str(tmp_path))
+    steered = MessageRecord(
+        session=rec.id, client_msg_id="m2", text="", status="steered", answered_queued=False
+    )
+    hub, _ = await make_hub(PreloadedStore([rec], [steered]))
+    try:
+        assert await hub.deliver(rec.id, "use French", [], "m2", steer=True) == (False, True)
+        assert not hub.get(rec.id).queue and hub.get(rec.id).rec.state == "idle"
+    finally:
+        await hub.shutdown()

@@ -154,6 +154,8 @@ class CoreRequests:
         queued, steered = await self.hub.deliver(
             req.session, req.text, req.attachments, req.client_msg_id, steer=req.steer
         )
+        if not req.steer:
+            return SessionSendResult(queued=queued)
         return SessionSendResult(queued=queued, steered=steered)
 
     async def session_fork(self, _conn: Connection, req: SessionFork) -> SessionForkResult:

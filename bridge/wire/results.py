@@ -98,10 +98,11 @@ class SessionSubscribeResult(Result, kw_only=True):
 
 class SessionSendResult(Result, kw_only=True):
     """The answer to ``session.send``: ``queued`` false when the message started a turn at
-    once or, ``steered``, entered the running turn."""
+    once or entered the running turn; ``steered`` (only when the send asked to ``steer``)
+    whether it entered it."""
 
     queued: bool
-    steered: bool = False
+    steered: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class SessionForkResult(Result, kw_only=True):
