@@ -1,7 +1,8 @@
-"""Steer and fork with the real pinned Claude Code and Codex, each through a real daemon over
-WebSocket against its fake model server: a message steered into a running turn reaches the
+"""Steer and fork with the real pinned CLIs, each through a real daemon over WebSocket against
+its fake model server: a message steered into a running turn (Claude Code, Codex) reaches the
 model in that turn's next request and is recorded where it entered; a fork at the first of two
-turns gives the fork's next model request the first turn only, the parent's both.
+turns (Claude Code, Codex, OpenCode, Kilo: each its own fork) gives the fork's next model
+request the first turn only, the parent's both.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from tests.wsclient import text_of
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(240)]
 
-cli, fake, harness = realcli_session.module_fixtures("claude", "codex")
+cli, fake, harness = realcli_session.module_fixtures("claude", "codex", "opencode", "kilo")
+#: the agents that take a message during a turn
+STEERING = ["claude", "codex"]
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +36,7 @@ def _steered(marker: str) -> Any:
     return lambda r: marker in r.view.last_user_text
 
 
+@pytest.mark.parametrize("cli", STEERING, indirect=True)
 async def test_a_steered_message_reaches_the_running_turns_next_model_request(
     cli: str, harness: CliHarness, fake: FakeServer, project: Path
 ) -> None:
