@@ -255,3 +255,89 @@ async def test_a_retransmit_after_a_restart_gets_the_steered_answer(tmp_path: Pa
         assert not hub.get(rec.id).queue and hub.get(rec.id).rec.state == "idle"
     finally:
         await hub.shutdown()
+
+
+def test_the_contract_checks_cap_fork_and_capabilities_report_it() -> None:
+    from typing import Any
+
+    from bridge.adapters.base import BaseAdapter
+    from bridge.adapters.claude import ClaudeAdapter
+    from bridge.adapters.codex import CodexAdapter
+    from bridge.adapters.demo import DemoAdapter
+
+    def adapter(**attrs: Any) -> type:
+        body: dict[str, Any] = {
+            "agent_id": "x",
+            "display_name": "X",
+            "provides_models": False,
+            "provides_usage": False,
+            "__init__": lambda self, cwd=None: None,
+            "start": _coroutine,
+            "send": _coroutine,
+            "stop": _coroutine,
+            "stream": _stream,
+            **attrs,
+        }
+        return type("X", (BaseAdapter,), body)
+
+    with pytest.raises(TypeError, match="takes no `fork` keyword"):
+        adapter(cap_fork="native")
+    with pytest.raises(TypeError, match="`cap_fork` must be"):
+        adapter(cap_fork="sometimes")
+    assert adapter(cap_fork=False).capabilities()["fork"] is False
+    assert DemoAdapter.capabilities()["fork"] == "replay"
+    assert DemoAdapter.capabilities()["input_during_turn"] is True
+    for native in (ClaudeAdapter, CodexAdapter):
+        assert native.capabilities()["fork"] == "native"
+        assert native.capabilities()["input_during_turn"] is True
+
+
+async def _coroutine(self: object, *args: object) -> None:
+    return None
+
+
+async def _stream(self: object) -> AsyncIterator[Block]:
+    yield SessionEndBlock()
+
+
+async def test_a_native_fork_hands_the_agent_its_fork_point_or_is_a_conflict(
+    hub: Hub, tmp_path: Path
+) -> None:
+    from typing import Any
+
+    from bridge.adapters.demo import DemoAdapter
+    from bridge.wire.agent_types import ForkPoint
+
+    class NativeDemo(DemoAdapter):
+        agent_id = "nativedemo"
+        cap_fork = "native"
+
+        def __init__(
+            self,
+            cwd: str | None = None,
+            resume_session_id: str | None = None,
+            on_session_id: Any = None,
+            mode: str | None = None,
+            fork: ForkPoint | None = None,
+        ) -> None:
+            super().__init__(
+                cwd=cwd, mode=mode, resume_session_id=resume_session_id, on_session_id=on_session_id
+            )
+            self.fork_point = fork
+
+    hub.registry.register(NativeDemo, notify=False)
+    await hub.registry.wait_detected(5.0)
+    sid, sub = await subscribed_session(hub, tmp_path, "nativedemo")
+    await turn(hub, sid, sub, "echo one")
+    parent = hub.get(sid).rec
+    own, parent.agent_session_id = parent.agent_session_id, None
+    with pytest.raises(HubError) as err:
+        await hub.fork(sid)
+    assert err.value.code == "conflict"
+    parent.agent_session_id = own
+    fork = await hub.fork(sid)
+    adapter = hub.get(fork.session).adapter
+    assert isinstance(adapter, NativeDemo)
+    assert adapter.fork_point == ForkPoint(agent_session_id=str(own), turns=1)
+    rec = hub.get(fork.session).rec
+    assert rec.fork is not None and rec.fork.replay_seq is None  # no replay: the agent forks
