@@ -127,3 +127,37 @@ async def test_a_fork_at_the_first_of_two_turns_carries_that_turn_only(
             "FORK-2",
             "BANANA",
         ]
+
+
+@pytest.mark.parametrize("cli", STEERING, indirect=True)
+async def test_an_interrupt_with_a_steered_message_waiting_ends_the_turn_and_leaves_nothing(
+    cli: str, harness: CliHarness, fake: FakeServer, project: Path
+) -> None:
+    fake.rescript(
+        Reply(text="Slow start.", delay=4, when=user("STOPS-1")),
+        # (Claude Code keeps the interrupted message: the next request's last user text has both)
+        Reply(
+            text="Steered and slow.",
+            delay=4,
+            when=lambda r: (
+                "STOPS-2" in r.view.last_user_text and "STOPS-3" not in r.view.last_user_text
+            ),
+        ),
+        Reply(text="A clean next turn.", when=user("STOPS-3")),
+    )
+    async with harness.client() as c:
+        session, _ = await create(c, cli, project)
+        before = len(fake.agent_requests)
+        await c.request("session.send", session=session, text="STOPS-1 begin")
+        await fake.wait_for_async(before + 1)
+        answer = await c.request("session.send", session=session, text="STOPS-2 more", steer=True)
+        assert answer == {"queued": False, "steered": True}
+        await c.request("session.interrupt", session=session)
+        frames = await finish_turn(c, session)
+        ends = of(frames, "session_end")
+        assert len(ends) == 1 and ends[0]["reason"] == "interrupted"
+        assert not of(frames, "error"), "stopped by the agent, not forced by the daemon"
+        # the next turn gets its own answer only: nothing of the interrupted one is left over
+        frames = await run_turn(c, session, "STOPS-3 next")
+        assert text_of(frames) == "A clean next turn."
+        assert of(frames, "session_end")[-1]["reason"] == "completed"

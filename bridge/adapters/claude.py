@@ -233,7 +233,12 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
             except SpawnError as exc:
                 self._spawn_error = exc
                 return
-        await self._write(self._pending)
+        await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        """The turn's own message (again, to a process started anew)."""
+        if self._pending is not None:
+            await self._write(self._pending)
 
     async def _write(self, message: dict[str, Any]) -> None:
         self._written += 1
@@ -280,8 +285,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
                     # It died between turns (killed, crashed idle): start it again once.
                     respawned = True
                     await self._spawn(self.session_id)
-                    if self._pending is not None:
-                        await self._write(self._pending)
+                    await self._write_pending()
                     continue
                 yield exit_failure("claude", "Claude Code", code, stderr)
                 for block in self._parser.close_turn("error", code):
@@ -312,8 +316,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         await self._pump.stop(STOP_GRACE_S)
         self.session_id = None
         await self._spawn(None)
-        if self._pending is not None:
-            await self._write(self._pending)
+        await self._write_pending()
         return session_reset(
             f"Claude Code no longer knows session {old}; continuing in a new session",
             old_agent_session_id=old,
