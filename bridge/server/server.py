@@ -20,6 +20,7 @@ from bridge import __version__
 from bridge.api.dispatch import Handler, Routes
 from bridge.api.projects import ProjectsApi
 from bridge.api.requests import CoreRequests
+from bridge.api.search import SearchApi
 from bridge.api.ship import ShipApi
 from bridge.config import Config
 from bridge.hub import Hub, HubError
@@ -85,6 +86,8 @@ class BridgeServer:
         self.ship_api = ShipApi(config, hub, self.projects_api)
         self.ship_api.register(self.routes)
         self.core.ship = self.ship_api
+        # sessions.search, usage.summary (bridge/api/search.py)
+        SearchApi(hub).register(self.routes)
 
     # ---- what others read and set --------------------------------------------------------------
 

@@ -152,6 +152,30 @@ class Ping(_Request, tag="ping", kw_only=True):
     pass
 
 
+# ---- search and spend ---------------------------------------------------------------------------
+
+
+class SessionsSearch(_Request, tag="sessions.search", kw_only=True):
+    """Full-text search over user messages and agent text, ended sessions included."""
+
+    query: str
+    #: Hits at most (default 50, at most 500).
+    limit: int | None = None
+    agent: str | None = None
+    cwd: str | None = None
+    #: ISO 8601: only text written at or after it.
+    since: str | None = None
+
+
+class UsageSummary(_Request, tag="usage.summary", kw_only=True):
+    """Tokens and cost per day, agent, project or session, from the stored usage blocks."""
+
+    #: ISO 8601 bounds on when a turn's usage was reported (``until`` excluded).
+    since: str | None = None
+    until: str | None = None
+    group_by: Literal["day", "agent", "project", "session"] = "day"
+
+
 # ---- projects, workspace, modes (Additions) -----------------------------------------------------
 
 
@@ -301,6 +325,8 @@ Request = (
     | SessionClose
     | UsageGet
     | Ping
+    | SessionsSearch
+    | UsageSummary
     | ProjectsList
     | WorkspaceStatus
     | WorkspaceDiff

@@ -1,0 +1,90 @@
+"""The tables read off the events as they are written: the search index (bridge/store/search.py)
+and each turn's usage (bridge/store/spend.py).
+
+The store's writer calls ``Derived.rows`` for each batch and ``insert`` in the same transaction
+as the batch's events, so they are on disk together or not at all; and ``prune`` after
+retention. A batch that failed to commit is handed in again as it was: its rows are
+remembered, so a retry neither loses nor repeats any (the collectors keep state across events).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bridge.store import search, spend
+from bridge.store.eventrows import EventLike
+
+_META_KEY = "derived_tables"
+#: Bumped when what is derived changes: the tables are then built again once.
+VERSION = "1"
+
+
+@dataclass(slots=True)
+class Found:
+    text: list[search.IndexRow] = field(default_factory=list)
+    usage: list[spend.UsageRow] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.text or self.usage)
+
+
+class Derived:
+    def __init__(self) -> None:
+        self._text = search.Indexer()
+        self._usage = spend.TurnUsage()
+        self._last: tuple[object, Found] | None = None
+
+    def rows(self, batch: object, events: Sequence[EventLike]) -> Found:
+        last = self._last
+        if last is not None and last[0] is batch:
+            return last[1]
+        found = Found()
+        for ev in events:
+            self._feed(ev, found)
+        self._last = (batch, found)
+        return found
+
+    def _feed(self, ev: EventLike, found: Found) -> None:
+        self._text.feed(ev, found.text)
+        self._usage.feed(ev, found.usage)
+
+
+def insert(conn: sqlite3.Connection, found: Found) -> None:
+    if found.text:
+        search.insert(conn, found.text)
+    if found.usage:
+        spend.insert(conn, found.usage)
+
+
+def prune(conn: sqlite3.Connection) -> None:
+    search.prune_index(conn)
+    spend.prune(conn)
+
+
+def ensure(conn: sqlite3.Connection) -> int | None:
+    """Create the tables, and fill them from the stored events the first time (the number of
+    rows written then; None when they were there already)."""
+    conn.executescript(search.SCHEMA + spend.SCHEMA)
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (_META_KEY,)).fetchone()
+    if row is not None and row[0] == VERSION:
+        return None
+    derived = Derived()
+    written = 0
+    conn.execute("BEGIN")
+    try:
+        conn.execute("DELETE FROM search_rows")
+        conn.execute("DELETE FROM usage_turns")
+        for events in search.stored_events(conn):
+            found = Found()
+            for ev in events:
+                derived._feed(ev, found)
+            insert(conn, found)
+            written += len(found.text) + len(found.usage)
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (_META_KEY, VERSION))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return written
