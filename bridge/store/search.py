@@ -178,7 +178,8 @@ def terms(query: str) -> list[tuple[str, bool]]:
     """The query's words and "quoted phrases", in order: (text, is_phrase). A quote left open
     runs to the end of the query; a phrase of nothing is dropped."""
     out: list[tuple[str, bool]] = []
-    for match in _TERM.finditer(query):
+    # FTS5 reads its query as a C string: a NUL would end it inside a quoted term.
+    for match in _TERM.finditer(query.replace("\x00", " ")):
         phrase, word = match.group(1), match.group(2)
         if phrase is not None:
             if phrase.strip():
