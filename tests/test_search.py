@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from bridge.blocks import SessionEndBlock, TextBlock, ToolCallBlock, UsageBlock, UserBlock
+from bridge.blocks import SessionEndBlock, TextBlock, ToolCallBlock, UserBlock
 from bridge.store import search
 from bridge.store.store import SessionRecord, SqliteStore, StoredEvent
 from tests.daemon import DaemonProcess
