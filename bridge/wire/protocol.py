@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
-from bridge.blocks import Block
+from bridge.blocks import Block, LimitsBlock
 
 PROTOCOL_VERSION = 1
 SUBPROTOCOL_JSON = "bridge.v1.json"
@@ -304,7 +304,7 @@ class NotifyChannels(_Request, tag="notify.channels", kw_only=True):
 class NotifyTest(_Request, tag="notify.test", kw_only=True):
     """Send a test notification through every channel; the result says what each answered."""
 
-    kind: Literal["permission", "turn_end", "error", "handoff"] = "turn_end"
+    kind: Literal["permission", "turn_end", "error", "handoff", "limit"] = "turn_end"
     endpoint: str | None = None
 
 
@@ -368,6 +368,8 @@ class AgentObject(msgspec.Struct, kw_only=True):
     error: str | None = None
     file: str | None = None
     modes: list[dict[str, str]] = msgspec.field(default_factory=list)
+    #: The agent's latest ``limits`` block per window, as it reported them (none: it did not)
+    limits: list[LimitsBlock] = msgspec.field(default_factory=list)
 
 
 class SessionObject(msgspec.Struct, kw_only=True):
