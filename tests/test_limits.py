@@ -54,6 +54,23 @@ def test_claude_rate_limit_events_become_limits_blocks() -> None:
         )
     )
     assert [(b.window, b.used_pct) for b in both] == [("5h", 25.0), ("week", 50.0)]
+    # as Claude Code 2.x sends it: the event names a window and leaves its numbers to
+    # unifiedWindows
+    (five, week) = parser.feed(
+        claude_event(
+            {
+                "status": "allowed",
+                "resetsAt": RESET,
+                "rateLimitType": "five_hour",
+                "unifiedWindows": {
+                    "five_hour": {"utilization": 0.91, "resetsAt": RESET},
+                    "seven_day": {"utilization": 0.4, "resetsAt": RESET},
+                },
+            }
+        )
+    )
+    assert (five.window, five.used_pct, five.resets_at) == ("5h", 91.0, RESET_ISO)
+    assert (week.window, week.used_pct) == ("week", 40.0)
     # nothing reported, nothing shown; odd values are left out, never raised on
     assert parser.feed(claude_event({"status": "allowed"})) == []
     for odd in (

@@ -68,12 +68,16 @@ def claude_limits(info: dict[str, Any]) -> list[LimitsBlock]:
         )
     window = CLAUDE_WINDOWS.get(get_str(info, "rateLimitType") or "")
     if window is not None:
-        reached = get_str(info, "status") == "rejected"
+        # The window the event is about; what ``unifiedWindows`` said of it stands where the
+        # event's own fields are silent (an ``allowed`` event carries no utilization).
+        known = out.get(window) or LimitsBlock(window=window)
+        reached = get_str(info, "status") == "rejected" or known.reached
         used = percent(get_float(info, "utilization"), fraction=True)
+        used = known.used_pct if used is None else used
         out[window] = LimitsBlock(
             window=window,
             used_pct=100.0 if reached and used is None else used,
-            resets_at=when(get_float(info, "resetsAt")),
+            resets_at=when(get_float(info, "resetsAt")) or known.resets_at,
             reached=reached,
         )
     return list(out.values())
