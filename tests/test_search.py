@@ -261,3 +261,23 @@ async def test_search_over_the_protocol_and_the_cli(daemon_factory: Any, project
     finally:
         await c.close()
         assert d.stop() == 0
+
+
+async def test_a_query_matching_very_many_messages_ranks_the_newest(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(search, "RANKED_AT_MOST", 3)
+    store = await _open(tmp_path / "s.db")
+    try:
+        w = Writer(store, "a")
+        for n in range(6):
+            w.add(UserBlock(id=f"u{n}", text=f"common word {n}"))
+        w.add(UserBlock(id="rare", text="common"))  # the best match, and the newest
+        await store.flush()
+        hits = await store.search("common", limit=10)
+        assert next(h.seq for h in hits) == 7
+        assert sorted(h.seq for h in hits) == [5, 6, 7]  # the 3 newest matches, ranked
+        # a filter reads every match (no cut): the agent filter here
+        assert len(await store.search("common", limit=10, agent="claude")) == 7
+    finally:
+        await store.close()

@@ -31,6 +31,10 @@ from bridge.store.eventrows import DEC_CHUNK, EventLike
 MAX_INDEXED_CHARS = 32 * 1024
 #: Words of context in a snippet.
 SNIPPET_TOKENS = 16
+#: A query that matches more messages than this ranks the newest this many (by bm25): ranking
+#: every match of a common word cost seconds on a large store, and what is best among the
+#: newest thousands is what a person looks for. Rowids grow as text is written.
+RANKED_AT_MOST = 2000
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS search_rows (
@@ -236,6 +240,12 @@ _SELECT = (
 )
 
 
+#: The rowid of the RANKED_AT_MOST-th newest match (none: fewer match).
+_NEWEST = (
+    "SELECT rowid FROM search_text WHERE search_text MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?"
+)
+
+
 def search(conn: sqlite3.Connection, query: Query, agent_of: Any) -> list[Found]:
     """Hits best first (FTS5's bm25, then newest). ``agent_of(record)`` reads a session
     record's agent, for the ``agent`` filter (records are MessagePack)."""
@@ -244,6 +254,11 @@ def search(conn: sqlite3.Connection, query: Query, agent_of: Any) -> list[Found]
         return []
     sql = _SELECT
     args: list[Any] = [SNIPPET_TOKENS, expression]
+    if query.agent is None and query.cwd is None:
+        oldest = conn.execute(_NEWEST, (expression, RANKED_AT_MOST - 1)).fetchone()
+        if oldest is not None:
+            sql += " AND search_text.rowid >= ?"
+            args.append(oldest[0])
     if query.since is not None:
         sql += " AND r.ts >= ?"
         args.append(query.since)
