@@ -112,5 +112,19 @@ async def test_search_two_workstations_open_a_hit_at_its_place_and_see_usage(
         p.screenshot(IMAGES / "usage-phone.png")
         assert_nothing_cut_off(p)
         assert page_errors(p) == [], page_errors(p)
+
+        # a workstation that is away is named, and the others answer without waiting for it
+        assert laptop.stop() == 0
+        group = f'#sessions li.ws-group[data-ws="relay:{SECOND}"]'
+        p.wait_for(f"document.querySelector('{group}').dataset.state !== 'online'", 60_000)
+        p.fill("#search-input", "quokka")
+        p.click("#search-form button[type=submit]")
+        p.wait_for("document.querySelector('#search-status').textContent.includes('laptop')")
+        status = p.text("#search-status")
+        assert status.startswith("2 matches") and "laptop:" in status, status
+        on = p.eval(
+            "[...document.querySelectorAll('#search-hits .search-hit-btn')].map(b => b.dataset.ws)"
+        )
+        assert set(on) == {f"relay:{FIRST}"}, on
     finally:
         p.close()
