@@ -143,7 +143,7 @@ async def test_agents_list_shows_each_agents_latest_limits(
     daemon_factory: Any, project: Path
 ) -> None:
     """A drop-in agent that reports limits as its turn runs: ``agents.list`` has the latest
-    per window, other agents have none."""
+    per window, other agents have none; after a restart too."""
     from tests.daemonkit import install_dropin, subscribed_session
     from tests.wsclient import Client
 
@@ -165,6 +165,16 @@ async def test_agents_list_shows_each_agents_latest_limits(
         assert limits["5h"]["used_pct"] == 97.5 and limits["5h"]["reached"] is False
         assert limits["week"]["resets_at"] == "2030-01-01T00:00:00Z"
         assert agents["demo"]["limits"] == []
+    finally:
+        await c.close()
+        assert d.stop() == 0
+    # known again after a restart, before the agent says anything new
+    d = daemon_factory(config='[server]\nunix_socket = "off"\n').start()
+    c = await Client.open(d.url, d.token)
+    try:
+        agents = {a["agent"]: a for a in (await c.request("agents.list"))["agents"]}
+        again = {x["window"]: x["used_pct"] for x in agents["limited"]["limits"]}
+        assert again == {"5h": 97.5, "week": 10.0}, again
     finally:
         await c.close()
         assert d.stop() == 0

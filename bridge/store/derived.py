@@ -1,5 +1,6 @@
-"""The tables read off the events as they are written: the search index (bridge/store/search.py)
-and each turn's usage (bridge/store/spend.py).
+"""The tables read off the events as they are written: the search index (bridge/store/search.py),
+each turn's usage (bridge/store/spend.py) and each session's latest limits
+(bridge/store/limitrows.py).
 
 The store's writer calls ``Derived.rows`` for each batch and ``insert`` in the same transaction
 as the batch's events, so they are on disk together or not at all; and ``prune`` after
@@ -13,21 +14,22 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bridge.store import search, spend
+from bridge.store import limitrows, search, spend
 from bridge.store.eventrows import EventLike
 
 _META_KEY = "derived_tables"
 #: Bumped when what is derived changes: the tables are then built again once.
-VERSION = "1"
+VERSION = "2"
 
 
 @dataclass(slots=True)
 class Found:
     text: list[search.IndexRow] = field(default_factory=list)
     usage: list[spend.UsageRow] = field(default_factory=list)
+    limits: list[limitrows.LimitRow] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.text or self.usage)
+        return bool(self.text or self.usage or self.limits)
 
 
 class Derived:
@@ -49,6 +51,7 @@ class Derived:
     def _feed(self, ev: EventLike, found: Found) -> None:
         self._text.feed(ev, found.text)
         self._usage.feed(ev, found.usage)
+        limitrows.feed(ev, found.limits)
 
 
 def insert(conn: sqlite3.Connection, found: Found) -> None:
@@ -56,17 +59,20 @@ def insert(conn: sqlite3.Connection, found: Found) -> None:
         search.insert(conn, found.text)
     if found.usage:
         spend.insert(conn, found.usage)
+    if found.limits:
+        limitrows.insert(conn, found.limits)
 
 
 def prune(conn: sqlite3.Connection) -> None:
     search.prune_index(conn)
     spend.prune(conn)
+    limitrows.prune(conn)
 
 
 def ensure(conn: sqlite3.Connection) -> int | None:
     """Create the tables, and fill them from the stored events the first time (the number of
     rows written then; None when they were there already)."""
-    conn.executescript(search.SCHEMA + spend.SCHEMA)
+    conn.executescript(search.SCHEMA + spend.SCHEMA + limitrows.SCHEMA)
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (_META_KEY,)).fetchone()
     if row is not None and row[0] == VERSION:
         return None
@@ -76,12 +82,13 @@ def ensure(conn: sqlite3.Connection) -> int | None:
     try:
         conn.execute("DELETE FROM search_rows")
         conn.execute("DELETE FROM usage_turns")
+        conn.execute("DELETE FROM limits_latest")
         for events in search.stored_events(conn):
             found = Found()
             for ev in events:
                 derived._feed(ev, found)
             insert(conn, found)
-            written += len(found.text) + len(found.usage)
+            written += len(found.text) + len(found.usage) + len(found.limits)
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (_META_KEY, VERSION))
         conn.execute("COMMIT")
     except BaseException:

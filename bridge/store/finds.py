@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from bridge.store import search, spend
+from bridge.store import limitrows, search, spend
 from bridge.store.eventrows import EventLike
 from bridge.store.search import Query
 from bridge.wire.results import SearchHit, UsageRow
@@ -157,6 +157,10 @@ class Reads:
         """Each turn's spend added up per day, agent, project or session (spend.py)."""
         raise NotImplementedError
 
+    async def latest_limits(self) -> list[tuple[str, bytes]]:
+        """(agent, ``limits`` block JSON): the newest of each agent and window on disk."""
+        return []
+
 
 class MemoryReads(Reads):
     _events: Mapping[str, Sequence[EventLike]]
@@ -193,3 +197,9 @@ class SqliteReads(Reads):
             lambda conn: usage_db(conn, since, until, group_by, self._decode_record)
         )
         return rows
+
+    async def latest_limits(self) -> list[tuple[str, bytes]]:
+        found: list[tuple[str, bytes]] = await self._query(
+            lambda conn: limitrows.latest(conn, lambda data: self._decode_record(data).agent)
+        )
+        return found
