@@ -179,10 +179,24 @@ def index_share(path: Path) -> tuple[int, int]:
     return index, sum(sizes.values())
 
 
-def queries(seed: int, n: int) -> list[str]:
-    """What people type: a rare word, two words, a phrase, a common word with a rare one."""
+def queries(seed: int, n: int, path: Path) -> list[str]:
+    """What people type: a rare word, two words, a phrase they remember (two words next to
+    each other in a stored message), a common word with a rare one."""
     w = Writer(seed)
     rng = random.Random(seed + 1)
+    conn = sqlite3.connect(path)
+    try:
+        top = conn.execute("SELECT MAX(rowid) FROM search_text").fetchone()[0] or 1
+        remembered = []
+        for _ in range(n // 4 + 1):
+            row = conn.execute(
+                "SELECT body FROM search_text WHERE rowid >= ? LIMIT 1", (rng.randint(1, top),)
+            ).fetchone()
+            words = str(row[0] if row else "a b").split()
+            at = rng.randrange(max(1, len(words) - 1))
+            remembered.append(" ".join(words[at : at + 2]))
+    finally:
+        conn.close()
     rare = w.words[len(COMMON) :]
     out = []
     for i in range(n):
@@ -192,7 +206,7 @@ def queries(seed: int, n: int) -> list[str]:
         elif kind == 1:
             out.append(f"{rng.choice(rare[:2000])} {rng.choice(rare[:2000])}")
         elif kind == 2:
-            out.append(f'"{w.sentence(2)}"')
+            out.append(f'"{remembered[i // 4]}"')
         else:
             out.append(f"{rng.choice(COMMON)} {rng.choice(rare[:500])}")
     return out
@@ -220,7 +234,7 @@ async def measure(path: Path, n: int, seed: int = 7) -> tuple[list[float], float
     try:
         took: list[float] = []
         hits = 0
-        for q in queries(seed, n):
+        for q in queries(seed, n, path):
             t0 = time.perf_counter()
             found = await store.search(q, limit=50)
             took.append((time.perf_counter() - t0) * 1000)

@@ -240,9 +240,17 @@ _SELECT = (
 )
 
 
-#: The rowid of the RANKED_AT_MOST-th newest match (none: fewer match).
+#: The newest matches with their rank, in one pass over the index.
 _NEWEST = (
-    "SELECT rowid FROM search_text WHERE search_text MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?"
+    "SELECT rowid, bm25(search_text) FROM search_text WHERE search_text MATCH ?"
+    " ORDER BY rowid DESC LIMIT ?"
+)
+#: The hits' places and snippets, for the rowids chosen.
+_PLACES = (
+    "SELECT search_text.rowid, r.session, r.seq, r.ts, snippet(search_text, 0, '', '', '…', ?),"
+    " s.data FROM search_text JOIN search_rows AS r ON r.id = search_text.rowid"
+    " JOIN sessions AS s ON s.id = r.session"
+    " WHERE search_text MATCH ? AND search_text.rowid IN ({})"
 )
 
 
@@ -252,13 +260,10 @@ def search(conn: sqlite3.Connection, query: Query, agent_of: Any) -> list[Found]
     expression = match_expression(query.text)
     if expression is None:
         return []
+    if query.agent is None and query.cwd is None and query.since is None:
+        return _newest_ranked(conn, expression, query.limit)
     sql = _SELECT
     args: list[Any] = [SNIPPET_TOKENS, expression]
-    if query.agent is None and query.cwd is None:
-        oldest = conn.execute(_NEWEST, (expression, RANKED_AT_MOST - 1)).fetchone()
-        if oldest is not None:
-            sql += " AND search_text.rowid >= ?"
-            args.append(oldest[0])
     if query.since is not None:
         sql += " AND r.ts >= ?"
         args.append(query.since)
@@ -285,6 +290,29 @@ def search(conn: sqlite3.Connection, query: Query, agent_of: Any) -> list[Found]
                 break
     finally:
         cursor.close()
+    return out
+
+
+def _newest_ranked(conn: sqlite3.Connection, expression: str, limit: int) -> list[Found]:
+    """Without filters: the newest RANKED_AT_MOST matches and their ranks in one pass, the best
+    ``limit`` of them, then their places and snippets (ranking every match of a common word,
+    and going over the index twice, cost a large store hundreds of milliseconds)."""
+    ranked = conn.execute(_NEWEST, (expression, RANKED_AT_MOST)).fetchall()
+    ranked.sort(key=lambda row: (row[1], -row[0]))
+    best = ranked[:limit]
+    if not best:
+        return []
+    sql = _PLACES.format(", ".join("?" * len(best)))
+    places = {
+        row[0]: row[1:]
+        for row in conn.execute(sql, [SNIPPET_TOKENS, expression, *(r for r, _ in best)])
+    }
+    out = []
+    for rowid, rank in best:
+        place = places.get(rowid)
+        if place is not None:
+            session, seq, ts, snippet, data = place
+            out.append(Found(session, seq, ts, snippet, -float(rank), bytes(data)))
     return out
 
 
