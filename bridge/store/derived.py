@@ -18,6 +18,11 @@ from bridge.store import limitrows, search, spend
 from bridge.store.eventrows import EventLike
 
 _META_KEY = "derived_tables"
+_TEXT = b'{"type":"text"'
+_USER = b'{"type":"user"'
+_USAGE = b'{"type":"usage"'
+_END = b'{"type":"session_end"'
+_LIMITS = b'{"type":"limits"'
 #: Bumped when what is derived changes: the tables are then built again once.
 VERSION = "2"
 
@@ -49,9 +54,20 @@ class Derived:
         return found
 
     def _feed(self, ev: EventLike, found: Found) -> None:
-        self._text.feed(ev, found.text)
-        self._usage.feed(ev, found.usage)
-        limitrows.feed(ev, found.limits)
+        # Blocks are written with their tag first: one look at the start says which collector
+        # wants the event; most events (text deltas) are the first asked.
+        data = ev.block_json
+        if data.startswith(_TEXT):
+            self._text.text(ev, found.text)
+        elif data.startswith(_USER):
+            self._text.user(ev, found.text)
+        elif data.startswith(_USAGE):
+            self._usage.usage(ev)
+        elif data.startswith(_END):
+            self._text.end(ev, found.text)
+            self._usage.end(ev, found.usage)
+        elif data.startswith(_LIMITS):
+            limitrows.feed(ev, found.limits)
 
 
 def insert(conn: sqlite3.Connection, found: Found) -> None:

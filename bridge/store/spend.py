@@ -64,23 +64,29 @@ class TurnUsage:
     def feed(self, ev: EventLike, out: list[UsageRow]) -> None:
         data = ev.block_json
         if data.startswith(_USAGE):
-            try:
-                u = _dec_usage.decode(data)
-            except msgspec.DecodeError:
-                return
-            self._latest[ev.session] = (
-                ev.session,
-                ev.seq,
-                ev.ts_unix,
-                u.input_tokens or 0,
-                u.output_tokens or 0,
-                u.cached_input_tokens or 0,
-                u.cost_usd or 0.0,
-            )
+            self.usage(ev)
         elif data.startswith(_END):
-            row = self._latest.pop(ev.session, None)
-            if row is not None:
-                out.append(row)
+            self.end(ev, out)
+
+    def usage(self, ev: EventLike) -> None:
+        try:
+            u = _dec_usage.decode(ev.block_json)
+        except msgspec.DecodeError:
+            return
+        self._latest[ev.session] = (
+            ev.session,
+            ev.seq,
+            ev.ts_unix,
+            u.input_tokens or 0,
+            u.output_tokens or 0,
+            u.cached_input_tokens or 0,
+            u.cost_usd or 0.0,
+        )
+
+    def end(self, ev: EventLike, out: list[UsageRow]) -> None:
+        row = self._latest.pop(ev.session, None)
+        if row is not None:
+            out.append(row)
 
 
 def insert(conn: sqlite3.Connection, rows: Iterable[UsageRow]) -> None:
