@@ -20,6 +20,8 @@ import { suggestBranch } from './ship.js';
 import { PreviewPanel } from './preview.js';
 import { Outbox } from './outbox.js';
 import { SteerChoice, forkButton, forkSession } from './steer.js';
+import * as search from './search.js';
+import * as usage from './usage.js';
 
 const TOKEN_KEY = 'agent-bridge.token';
 const CWD_KEY = 'agent-bridge.cwd';
@@ -523,6 +525,8 @@ class App {
   }
 
   init() {
+    search.mount(this, $('#search-mount'));
+    usage.mount(this, $('#usage-mount'));
     $('#login-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
       const token = $('#token').value.trim();
@@ -1281,6 +1285,12 @@ class App {
       view.transcript.stick = true;
       view.transcript.flush();
       if (!phoneQuery.matches) view.textarea.focus();
+    }
+    if (this.current && params.has('seq')) {
+      // a search hit or a deep link: scrolled to once, the link's seq is then dropped
+      search.revealSeq(this.current, Number(params.get('seq')));
+      params.delete('seq');
+      writeFragment(params);
     }
     $('#pane-empty').hidden = Boolean(this.current);
     this.renderSessions();
