@@ -18,9 +18,9 @@ NATS WebSocket of the account file (as the web client does) and asks ``P.status`
   login, ``--concurrency`` pairings at a time across the relay: p50/p95/p99 (target p99 <= 1 s);
 - **memory**: RSS of `relay serve` and of its nats-server, every phone connected;
 - **storm**: another workstation's phone's ``P.status`` p95 while one workstation sends
-  ``--storm`` admin requests back to back (each a new pairing), again and again for
-  ``--storm-s``, against the same phone's p95 for as long without it, just before: the ratio
-  (target <= 2x);
+  ``--storm`` admin requests back to back (each a new pairing), again each second for
+  ``--storm-s``, from a process of its own, against the same phone's p95 for as long without
+  it just before, ``--storm-rounds`` times: the ratio (target <= 2x);
 - **restart**: `relay serve` stopped (SIGTERM) and started again; from the new start until every
   daemon and phone has reconnected and every phone has a status answer (target <= 30 s);
 - **revoke**: one phone of each workstation revoked (its daemon sends the set without it): from
@@ -61,6 +61,10 @@ ADMIN_PREFIX = "agent-bridge-relay"
 WAIT_S = 30.0
 #: what a phone waits between reconnection attempts (the web client: 250-500 ms)
 RECONNECT_S = 0.3
+#: a workstation's queue share on `relay serve` (natsserver.DEFAULT_SHARE_BYTES)
+QUEUE_SHARE_BYTES = 64 * 1024 * 1024
+#: how often a storm of pairings begins (100 back to back each second, by default)
+STORM_EVERY_S = 1.0
 #: the most clients a storm's sets have (the relay takes at most 256)
 STORM_CLIENTS = 200
 
@@ -117,8 +121,11 @@ async def _quiet(_exc: Exception) -> None:
 class Served:
     """`agent-bridge relay serve` from ``code``, in its own process group."""
 
-    def __init__(self, code: Path, rdir: Path, home: Path, ports: tuple[int, int]) -> None:
+    def __init__(
+        self, code: Path, rdir: Path, home: Path, ports: tuple[int, int], workstations: int
+    ) -> None:
         self.code = code
+        self.workstations = workstations
         self.rdir = rdir
         self.ports = ports
         self.env = {
@@ -136,6 +143,9 @@ class Served:
         port, ws_port = self.ports
         argv = ["relay", "serve", "--dir", str(self.rdir), "--port", str(port)]
         argv += ["--ws-port", str(ws_port), "--web-port", "0", "--name", first]
+        # room for every workstation's queue share (64 MiB each by default): a bound, not
+        # space taken
+        argv += ["--queue-max-bytes", str(QUEUE_SHARE_BYTES * self.workstations)]
         t0 = _now()
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -419,13 +429,15 @@ async def bounded(n: int, jobs: Sequence[Callable[[], Awaitable[Any]]]) -> list[
 # ---- the figures ----------------------------------------------------------------------------
 
 
-async def probe(phone: Phone, seconds: float) -> list[float]:
-    """``phone``'s status latencies, one request after another, for ``seconds``."""
-    found: list[float] = []
+async def probe(phone: Phone, seconds: float, found: list[float] | None = None) -> list[float]:
+    """``phone``'s status latencies, one request after another, for ``seconds`` (into
+    ``found``); a request not answered in 5 s counts as its time."""
+    found = [] if found is None else found
     end = _now() + seconds
     while _now() < end:
         t0 = _now()
-        await phone.status()
+        with contextlib.suppress(Exception):
+            await phone.status()
         found.append(_now() - t0)
         await asyncio.sleep(0.005)
     return found
@@ -433,11 +445,12 @@ async def probe(phone: Phone, seconds: float) -> list[float]:
 
 async def storm(daemon: Daemon, size: int, seconds: float) -> dict[str, int]:
     """``size`` admin requests back to back (each a new pairing, sent without waiting for the
-    one before), again and again for ``seconds``: the answers, by kind."""
+    one before), again every ``STORM_EVERY_S`` (once all are answered) for ``seconds``: the
+    answers, by kind."""
     answers: dict[str, int] = {}
     stormed = dict(daemon.clients)
     end = _now() + seconds
-    while _now() < end:
+    while (began := _now()) < end:
         sets = []
         for _ in range(size):
             if len(stormed) >= STORM_CLIENTS:  # within the relay's bound on a set
@@ -454,6 +467,7 @@ async def storm(daemon: Daemon, size: int, seconds: float) -> dict[str, int]:
                 else ("ok" if r.get("ok") else str(r.get("error")))
             )
             answers[kind] = answers.get(kind, 0) + 1
+        await asyncio.sleep(min(end, began + STORM_EVERY_S) - _now())
     return answers
 
 
@@ -519,7 +533,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="bench-relay-scale-"))
     rdir = home / "relay"
     names = [f"ws-{i:04d}" for i in range(args.workstations)]
-    relay = Served(code, rdir, home, (natsserver.free_port(), natsserver.free_port()))
+    ports = (natsserver.free_port(), natsserver.free_port())
+    relay = Served(code, rdir, home, ports, args.workstations)
     result: dict[str, Any] = {
         "scale": {"workstations": args.workstations, "phones": args.phones},
         "code": str(code),
@@ -544,44 +559,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["start_s"] = round(await relay.start(names[0]), 2)
         await (await connect(names[0])).ready()
 
-        # ---- workstations: one by one with `relay add`, the rest in one batch ----------------
-        one_by_one = names[1 : 1 + args.add_one_by_one]
-        each: list[float] = []
-        for name in one_by_one:
+        # ---- workstations: all but the last few in one batch --------------------------------
+        one_by_one = names[max(1, len(names) - args.add_one_by_one) :]
+        batch = names[1 : len(names) - len(one_by_one)]
+        if batch:
             t0 = _now()
-            await relay.bridge("-m", "bridge", "relay", "add", name, "--dir", str(rdir))
-            await (await connect(name)).ready()
-            each.append(_now() - t0)
-        if each:
-            result["add_one_by_one"] = {"n": len(each), **spread(each)}
-            progress(f"relay add, one by one: {result['add_one_by_one']}")
-        rest = names[1 + len(one_by_one) :]
-        if rest:
-            t0 = _now()
-            await relay.bridge("-c", BATCH_ADD, str(rdir), *rest)
+            await relay.bridge("-c", BATCH_ADD, str(rdir), *batch)
             t1 = _now()
-            ready = await bounded(args.concurrency, [partial(connect, n) for n in rest])
+            ready = await bounded(args.concurrency, [partial(connect, n) for n in batch])
             await asyncio.gather(*(d.ready() for d in ready))
             result["add_batch"] = {
-                "n": len(rest),
+                "n": len(batch),
                 "written_s": round(t1 - t0, 2),
                 "all_answering_s": round(_now() - t0, 2),
             }
-            progress(f"batch of {len(rest)} added: {result['add_batch']}")
+            progress(f"batch of {len(batch)} added: {result['add_batch']}")
 
         # ---- pairing: admin request -> own login -> status -----------------------------------
+        async def pair_all(of: list[Daemon]) -> list[dict[str, float]]:
+            jobs = [d.pair for _ in range(args.phones) for d in of]
+            return [t for _, t in await bounded(args.concurrency, jobs)]
+
         progress(f"pairing {args.phones} phones on each workstation")
-        jobs = [d.pair for _ in range(args.phones) for d in daemons.values()]
         t0 = _now()
-        paired = await bounded(args.concurrency, jobs)
-        result["pairing"] = {
-            **spread([t["total"] for _, t in paired]),
-            "answered": spread([t["answered"] for _, t in paired]),
-            "logged_in": spread([t["logged_in"] for _, t in paired]),
-            "concurrency": args.concurrency,
-            "all_s": round(_now() - t0, 2),
-        }
-        progress(f"pairing: {result['pairing']}")
+        paired = await pair_all(list(daemons.values()))
+        pairing_s = _now() - t0
         result["rss_kib"] = relay.rss_kib()
         result["connections"] = len(daemons) + sum(len(d.phones) for d in daemons.values())
         progress(f"memory: {result['rss_kib']}")
@@ -615,6 +617,38 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "rounds": args.storm_rounds,
             }
             progress(f"storm: {result['storm']}")
+
+        # ---- the last workstations: `relay add` one by one, everything else connected --------
+        each: list[float] = []
+        busy: list[float] = []
+        watched = next(p for d in daemons.values() for p in d.phones)
+        for name in one_by_one:
+            t0 = _now()
+            add = relay.bridge("-m", "bridge", "relay", "add", name, "--dir", str(rdir))
+            watching = asyncio.ensure_future(probe(watched, WAIT_S * 4, busy))
+            try:
+                await add
+                await (await connect(name)).ready()
+            finally:
+                watching.cancel()
+            each.append(_now() - t0)
+        if each:
+            result["add_one_by_one"] = {"n": len(each), **spread(each), "status": spread(busy)}
+            progress(f"relay add, one by one: {result['add_one_by_one']}")
+            added = [daemons[n] for n in one_by_one]
+            t0 = _now()
+            paired += await pair_all(added)
+            pairing_s += _now() - t0
+            result["rss_kib"] = relay.rss_kib()
+            result["connections"] = len(daemons) + sum(len(d.phones) for d in daemons.values())
+        result["pairing"] = {
+            **spread([t["total"] for t in paired]),
+            "answered": spread([t["answered"] for t in paired]),
+            "logged_in": spread([t["logged_in"] for t in paired]),
+            "concurrency": args.concurrency,
+            "all_s": round(pairing_s, 2),
+        }
+        progress(f"pairing: {result['pairing']}")
 
         # ---- restart -------------------------------------------------------------------------
         progress("restart")
@@ -675,6 +709,14 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             (
                 f"relay add, one by one ({a['n']})",
                 f"p50 {a['p50_ms']:.0f} / max {a['max_ms']:.0f} ms each",
+                "",
+                None,
+            )
+        )
+        rows.append(
+            (
+                "  a phone's status meanwhile",
+                f"p95 {a['status']['p95_ms']} / max {a['status']['max_ms']} ms",
                 "",
                 None,
             )

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 
 FIGURES = (
     "relay add, one by one (1)",
+    "a phone's status meanwhile",
     "the other 1 added in one batch",
     "pairing to own login + status (6,",
     "memory, 9 connections",
