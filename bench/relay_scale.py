@@ -257,12 +257,22 @@ class Phone:
     #: set on each (re)connection, cleared on each disconnection
     up: asyncio.Event = field(default_factory=asyncio.Event)
     down: asyncio.Event = field(default_factory=asyncio.Event)
+    #: connections nats-py gave up on, dialled again
+    redials: int = 0
+    url: str = ""
+    closing: bool = False
+    _redial: asyncio.Task[None] | None = None
 
     @property
     def prefix(self) -> str:
         return f"agent-bridge.{self.host_id}"
 
     async def login(self, url: str) -> None:
+        self.url = url
+        self.nc = await self._dial()
+        self.up.set()
+
+    async def _dial(self) -> Nats:
         async def disconnected() -> None:
             self.up.clear()
             self.down.set()
@@ -271,16 +281,36 @@ class Phone:
             self.down.clear()
             self.up.set()
 
-        self.nc = await _connect(
-            url,
+        async def closed() -> None:
+            # nats-py gives up on a connection the server ended with an error (a login not
+            # answered in time); the web client dials again, and so does this phone
+            if not self.closing:
+                self.up.clear()
+                self.down.set()
+                self.redials += 1
+                self._redial = asyncio.create_task(self._again())
+
+        return await _connect(
+            self.url,
             f"{self.host_id}-{self.client_id}",
             self.password,
             f"{self.prefix}._INBOX.{self.client_id}",
             disconnected_cb=disconnected,
             reconnected_cb=reconnected,
+            closed_cb=closed,
             name=f"phone {self.host_id} {self.client_id}",
         )
-        self.up.set()
+
+    async def _again(self) -> None:
+        while not self.closing:
+            try:
+                self.nc = await self._dial()
+            except Exception:
+                await asyncio.sleep(RECONNECT_S)
+                continue
+            self.down.clear()
+            self.up.set()
+            return
 
     async def status(self, timeout: float = 5.0) -> None:
         assert self.nc is not None
@@ -299,6 +329,9 @@ class Phone:
                 await asyncio.sleep(0.1)
 
     async def close(self) -> None:
+        self.closing = True
+        if self._redial is not None:
+            self._redial.cancel()
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.nc.close(), 5)
@@ -318,30 +351,58 @@ class Daemon:
         self.nc: Nats | None = None
         self.reconnected = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self.redials = 0
+        self.closing = False
 
     @property
     def subject(self) -> str:
         return f"{ADMIN_PREFIX}.{self.host_id}.clients"
 
     async def start(self) -> None:
+        self.nc = await self._dial()
+
+    async def _dial(self) -> Nats:
         async def reconnected() -> None:
             self.reconnected.set()
             # a daemon sends its set again when it reconnects (bridge/relay/identity.py)
-            task = asyncio.create_task(self._resend())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._resend())
 
-        self.nc = await _connect(
+        async def closed() -> None:
+            # nats-py gave up on this connection; the daemon's link dials again
+            # (bridge/relay/link.py), and so does this one
+            if not self.closing:
+                self.redials += 1
+                self._spawn(self._again())
+
+        nc = await _connect(
             self.url,
             self.login["user"],
             self.login["password"],
             f"agent-bridge.{self.host_id}._INBOX",
             reconnected_cb=reconnected,
+            closed_cb=closed,
             name=f"daemon {self.host_id}",
         )
-        await self.nc.subscribe(f"agent-bridge.{self.host_id}.status", cb=self._on_status)
-        await self.nc.flush(timeout=5)
+        await nc.subscribe(f"agent-bridge.{self.host_id}.status", cb=self._on_status)
+        await nc.flush(timeout=5)
+        return nc
+
+    async def _again(self) -> None:
+        while not self.closing:
+            try:
+                self.nc = await self._dial()
+            except Exception:
+                await asyncio.sleep(RECONNECT_S)
+                continue
+            self.reconnected.set()
+            await self._resend()
+            return
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _on_status(self, msg: Any) -> None:
         await msg.respond(b'{"v":1}')
@@ -406,6 +467,7 @@ class Daemon:
         return took
 
     async def close(self) -> None:
+        self.closing = True
         for phone in self.phones:
             await phone.close()
         for task in list(self._tasks):
@@ -415,15 +477,18 @@ class Daemon:
                 await asyncio.wait_for(self.nc.close(), 5)
 
 
-async def bounded(n: int, jobs: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
-    """``jobs`` run ``n`` at a time; their results in order."""
+async def bounded(
+    n: int, jobs: Sequence[Callable[[], Awaitable[Any]]], *, errors: bool = False
+) -> list[Any]:
+    """``jobs`` run ``n`` at a time; their results in order (``errors``: an exception is a
+    result)."""
     gate = asyncio.Semaphore(n)
 
     async def one(job: Callable[[], Awaitable[Any]]) -> Any:
         async with gate:
             return await job()
 
-    return await asyncio.gather(*(one(job) for job in jobs))
+    return await asyncio.gather(*(one(job) for job in jobs), return_exceptions=errors)
 
 
 # ---- the figures ----------------------------------------------------------------------------
@@ -543,6 +608,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     daemons: dict[str, Daemon] = {}
 
+    def redials() -> dict[str, int]:
+        """Connections nats-py gave up on (closed by the relay with an error), dialled again."""
+        return {
+            "daemons": sum(d.redials for d in daemons.values()),
+            "phones": sum(p.redials for d in daemons.values() for p in d.phones),
+        }
+
     def progress(text: str) -> None:
         if not args.json:
             print(f"[relay_scale] {text}", file=sys.stderr, flush=True)
@@ -633,6 +705,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 watching.cancel()
             each.append(_now() - t0)
         if each:
+            # does the relay still take every workstation's admin request (its own connection
+            # in each account logs in again through the callout too)?
+            asked = await bounded(
+                args.concurrency,
+                [partial(d.send, dict(d.clients), 5.0) for d in daemons.values()],
+                errors=True,
+            )
+            result["admin_not_answering_after_add"] = sum(
+                not (isinstance(a, dict) and a.get("ok")) for a in asked
+            )
+            result["redials_after_add"] = redials()
             result["add_one_by_one"] = {"n": len(each), **spread(each), "status": spread(busy)}
             progress(f"relay add, one by one: {result['add_one_by_one']}")
             # the phones of the workstations just added: pairing right after the reloads
@@ -679,6 +762,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["restart"]["all_back_s"] = round(max(times) - t2, 2)
         result["restart"]["phones_back"] = spread([t - t2 for t in times])
         result["rss_kib_after_restart"] = relay.rss_kib()
+        result["redials_after_restart"] = redials()
         progress(f"restart: {result['restart']}")
 
         # ---- revocation: one phone of each workstation -----------------------------------------
@@ -758,6 +842,24 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 f"memory, {r['connections']} connections",
                 f"relay serve {m.get('relay_serve', 0) / 1024:.0f} MiB, "
                 f"nats-server {m.get('nats_server', 0) / 1024:.0f} MiB",
+                "",
+                None,
+            )
+        )
+    if "admin_not_answering_after_add" in r:
+        rows.append(
+            (
+                "  then: workstations whose admin request fails",
+                str(r["admin_not_answering_after_add"]),
+                "0",
+                r["admin_not_answering_after_add"] == 0,
+            )
+        )
+        d = r["redials_after_add"]
+        rows.append(
+            (
+                "  connections the relay ended with an error",
+                f"{d['daemons']} daemons, {d['phones']} phones (dialled again)",
                 "",
                 None,
             )

@@ -17,8 +17,11 @@ pytestmark = pytest.mark.slow
 FIGURES = (
     "relay add, one by one (1)",
     "a phone's status meanwhile",
+    "then: workstations whose admin request fails",
+    "connections the relay ended with an error",
     "the other 1 added in one batch",
-    "pairing to own login + status (6,",
+    "pairing to own login + status (4,",
+    "the same on the workstations just added (2)",
     "memory, 9 connections",
     "another's status p95, storm / quiet",
     "restart: every daemon and phone back",
