@@ -63,6 +63,8 @@ WAIT_S = 30.0
 RECONNECT_S = 0.3
 #: a workstation's queue share on `relay serve` (natsserver.DEFAULT_SHARE_BYTES)
 QUEUE_SHARE_BYTES = 64 * 1024 * 1024
+#: after a restart, how long a connection may take to come back before it is dialled anew
+STUCK_S = 20.0
 #: how often a storm of pairings begins (100 back to back each second, by default)
 STORM_EVERY_S = 1.0
 #: the most clients a storm's sets have (the relay takes at most 256)
@@ -248,6 +250,23 @@ async def _connect(url: str, user: str, password: str, inbox: str, **kw: Any) ->
     )
 
 
+_abandoned: set[asyncio.Future[Any]] = set()
+
+
+def _abandon(nc: Nats | None) -> None:
+    """A connection closed in the background, however long nats-py takes (or never)."""
+    if nc is not None:
+        task = asyncio.ensure_future(asyncio.wait_for(nc.close(), 5))
+        _abandoned.add(task)
+        task.add_done_callback(_forget)
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    _abandoned.discard(task)
+    if not task.cancelled():
+        task.exception()  # whatever nats-py raised while closing: read, so not reported
+
+
 @dataclass
 class Phone:
     host_id: str
@@ -262,6 +281,8 @@ class Phone:
     url: str = ""
     closing: bool = False
     _redial: asyncio.Task[None] | None = None
+    #: connections left for a new one because nats-py neither came back nor gave up
+    stuck: int = 0
 
     @property
     def prefix(self) -> str:
@@ -281,10 +302,12 @@ class Phone:
             self.down.clear()
             self.up.set()
 
+        stuck = self.stuck
+
         async def closed() -> None:
             # nats-py gives up on a connection the server ended with an error (a login not
             # answered in time); the web client dials again, and so does this phone
-            if not self.closing:
+            if not self.closing and stuck == self.stuck:
                 self.up.clear()
                 self.down.set()
                 self.redials += 1
@@ -328,6 +351,12 @@ class Phone:
             except Exception:  # not back yet: the next try
                 await asyncio.sleep(0.1)
 
+    async def unstick(self) -> None:
+        """nats-py neither reconnected nor gave up: a new connection, the old one left."""
+        self.stuck += 1
+        _abandon(self.nc)
+        self._redial = asyncio.create_task(self._again())
+
     async def close(self) -> None:
         self.closing = True
         if self._redial is not None:
@@ -354,6 +383,7 @@ class Daemon:
         self._tasks: set[asyncio.Future[Any]] = set()
         self.redials = 0
         self.closing = False
+        self.stuck = 0
 
     @property
     def subject(self) -> str:
@@ -368,10 +398,12 @@ class Daemon:
             # a daemon sends its set again when it reconnects (bridge/relay/identity.py)
             self._spawn(self._resend())
 
+        stuck = self.stuck
+
         async def closed() -> None:
             # nats-py gave up on this connection; the daemon's link dials again
             # (bridge/relay/link.py), and so does this one
-            if not self.closing:
+            if not self.closing and stuck == self.stuck:
                 self.redials += 1
                 self._spawn(self._again())
 
@@ -398,6 +430,12 @@ class Daemon:
             self.reconnected.set()
             await self._resend()
             return
+
+    def unstick(self) -> None:
+        """nats-py neither reconnected nor gave up: a new connection, the old one left."""
+        self.stuck += 1
+        _abandon(self.nc)
+        self._spawn(self._again())
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -748,7 +786,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["restart"]["start_s"] = round(await relay.start(names[0]), 2)
         waits = [asyncio.ensure_future(p.back()) for p in phones]
         waits += [asyncio.ensure_future(d.reconnected.wait()) for d in daemons.values()]
-        _, late = await asyncio.wait(waits, timeout=args.restart_wait)
+        _, late = await asyncio.wait(waits, timeout=STUCK_S)
+        if late:
+            # nats-py hangs now and then in a reconnection (its WebSocket transport, once a
+            # TCP one): those are left for a new connection, and counted
+            for d in daemons.values():
+                if not d.reconnected.is_set():
+                    d.unstick()
+            for p in phones:
+                if not p.up.is_set():
+                    await p.unstick()
+            _, late = await asyncio.wait(waits, timeout=args.restart_wait)
         for w in late:
             w.cancel()
         if late:
@@ -763,6 +811,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["restart"]["phones_back"] = spread([t - t2 for t in times])
         result["rss_kib_after_restart"] = relay.rss_kib()
         result["redials_after_restart"] = redials()
+        result["restart"]["stuck"] = {
+            "daemons": sum(d.stuck for d in daemons.values()),
+            "phones": sum(p.stuck for p in phones),
+        }
         progress(f"restart: {result['restart']}")
 
         # ---- revocation: one phone of each workstation -----------------------------------------
@@ -879,7 +931,8 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         rows.append(
             (
                 "restart: every daemon and phone back",
-                f"{t['all_back_s']} s (relay serve up in {t['start_s']} s)",
+                f"{t['all_back_s']} s (relay serve up in {t['start_s']} s; "
+                f"{t['stuck']['daemons']} + {t['stuck']['phones']} dialled anew)",
                 "<= 30 s",
                 t["all_back_s"] <= 30,
             )
