@@ -477,10 +477,14 @@ class Daemon:
         async with self._lock:
             self.clients[phone.client_id] = phone.password
             t0 = _now()
-            answer = await self.send(dict(self.clients))
+            try:
+                answer = await self.send(dict(self.clients))
+            except Exception:
+                del self.clients[phone.client_id]
+                raise
         if not answer.get("ok"):
             del self.clients[phone.client_id]
-            raise RuntimeError(f"pairing refused: {answer}")
+            raise RuntimeError(f"pairing refused: {answer.get('error')}")
         t1 = _now()
         await phone.login(self.client_url)
         t2 = _now()
@@ -686,9 +690,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             progress(f"batch of {len(batch)} added: {result['add_batch']}")
 
         # ---- pairing: admin request -> own login -> status -----------------------------------
+        failed: dict[str, int] = {}
+
         async def pair_all(of: list[Daemon]) -> list[dict[str, float]]:
+            """Each pairing's times; one the relay did not answer in time (the daemon's 5 s) or
+            refused is counted in ``failed``, by kind, and its phone left out."""
             jobs = [d.pair for _ in range(args.phones) for d in of]
-            return [t for _, t in await bounded(args.concurrency, jobs)]
+            done = []
+            for r in await bounded(args.concurrency, jobs, errors=True):
+                if isinstance(r, BaseException):
+                    kind = str(r) if isinstance(r, RuntimeError) else type(r).__name__
+                    failed[kind] = failed.get(kind, 0) + 1
+                else:
+                    done.append(r[1])
+            return done
 
         progress(f"pairing {args.phones} phones on each workstation")
         t0 = _now()
@@ -768,6 +783,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "logged_in": spread([t["logged_in"] for t in paired]),
             "concurrency": args.concurrency,
             "all_s": round(pairing_s, 2),
+            "failed": failed,
         }
         progress(f"pairing: {result['pairing']}")
 
@@ -872,9 +888,10 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         rows.append(
             (
                 f"pairing to own login + status ({p['n']}, {p['concurrency']} at a time)",
-                f"p50 {p['p50_ms']} / p95 {p['p95_ms']} / p99 {p['p99_ms']} ms",
+                f"p50 {p['p50_ms']} / p95 {p['p95_ms']} / p99 {p['p99_ms']} ms"
+                + (f"; failed: {p['failed']}" if p.get("failed") else ""),
                 "p99 <= 1 s",
-                p["p99_ms"] <= 1000,
+                p["p99_ms"] <= 1000 and not p.get("failed"),
             )
         )
     if "pairing_after_add" in r:
