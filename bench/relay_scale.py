@@ -627,9 +627,16 @@ async def storm_from_elsewhere(
         raise
     answers: dict[str, int] = json.loads(out)
     # the storm's phones revoked again, once the relay takes a request from this workstation
-    while not (await daemon.send(dict(daemon.clients), WAIT_S)).get("ok"):
+    # (a relay without a pace may still be working through the storm: waited for, bounded)
+    deadline = _now() + WAIT_S * 4
+    while True:
+        try:
+            if (await daemon.send(dict(daemon.clients), WAIT_S)).get("ok"):
+                return answers, seen
+        except Exception:
+            if _now() > deadline:
+                raise
         await asyncio.sleep(0.2)
-    return answers, seen
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -714,7 +721,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         progress(f"memory: {result['rss_kib']}")
 
         # ---- another workstation's status while one storms -----------------------------------
-        if len(daemons) >= 2:
+        if len(daemons) >= 2 and args.storm_rounds > 0:
             stormer, quiet_one = daemons[names[0]], daemons[names[1]]
             victim = quiet_one.phones[0]
             account = json.loads((rdir / "accounts" / f"{names[0]}.json").read_text())
@@ -975,7 +982,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10, help="pairings at once")
     parser.add_argument("--storm", type=int, default=100, help="admin requests per storm")
     parser.add_argument("--storm-s", type=float, default=3.0, help="seconds of each storm")
-    parser.add_argument("--storm-rounds", type=int, default=3, help="storms, each after a calm")
+    parser.add_argument(
+        "--storm-rounds", type=int, default=3, help="storms, each after a calm (0: none)"
+    )
     parser.add_argument("--storm-from", help=argparse.SUPPRESS)  # the storm's own process
     parser.add_argument("--add-one-by-one", type=int, default=5, help="`relay add` commands")
     parser.add_argument("--restart-wait", type=float, default=120.0, help="give up after")
