@@ -40,6 +40,7 @@ import json
 import os
 import resource
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
@@ -852,7 +853,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for d in daemons.values():
             await d.close()
         await relay.stop()
-        result["relay_log_tail"] = relay.log.read_text(errors="replace")[-1500:]
+        if relay.log.exists():
+            result["relay_log_tail"] = relay.log.read_text(errors="replace")[-1500:]
+        if not args.keep:
+            shutil.rmtree(home, ignore_errors=True)
     return result
 
 
@@ -989,6 +993,7 @@ def main() -> None:
     parser.add_argument("--add-one-by-one", type=int, default=5, help="`relay add` commands")
     parser.add_argument("--restart-wait", type=float, default=120.0, help="give up after")
     parser.add_argument("--code", help="run relay serve from this checkout (a 'before')")
+    parser.add_argument("--keep", action="store_true", help="keep the relay's directory and log")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.quick:
