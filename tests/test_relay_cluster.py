@@ -1,0 +1,336 @@
+"""`relay serve` on three machines (docs/remote-access.md, "A relay on three machines"): three
+real `relay serve` processes, each on its own loopback address (127.0.0.1, .2, .3) with the same
+ports, as three machines would be, joined into one NATS cluster. A real daemon and a phone
+(nats-py, as the web client would) pair and talk through them while nodes are killed with
+SIGKILL: the daemon and the phone go on through the others, a message queued while the daemon
+was away is delivered once, a login made on one node works on every node and a revocation
+closes it on every node, and `relay add` on one node reaches the others."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as Nats
+
+from bridge.relay import natsserver, queued
+from bridge.relay.sealing import unb64
+from tests.daemon import DaemonProcess
+from tests.daemonkit import history, run_bridge, user_texts
+from tests.relaykit import (
+    RelayClient,
+    ServedRelay,
+    decode_link,
+    events_until,
+    nats_as,
+    relayed_daemon,
+    wait_relay,
+)
+
+pytestmark = pytest.mark.slow
+
+HOST_ID = "box"
+STREAM = queued.queue_stream(HOST_ID)
+#: how long a cluster may take to elect its leaders and share its logins (a wait, not a target)
+READY_S = 90.0
+
+
+def _free_everywhere(hosts: list[str]) -> int:
+    """A port free on every node's address."""
+    while True:
+        port = natsserver.free_port()
+        try:
+            for host in hosts[1:]:
+                with socket.socket() as sock:
+                    sock.bind((host, port))
+        except OSError:
+            continue
+        return port
+
+
+class Node(ServedRelay):
+    """One machine of the cluster: `relay serve` on 127.0.0.<n>, the cluster's ports."""
+
+    def __init__(self, directory: Path, n: int, ports: dict[str, int], *options: str) -> None:
+        super().__init__(directory / f"n{n}", "box", *options)
+        self.n = n
+        self.host = f"127.0.0.{n}"
+        self.port, self.ws_port, self.web_port = ports["port"], ports["ws"], ports["web"]
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    def start(self) -> Node:
+        self._start()  # the cluster's ports are fixed: every node has the same
+        return self
+
+    def synced(self) -> int:
+        """How many times it has read the cluster's login bucket (once per start)."""
+        return self.printed().count("relay_cluster_synced")
+
+    def kill9(self) -> None:
+        """The machine dies: its nats-server and `relay serve` both get SIGKILL."""
+        assert self.proc is not None
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((self.rdir / "nats-server.pid").read_text()), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def admin_password(self) -> str:
+        return str(json.loads((self.rdir / "relay.json").read_text())["admin_password"])
+
+
+class Cluster:
+    def __init__(self, directory: Path) -> None:
+        hosts = [f"127.0.0.{n}" for n in (1, 2, 3)]
+        ports = {k: _free_everywhere(hosts) for k in ("port", "ws", "web", "cluster")}
+        routes = ",".join(f"nats://{h}:{ports['cluster']}" for h in hosts)
+        self.nodes: list[Node] = []
+        for n, host in enumerate(hosts, 1):
+            options = [
+                *("--host", host, "--public-host", host, "--server-name", f"n{n}"),
+                *("--cluster-name", "test-cluster", "--cluster-port", str(ports["cluster"])),
+                *("--routes", routes),
+            ]
+            if n > 1:  # the shared secrets and workstations: the first node's relay.json
+                options += ["--join", str(directory / "n1" / "relay" / "relay.json")]
+            self.nodes.append(Node(directory, n, ports, *options))
+
+    async def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        await wait_for(lambda: all(n.synced() for n in self.nodes), "every node read the bucket")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if f"n{n.n}" == name)
+
+    def alive(self) -> list[Node]:
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    async def stream_leader(self) -> Node:
+        """The node that holds the workstation's stream's leader (the relay's own login)."""
+        node = self.alive()[0]
+        nc = await nats.connect(
+            node.url,
+            user=f"{HOST_ID}-relay",
+            password=node.admin_password(),
+            inbox_prefix=f"agent-bridge-relay.{HOST_ID}._INBOX",
+        )
+        try:
+            info = await nc.jetstream().stream_info(STREAM)
+        finally:
+            await nc.close()
+        assert info.config.num_replicas == 3 and info.cluster is not None
+        assert len(info.cluster.replicas or []) == 2
+        return self.node(str(info.cluster.leader))
+
+
+async def wait_for(
+    check: Callable[[], Any], what: str, timeout: float = READY_S, every: float = 0.1
+) -> Any:
+    """Until ``check()`` (sync or async) says something true; fails naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(every)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path / "relay")
+    try:
+        await c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+async def _login_works(urls: list[str], login: dict[str, str], inbox: str) -> bool:
+    try:
+        nc = await nats_as(urls[0], login, HOST_ID, inbox, allow_reconnect=False)
+    except Exception:
+        return False
+    await nc.close()
+    return True
+
+
+def connected_urls(d: DaemonProcess) -> list[str]:
+    """The nodes the daemon's relay link reached, in order (its log's relay_connected)."""
+    found = []
+    for line in d.log_text().splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and entry.get("event") == "relay_connected":
+                found.append(str(entry["url"]))
+    return found
+
+
+def _quiet_cb() -> Any:
+    async def quiet(_exc: Exception) -> None:
+        return None
+
+    return quiet
+
+
+async def test_a_turn_and_a_queued_message_survive_nodes_killed_with_sigkill(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    n1, n2, n3 = cluster.nodes
+    account_file = n1.account_file(HOST_ID)
+    account = json.loads(account_file.read_text())
+    assert account["urls"] == [n.url for n in cluster.nodes]
+    d = relayed_daemon(tmp_path / "home", f'[relay]\naccount = "{account_file}"\n')
+    phone: Nats | None = None
+    try:
+        [first] = connected_urls(d)  # a node of the account's urls (nats-py picks one)
+        assert first in account["urls"]
+        link = json.loads(run_bridge("pair", "--relay", "--json", env=d.env, check=True).stdout)
+        info = decode_link(link["link"])
+        assert info["urls"] == [f"ws://{n.host}:{n.web_port}/nats" for n in cluster.nodes]
+
+        # paired through node 2 with the pairing login
+        nc = await nats_as(n2.url, info, HOST_ID, "pair")
+        client = RelayClient(nc, HOST_ID, unb64(info["pk"]))
+        assert (await client.pair(info["secret"], name="cluster phone"))["ok"]
+        await nc.close()
+        assert client.login is not None
+        own = client.login
+        # its own login, made by whichever node took the daemon's request, works on node 3
+        await wait_for(
+            lambda: _login_works([n3.url], own, str(client.client_id)), "the login on node 3"
+        )
+        phone = client.nc = await nats_as(
+            [n.url for n in cluster.nodes],  # type: ignore[arg-type]
+            own,
+            HOST_ID,
+            str(client.client_id),
+            error_cb=_quiet_cb(),
+            reconnect_time_wait=0.2,
+        )
+        client.scoped = True
+
+        # a turn; the daemon's node dies while the agent waits for the phone's answer
+        vc = await client.open()
+        await vc.hello()
+        created = await vc.request("session.create", agent="demo", cwd=str(tmp_path))
+        session = created["session"]["session"]
+        await vc.request("session.subscribe", session=session)
+        await vc.request("session.send", session=session, text="through the cluster")
+        frames = await events_until(vc, lambda b: b["type"] == "permission_request")
+        req = [f["block"] for f in frames if f["block"]["type"] == "permission_request"][-1]
+        gone = next(n for n in cluster.nodes if n.url == first)
+        gone.kill9()
+        await wait_for(lambda: len(connected_urls(d)) > 1, "the daemon reconnected")
+        assert connected_urls(d)[-1] in {n.url for n in cluster.nodes} - {gone.url}
+        await vc.request(
+            "session.permission", session=session, request_id=req["id"], option_id="allow"
+        )
+        frames += await events_until(vc, lambda b: b["type"] == "session_end", session=session)
+        shown = [f["seq"] for f in frames if f["t"] == "event"]
+        assert shown == list(range(1, len(shown) + 1)), shown  # none lost, none twice
+        assert (tmp_path / "demo.txt").exists()  # the answer went through
+
+        # the node comes back and catches up; then a message waits in the queue for the daemon
+        synced = gone.synced()
+        gone.start()
+        await wait_for(lambda: gone.synced() > synced, "the node back in the cluster")
+        await wait_for(lambda: d.healthz().get("relay_queue") == "on", "the daemon's queue")
+        d.stop()
+        ack = await client.queue(
+            {"session": session, "text": "echo queued once", "client_msg_id": "m-1"}
+        )
+        assert ack.get("stream") == STREAM and "error" not in ack, ack
+        leader = await cluster.stream_leader()
+        leader.kill9()  # the node that held the stream's leader
+        d.start()
+        wait_relay(d, "connected")
+        texts = await user_texts(d, session, 2)
+        assert texts == ["through the cluster", "echo queued once"]
+        said = "".join(
+            f["block"]["text"] for f in await history(d, session) if f["block"]["type"] == "text"
+        )
+        assert said.count("You said: queued once") == 1
+
+        # revoked on the workstation: its login no longer works on any node left, and its
+        # connection is closed
+        kicked = asyncio.Event()
+
+        async def closed() -> None:
+            kicked.set()
+
+        held = await nats_as(
+            cluster.alive()[-1].url,
+            own,
+            HOST_ID,
+            str(client.client_id),
+            allow_reconnect=False,
+            closed_cb=closed,
+            error_cb=_quiet_cb(),
+        )
+        run_bridge("clients", "revoke", str(client.client_id), env=d.env, check=True)
+        await wait_for(kicked.is_set, "the phone's connection closed")
+        assert held.is_closed
+        for node in cluster.alive():
+            await wait_for(
+                lambda node=node: _refused(node.url, own, str(client.client_id)),
+                f"the revoked login refused on {node.host}",
+            )
+    finally:
+        if phone is not None:
+            with contextlib.suppress(Exception):
+                await phone.close()
+        d.stop()
+
+
+async def _refused(url: str, login: dict[str, str], inbox: str) -> bool:
+    return not await _login_works([url], login, inbox)
+
+
+async def test_a_workstation_added_on_one_node_logs_in_on_every_node(cluster: Cluster) -> None:
+    n1, n2, n3 = cluster.nodes
+    added = run_bridge("relay", "add", "second", "--dir", str(n2.rdir), env=n2.env, check=True)
+    assert "the running relay has read the new configuration" in added.stdout
+    account = json.loads((n2.rdir / "accounts" / "second.json").read_text())
+    daemon = {"user": account["daemon"]["user"], "pass": account["daemon"]["password"]}
+    for node in (n1, n3):
+        await wait_for(lambda node=node: node.account_file("second").exists(), "its account")
+
+        async def works(node: Node = node) -> bool:
+            try:
+                nc = await nats.connect(
+                    node.url,
+                    user=daemon["user"],
+                    password=daemon["pass"],
+                    allow_reconnect=False,
+                    inbox_prefix="agent-bridge.second._INBOX",
+                )
+            except Exception:
+                return False
+            await nc.close()
+            return True
+
+        await wait_for(works, f"the new workstation's daemon login on {node.host}")
+    # a daemon given node 3's account file would find the stream there, with three copies
+    assert json.loads(n3.account_file("second").read_text())["urls"][0] == n3.url
