@@ -88,6 +88,10 @@ START_WAIT_S = 20.0
 QUEUE_GROUP = "agent-bridge-relay"
 #: how often a node tries to open the cluster's bucket while its JetStream has no leader
 OPEN_RETRY_S = 0.5
+#: what a daemon's request may wait for each JetStream step (the bucket, the stream): it gives
+#: up on an answer after 5 s, and a cluster electing a new leader can take longer; the stream
+#: is made again in the background, a failed bucket write is answered ``internal`` (asked again)
+STEP_S = 1.5
 
 
 def parse(data: bytes) -> dict[str, str]:
@@ -404,7 +408,7 @@ class AdminService:
             if not self.ready:
                 raise RelayServeError("the cluster's login bucket is not read yet")
             try:  # every node takes it from the bucket (this one too, below)
-                await self.cluster.put_clients(host_id, made)
+                await asyncio.wait_for(self.cluster.put_clients(host_id, made), STEP_S)
             except Exception as exc:
                 raise RelayServeError(f"the cluster's login bucket: {exc!r}") from exc
         await self._take_clients(host_id, made)
@@ -419,7 +423,11 @@ class AdminService:
         await asyncio.to_thread(loginstore.write_clients, self.rdir.dir, host_id, made)
         removed = self.store.set_clients(host_id, made)
         self._streams.discard(host_id)
-        await self._ensure_stream(host_id)
+        try:  # else made again by the watch on relay.json's loop
+            bound = STEP_S if self.cluster is not None else None  # one relay: no election
+            await asyncio.wait_for(self._ensure_stream(host_id), bound)
+        except TimeoutError:
+            self._streams.discard(host_id)
         if removed and self._sys is not None:
             await kick.kick(self._sys, host_id, removed)
         log.info("relay_admin_applied", host_id=host_id, clients=len(made), removed=len(removed))
@@ -427,27 +435,26 @@ class AdminService:
     # ---- a cluster's shared logins --------------------------------------------------------
 
     async def _share(self, nc: Nats, cluster: ClusterStore) -> None:
-        """The cluster's bucket opened (once its JetStream has a leader), this node's logins
-        put where no node has put them, then every change taken, until closed."""
+        """The cluster's bucket opened (once its JetStream has a leader and the bucket's
+        stream one too), this node's logins put where no node has put them, then every change
+        taken, until closed; any step that fails is tried again."""
+        self._tasks.spawn(self._once_synced(cluster), name="relay cluster synced")
         while True:
             try:
                 await cluster.open(nc)
-                break
+                for h in list(self.state.workstations):
+                    await cluster.seed_clients(h, self.store.clients.get(h, {}))
+                await cluster.watch(self._on_shared_clients, self._on_shared_workstation)
             except Exception as exc:
                 if self._throttle.take("cluster_open") is not None:
                     log.info("relay_cluster_waiting", error=repr(exc))
                 await asyncio.sleep(OPEN_RETRY_S)
-        for h in list(self.state.workstations):
-            await cluster.seed_clients(h, self.store.clients.get(h, {}))
-        watch = self._tasks.spawn(
-            cluster.watch(self._on_shared_clients, self._on_shared_workstation),
-            name="relay cluster watch",
-        )
+
+    async def _once_synced(self, cluster: ClusterStore) -> None:
         await cluster.synced.wait()
         log.info("relay_cluster_synced", workstations=len(self.state.workstations))
         await self._publish_workstations()
         await self._ensure_links()
-        await asyncio.wait([watch])
 
     async def _on_shared_clients(self, host_id: str, made: dict[str, ClientLogin]) -> None:
         if host_id not in self.state.workstations:

@@ -22,6 +22,7 @@ not parse is logged and skipped, never retried.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -111,8 +112,18 @@ class ClusterStore:
             return
 
     async def watch(self, on_clients: OnClients, on_workstation: OnWorkstation) -> None:
-        """Every value in the bucket, then every change, until cancelled."""
+        """Every value in the bucket, then every change, until cancelled (or its consumer
+        cannot be made: the caller tries again, and gets every value again)."""
         watcher = await self.kv.watchall()
+        try:
+            await self._take(watcher, on_clients, on_workstation)
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def _take(
+        self, watcher: KeyValue.KeyWatcher, on_clients: OnClients, on_workstation: OnWorkstation
+    ) -> None:
         async for entry in watcher:
             if entry is None:  # every value the bucket held has come
                 self.synced.set()
