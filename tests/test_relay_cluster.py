@@ -244,6 +244,8 @@ async def test_a_turn_and_a_queued_message_survive_nodes_killed_with_sigkill(
         gone.kill9()
         await wait_for(lambda: len(connected_urls(d)) > 1, "the daemon reconnected")
         assert connected_urls(d)[-1] in {n.url for n in cluster.nodes} - {gone.url}
+        # the phone reaches the daemon again once the cluster knows where it now listens
+        await wait_for(lambda: _answers(client), "the daemon answering the phone again")
         await vc.request(
             "session.permission", session=session, request_id=req["id"], option_id="allow"
         )
@@ -304,6 +306,13 @@ async def test_a_turn_and_a_queued_message_survive_nodes_killed_with_sigkill(
         d.stop()
 
 
+async def _answers(client: RelayClient) -> bool:
+    try:
+        return bool(await client.ask("status", {}, timeout=1.0))
+    except Exception:
+        return False
+
+
 async def _refused(url: str, login: dict[str, str], inbox: str) -> bool:
     return not await _login_works([url], login, inbox)
 
@@ -334,3 +343,49 @@ async def test_a_workstation_added_on_one_node_logs_in_on_every_node(cluster: Cl
         await wait_for(works, f"the new workstation's daemon login on {node.host}")
     # a daemon given node 3's account file would find the stream there, with three copies
     assert json.loads(n3.account_file("second").read_text())["urls"][0] == n3.url
+
+
+def test_a_node_s_configuration_has_authenticated_routes_and_three_copies() -> None:
+    from bridge.relay.natsserver import (
+        Cluster,
+        RelayState,
+        Workstation,
+        account_of,
+        join,
+        render,
+    )
+
+    routes = [f"nats://relay-{x}.example:6222" for x in "abc"]
+    state = RelayState(host="relay-a.example", public_host="relay-a.example", queue_dir="/q")
+    state.cluster = Cluster("relay", 6222, routes, "a")
+    state.workstations["box"] = Workstation("box", "d", "c")
+    conf = render(state)
+    cluster = conf["cluster"]
+    password = state.cluster.password
+    assert cluster["authorization"] == {"user": "agent-bridge-relay-route", "password": password}
+    # the other two nodes, each dialled with the routes' login; not itself
+    assert cluster["routes"] == [
+        f"nats://agent-bridge-relay-route:{password}@relay-{x}.example:6222" for x in "bc"
+    ]
+    assert conf["server_name"] == "a" and "tls" not in cluster
+    # each copy of a stream counts against its account's storage
+    assert conf["accounts"]["box"]["jetstream"]["max_file"] == 3 * state.queue_share_bytes
+    assert conf["accounts"]["RELAY"]["jetstream"]["max_streams"] == 1
+    account = account_of(state, state.workstations["box"])
+    assert account["urls"] == [f"nats://relay-{x}.example:4222" for x in "abc"]
+    assert account["client_urls"][0] == account["client_url"]
+
+    state.tls_cert, state.tls_key = "/c.pem", "/k.pem"
+    assert render(state)["cluster"]["tls"] == {"cert_file": "/c.pem", "key_file": "/k.pem"}
+
+    # a node that joins takes the shared secrets and workstations, keeps its own name and store
+    other = RelayState(host="relay-b.example", queue_dir="/other")
+    other.cluster.server_name = "b"
+    join(other, state)
+    assert other.issuer_seed == state.issuer_seed and other.workstations == state.workstations
+    assert other.cluster.password == password and other.cluster.server_name == "b"
+    assert other.queue_dir == "/other" and other.host == "relay-b.example"
+    assert render(other)["cluster"]["routes"][0].endswith("@relay-a.example:6222")
+    # a single relay has none of it
+    single = render(RelayState(queue_dir="/q"))
+    assert "cluster" not in single and "jetstream" not in single["accounts"]["RELAY"]

@@ -123,6 +123,8 @@ def _take_cluster(args: argparse.Namespace, state: Any) -> bool:
         c.routes = [r.strip() for r in args.routes.split(",") if r.strip()]
     if getattr(args, "server_name", None):
         c.server_name = args.server_name
+    if getattr(args, "cluster_ca", None):
+        c.ca_file = str(Path(args.cluster_ca).expanduser().resolve())
     if not c.on:
         return True
     c.server_name = c.server_name or socket.gethostname()
@@ -422,6 +424,12 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
         "--server-name",
         dest="server_name",
         help="this node's name in the cluster (default: this host's name)",
+    )
+    p.add_argument(
+        "--cluster-ca",
+        dest="cluster_ca",
+        help="PEM file the nodes' certificates are checked against on the routes, with TLS "
+        "(default: the system's roots)",
     )
     p.add_argument(
         "--join",

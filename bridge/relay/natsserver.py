@@ -154,6 +154,9 @@ class Cluster:
     server_name: str = ""
     #: what the routes log in with (ROUTE_USER): the same on every node, like relay.json
     password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    #: PEM file of the CA (or the one shared certificate) the nodes' certificates are checked
+    #: against on the routes; "" = the system's roots (a public CA's certificates)
+    ca_file: str = ""
 
     @property
     def on(self) -> bool:
@@ -166,6 +169,7 @@ class Cluster:
             "routes": list(self.routes),
             "server_name": self.server_name,
             "password": self.password,
+            "ca_file": self.ca_file,
         }
 
     @classmethod
@@ -178,6 +182,7 @@ class Cluster:
             routes=[str(r) for r in list(raw.get("routes") or [])],
             server_name=str(raw.get("server_name") or ""),
             password=str(raw.get("password") or secrets.token_urlsafe(24)),
+            ca_file=str(raw.get("ca_file") or ""),
         )
 
     def route_hosts(self) -> list[str]:
@@ -387,13 +392,12 @@ def _cluster(state: RelayState) -> dict[str, Any]:
         "routes": routes,
     }
     if state.tls_cert:
-        # the nodes' certificates are the trust anchors: a node proves itself with one
-        conf["tls"] = {
-            "cert_file": state.tls_cert,
-            "key_file": state.tls_key,
-            "ca_file": state.tls_cert,
-            "verify": True,
-        }
+        # a node dialling another checks its certificate names the route's host (the system's
+        # roots, or ca_file); the route's password says it is one of the relay's nodes
+        tls: dict[str, Any] = {"cert_file": state.tls_cert, "key_file": state.tls_key}
+        if c.ca_file:
+            tls["ca_file"] = c.ca_file
+        conf["tls"] = tls
     return conf
 
 
@@ -473,8 +477,10 @@ def join(state: RelayState, other: RelayState) -> None:
     relay.json), keeping its own listeners, store and server name."""
     for key in SHARED_KEYS:
         setattr(state, key, getattr(other, key))
-    own = state.cluster.server_name
-    state.cluster = replace(other.cluster, routes=list(other.cluster.routes), server_name=own)
+    own, ca_file = state.cluster.server_name, state.cluster.ca_file
+    state.cluster = replace(
+        other.cluster, routes=list(other.cluster.routes), server_name=own, ca_file=ca_file
+    )
 
 
 def read_state(path: Path) -> RelayState:
