@@ -14,7 +14,9 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -167,13 +169,20 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         c.stop()
 
 
-async def _login_works(urls: list[str], login: dict[str, str], inbox: str) -> bool:
+async def _login(url: str, login: dict[str, str], inbox: str, host: str) -> str:
+    """ "ok", "refused" (the server said the login is not allowed), or what else went wrong."""
     try:
-        nc = await nats_as(urls[0], login, HOST_ID, inbox, allow_reconnect=False)
-    except Exception:
-        return False
+        nc = await nats_as(url, login, host, inbox, allow_reconnect=False, error_cb=_quiet_cb())
+    except Exception as exc:
+        return "refused" if "authorization" in str(exc).lower() else repr(exc)
     await nc.close()
-    return True
+    return "ok"
+
+
+async def _login_works(
+    urls: list[str], login: dict[str, str], inbox: str, host: str = HOST_ID
+) -> bool:
+    return await _login(urls[0], login, inbox, host) == "ok"
 
 
 def connected_urls(d: DaemonProcess) -> list[str]:
@@ -197,10 +206,12 @@ def _quiet_cb() -> Any:
 async def test_a_turn_and_a_queued_message_survive_nodes_killed_with_sigkill(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    n1, n2, n3 = cluster.nodes
-    account_file = n1.account_file(HOST_ID)
-    account = json.loads(account_file.read_text())
+    n1, n2 = cluster.nodes[:2]
+    account = json.loads(n1.account_file(HOST_ID).read_text())
     assert account["urls"] == [n.url for n in cluster.nodes]
+    account_file = tmp_path / "relay-account.json"  # the workstation's copy
+    account_file.write_text(json.dumps(account))
+    account_file.chmod(0o600)
     d = relayed_daemon(tmp_path / "home", f'[relay]\naccount = "{account_file}"\n')
     phone: Nats | None = None
     try:
@@ -210,17 +221,21 @@ async def test_a_turn_and_a_queued_message_survive_nodes_killed_with_sigkill(
         info = decode_link(link["link"])
         assert info["urls"] == [f"ws://{n.host}:{n.web_port}/nats" for n in cluster.nodes]
 
-        # paired through node 2 with the pairing login
+        # paired through node 2 with the pairing login (once the daemon's subscriptions,
+        # made on another node, are known there)
         nc = await nats_as(n2.url, info, HOST_ID, "pair")
         client = RelayClient(nc, HOST_ID, unb64(info["pk"]))
+        await wait_for(lambda: _answers(client), "the daemon answering through node 2")
         assert (await client.pair(info["secret"], name="cluster phone"))["ok"]
         await nc.close()
         assert client.login is not None
         own = client.login
-        # its own login, made by whichever node took the daemon's request, works on node 3
-        await wait_for(
-            lambda: _login_works([n3.url], own, str(client.client_id)), "the login on node 3"
-        )
+        # its own login, made by whichever node took the daemon's request, works on every node
+        for node in cluster.nodes:
+            await wait_for(
+                lambda node=node: _login_works([node.url], own, str(client.client_id)),
+                f"the phone's own login on {node.host}",
+            )
         phone = client.nc = await nats_as(
             [n.url for n in cluster.nodes],  # type: ignore[arg-type]
             own,
@@ -266,6 +281,8 @@ async def test_a_turn_and_a_queued_message_survive_nodes_killed_with_sigkill(
         assert ack.get("stream") == STREAM and "error" not in ack, ack
         leader = await cluster.stream_leader()
         leader.kill9()  # the node that held the stream's leader
+        # the workstation now has that node's account file: the dead node is its first url
+        account_file.write_text(leader.account_file(HOST_ID).read_text())
         d.start()
         wait_relay(d, "connected")
         texts = await user_texts(d, session, 2)
@@ -313,11 +330,13 @@ async def _answers(client: RelayClient) -> bool:
         return False
 
 
-async def _refused(url: str, login: dict[str, str], inbox: str) -> bool:
-    return not await _login_works([url], login, inbox)
+async def _refused(url: str, login: dict[str, str], inbox: str, host: str = HOST_ID) -> bool:
+    return await _login(url, login, inbox, host) == "refused"
 
 
-async def test_a_workstation_added_on_one_node_logs_in_on_every_node(cluster: Cluster) -> None:
+async def test_a_workstation_added_or_rotated_on_one_node_is_so_on_every_node(
+    cluster: Cluster,
+) -> None:
     n1, n2, n3 = cluster.nodes
     added = run_bridge("relay", "add", "second", "--dir", str(n2.rdir), env=n2.env, check=True)
     assert "the running relay has read the new configuration" in added.stdout
@@ -341,8 +360,65 @@ async def test_a_workstation_added_on_one_node_logs_in_on_every_node(cluster: Cl
             return True
 
         await wait_for(works, f"the new workstation's daemon login on {node.host}")
-    # a daemon given node 3's account file would find the stream there, with three copies
     assert json.loads(n3.account_file("second").read_text())["urls"][0] == n3.url
+
+    # a new pairing login made on node 3: the old one is refused on every node, the new works
+    old = {"user": account["client"]["user"], "pass": account["client"]["password"]}
+    run_bridge("relay", "rotate", "second", "--dir", str(n3.rdir), env=n3.env, check=True)
+    new = json.loads(n3.account_file("second").read_text())["client"]
+    login = {"user": new["user"], "pass": new["password"]}
+    for node in (n1, n2, n3):
+        await wait_for(
+            lambda node=node: _refused(node.url, old, "pair", host="second"),
+            f"the old pairing login refused on {node.host}",
+        )
+        await wait_for(
+            lambda node=node: _login_works([node.url], login, "pair", host="second"),
+            f"the new pairing login on {node.host}",
+        )
+
+
+async def test_a_server_without_the_routes_password_cannot_join(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    n1 = cluster.nodes[0]
+    route = json.loads((n1.rdir / "nats.conf").read_text())["cluster"]["routes"][0]
+    wrong = route.replace(route.split("//", 1)[1].split("@", 1)[0], "agent-bridge-relay-route:x")
+    conf = tmp_path / "rogue.json"
+    monitor = natsserver.free_port()
+    conf.write_text(
+        json.dumps(
+            {
+                "port": natsserver.free_port(),
+                "server_name": "rogue",
+                "http": f"127.0.0.1:{monitor}",
+                "cluster": {
+                    "name": "test-cluster",
+                    "host": "127.0.0.1",
+                    "port": natsserver.free_port(),
+                    "routes": [wrong.replace(wrong.rsplit("@", 1)[1].split(":")[0], n1.host)],
+                },
+            }
+        )
+    )
+    log = tmp_path / "rogue.log"
+    with open(log, "wb") as out:
+        rogue = subprocess.Popen(
+            [str(natsserver.nats_server_binary()), "-c", str(conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        await wait_for(lambda: "Authorization Violation" in log.read_text(), "the route refused")
+        await wait_for(
+            lambda: "Router connection closed: Authentication Failure" in n1.printed(),
+            "the node refusing the route",
+        )
+        with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/routez", timeout=10) as r:
+            assert json.loads(r.read())["num_routes"] == 0
+    finally:
+        natsserver.stop(rogue)
 
 
 def test_a_node_s_configuration_has_authenticated_routes_and_three_copies() -> None:
