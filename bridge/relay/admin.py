@@ -470,6 +470,11 @@ class AdminService:
             return
         await asyncio.to_thread(self._write_workstation, host_id, body)
         await self._reread()
+        # its clients' record may have come first (the bucket gives each key's last value in
+        # the order they were written), when this node did not know the workstation yet
+        made = self.cluster.clients(host_id) if self.cluster is not None else None
+        if w is None and made is not None:
+            await self._on_shared_clients(host_id, made)
 
     def _write_workstation(self, host_id: str, body: dict[str, str]) -> None:
         from bridge.relay.natsserver import Workstation

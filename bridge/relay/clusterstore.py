@@ -97,6 +97,14 @@ class ClusterStore:
         data = self.seen.get(WORKSTATION + host_id)
         return None if data is None else dict(json.loads(data))
 
+    def clients(self, host_id: str) -> dict[str, ClientLogin] | None:
+        """A workstation's clients' logins as the bucket last said, if it has."""
+        data = self.seen.get(CLIENTS + host_id)
+        try:
+            return None if data is None else clients_of(json.loads(data))
+        except (KeyError, TypeError, ValueError):
+            return None
+
     async def _put(self, key: str, data: bytes) -> None:
         if self.seen.get(key) == data:
             return
