@@ -28,7 +28,7 @@ from nats.aio.client import Client as Nats
 from bridge.relay import natsserver, queued
 from bridge.relay.sealing import unb64
 from tests.daemon import DaemonProcess
-from tests.daemonkit import history, run_bridge, user_texts
+from tests.daemonkit import history, make_certificate, run_bridge, user_texts
 from tests.relaykit import (
     RelayClient,
     ServedRelay,
@@ -95,7 +95,7 @@ class Node(ServedRelay):
 
 
 class Cluster:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *more: str) -> None:
         hosts = [f"127.0.0.{n}" for n in (1, 2, 3)]
         ports = {k: _free_everywhere(hosts) for k in ("port", "ws", "web", "cluster")}
         routes = ",".join(f"nats://{h}:{ports['cluster']}" for h in hosts)
@@ -108,6 +108,7 @@ class Cluster:
             ]
             if n > 1:  # the shared secrets and workstations: the first node's relay.json
                 options += ["--join", str(directory / "n1" / "relay" / "relay.json")]
+            options += more
             self.nodes.append(Node(directory, n, ports, *options))
 
     async def start(self) -> None:
@@ -465,3 +466,19 @@ def test_a_node_s_configuration_has_authenticated_routes_and_three_copies() -> N
     # a single relay has none of it
     single = render(RelayState(queue_dir="/q"))
     assert "cluster" not in single and "jetstream" not in single["accounts"]["RELAY"]
+
+
+async def test_with_a_certificate_the_routes_use_tls(tmp_path: Path) -> None:
+    # one self-signed certificate naming every node, given to each as the routes' CA
+    cert, key = make_certificate(tmp_path, ("IP:127.0.0.2", "IP:127.0.0.3"))
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key), "--cluster-ca", str(cert))
+    c = Cluster(tmp_path / "relay", *tls)
+    try:
+        await c.start()  # they elected JetStream's leaders and share the logins: routes work
+        n1 = c.nodes[0]
+        conf = json.loads((n1.rdir / "nats.conf").read_text())["cluster"]
+        assert conf["tls"] == {"cert_file": str(cert), "key_file": str(key), "ca_file": str(cert)}
+        account = json.loads(n1.account_file(HOST_ID).read_text())
+        assert [u.split("://")[0] for u in account["urls"]] == ["tls"] * 3
+    finally:
+        c.stop()
