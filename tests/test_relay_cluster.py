@@ -482,3 +482,36 @@ async def test_with_a_certificate_the_routes_use_tls(tmp_path: Path) -> None:
         assert [u.split("://")[0] for u in account["urls"]] == ["tls"] * 3
     finally:
         c.stop()
+
+
+def test_the_daemon_takes_every_node_from_its_account_file_or_from_relay_url(
+    tmp_path: Path,
+) -> None:
+    from bridge.config import ConfigError, RelayConfig
+    from bridge.relay import account as relay_account
+
+    nodes = [f"nats://relay-{x}.example:4222" for x in "abc"]
+    sockets = [f"wss://relay-{x}.example:4281/nats" for x in "abc"]
+    acct = tmp_path / "acct.json"
+    body = {
+        "url": nodes[0],
+        "client_url": sockets[0],
+        "host_id": "box",
+        "daemon": {"user": "box-daemon", "password": "daemon-secret-password-1"},
+        "client": {"user": "box-client", "password": "client-secret-password-2"},
+    }
+    acct.write_text(json.dumps({**body, "urls": nodes, "client_urls": sockets}))
+    acct.chmod(0o600)
+    s = relay_account.resolve(RelayConfig(account=str(acct)))
+    assert s is not None and s.url == nodes[0]
+    assert s.other_urls == tuple(nodes[1:]) and s.client_urls == tuple(sockets[1:])
+    # [relay] url with commas overrides the account's, first node first
+    s = relay_account.resolve(RelayConfig(account=str(acct), url=f"{nodes[2]}, {nodes[1]}"))
+    assert s is not None and (s.url, s.other_urls) == (nodes[2], (nodes[1],))
+    # an account file of a single relay (or of an earlier version) has none
+    acct.write_text(json.dumps(body))
+    s = relay_account.resolve(RelayConfig(account=str(acct)))
+    assert s is not None and s.other_urls == () and s.client_urls == ()
+    acct.write_text(json.dumps({**body, "urls": [nodes[0], "http://relay-b.example"]}))
+    with pytest.raises(ConfigError, match="urls"):
+        relay_account.resolve(RelayConfig(account=str(acct)))
