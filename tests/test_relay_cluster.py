@@ -126,21 +126,40 @@ class Cluster:
     def alive(self) -> list[Node]:
         return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
 
+    async def stream_info(self) -> Any:
+        """The workstation's stream as a live node says (the relay's own login there); None
+        while none can say (a node just back, a leader being elected)."""
+        for node in self.alive():
+            try:
+                nc = await nats.connect(
+                    node.url,
+                    user=f"{HOST_ID}-relay",
+                    password=node.admin_password(),
+                    inbox_prefix=f"agent-bridge-relay.{HOST_ID}._INBOX",
+                    allow_reconnect=False,
+                )
+            except Exception:
+                continue
+            try:
+                return await nc.jetstream(timeout=2).stream_info(STREAM)
+            except Exception:
+                continue
+            finally:
+                await nc.close()
+        return None
+
     async def stream_leader(self) -> Node:
-        """The node that holds the workstation's stream's leader (the relay's own login)."""
-        node = self.alive()[0]
-        nc = await nats.connect(
-            node.url,
-            user=f"{HOST_ID}-relay",
-            password=node.admin_password(),
-            inbox_prefix=f"agent-bridge-relay.{HOST_ID}._INBOX",
-        )
-        try:
-            info = await nc.jetstream().stream_info(STREAM)
-        finally:
-            await nc.close()
-        assert info.config.num_replicas == 3 and info.cluster is not None
-        assert len(info.cluster.replicas or []) == 2
+        """The node that holds the stream's leader, once all three copies are current."""
+
+        async def current() -> Any:
+            info = await self.stream_info()
+            if info is None or info.cluster is None or not info.cluster.leader:
+                return None
+            replicas = info.cluster.replicas or []
+            return info if len(replicas) == 2 and all(r.current for r in replicas) else None
+
+        info = await wait_for(current, "the stream's three copies current")
+        assert info.config.num_replicas == 3
         return self.node(str(info.cluster.leader))
 
 
@@ -275,17 +294,19 @@ async def test_a_turn_and_a_queued_message_survive_nodes_killed_with_sigkill(
         gone.start()
         await wait_for(lambda: gone.synced() > synced, "the node back in the cluster")
         await wait_for(lambda: d.healthz().get("relay_queue") == "on", "the daemon's queue")
+        leader = await cluster.stream_leader()
         d.stop()
         ack = await client.queue(
             {"session": session, "text": "echo queued once", "client_msg_id": "m-1"}
         )
         assert ack.get("stream") == STREAM and "error" not in ack, ack
-        leader = await cluster.stream_leader()
         leader.kill9()  # the node that held the stream's leader
         # the workstation now has that node's account file: the dead node is its first url
         account_file.write_text(leader.account_file(HOST_ID).read_text())
         d.start()
         wait_relay(d, "connected")
+        # the stream and the daemon's consumer elect new leaders on the two nodes left
+        await wait_for(lambda: d.healthz().get("relay_queue") == "on", "the queue back")
         texts = await user_texts(d, session, 2)
         assert texts == ["through the cluster", "echo queued once"]
         said = "".join(
