@@ -201,7 +201,8 @@ class RelayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     #: Account file written by `agent-bridge relay serve` / `relay add` (mode 0600).
     account: str = ""
-    #: NATS URL the daemon dials (nats:// or tls://); overrides the account's.
+    #: NATS URL the daemon dials (nats:// or tls://); overrides the account's. A relay on
+    #: several machines: each node's URL, separated by commas (the first is tried first).
     url: str = ""
     #: This workstation's namespace on the relay, [a-z0-9-]{1,40}; overrides the account's.
     host_id: str = ""
@@ -444,14 +445,20 @@ def _validate(config: Config, file: Path) -> None:
 HOST_ID_RE = r"[a-z0-9-]{1,40}"
 
 
+def relay_urls(text: str) -> list[str]:
+    """The URLs of ``[relay] url``: one, or a relay's nodes separated by commas."""
+    return [u.strip() for u in text.split(",") if u.strip()]
+
+
 def _validate_relay(relay: RelayConfig, bad: Any) -> None:
     import re
 
-    if relay.url and not relay.url.startswith(("nats://", "tls://")):
-        raise bad("relay.url", "must be a nats:// or tls:// URL")
     from bridge.util.redact import remember_url_login
 
-    remember_url_login(relay.url)  # nats://user:PASSWORD@host: masked in every log line
+    for url in relay_urls(relay.url):  # a relay on several machines: each node's, with commas
+        if not url.startswith(("nats://", "tls://")):
+            raise bad("relay.url", "must be a nats:// or tls:// URL (or several, with commas)")
+        remember_url_login(url)  # nats://user:PASSWORD@host: masked in every log line
     if relay.host_id and not re.fullmatch(HOST_ID_RE, relay.host_id):
         raise bad("relay.host_id", "must be 1 to 40 of a-z, 0-9 and -")
     if relay.client_url and not relay.client_url.startswith(("ws://", "wss://")):

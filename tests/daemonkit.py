@@ -153,16 +153,17 @@ async def seed_history(d: DaemonProcess, cwd: Path, total: int, block: int = 64 
     return session
 
 
-def make_certificate(where: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (and the LAN address) and its key (0600);
-    the calling test is skipped without openssl."""
+def make_certificate(where: Path, more: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (and the LAN address, and the ``more``
+    subjectAltName entries such as ``IP:127.0.0.2``) and its key (0600); the calling test is
+    skipped without openssl."""
     from bridge.server.pairing import lan_address
 
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("openssl is not installed: cannot make a test certificate")
     cert, key = where / "cert.pem", where / "key.pem"
-    names = ["IP:127.0.0.1"] + ([f"IP:{lan_address()}"] if lan_address() else [])
+    names = ["IP:127.0.0.1"] + ([f"IP:{lan_address()}"] if lan_address() else []) + list(more)
     subprocess.run(
         [
             openssl,

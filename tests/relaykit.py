@@ -37,11 +37,11 @@ from tests.wsclient import collect_events
 START_WAIT_S = 90.0
 
 
-def _listens(port: int) -> bool:
+def _listens(port: int, host: str = "127.0.0.1") -> bool:
     import socket
 
     with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return sock.connect_ex((host, port)) == 0
 
 
 def wait_port(port: int, timeout: float = 10.0) -> None:
@@ -478,6 +478,8 @@ class ServedRelay:
         self.proc: subprocess.Popen[bytes] | None = None
         #: (soft, hard) RLIMIT_NOFILE it starts with, as a service manager would set it
         self.fd_limit: tuple[int, int] | None = None
+        #: the address its ports listen on (a node of a test cluster has its own: 127.0.0.2, ...)
+        self.host = "127.0.0.1"
 
     def start(self) -> ServedRelay:
         """Started; on other ports if one picked was taken meanwhile (free_port can only say
@@ -518,7 +520,7 @@ class ServedRelay:
         # not the NATS port: a probe that hangs up there is a TLS handshake error in
         # nats-server's log; "relay running" below says it listens
         for port in (self.ws_port, self.web_port):
-            while not _listens(port):
+            while not _listens(port, self.host):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError(f"relay serve did not listen on {port}: {self.printed()}")
                 time.sleep(0.05)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge.config import HOST_ID_RE, ConfigError, RelayConfig
+from bridge.config import HOST_ID_RE, ConfigError, RelayConfig, relay_urls
 from bridge.util import privfile
 from bridge.util.redact import remember_secret, remember_url_login
 
@@ -65,6 +65,10 @@ class RelaySettings:
     tls_server_name: str = ""
     #: the roots a private or staging CA's certificate chains to, besides the system's
     ca_file: Path | None = None
+    #: a relay on several machines: the other nodes' URLs, tried when ``url``'s is down
+    other_urls: tuple[str, ...] = ()
+    #: and their WebSocket URLs, which a pairing link lists besides ``client_url``
+    client_urls: tuple[str, ...] = ()
     #: the defaults are [relay]'s own
     queue: QueueBounds = field(default_factory=lambda: QueueBounds.of(RelayConfig()))
 
@@ -199,12 +203,43 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         tls_server_name=conf.tls_server_name,
         ca_file=ca_file,
         queue=QueueBounds.of(conf),
+        other_urls=_other_urls(conf, account, url),
+        client_urls=() if conf.client_url else _client_urls(account, client_url),
+    )
+
+
+def _other_urls(conf: RelayConfig, account: dict[str, Any], url: str) -> tuple[str, ...]:
+    """A relay on several machines: the other nodes' URLs (``[relay] url``'s after its first,
+    else the account file's ``urls``), where the daemon goes when one is down."""
+    if conf.url:
+        found = relay_urls(conf.url)[1:]
+    else:
+        listed = account.get("urls")
+        found = [u for u in listed if isinstance(u, str)] if isinstance(listed, list) else []
+    others: list[str] = []
+    for other in found:
+        if not other.startswith(("nats://", "tls://")):
+            where = "relay.url" if conf.url else "relay.account`: the account file's `urls"
+            raise ConfigError(f"key `{where}`: {shown_url(other)!r} is not a nats:// or tls:// URL")
+        if other != url and other not in others:
+            remember_url_login(other)
+            others.append(other)
+    return tuple(others)
+
+
+def _client_urls(account: dict[str, Any], client_url: str) -> tuple[str, ...]:
+    """The other nodes' WebSocket URLs (the account file's ``client_urls``) a pairing link
+    lists besides ``client_url``."""
+    listed = account.get("client_urls")
+    found = [u for u in listed if isinstance(u, str)] if isinstance(listed, list) else []
+    return tuple(
+        u for u in dict.fromkeys(found) if u.startswith(("ws://", "wss://")) and u != client_url
     )
 
 
 def _url(conf: RelayConfig, account: dict[str, Any]) -> str:
     if conf.url:
-        url = conf.url
+        url = relay_urls(conf.url)[0]
         if not url.startswith(("nats://", "tls://")):
             raise ConfigError("key `relay.url`: the relay needs a nats:// or tls:// URL")
     else:

@@ -24,6 +24,15 @@ applied one at a time, each in its own task, and at most ``BURST`` of them plus 
 ``relay add`` and ``relay rotate`` (other processes) change relay.json: the service reads it
 again when it changes, takes the new workstation's logins (its account appears when `relay add`
 reloads nats-server) or closes the connections made with a rotated pairing login.
+
+On a cluster (docs/remote-access.md, "A relay on three machines") every node runs this
+service: the callout and the requests are subscribed in queue groups (one node answers each,
+its own server's first), and the logins go through a bucket every node watches
+(bridge/relay/clusterstore.py): the node that takes a request writes the bucket, and every node
+takes what the bucket says, writes its own files, makes the stream keep those subjects and
+closes the connections of the users gone. A workstation added or rotated on one node reaches
+the others the same way. Until a node has read the bucket, it changes no stream and takes no
+request (it answers ``internal``: the daemon asks again).
 """
 
 from __future__ import annotations
@@ -46,17 +55,18 @@ from bridge.logs import get_logger
 from bridge.process import TaskOwner
 from bridge.relay import kick, loginstore, queuestream
 from bridge.relay.callout import Callout
+from bridge.relay.clusterstore import ClusterStore, workstation_body
 from bridge.relay.handshake import Refused, read_request
 from bridge.relay.loginstore import ClientLogin, LoginStore
 from bridge.relay.natsserver import (
     ADMIN_USER,
+    RELAY_STORE_BYTES,
     SYSTEM_USER,
     RelayDir,
     RelayServeError,
     RelayState,
 )
 from bridge.relay.permissions import ADMIN_PREFIX
-from bridge.server.netaddr import is_loopback
 from bridge.util.logthrottle import Throttle
 from bridge.util.privfile import PrivateFileError
 
@@ -74,6 +84,14 @@ REFILL_S = 1.0
 WATCH_S = 0.5
 #: how long the service waits for nats-server to listen at the start
 START_WAIT_S = 20.0
+#: the queue group of every node's admin service: one of them answers each request
+QUEUE_GROUP = "agent-bridge-relay"
+#: how often a node tries to open the cluster's bucket while its JetStream has no leader
+OPEN_RETRY_S = 0.5
+#: what a daemon's request may wait for each JetStream step (the bucket, the stream): it gives
+#: up on an answer after 5 s, and a cluster electing a new leader can take longer; the stream
+#: is made again in the background, a failed bucket write is answered ``internal`` (asked again)
+STEP_S = 1.5
 
 
 def parse(data: bytes) -> dict[str, str]:
@@ -95,8 +113,10 @@ def parse(data: bytes) -> dict[str, str]:
 def dial_host(state: RelayState) -> str:
     """Where the relay dials its own nats-server: loopback when it listens everywhere."""
     host = state.host
-    if host in ("0.0.0.0", "::", "") or is_loopback(host):  # noqa: S104 - dialled, not bound
+    if host in ("0.0.0.0", "::", "", "localhost"):  # noqa: S104 - dialled, not bound
         host = "127.0.0.1"
+    # another loopback address is dialled as is: on one machine, each node of a test cluster
+    # listens on its own (127.0.0.2, ...)
     return host
 
 
@@ -140,6 +160,8 @@ class AdminService:
         self.state = state
         self.store = LoginStore()
         self.callout = Callout(self.store, state.issuer)
+        #: the bucket the nodes of a cluster share; None on a single relay
+        self.cluster = ClusterStore(state.replicas, RELAY_STORE_BYTES) if state.cluster.on else None
         self._nc: Nats | None = None
         self._sys: Nats | None = None
         #: host_id -> the relay's connection in that workstation's account
@@ -214,10 +236,17 @@ class AdminService:
         await self._listening()
         self._nc = await self._connect(ADMIN_USER, self.state.admin_password, "relay admin")
         self._sys = await self._connect(SYSTEM_USER, self.state.system_password, "relay system")
-        await self.callout.start(self._nc)
+        await self.callout.start(self._nc, queue=QUEUE_GROUP)
         await self._nc.flush(timeout=5)
         await self._ensure_links()
         self._tasks.spawn(self._watch(), name="relay.json watch")
+        if self.cluster is not None:
+            self._tasks.spawn(self._share(self._nc, self.cluster), name="relay cluster store")
+
+    @property
+    def ready(self) -> bool:
+        """Whether this node may change streams and logins: it has read the cluster's bucket."""
+        return self.cluster is None or self.cluster.synced.is_set()
 
     async def close(self) -> None:
         self._closing = True
@@ -283,6 +312,7 @@ class AdminService:
             if h in old and old[h] != w.client_password and self._sys is not None:
                 # a rotated pairing login: connections made with the old one are closed
                 await kick.kick(self._sys, h, {loginstore.pairing_user(h)})
+        await self._publish_workstations()
 
     # ---- each workstation's account ----------------------------------------------------------
 
@@ -308,17 +338,23 @@ class AdminService:
             inbox_prefix=f"{ADMIN_PREFIX}.{host_id}._INBOX",
             connect_timeout=2,
         )
-        await nc.subscribe(f"{ADMIN_PREFIX}.{host_id}.clients", cb=self._on_request)
+        await nc.subscribe(
+            f"{ADMIN_PREFIX}.{host_id}.clients", queue=QUEUE_GROUP, cb=self._on_request
+        )
         await nc.flush(timeout=5)
         return nc
 
     async def _ensure_stream(self, host_id: str) -> bool:
         nc = self._links.get(host_id)
-        if nc is None or host_id not in self.state.queued_workstations():
+        if nc is None or host_id not in self.state.queued_workstations() or not self.ready:
             return False
         try:
             await queuestream.ensure(
-                nc, host_id, self.store.queue_subjects(host_id), self.state.queue_share_bytes
+                nc,
+                host_id,
+                self.store.queue_subjects(host_id),
+                self.state.queue_share_bytes,
+                self.state.replicas,
             )
         except Exception as exc:
             self._streams.discard(host_id)
@@ -376,14 +412,103 @@ class AdminService:
             raise Refused("unknown_workstation")
         users = {c: loginstore.client_user(host_id, c) for c in clients}
         made = {c: ClientLogin.of(p) for c, p in clients.items()}
+        if self.cluster is not None:
+            if not self.ready:
+                raise RelayServeError("the cluster's login bucket is not read yet")
+            try:  # every node takes it from the bucket (this one too, below)
+                await asyncio.wait_for(self.cluster.put_clients(host_id, made), STEP_S)
+            except Exception as exc:
+                raise RelayServeError(f"the cluster's login bucket: {exc!r}") from exc
+        await self._take_clients(host_id, made)
+        return users
+
+    async def _take_clients(self, host_id: str, made: dict[str, ClientLogin]) -> None:
+        """``host_id``'s clients' logins are ``made``: its file written, its stream keeping
+        their queue subjects, the connections of the users gone closed."""
         queued = host_id in self.state.queued_workstations()
         if made == self.store.clients.get(host_id) and (host_id in self._streams or not queued):
-            return users  # nothing changed
+            return  # nothing changed
         await asyncio.to_thread(loginstore.write_clients, self.rdir.dir, host_id, made)
         removed = self.store.set_clients(host_id, made)
         self._streams.discard(host_id)
-        await self._ensure_stream(host_id)
+        try:  # else made again by the watch on relay.json's loop
+            bound = STEP_S if self.cluster is not None else None  # one relay: no election
+            await asyncio.wait_for(self._ensure_stream(host_id), bound)
+        except TimeoutError:
+            self._streams.discard(host_id)
         if removed and self._sys is not None:
             await kick.kick(self._sys, host_id, removed)
         log.info("relay_admin_applied", host_id=host_id, clients=len(made), removed=len(removed))
-        return users
+
+    # ---- a cluster's shared logins --------------------------------------------------------
+
+    async def _share(self, nc: Nats, cluster: ClusterStore) -> None:
+        """The cluster's bucket opened (once its JetStream has a leader and the bucket's
+        stream one too), this node's logins put where no node has put them, then every change
+        taken, until closed; any step that fails is tried again."""
+        self._tasks.spawn(self._once_synced(cluster), name="relay cluster synced")
+        while True:
+            try:
+                await cluster.open(nc)
+                for h in list(self.state.workstations):
+                    await cluster.seed_clients(h, self.store.clients.get(h, {}))
+                await cluster.watch(self._on_shared_clients, self._on_shared_workstation)
+            except Exception as exc:
+                if self._throttle.take("cluster_open") is not None:
+                    log.info("relay_cluster_waiting", error=repr(exc))
+                await asyncio.sleep(OPEN_RETRY_S)
+
+    async def _once_synced(self, cluster: ClusterStore) -> None:
+        await cluster.synced.wait()
+        log.info("relay_cluster_synced", workstations=len(self.state.workstations))
+        await self._publish_workstations()
+        await self._ensure_links()
+
+    async def _on_shared_clients(self, host_id: str, made: dict[str, ClientLogin]) -> None:
+        if host_id not in self.state.workstations:
+            return  # its workstation's record comes first; its clients file waits for it
+        async with self._locks.setdefault(host_id, asyncio.Lock()):
+            await self._take_clients(host_id, made)
+
+    async def _on_shared_workstation(self, host_id: str, body: dict[str, str]) -> None:
+        """A workstation added or rotated on another node: into this node's relay.json, and
+        nats-server reloaded for a new account (the relay.json watch then takes its logins)."""
+        w = self.state.workstations.get(host_id)
+        if w is not None and workstation_body(w.daemon_password, w.client_password) == body:
+            return
+        await asyncio.to_thread(self._write_workstation, host_id, body)
+        await self._reread()
+        # its clients' record may have come first (the bucket gives each key's last value in
+        # the order they were written), when this node did not know the workstation yet
+        made = self.cluster.clients(host_id) if self.cluster is not None else None
+        if w is None and made is not None:
+            await self._on_shared_clients(host_id, made)
+
+    def _write_workstation(self, host_id: str, body: dict[str, str]) -> None:
+        from bridge.relay.natsserver import Workstation
+
+        with self.rdir.locked():
+            state = self.rdir.load()
+            if state is None:
+                return
+            w = state.workstations.get(host_id)
+            if w is None:
+                w = state.workstations[host_id] = Workstation(host_id, "", "")
+            w.daemon_password = body["daemon_password"]
+            w.client_password = body["client_password"]
+            self.rdir.save(state)
+            self.rdir.reload()
+        log.info("relay_cluster_workstation", host_id=host_id)
+
+    async def _publish_workstations(self) -> None:
+        """This node's workstations the bucket does not have as they are here: `relay add` or
+        `relay rotate` ran on this node."""
+        if self.cluster is None or not self.ready:
+            return
+        for h, w in self.state.workstations.items():
+            body = workstation_body(w.daemon_password, w.client_password)
+            if self.cluster.workstation(h) != body:
+                try:
+                    await self.cluster.put_workstation(h, body)
+                except Exception as exc:
+                    log.warning("relay_cluster_failed", host_id=h, error=repr(exc))

@@ -38,8 +38,10 @@ class Callout:
         self.allowed = 0
         self.refused = 0
 
-    async def start(self, nc: Nats) -> None:
-        await nc.subscribe(SUBJECT, cb=self._on_request)
+    async def start(self, nc: Nats, queue: str = "") -> None:
+        """Answers requests on ``nc``; in ``queue``, a cluster's nodes share them (each server
+        asks its own node's callout first)."""
+        await nc.subscribe(SUBJECT, queue=queue, cb=self._on_request)
 
     def answer(self, data: bytes) -> bytes | None:
         """The signed response to one request; None for what is not a request."""

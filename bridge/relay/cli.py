@@ -90,6 +90,8 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
     try:
         binary = natsserver.nats_server_binary()
         state = rdir.load() or RelayState()
+        if not _take_cluster(args, state):
+            return 2
         # asked first: not after a certificate is issued, and not while holding the lock
         first = None if state.workstations else _first_name(args)
         keys = ("host", "port", "ws_port", "web_port", "tls_cert", "tls_key", "public_host")
@@ -126,6 +128,36 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
     # before nats-server starts: it has the same limit
     open_files = raise_open_files()
     return asyncio.run(_serve(rdir, state, binary, acme, open_files))
+
+
+def _take_cluster(args: argparse.Namespace, state: Any) -> bool:
+    """``--join`` (another node's relay.json: its secrets, workstations and cluster) and the
+    cluster flags into ``state``; False (said) when they do not make a cluster."""
+    from bridge.relay import natsserver
+
+    if getattr(args, "join", None):
+        natsserver.join(state, natsserver.read_state(Path(args.join).expanduser()))
+    c = state.cluster
+    if getattr(args, "cluster_name", None):
+        c.name = args.cluster_name
+    if getattr(args, "cluster_port", None):
+        c.port = args.cluster_port
+    if getattr(args, "routes", None):
+        c.routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    if getattr(args, "server_name", None):
+        c.server_name = args.server_name
+    if getattr(args, "cluster_ca", None):
+        c.ca_file = str(Path(args.cluster_ca).expanduser().resolve())
+    if not c.on:
+        return True
+    c.server_name = c.server_name or socket.gethostname()
+    if not c.routes:
+        fail("a cluster needs its nodes' routes: --routes nats://a:6222,nats://b:6222,...", 2)
+        return False
+    if state.queue_max_bytes <= 0:
+        fail("a cluster keeps its logins in JetStream: --queue-max-bytes must not be 0", 2)
+        return False
+    return True
 
 
 async def _serve(
@@ -404,6 +436,36 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
         dest="acme_http_port",
         type=int,
         help="port answering the CA's HTTP-01 challenge (default 80: what the CA dials)",
+    )
+    p.add_argument(
+        "--cluster-name",
+        dest="cluster_name",
+        help="make this relay a node of the named cluster (docs/remote-access.md)",
+    )
+    p.add_argument(
+        "--cluster-port",
+        dest="cluster_port",
+        type=int,
+        help="port the cluster's routes listen on (default 6222)",
+    )
+    p.add_argument(
+        "--routes",
+        help="every node's route URL, comma-separated: nats://a:6222,nats://b:6222,...",
+    )
+    p.add_argument(
+        "--server-name",
+        dest="server_name",
+        help="this node's name in the cluster (default: this host's name)",
+    )
+    p.add_argument(
+        "--cluster-ca",
+        dest="cluster_ca",
+        help="PEM file the nodes' certificates are checked against on the routes, with TLS "
+        "(default: the system's roots)",
+    )
+    p.add_argument(
+        "--join",
+        help="another node's relay.json: this node takes its secrets, workstations and cluster",
     )
     p = action("add", cmd_relay_add, "Add a workstation: its users and account file")
     p.add_argument("name")

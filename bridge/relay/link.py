@@ -169,7 +169,8 @@ class RelayLink:
     async def _connect(self) -> Nats:
         s = self.settings
         options: dict[str, Any] = {
-            "servers": [s.url],
+            # a relay on several machines: nats-py goes on to the next node when one is down
+            "servers": [s.url, *s.other_urls],
             "name": f"agent-bridge {s.host_id}",
             "inbox_prefix": s.inbox_prefix,
             # every subject it publishes is built here from a checked host_id and conn id
@@ -214,7 +215,9 @@ class RelayLink:
             self.reason = ""
         if status != self.status:
             self.status = status
-            url = shown_url(self.settings.url)
+            # the node it reached: on a relay on several machines, maybe not the first url's
+            reached = self._nc.connected_url if self._nc is not None else None
+            url = shown_url(reached.geturl() if reached is not None else self.settings.url)
             log.info("relay_" + status, url=url, host_id=self.settings.host_id)
 
     _last_error = ""

@@ -82,7 +82,12 @@ def read_clients(directory: Path, host_id: str) -> dict[str, ClientLogin]:
     path = clients_file(directory, host_id)
     if not path.exists():
         return {}
-    raw = privfile.read_json(path)
+    return clients_of(privfile.read_json(path))
+
+
+def clients_of(raw: Any) -> dict[str, ClientLogin]:
+    """The logins of a clients file's body (or a clustered relay's record of them); KeyError,
+    TypeError or ValueError for what is not one."""
     items = raw.get("clients", {}) if isinstance(raw, dict) else {}
     found: dict[str, ClientLogin] = {}
     for client_id, item in dict(items).items():
@@ -91,14 +96,17 @@ def read_clients(directory: Path, host_id: str) -> dict[str, ClientLogin]:
     return found
 
 
-def write_clients(directory: Path, host_id: str, clients: dict[str, ClientLogin]) -> None:
-    body: dict[str, Any] = {
+def clients_body(clients: dict[str, ClientLogin]) -> dict[str, Any]:
+    return {
         "v": 1,
         "clients": {c: {"sha256": x.sha256, "token": x.token} for c, x in sorted(clients.items())},
     }
+
+
+def write_clients(directory: Path, host_id: str, clients: dict[str, ClientLogin]) -> None:
     path = clients_file(directory, host_id)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    privfile.write_json(path, body)
+    privfile.write_json(path, clients_body(clients))
 
 
 class LoginStore:

@@ -39,9 +39,10 @@ import sys
 import sysconfig
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote, urlsplit
 
 from bridge import paths
 from bridge.relay.frontdoor import NATS_PATH
@@ -79,6 +80,14 @@ SYSTEM_ACCOUNT = "SYS"
 ADMIN_USER = "agent-bridge-relay-admin"
 #: the relay's system-account user: it closes revoked users' connections (bridge/relay/kick.py)
 SYSTEM_USER = "agent-bridge-relay-system"
+DEFAULT_CLUSTER_PORT = 6222
+#: the user every node's routes log in as (the cluster's own authorization)
+ROUTE_USER = "agent-bridge-relay-route"
+#: copies JetStream keeps of each stream, its consumers and the login bucket on a cluster
+CLUSTER_REPLICAS = 3
+#: what the relay's own account may keep in JetStream: its login bucket
+#: (bridge/relay/clusterstore.py), per copy
+RELAY_STORE_BYTES = 8 * 1024 * 1024
 
 
 class RelayServeError(Exception):
@@ -133,6 +142,60 @@ class Workstation:
 
 
 @dataclass
+class Cluster:
+    """This node's place in a cluster of relays (docs/remote-access.md, "A relay on three
+    machines"); no name: a single relay. Every node has the same relay.json but its own
+    ``server_name``."""
+
+    name: str = ""
+    port: int = DEFAULT_CLUSTER_PORT
+    #: every node's route URL (``nats://host:port``, without a login): the same list on each
+    routes: list[str] = field(default_factory=list)
+    server_name: str = ""
+    #: what the routes log in with (ROUTE_USER): the same on every node, like relay.json
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    #: PEM file of the CA (or the one shared certificate) the nodes' certificates are checked
+    #: against on the routes; "" = the system's roots (a public CA's certificates)
+    ca_file: str = ""
+
+    @property
+    def on(self) -> bool:
+        return bool(self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "port": self.port,
+            "routes": list(self.routes),
+            "server_name": self.server_name,
+            "password": self.password,
+            "ca_file": self.ca_file,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Cluster:
+        if not isinstance(raw, dict):
+            return cls()
+        return cls(
+            name=str(raw.get("name") or ""),
+            port=int(raw.get("port") or DEFAULT_CLUSTER_PORT),
+            routes=[str(r) for r in list(raw.get("routes") or [])],
+            server_name=str(raw.get("server_name") or ""),
+            password=str(raw.get("password") or secrets.token_urlsafe(24)),
+            ca_file=str(raw.get("ca_file") or ""),
+        )
+
+    def route_hosts(self) -> list[str]:
+        """The host of every node, in the routes' order (each once)."""
+        hosts: list[str] = []
+        for route in self.routes:
+            host = urlsplit(route).hostname or ""
+            if host and host not in hosts:
+                hosts.append(host)
+        return hosts
+
+
+@dataclass
 class RelayState:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
@@ -161,6 +224,12 @@ class RelayState:
     queue_share_bytes: int = DEFAULT_SHARE_BYTES
     #: where JetStream keeps them ("" = the relay directory's ``jetstream``)
     queue_dir: str = ""
+    cluster: Cluster = field(default_factory=Cluster)
+
+    @property
+    def replicas(self) -> int:
+        """Copies JetStream keeps of each stream: three on a cluster."""
+        return CLUSTER_REPLICAS if self.cluster.on else 1
 
     @property
     def issuer(self) -> Issuer:
@@ -199,6 +268,7 @@ class RelayState:
             "queue_max_bytes": self.queue_max_bytes,
             "queue_share_bytes": self.queue_share_bytes,
             "queue_dir": self.queue_dir,
+            **({"cluster": self.cluster.to_json()} if self.cluster.on else {}),
         }
 
     @classmethod
@@ -231,6 +301,7 @@ class RelayState:
             queue_max_bytes=int(raw.get("queue_max_bytes", DEFAULT_QUEUE_BYTES)),
             queue_share_bytes=int(raw.get("queue_share_bytes", DEFAULT_SHARE_BYTES)),
             queue_dir=str(raw.get("queue_dir", "")),
+            cluster=Cluster.from_json(raw.get("cluster")),
         )
 
 
@@ -293,12 +364,41 @@ def _account(state: RelayState, queued: bool) -> dict[str, Any]:
         return {}
     return {
         "jetstream": {
-            "max_file": state.queue_share_bytes,
+            # each copy of the stream counts against the account's storage
+            "max_file": state.queue_share_bytes * state.replicas,
             "max_mem": 0,
             "max_streams": 1,
             "max_consumers": MAX_CONSUMERS,
         }
     }
+
+
+def _cluster(state: RelayState) -> dict[str, Any]:
+    """The routes to the other nodes: they log in as ROUTE_USER (a node without the cluster's
+    password cannot join), over TLS when the relay has a certificate."""
+    c = state.cluster
+    login = f"{ROUTE_USER}:{quote(c.password, safe='')}@"
+    routes = []
+    for route in c.routes:
+        parts = urlsplit(route)
+        if parts.hostname == state.host and (parts.port or DEFAULT_CLUSTER_PORT) == c.port:
+            continue  # this node itself
+        routes.append(f"{parts.scheme or 'nats'}://{login}{parts.netloc.rpartition('@')[2]}")
+    conf: dict[str, Any] = {
+        "name": c.name,
+        "host": state.host,
+        "port": c.port,
+        "authorization": {"user": ROUTE_USER, "password": c.password},
+        "routes": routes,
+    }
+    if state.tls_cert:
+        # a node dialling another checks its certificate names the route's host (the system's
+        # roots, or ca_file); the route's password says it is one of the relay's nodes
+        tls: dict[str, Any] = {"cert_file": state.tls_cert, "key_file": state.tls_key}
+        if c.ca_file:
+            tls["ca_file"] = c.ca_file
+        conf["tls"] = tls
+    return conf
 
 
 def render(state: RelayState) -> dict[str, Any]:
@@ -307,8 +407,16 @@ def render(state: RelayState) -> dict[str, Any]:
     admin = {"user": ADMIN_USER, "password": state.admin_password}
     system = {"user": SYSTEM_USER, "password": state.system_password}
     _hash_passwords([admin, system])
+    relay_account: dict[str, Any] = {"users": [admin]}
+    if state.cluster.on and state.queue_max_bytes > 0:  # the login bucket
+        relay_account["jetstream"] = {
+            "max_file": RELAY_STORE_BYTES * state.replicas,
+            "max_mem": 0,
+            "max_streams": 1,
+            "max_consumers": 4 * CLUSTER_REPLICAS,
+        }
     accounts: dict[str, Any] = {
-        RELAY_ACCOUNT: {"users": [admin]},
+        RELAY_ACCOUNT: relay_account,
         SYSTEM_ACCOUNT: {"users": [system]},
     }
     for h in state.workstations:
@@ -335,9 +443,13 @@ def render(state: RelayState) -> dict[str, Any]:
     if state.queue_max_bytes > 0 and state.queue_dir:
         conf["jetstream"] = {
             "store_dir": state.queue_dir,
-            "max_file_store": state.queue_max_bytes,
+            "max_file_store": state.queue_max_bytes
+            + (RELAY_STORE_BYTES if state.cluster.on else 0),
             "max_memory_store": QUEUE_MEMORY_BYTES,
         }
+    if state.cluster.on:
+        conf["server_name"] = state.cluster.server_name
+        conf["cluster"] = _cluster(state)
     if state.tls_cert:
         tls = {"cert_file": state.tls_cert, "key_file": state.tls_key}
         conf["tls"] = dict(tls)
@@ -348,6 +460,36 @@ def render(state: RelayState) -> dict[str, Any]:
     return conf
 
 
+#: what every node of a cluster shares: taken from another node's relay.json (`relay serve
+#: --join`); the rest (listeners, certificate, store, server name) is each node's own
+SHARED_KEYS = (
+    "workstations",
+    "admin_password",
+    "system_password",
+    "issuer_seed",
+    "queue_max_bytes",
+    "queue_share_bytes",
+)
+
+
+def join(state: RelayState, other: RelayState) -> None:
+    """``state`` takes the secrets, workstations and cluster of ``other`` (another node's
+    relay.json), keeping its own listeners, store and server name."""
+    for key in SHARED_KEYS:
+        setattr(state, key, getattr(other, key))
+    own, ca_file = state.cluster.server_name, state.cluster.ca_file
+    state.cluster = replace(
+        other.cluster, routes=list(other.cluster.routes), server_name=own, ca_file=ca_file
+    )
+
+
+def read_state(path: Path) -> RelayState:
+    try:
+        return RelayState.from_json(privfile.read_json(path))
+    except (privfile.PrivateFileError, KeyError, TypeError, ValueError) as exc:
+        raise RelayServeError(f"{path}: {exc}") from exc
+
+
 def _public_host(state: RelayState) -> str:
     if state.public_host:
         return state.public_host
@@ -356,12 +498,25 @@ def _public_host(state: RelayState) -> str:
     return pairing_host(state.host)
 
 
+def _shown(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def nats_url(state: RelayState, shown: str) -> str:
+    return f"{'tls' if state.tls_cert else 'nats'}://{shown}:{state.port}"
+
+
+def node_hosts(state: RelayState) -> list[str]:
+    """Every node's public host, this one's first: a cluster's nodes listen on the same ports
+    (the documented deployment), each on the host its route names."""
+    own = _public_host(state)
+    return [own, *(h for h in state.cluster.route_hosts() if h != own)]
+
+
 def account_of(state: RelayState, w: Workstation) -> dict[str, Any]:
-    host = _public_host(state)
-    shown = f"[{host}]" if ":" in host else host
-    tls = bool(state.tls_cert)
+    shown = _shown(_public_host(state))
     account: dict[str, Any] = {
-        "url": f"{'tls' if tls else 'nats'}://{shown}:{state.port}",
+        "url": nats_url(state, shown),
         "client_url": client_url(state, shown),
         "host_id": w.host_id,
         "daemon": {"user": w.daemon_user, "password": w.daemon_password},
@@ -370,6 +525,10 @@ def account_of(state: RelayState, w: Workstation) -> dict[str, Any]:
     web = web_url(state)
     if web:
         account["web_url"] = web
+    if state.cluster.on:  # the other nodes, where the daemon and phones go when one is down
+        hosts = [_shown(h) for h in node_hosts(state)]
+        account["urls"] = [nats_url(state, h) for h in hosts]
+        account["client_urls"] = [client_url(state, h) for h in hosts]
     return account
 
 
@@ -422,11 +581,7 @@ class RelayDir:
     def load(self) -> RelayState | None:
         if not self.state_file.exists():
             return None
-        try:
-            raw = privfile.read_json(self.state_file)
-            return RelayState.from_json(raw)
-        except (privfile.PrivateFileError, KeyError, TypeError, ValueError) as exc:
-            raise RelayServeError(f"{self.state_file}: {exc}") from exc
+        return read_state(self.state_file)
 
     def save(self, state: RelayState) -> None:
         """The state, the nats-server configuration and every account file; the clients'

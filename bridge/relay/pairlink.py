@@ -56,6 +56,8 @@ def pairing_link(args: argparse.Namespace) -> int:
         "user": login.user if login else None,
         "pass": login.password if login else None,
         **({"jwt": settings.client_jwt} if settings.client_jwt else {}),
+        # a relay on several machines: the other nodes, where the phone goes when one is down
+        **({"urls": [settings.client_url, *settings.client_urls]} if settings.client_urls else {}),
         "pk": b64(keys.public),
         "secret": b64(secret),
     }

@@ -38,9 +38,12 @@ OWNER = "relay serve"
 API_TIMEOUT_S = 5.0
 
 
-def stream_config(host_id: str, subjects: list[str], share_bytes: int) -> api.StreamConfig:
+def stream_config(
+    host_id: str, subjects: list[str], share_bytes: int, replicas: int = 1
+) -> api.StreamConfig:
     """The stream of ``host_id`` keeping ``subjects`` (its phones' queue subjects); with no
-    phone, a subject with a fresh random token no one can name."""
+    phone, a subject with a fresh random token no one can name. On a cluster, ``replicas``
+    copies on as many nodes (its consumers have as many: they take the stream's)."""
     kept = sorted(subjects) or [f"agent-bridge.{host_id}.q.{secrets.token_hex(16)}.none"]
     return api.StreamConfig(
         name=queue_stream(host_id),
@@ -53,16 +56,19 @@ def stream_config(host_id: str, subjects: list[str], share_bytes: int) -> api.St
         max_msg_size=MAX_MSG_BYTES,
         discard=api.DiscardPolicy.NEW,
         discard_new_per_subject=True,
+        num_replicas=replicas,
         metadata={OWNER_KEY: OWNER},
     )
 
 
-async def ensure(nc: Nats, host_id: str, subjects: list[str], share_bytes: int) -> Any:
+async def ensure(
+    nc: Nats, host_id: str, subjects: list[str], share_bytes: int, replicas: int = 1
+) -> Any:
     """Make or update ``host_id``'s stream to keep exactly ``subjects``, on ``nc`` (the relay's
     connection in that workstation's account): two JetStream requests, whatever the number of
     workstations."""
     js = nc.jetstream(timeout=API_TIMEOUT_S)
-    wanted = stream_config(host_id, subjects, share_bytes)
+    wanted = stream_config(host_id, subjects, share_bytes, replicas)
     try:
         await js.stream_info(queue_stream(host_id))
     except NotFoundError:

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 const require = createRequire(import.meta.url);
 const nacl = require('../../bridge/web/vendor/tweetnacl/nacl-fast.js');
 const {
-  DIR_DOWN, DIR_UP, KIND, MAX_PLAINTEXT, Opener, RelayCrypto, Sealer, b64decode, b64encode, parseLink,
+  DIR_DOWN, DIR_UP, KIND, MAX_PLAINTEXT, Opener, RelayCrypto, Sealer, b64decode, b64encode, otherUrls, parseLink,
 } = await import('../../bridge/web/js/relay-crypto.js');
 
 const v = JSON.parse(readFileSync(process.env.RELAY_VECTORS, 'utf-8'));
@@ -23,6 +23,16 @@ test('the pairing link is read as the daemon wrote it', () => {
   assert.equal(link.pk, v.daemon_pk);
   assert.equal(link.name, v.link.name);
   assert.throws(() => parseLink('not-a-link'), /not an agent-bridge relay pairing link/);
+});
+
+test('a link of a relay on several machines lists the other nodes; one without has none', () => {
+  const raw = JSON.parse(new TextDecoder().decode(b64decode(v.link_fragment)));
+  assert.deepEqual(parseLink(v.link_fragment).urls, []);
+  const nodes = [raw.url, 'wss://relay-b.example/nats', 'http://not-a-socket', 7, 'wss://relay-c.example/nats'];
+  const link = parseLink(b64encode(new TextEncoder().encode(JSON.stringify({ ...raw, urls: nodes }))));
+  assert.equal(link.url, raw.url);
+  assert.deepEqual(link.urls, ['wss://relay-b.example/nats', 'wss://relay-c.example/nats']);
+  assert.deepEqual(otherUrls({ url: raw.url, urls: 'wss://x' }), []);  // a record without a list
 });
 
 test('the pair request box is byte for byte what PyNaCl makes', () => {

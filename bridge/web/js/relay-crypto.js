@@ -84,7 +84,15 @@ export function parseLink(fragmentValue) {
     jwt: typeof link.jwt === 'string' && link.jwt ? link.jwt : null,
     pk: link.pk,
     secret: link.secret,
+    // a relay on several machines: every node's WebSocket, where the page goes when one is down
+    urls: otherUrls(link),
   };
+}
+
+/** The nodes' WebSocket URLs a link (or the record made from it) lists besides `url`. */
+export function otherUrls(x) {
+  if (!Array.isArray(x?.urls)) return [];
+  return x.urls.filter((u) => typeof u === 'string' && /^wss?:\/\//.test(u) && u !== x.url).slice(0, 16);
 }
 
 // ---- pairing and opening ------------------------------------------------------------------------

@@ -18,7 +18,7 @@
 import { connect, jwtAuthenticator } from '../vendor/nats.ws/nats.js';
 import '../vendor/tweetnacl/nacl-fast.js';
 import {
-  DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, RelayError, Sealer, parseLink,
+  DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, RelayError, Sealer, otherUrls, parseLink,
 } from './relay-crypto.js';
 
 // nacl-fast.js is a classic UMD file: loaded as a module it puts itself on globalThis.
@@ -90,9 +90,11 @@ function sharedLogin(x) {
  * under `agent-bridge.<host>._INBOX.<inbox>` (`pair` for the pairing login, the client id for
  * the client's own user), so the relay's permissions can confine each user to its own.
  */
-async function natsConnect({ url, host }, login, inbox) {
+async function natsConnect(where, login, inbox) {
+  const { url, host } = where;
   return connect({
-    servers: url,
+    // the link's node first, then the cluster's others (nats.ws goes on to the next one)
+    servers: [url, ...otherUrls(where)],
     user: login?.user || undefined,
     pass: login?.pass || undefined,
     authenticator: login?.jwt ? jwtAuthenticator(login.jwt) : undefined,
@@ -130,6 +132,7 @@ export async function pair(linkValue, clientName) {
       name: link.name,
       host: link.host,
       url: link.url,
+      urls: link.urls,
       user: link.user,
       pass: link.pass,
       jwt: link.jwt,
