@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import resident, scenarios, startup
+from bench import loopprofile, resident, scenarios, startup
 from bench.targets import ROOT, BaselineTarget, DaemonTarget
 
 
@@ -101,13 +101,35 @@ def _fmt(x: float, unit: str = "") -> str:
     return text + unit
 
 
+def py_spy() -> str | None:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return spy if Path(spy).exists() else None
+
+
+def daemon_env(folder: str | None) -> dict[str, str] | None:
+    """A daemon to profile without py-spy carries bench/loopprofile.py."""
+    if not folder or py_spy():
+        return None
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return loopprofile.env(folder)
+
+
 @contextlib.contextmanager
 def profiled(folder: str | None, name: str, pid: int) -> Iterator[None]:
-    """Record the daemon with py-spy (``pip install -e '.[bench]'``) while a scenario runs."""
+    """Record the daemon with py-spy (``pip install -e '.[bench]'``) while a scenario runs;
+    without py-spy, with bench/loopprofile.py (the daemon was started with ``daemon_env``)."""
     if not folder:
         yield
         return
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    spy = py_spy()
+    if spy is None:
+        os.kill(pid, signal.SIGUSR1)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGUSR2)
+            _progress(f"profile of {name}: {loopprofile.collect(folder, name, pid)}")
+        return
     out = Path(folder) / f"{name}.speedscope.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
@@ -153,7 +175,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
     # T6, T8 and T9 start their own daemons: run alone, they need neither of these.
     paired = not args.only or bool(set(args.only) & PAIRED)
     base = await BaselineTarget().start() if paired else None
-    daemon = await DaemonTarget().start() if paired else None
+    daemon = await DaemonTarget(env=daemon_env(args.profile)).start() if paired else None
     memory = None
     try:
         wanted = set(args.only) if args.only else None
@@ -227,7 +249,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
             _progress("T3: latency, 100 sessions x 100 blocks/s")
             lnb = await scenarios.latency(base, 100, 100, secs)
             with profiled(args.profile, "T3b", daemon.pid):
-                ln = await scenarios.latency(daemon, 100, 100, secs)
+                ln = await scenarios.latency(daemon, 100, 100, secs, daemon.wal)
             rows.append(
                 Row(
                     "T3a",
@@ -250,8 +272,26 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                     f"p50 {lnb.p50_ms:.2f} / p99 {lnb.p99_ms:.2f} ms",
                     "",
                     ln.p99_ms <= 20,
-                    f"{ln.samples:,} samples",
+                    f"{ln.samples:,} samples; the WAL was truncated {ln.wal_truncations} times "
+                    f"(peak {ln.wal_peak_mib:.0f} MiB)",
                     {"daemon": asdict(ln), "baseline": asdict(lnb)},
+                )
+            )
+            near = ln.truncation_max_ms
+            rows.append(
+                Row(
+                    "T13",
+                    "longest stall of a session's events while the WAL is truncated (T3b's load)",
+                    "<= 20 ms",
+                    "no truncation" if near is None else f"{near:.2f} ms",
+                    f"{ln.elsewhere_max_ms:.2f} ms away from truncations",
+                    "",
+                    None if near is None else near <= 20,
+                    "the latest event, yield -> receive, of those yielded from "
+                    f"{scenarios.AROUND_BEFORE_NS // 1_000_000} ms before a truncation of the "
+                    f"WAL file was seen to {scenarios.AROUND_AFTER_NS // 1_000_000} ms after; "
+                    f"baseline: the latest of the others in the same run",
+                    asdict(ln),
                 )
             )
         # ---- T5: replay ------------------------------------------------------------------------
@@ -330,6 +370,30 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                     asdict(nr),
                 )
             )
+        # ---- T12: CPU per delta of a stream paced like an agent's ---------------------------
+        if want("T12"):
+            n12 = 300 if args.quick else 1000
+            for subs in (1, 5):
+                _progress(f"T12: {n12} deltas of 32 B at 100/s to {subs} client(s), CPU")
+                with profiled(args.profile, f"T12-{subs}", daemon.pid):
+                    pd = await scenarios.paced_cpu(daemon, n12, 100, 32, subs)
+                pb = await scenarios.paced_cpu(base, n12, 100, 32, subs)
+                ratio = pd.cpu_s_per_10k / pb.cpu_s_per_10k
+                rows.append(
+                    Row(
+                        f"T12-{subs}",
+                        f"paced stream, 100 deltas/s of 32 B to {subs} client(s): "
+                        "CPU s per 10,000 deltas",
+                        "<= 2x baseline",
+                        f"{pd.cpu_s_per_10k:.2f} s ({pd.switches_per_delta:.1f} switches/delta)",
+                        f"{pb.cpu_s_per_10k:.2f} s ({pb.switches_per_delta:.1f} switches/delta)",
+                        f"{ratio:.2f}x",
+                        ratio <= 2,
+                        f"{n12:,} deltas; the server process's CPU (all threads, /proc) from "
+                        "the send to the last client's session_end",
+                        {"daemon": asdict(pd), "baseline": asdict(pb)},
+                    )
+                )
         # ---- T11: acknowledgement latency -----------------------------------------------------
         if want("T11"):
             count = 100 if args.quick else 300
@@ -380,13 +444,29 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
         )
     rows += await resident_rows(args)
     facts["loadavg_at_end"] = os.getloadavg()
-    ids = ("T1", "T2", "T3a", "T3b", "T4", "T5", "T6", "T7", "T8", "T9", "T10", "T11")
+    ids = (
+        "T1",
+        "T2",
+        "T3a",
+        "T3b",
+        "T13",
+        "T4",
+        "T5",
+        "T6",
+        "T7",
+        "T8",
+        "T9",
+        "T10",
+        "T11",
+        "T12-1",
+        "T12-5",
+    )
     order = {r: i for i, r in enumerate(ids)}
     rows.sort(key=lambda r: order.get(r.id, 99))
     return facts, rows
 
 
-PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7", "T10", "T11"}
+PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7", "T10", "T11", "T12"}
 
 
 async def resident_rows(args: argparse.Namespace) -> list[Row]:
@@ -480,9 +560,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     parser.add_argument("--repeat", type=int, default=3, help="throughput runs, best kept")
-    parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T11)")
     parser.add_argument(
-        "--profile", metavar="DIR", help="record the daemon with py-spy during T1, T2, T3b"
+        "--only", nargs="*", help="run only these targets (T1 ... T12; T3 also measures T13)"
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="record the daemon (py-spy, else bench/loopprofile.py) during T1, T2, T3b, T12",
     )
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

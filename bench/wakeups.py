@@ -32,6 +32,19 @@ def thread_switches(pid: int) -> dict[str, int]:
     return out
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far (utime + stime), per thread ("tid name")."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            parts = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        out[f"{task.name} {name}"] = (int(parts[11]) + int(parts[12])) / TICKS
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of the whole process (every thread), in seconds."""
     stat = Path(f"/proc/{pid}/stat").read_text()
