@@ -144,23 +144,25 @@ class Latency:
     p50_ms: float
     p99_ms: float
     samples: int
-    #: times the store's WAL file shrank during the run (checkpointed and truncated)
+    #: times the store's WAL was reset during the run (checkpointed whole, then truncated or
+    #: started over)
     wal_truncations: int = 0
-    #: the latest event, yield to receive, of those yielded around a truncation (ms)
+    #: the latest event, yield to receive, of those yielded around a reset (ms)
     truncation_max_ms: float | None = None
-    #: the same for the events yielded away from every truncation (the run's own noise)
+    #: the same for the events yielded away from every reset (the run's own noise)
     elsewhere_max_ms: float | None = None
     wal_peak_mib: float = 0.0
 
 
-#: Events yielded this long before a truncation was seen, and after, count as around it:
-#: the checkpoint that ends in the truncation runs before the file shrinks.
+#: Events yielded this long before a reset was seen, and after, count as around it: the
+#: checkpoint that ends in the reset runs before it shows.
 AROUND_BEFORE_NS = 500_000_000
 AROUND_AFTER_NS = 100_000_000
 
 
 class WalWatch:
-    """Polls a WAL file's size from a thread; a shrink is a truncation (its time kept)."""
+    """Polls a WAL file from a thread; it was reset when it shrank (truncated) or its header's
+    salts changed (SQLite started it over, writing it again from its start)."""
 
     def __init__(self, path: Path, every_s: float = 0.002) -> None:
         self.path = path
@@ -180,13 +182,19 @@ class WalWatch:
 
     def _run(self) -> None:
         last = -1
+        salts = b""
         while not self._stop.wait(self.every_s):
             try:
-                size = os.stat(self.path).st_size
+                with open(self.path, "rb") as wal:
+                    head = wal.read(32)
+                    size = os.fstat(wal.fileno()).st_size
             except OSError:
                 continue
-            if 0 <= size < last:
-                self.shrinks.append(time.monotonic_ns())
+            now = time.monotonic_ns()
+            if 0 <= size < last or (len(head) == 32 and salts and head[16:24] != salts):
+                self.shrinks.append(now)
+            if len(head) == 32:
+                salts = head[16:24]
             self.peak = max(self.peak, size)
             last = size
 
