@@ -390,8 +390,8 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                         f"{pb.cpu_s_per_10k:.2f} s ({pb.switches_per_delta:.1f} switches/delta)",
                         f"{ratio:.2f}x",
                         ratio <= 2,
-                        f"{n12:,} deltas; the server process's CPU (all threads, /proc) from "
-                        "the send to the last client's session_end",
+                        f"{n12:,} deltas; the server process's CPU (all threads, schedstat) "
+                        "from the send to the last client's session_end",
                         {"daemon": asdict(pd), "baseline": asdict(pb)},
                     )
                 )

@@ -14,7 +14,7 @@ from pathlib import Path
 from bench.client import LeanClient, decode_event, stamp_of
 from bench.procstats import rss_kib
 from bench.targets import Target
-from bench.wakeups import cpu_seconds, thread_cpu, thread_switches
+from bench.wakeups import thread_cpu, thread_switches
 
 SIZE = 64
 
@@ -460,7 +460,8 @@ class PacedCpu:
 
 async def paced_cpu(target: Target, n: int, rate: float, size: int, subscribers: int) -> PacedCpu:
     """One session streams ``n`` deltas of ``size`` bytes at ``rate`` per second to
-    ``subscribers`` clients; the server's CPU time (all threads, from /proc) while it does."""
+    ``subscribers`` clients; the server's CPU time (all threads, the scheduler's count in
+    /proc) while it does."""
     clients = await _clients(target, subscribers)
     try:
         session = await target.new_session(clients[0])
@@ -471,18 +472,19 @@ async def paced_cpu(target: Target, n: int, rate: float, size: int, subscribers:
             sinks.append(sink)
             await c.request("session.subscribe", session=session)
         await asyncio.sleep(0.5)  # what set-up started settles first
-        cpu0, sw0, t0 = cpu_seconds(target.pid), thread_switches(target.pid), time.monotonic()
+        sw0, t0 = thread_switches(target.pid), time.monotonic()
         threads0 = thread_cpu(target.pid)
         await target.stream(clients[0], session, n, rate, size, subscribers)
         await _until_done(sinks, clients, n / rate * 3 + 60)
         seconds = time.monotonic() - t0
-        cpu = cpu_seconds(target.pid) - cpu0
+        threads1 = thread_cpu(target.pid)
+        cpu = sum(v - threads0.get(k, 0.0) for k, v in threads1.items())
         sw1 = thread_switches(target.pid)
         switches = sum(v - sw0.get(k, 0) for k, v in sw1.items())
         threads = {
             k: round((v - threads0.get(k, 0.0)) * 10_000 / n, 2)
-            for k, v in thread_cpu(target.pid).items()
-            if v > threads0.get(k, 0.0)
+            for k, v in threads1.items()
+            if v - threads0.get(k, 0.0) >= 0.001
         }
         if any(s.count != n for s in sinks):
             raise RuntimeError(f"lost frames: {[s.count for s in sinks]} of {n}")

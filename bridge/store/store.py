@@ -65,7 +65,8 @@ INLINE_OPS = 512
 INLINE_BYTES = 256 * 1024
 INLINE_GAP_S = 0.002
 CHECKPOINT_EVERY_S = 1.0
-#: How often the checkpoint thread looks at the WAL's length while writes go on.
+#: How often the checkpoint thread looks at the WAL's length while it is past half its bound
+#: and writes go on (else once a second).
 WAL_CHECK_S = 0.1
 #: A WAL this long is checkpointed whole and started over (written again from its start): under
 #: steady writes passive checkpoints never let SQLite restart it, and it grew without end
@@ -466,27 +467,24 @@ class SqliteStore(Store):
 
     def _checkpoints(self) -> None:
         conn = self._connect()
-        wal = f"{self.path}-wal"
         page = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        due = 0.0
+        long = False
         try:
             while True:
-                # A passive checkpoint at most once a second, and none while nothing was
-                # written (an idle daemon's threads do not wake: docs/benchmarks.md, T8);
-                # every WAL_CHECK_S while writes go on once the file has reached its bound
-                # (it stays that long: a WAL started over is written again from its start).
+                # A passive checkpoint once a second while writes go on, and none while nothing
+                # is written (an idle daemon's threads do not wake: docs/benchmarks.md, T8);
+                # every WAL_CHECK_S while the WAL is past half its bound.
                 self._written.wait()
-                if self._checkpoint_stop.wait(min(WAL_CHECK_S, CHECKPOINT_EVERY_S)):
+                every = min(WAL_CHECK_S if long else CHECKPOINT_EVERY_S, CHECKPOINT_EVERY_S)
+                if self._checkpoint_stop.wait(every):
                     break
                 self._written.clear()
-                if _size(wal) < WAL_TRUNCATE_BYTES and time.monotonic() < due:
-                    self._written.set()  # written since the last pass: one is still due
-                    continue
-                due = time.monotonic() + CHECKPOINT_EVERY_S
                 with contextlib.suppress(sqlite3.Error, OSError):
                     _busy, frames, copied = self._passive(conn)
+                    long = frames * page >= WAL_TRUNCATE_BYTES // 2
                     if frames * page >= WAL_TRUNCATE_BYTES:
                         self._catch_up(conn, page, copied)
+                        long = False
         finally:
             conn.close()
 
@@ -603,8 +601,6 @@ class SqliteStore(Store):
                 # Nothing of it is committed: the writer thread retries it (and reports it).
             else:
                 self._written.set()
-                if _size(f"{self.path}-wal") >= 2 * WAL_TRUNCATE_BYTES:
-                    self._put(_Op("wal_reset", None))  # the writer thread's, at once
                 self._committed(events, waiters, 0)
                 return
         self._handed += 1
