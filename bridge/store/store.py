@@ -56,11 +56,11 @@ from bridge.wire.protocol import Attachment, SessionState, WorktreeObject, Write
 log = get_logger("bridge.store")
 
 MAX_BATCH = 5000
-#: A batch of at most this many operations and bytes is committed on the event loop's thread
-#: when the writer thread has nothing in hand and the last commit ended at least INLINE_GAP_S
-#: before: commits that rare (an agent streaming at its own pace) each cost a hand-over to the
-#: writer thread and back, twice the CPU of the commit itself; under a steady load the writer
-#: thread, on the other core, takes whatever accumulated while it committed the last batch.
+#: A batch of at most this many operations and bytes, of one session's events, is committed on
+#: the event loop's thread when the writer thread has nothing in hand and the last commit ended
+#: at least INLINE_GAP_S before: commits that rare (an agent streaming at its own pace) each
+#: cost a hand-over to the writer thread and back, more CPU than the commit itself; under a
+#: steady load the writer thread, on the other core, takes whatever accumulated meanwhile.
 INLINE_OPS = 512
 INLINE_BYTES = 256 * 1024
 INLINE_GAP_S = 0.002
@@ -963,12 +963,19 @@ _INLINE_KINDS = frozenset({"session", "flush"})
 
 
 def _inline_batch(ops: list[_Op | StoredEvent]) -> bool:
-    """Small enough, and only quick operations, to commit on the event loop's thread."""
+    """Small enough, one session's events (one row) and only quick operations, to commit on
+    the event loop's thread. Many sessions' events in one pass is a busy daemon, whose loop
+    is better spared the commit (a row, and a page, per session): the writer thread takes it."""
     if len(ops) > INLINE_OPS:
         return False
     size = 0
+    session: str | None = None
     for op in ops:
         if isinstance(op, StoredEvent):
+            if session is None:
+                session = op.session
+            elif op.session != session:
+                return False
             size += len(op.block_json)
         elif op.kind not in _INLINE_KINDS:
             return False
