@@ -600,7 +600,8 @@ class SqliteStore(Store):
                     conn.execute("ROLLBACK")
                 # Nothing of it is committed: the writer thread retries it (and reports it).
             else:
-                self._written.set()
+                if not self._written.is_set():  # a lock and a notify per commit, else
+                    self._written.set()
                 self._committed(events, waiters, 0)
                 return
         self._handed += 1
