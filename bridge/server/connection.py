@@ -126,8 +126,8 @@ class Connection:
             and not self.outbox
             and len(items) <= SEND_BURST
             and sized.total <= BURST_BYTES
+            and self._write_now(items)
         ):
-            self._write_now(items)
             return
         if not self.outbox.offer(items, sized, time.monotonic()):
             self.cut_off()
@@ -137,29 +137,28 @@ class Connection:
         self._parked = False  # woken: what comes next goes behind what is queued
         self._wake.set()
 
-    def _write_now(self, items: list[Outgoing]) -> None:
+    def _write_now(self, items: list[Outgoing]) -> bool:
         """Frames for a connection whose sender waits with nothing queued nor unsent go to the
-        transport at once: through the outbox, a frame at a time (an agent streaming at its
-        own pace) cost two more passes of the event loop, waking the sender and letting it
-        go back to waiting (docs/benchmarks.md, T12). Nothing waits to go before them, so
-        their order holds; the sender wakes only to watch what the client has not taken."""
+        transport at once (False: it has no room, they are queued): through the outbox, a
+        frame at a time (an agent streaming at its own pace) cost two more passes of the
+        event loop, waking the sender and letting it go back to waiting (docs/benchmarks.md,
+        T12). Nothing waits to go before them, so their order holds; the sender wakes only to
+        watch what the client has not taken."""
         transport = self.transport
         if not transport.writable():
-            self._parked = False
-            self._wake.set()
-            self._enqueue(items, measure(items, self.msgpack, self.outbox.bytes_cap))
-            return
+            return False
         try:
             transport.write([item.encoded(self.msgpack) for item in items])
         except TransportClosed:
             self._parked = False
             self._wake.set()  # the sender finds it closed
-            return
+            return True
         buffered = transport.buffered()
         self.outbox.wrote(time.monotonic(), buffered)
         if buffered:
             self._parked = False
             self._wake.set()
+        return True
 
     @property
     def behind(self) -> bool:

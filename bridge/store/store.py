@@ -1,14 +1,15 @@
 """Durability: the session registry, queued messages and every session's event log.
 
 The default store is SQLite in WAL mode with group commit: events are appended without
-waiting, whatever has accumulated in one pass of the event loop is committed in one transaction,
-and only then is the committed batch handed to ``on_commit``, which is when the hub pushes the
-events to clients. So an event a client has seen is on disk, and a ``kill -9`` loses at most
-events nobody saw. A small batch is committed on the event loop's thread itself when the writer
-thread has nothing in hand (a commit without fsync, ``synchronous=NORMAL``, is a write into the
-page cache: tens of microseconds, less than handing it to a thread and back); a large one, one
-after a failure, and the rare operations (retention, resetting the WAL, stopping) go to the
-writer thread, in order. ``MemoryStore`` has the same interface without a disk.
+waiting, whatever has accumulated (a pass of the event loop's, at least) is committed in one
+transaction, and only then is the committed batch handed to ``on_commit``, which is when the
+hub pushes the events to clients. So an event a client has seen is on disk, and a ``kill -9``
+loses at most events nobody saw. A small batch of one session's events, 2 ms or more after
+the last commit, is committed on the event loop's thread itself when the writer thread has
+nothing in hand (a commit without fsync, ``synchronous=NORMAL``, is a write into the page
+cache: tens of microseconds, less than handing it to a thread and back); the others, one that
+failed, and the rare operations (retention, resetting the WAL, stopping) go to the writer
+thread, in order. ``MemoryStore`` has the same interface without a disk.
 
 Events are stored in runs: a row of ``event_chunks`` holds up to ``CHUNK_EVENTS`` consecutive
 events of one session, MessagePack-encoded (bridge/store/eventrows.py), so a commit is one statement
