@@ -4,7 +4,7 @@ The default store is SQLite in WAL mode with group commit: events are appended w
 waiting, whatever has accumulated (a pass of the event loop's, at least) is committed in one
 transaction, and only then is the committed batch handed to ``on_commit``, which is when the
 hub pushes the events to clients. So an event a client has seen is on disk, and a ``kill -9``
-loses at most events nobody saw. A small batch of one session's events, 2 ms or more after
+loses at most events nobody saw. A small batch of one session's events, 5 ms or more after
 the last commit, is committed on the event loop's thread itself when the writer thread has
 nothing in hand (a commit without fsync, ``synchronous=NORMAL``, is a write into the page
 cache: tens of microseconds, less than handing it to a thread and back); the others, one that
@@ -64,7 +64,7 @@ MAX_BATCH = 5000
 #: steady load the writer thread, on the other core, takes whatever accumulated meanwhile.
 INLINE_OPS = 512
 INLINE_BYTES = 256 * 1024
-INLINE_GAP_S = 0.002
+INLINE_GAP_S = 0.005
 CHECKPOINT_EVERY_S = 1.0
 #: How often the checkpoint thread looks at the WAL's length while it is past half its bound
 #: and writes go on (else once a second).
