@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import resident, scenarios, startup
+from bench import loopprofile, resident, scenarios, startup
 from bench import search as search_bench
 from bench.targets import ROOT, BaselineTarget, DaemonTarget
 
@@ -103,13 +103,35 @@ def _fmt(x: float, unit: str = "") -> str:
     return text + unit
 
 
+def py_spy() -> str | None:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return spy if Path(spy).exists() else None
+
+
+def daemon_env(folder: str | None) -> dict[str, str] | None:
+    """A daemon to profile without py-spy carries bench/loopprofile.py."""
+    if not folder or py_spy():
+        return None
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return loopprofile.env(folder)
+
+
 @contextlib.contextmanager
 def profiled(folder: str | None, name: str, pid: int) -> Iterator[None]:
-    """Record the daemon with py-spy (``pip install -e '.[bench]'``) while a scenario runs."""
+    """Record the daemon with py-spy (``pip install -e '.[bench]'``) while a scenario runs;
+    without py-spy, with bench/loopprofile.py (the daemon was started with ``daemon_env``)."""
     if not folder:
         yield
         return
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    spy = py_spy()
+    if spy is None:
+        os.kill(pid, signal.SIGUSR1)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGUSR2)
+            _progress(f"profile of {name}: {loopprofile.collect(folder, name, pid)}")
+        return
     out = Path(folder) / f"{name}.speedscope.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
@@ -155,7 +177,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
     # T6, T8 and T9 start their own daemons: run alone, they need neither of these.
     paired = not args.only or bool(set(args.only) & PAIRED)
     base = await BaselineTarget().start() if paired else None
-    daemon = await DaemonTarget().start() if paired else None
+    daemon = await DaemonTarget(env=daemon_env(args.profile)).start() if paired else None
     memory = None
     try:
         wanted = set(args.only) if args.only else None
@@ -166,8 +188,8 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
         # ---- T1 and T7: one session, one client, as fast as possible -----------------------
         t1 = t1b = None
         t7: list[scenarios.Throughput] = []
-        t12: list[scenarios.Throughput] = []
-        if want("T1") or want("T7") or want("T12"):
+        t14: list[scenarios.Throughput] = []
+        if want("T1") or want("T7") or want("T14"):
             _progress("T1 (and T7): one session to one client, in turns with the baseline")
             runs = [
                 lambda: scenarios.throughput(base, n1),
@@ -177,7 +199,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                 memory = await DaemonTarget(store="memory").start()
                 mem = memory
                 runs.append(lambda: scenarios.throughput(mem, n1))
-            if want("T12"):
+            if want("T14"):
                 # the same daemon with a store that writes no search index (bench/noindex)
                 plain = os.pathsep.join([str(NOINDEX), os.environ.get("PYTHONPATH", "")])
                 unindexed = await DaemonTarget(env={"PYTHONPATH": plain}).start()
@@ -185,8 +207,8 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
             with profiled(args.profile, "T1", daemon.pid):
                 t1b, t1, *more = await _interleaved(runs, rep)
             t7 = more[:1] if want("T7") else []
-            t12 = more[-1:] if want("T12") else []
-            if want("T12"):
+            t14 = more[-1:] if want("T14") else []
+            if want("T14"):
                 unindexed.stop()
             if memory is not None:
                 memory.stop()
@@ -239,7 +261,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
             _progress("T3: latency, 100 sessions x 100 blocks/s")
             lnb = await scenarios.latency(base, 100, 100, secs)
             with profiled(args.profile, "T3b", daemon.pid):
-                ln = await scenarios.latency(daemon, 100, 100, secs)
+                ln = await scenarios.latency(daemon, 100, 100, secs, daemon.wal)
             rows.append(
                 Row(
                     "T3a",
@@ -262,8 +284,27 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                     f"p50 {lnb.p50_ms:.2f} / p99 {lnb.p99_ms:.2f} ms",
                     "",
                     ln.p99_ms <= 20,
-                    f"{ln.samples:,} samples",
+                    f"{ln.samples:,} samples; the WAL was reset {ln.wal_truncations} times "
+                    f"(its file at most {ln.wal_peak_mib:.0f} MiB)",
                     {"daemon": asdict(ln), "baseline": asdict(lnb)},
+                )
+            )
+            near = ln.truncation_max_ms
+            rows.append(
+                Row(
+                    "T13",
+                    "longest stall of a session's events while the WAL is reset (T3b's load)",
+                    "<= 20 ms",
+                    "no reset" if near is None else f"{near:.2f} ms",
+                    f"{ln.elsewhere_max_ms:.2f} ms away from resets",
+                    "",
+                    None if near is None else near <= 20,
+                    "the latest event, yield -> receive, of those yielded from "
+                    f"{scenarios.AROUND_BEFORE_NS // 1_000_000} ms before a reset of the WAL "
+                    f"(truncated, or started over) was seen to "
+                    f"{scenarios.AROUND_AFTER_NS // 1_000_000} ms after; baseline: the latest of "
+                    "the others in the same run",
+                    asdict(ln),
                 )
             )
         # ---- T5: replay ------------------------------------------------------------------------
@@ -302,11 +343,11 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                     {"sqlite": asdict(t1), "memory": asdict(tm)},
                 )
             )
-        # ---- T12: search over a large store; what the index costs the writes ---------------
-        if want("T12") and t12:
-            (tn,) = t12
+        # ---- T14: search over a large store; what the index costs the writes ---------------
+        if want("T14") and t14:
+            (tn,) = t14
             sessions = 1000 if args.quick else args.search_sessions
-            _progress(f"T12: a store of {sessions:,} sessions x 50 turns, then searches")
+            _progress(f"T14: a store of {sessions:,} sessions x 50 turns, then searches")
             workdir = Path(tempfile.mkdtemp(prefix="bench-search-"))
             try:
                 r = await asyncio.to_thread(search_bench.run, workdir, sessions)
@@ -315,7 +356,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
             writes = t1.blocks_per_s / tn.blocks_per_s
             rows.append(
                 Row(
-                    "T12",
+                    "T14",
                     f"search: {sessions:,} sessions x 50 turns: sessions.search p95; the index's "
                     "share of the store; T1 with the index vs without",
                     "p95 <= 50 ms; index <= 35%; writes >= 90%",
@@ -371,6 +412,30 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                     asdict(nr),
                 )
             )
+        # ---- T12: CPU per delta of a stream paced like an agent's ---------------------------
+        if want("T12"):
+            n12 = 300 if args.quick else 1000
+            for subs in (1, 5):
+                _progress(f"T12: {n12} deltas of 32 B at 100/s to {subs} client(s), CPU")
+                with profiled(args.profile, f"T12-{subs}", daemon.pid):
+                    pd = await scenarios.paced_cpu(daemon, n12, 100, 32, subs)
+                pb = await scenarios.paced_cpu(base, n12, 100, 32, subs)
+                ratio = pd.cpu_s_per_10k / pb.cpu_s_per_10k
+                rows.append(
+                    Row(
+                        f"T12-{subs}",
+                        f"paced stream, 100 deltas/s of 32 B to {subs} client(s): "
+                        "CPU s per 10,000 deltas",
+                        "<= 2x baseline",
+                        f"{pd.cpu_s_per_10k:.2f} s ({pd.switches_per_delta:.1f} switches/delta)",
+                        f"{pb.cpu_s_per_10k:.2f} s ({pb.switches_per_delta:.1f} switches/delta)",
+                        f"{ratio:.2f}x",
+                        ratio <= 2,
+                        f"{n12:,} deltas; the server process's CPU (all threads, schedstat) "
+                        "from the send to the last client's session_end",
+                        {"daemon": asdict(pd), "baseline": asdict(pb)},
+                    )
+                )
         # ---- T11: acknowledgement latency -----------------------------------------------------
         if want("T11"):
             count = 100 if args.quick else 300
@@ -421,14 +486,31 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
         )
     rows += await resident_rows(args)
     facts["loadavg_at_end"] = os.getloadavg()
-    ids = ("T1", "T2", "T3a", "T3b", "T4", "T5", "T6", "T7", "T8", "T9", "T10", "T11", "T12")
+    ids = (
+        "T1",
+        "T2",
+        "T3a",
+        "T3b",
+        "T13",
+        "T4",
+        "T5",
+        "T6",
+        "T7",
+        "T8",
+        "T9",
+        "T10",
+        "T11",
+        "T12-1",
+        "T12-5",
+        "T14",
+    )
     order = {r: i for i, r in enumerate(ids)}
     rows.sort(key=lambda r: order.get(r.id, 99))
     return facts, rows
 
 
-PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7", "T10", "T11", "T12"}
-#: the PYTHONPATH folder of T12's daemon without a search index
+PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7", "T10", "T11", "T14"}
+#: the PYTHONPATH folder of T14's daemon without a search index
 NOINDEX = Path(__file__).resolve().parent / "noindex"
 
 
@@ -523,12 +605,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     parser.add_argument("--repeat", type=int, default=3, help="throughput runs, best kept")
-    parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T12)")
     parser.add_argument(
-        "--search-sessions", type=int, default=10_000, help="T12's store: sessions of 50 turns"
+        "--search-sessions", type=int, default=10_000, help="T14's store: sessions of 50 turns"
     )
     parser.add_argument(
-        "--profile", metavar="DIR", help="record the daemon with py-spy during T1, T2, T3b"
+        "--only", nargs="*", help="run only these targets (T1 ... T14; T3 also measures T13)"
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="record the daemon (py-spy, else bench/loopprofile.py) during T1, T2, T3b, T12",
     )
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

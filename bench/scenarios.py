@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bench.client import LeanClient, decode_event, stamp_of
 from bench.procstats import rss_kib
 from bench.targets import Target
+from bench.wakeups import thread_cpu, thread_switches
 
 SIZE = 64
 
@@ -25,6 +29,8 @@ class Collector:
     last_recv: int = 0
     last_seq: int = 0
     lat_ns: list[int] = field(default_factory=list)
+    #: each latency's yield stamp (monotonic ns), when latencies are kept
+    stamps: list[int] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __call__(self, payload: bytes) -> None:
@@ -44,6 +50,7 @@ class Collector:
                 self.first_stamp = stamp
             if self.latencies:
                 self.lat_ns.append(recv - stamp)
+                self.stamps.append(stamp)
         elif kind == "session_end":
             self.done.set()
 
@@ -137,11 +144,78 @@ class Latency:
     p50_ms: float
     p99_ms: float
     samples: int
+    #: times the store's WAL was reset during the run (checkpointed whole, then truncated or
+    #: started over)
+    wal_truncations: int = 0
+    #: the latest event, yield to receive, of those yielded around a reset (ms)
+    truncation_max_ms: float | None = None
+    #: the same for the events yielded away from every reset (the run's own noise)
+    elsewhere_max_ms: float | None = None
+    wal_peak_mib: float = 0.0
 
 
-async def latency(target: Target, sessions: int, rate: float, seconds: float) -> Latency:
+#: Events yielded this long before a reset was seen, and after, count as around it: the
+#: checkpoint that ends in the reset runs before it shows.
+AROUND_BEFORE_NS = 500_000_000
+AROUND_AFTER_NS = 100_000_000
+
+
+class WalWatch:
+    """Polls a WAL file from a thread; it was reset when it shrank (truncated) or its header's
+    salts changed (SQLite started it over, writing it again from its start)."""
+
+    def __init__(self, path: Path, every_s: float = 0.002) -> None:
+        self.path = path
+        self.every_s = every_s
+        self.shrinks: list[int] = []
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wal-watch", daemon=True)
+
+    def __enter__(self) -> WalWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        last = -1
+        salts = b""
+        while not self._stop.wait(self.every_s):
+            try:
+                with open(self.path, "rb") as wal:
+                    head = wal.read(32)
+                    size = os.fstat(wal.fileno()).st_size
+            except OSError:
+                continue
+            now = time.monotonic_ns()
+            if 0 <= size < last or (len(head) == 32 and salts and head[16:24] != salts):
+                self.shrinks.append(now)
+            if len(head) == 32:
+                salts = head[16:24]
+            self.peak = max(self.peak, size)
+            last = size
+
+
+def _around(stamps: list[int], lat: list[int], shrinks: list[int]) -> tuple[int, int]:
+    """The largest latency of events yielded around a truncation, and away from all."""
+    near = far = 0
+    for stamp, ns in zip(stamps, lat, strict=True):
+        if any(t - AROUND_BEFORE_NS <= stamp <= t + AROUND_AFTER_NS for t in shrinks):
+            near = max(near, ns)
+        else:
+            far = max(far, ns)
+    return near, far
+
+
+async def latency(
+    target: Target, sessions: int, rate: float, seconds: float, wal: Path | None = None
+) -> Latency:
     clients = await _clients(target, sessions)
     n = int(rate * seconds)
+    watch = WalWatch(wal) if wal is not None else None
     try:
         sinks: list[Collector] = []
         names: list[str] = []
@@ -152,15 +226,31 @@ async def latency(target: Target, sessions: int, rate: float, seconds: float) ->
             await c.request("session.subscribe", session=session)
             sinks.append(sink)
             names.append(session)
-        await asyncio.gather(
-            *(target.stream(c, s, n, rate, SIZE, 1) for c, s in zip(clients, names, strict=True))
-        )
-        await _until_done(sinks, clients, seconds * 5 + 60)
+        with watch or contextlib.nullcontext():
+            await asyncio.gather(
+                *(
+                    target.stream(c, s, n, rate, SIZE, 1)
+                    for c, s in zip(clients, names, strict=True)
+                )
+            )
+            await _until_done(sinks, clients, seconds * 5 + 60)
         lat = sorted(x for s in sinks for x in s.lat_ns)
         if len(lat) != n * sessions:
             raise RuntimeError(f"lost frames: {len(lat)} of {n * sessions}")
         q = statistics.quantiles(lat, n=100, method="inclusive")
-        return Latency(q[49] / 1e6, q[98] / 1e6, len(lat))
+        result = Latency(q[49] / 1e6, q[98] / 1e6, len(lat))
+        if watch is not None:
+            result.wal_truncations = len(watch.shrinks)
+            result.wal_peak_mib = watch.peak / 2**20
+            near, far = _around(
+                [x for s in sinks for x in s.stamps],
+                [x for s in sinks for x in s.lat_ns],
+                watch.shrinks,
+            )
+            result.elsewhere_max_ms = far / 1e6
+            if watch.shrinks:
+                result.truncation_max_ms = near / 1e6
+        return result
     finally:
         await _close(clients)
 
@@ -353,3 +443,51 @@ async def ack_latency(target: Target, count: int) -> AckLatency:
         return AckLatency(qs[49], qs[98], qp[49], qp[98], count)
     finally:
         await c.close()
+
+
+@dataclass
+class PacedCpu:
+    """What a stream paced like an agent's costs the server, per delta delivered."""
+
+    cpu_s_per_10k: float  # CPU seconds of the server process per 10,000 deltas
+    switches_per_delta: float  # context switches of all its threads per delta
+    deltas: int
+    subscribers: int
+    seconds: float
+    #: CPU seconds per 10,000 deltas of each thread that used any ("tid name")
+    per_thread: dict[str, float] = field(default_factory=dict)
+
+
+async def paced_cpu(target: Target, n: int, rate: float, size: int, subscribers: int) -> PacedCpu:
+    """One session streams ``n`` deltas of ``size`` bytes at ``rate`` per second to
+    ``subscribers`` clients; the server's CPU time (all threads, the scheduler's count in
+    /proc) while it does."""
+    clients = await _clients(target, subscribers)
+    try:
+        session = await target.new_session(clients[0])
+        sinks: list[Counter] = []
+        for c in clients:
+            sink = Counter()
+            c.on_frame = sink
+            sinks.append(sink)
+            await c.request("session.subscribe", session=session)
+        await asyncio.sleep(0.5)  # what set-up started settles first
+        sw0, t0 = thread_switches(target.pid), time.monotonic()
+        threads0 = thread_cpu(target.pid)
+        await target.stream(clients[0], session, n, rate, size, subscribers)
+        await _until_done(sinks, clients, n / rate * 3 + 60)
+        seconds = time.monotonic() - t0
+        threads1 = thread_cpu(target.pid)
+        cpu = sum(v - threads0.get(k, 0.0) for k, v in threads1.items())
+        sw1 = thread_switches(target.pid)
+        switches = sum(v - sw0.get(k, 0) for k, v in sw1.items())
+        threads = {
+            k: round((v - threads0.get(k, 0.0)) * 10_000 / n, 2)
+            for k, v in threads1.items()
+            if v - threads0.get(k, 0.0) >= 0.001
+        }
+        if any(s.count != n for s in sinks):
+            raise RuntimeError(f"lost frames: {[s.count for s in sinks]} of {n}")
+        return PacedCpu(cpu * 10_000 / n, switches / n, n, subscribers, seconds, threads)
+    finally:
+        await _close(clients)

@@ -1,4 +1,4 @@
-"""T12: full-text search over a large store. A store of ``sessions`` x ``turns`` generated turns
+"""T14: full-text search over a large store. A store of ``sessions`` x ``turns`` generated turns
 (a user message, an agent answer in deltas, a tool call and its output, usage, the turn's end)
 is written through the store's own row and index code (bridge/store/eventrows.py,
 bridge/store/derived.py) in large transactions, then opened as the daemon opens it; the

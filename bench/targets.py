@@ -121,6 +121,11 @@ class DaemonTarget(Target):
     def log_text(self) -> str:
         return self.daemon.log_text() if self.daemon else ""
 
+    @property
+    def wal(self) -> Path:
+        """The SQLite store's write-ahead log."""
+        return self.home / "state" / "agent-bridge" / "bridge.sqlite3-wal"
+
     def stop(self) -> None:
         if self.daemon is not None:
             self.daemon.stop()

@@ -32,6 +32,22 @@ def thread_switches(pid: int) -> dict[str, int]:
     return out
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far, per thread ("tid name"): the scheduler's own count of the time each
+    thread ran (``schedstat``, nanoseconds), not utime + stime, which the kernel samples once
+    a tick (4 ms here) and which cannot tell a thread that runs for 100 µs after each of its
+    wake-ups from one that never runs."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            ran_ns = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended
+        out[f"{task.name} {name}"] = ran_ns / 1e9
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of the whole process (every thread), in seconds."""
     stat = Path(f"/proc/{pid}/stat").read_text()

@@ -152,7 +152,7 @@ async def test_ended_sessions_are_kept_unless_their_retention_is_set(tmp_path: P
 async def test_the_wal_stays_bounded_under_steady_writes(tmp_path: Path, monkeypatch: Any) -> None:
     """Commits that never pause kept every passive checkpoint behind, so SQLite never restarted
     the WAL: it grew by every page written (gigabytes in a 10-minute soak, its index mapped in
-    the daemon's memory). Past ``WAL_TRUNCATE_BYTES`` it is checkpointed whole and truncated."""
+    the daemon's memory). Past ``WAL_TRUNCATE_BYTES`` it is checkpointed and started over."""
     from bridge.store import store as store_module
 
     monkeypatch.setattr(store_module, "CHECKPOINT_EVERY_S", 0.02)

@@ -87,6 +87,8 @@ class Connection:
         #: ``_progress_mark()`` after a ``catch_up`` that the client answered with nothing.
         self._unanswered: tuple[float, int] | None = None
         self._wake = asyncio.Event()
+        #: the sender waits for frames with nothing queued and nothing in the transport
+        self._parked = False
         self._space = asyncio.Event()
         self._space.set()
         self._closed = False
@@ -119,12 +121,44 @@ class Connection:
 
     def _enqueue(self, items: list[Outgoing], sized: Sized) -> None:
         """Queue frames, or cut off a reader that fell too far behind."""
+        if (
+            self._parked
+            and not self.outbox
+            and len(items) <= SEND_BURST
+            and sized.total <= BURST_BYTES
+            and self._write_now(items)
+        ):
+            return
         if not self.outbox.offer(items, sized, time.monotonic()):
             self.cut_off()
             return
         if self.outbox.behind:
             self._space.clear()
+        self._parked = False  # woken: what comes next goes behind what is queued
         self._wake.set()
+
+    def _write_now(self, items: list[Outgoing]) -> bool:
+        """Frames for a connection whose sender waits with nothing queued nor unsent go to the
+        transport at once (False: it has no room, they are queued): through the outbox, a
+        frame at a time (an agent streaming at its own pace) cost two more passes of the
+        event loop, waking the sender and letting it go back to waiting (docs/benchmarks.md,
+        T12). Nothing waits to go before them, so their order holds; the sender wakes only to
+        watch what the client has not taken."""
+        transport = self.transport
+        if not transport.writable():
+            return False
+        try:
+            transport.write([item.encoded(self.msgpack) for item in items])
+        except TransportClosed:
+            self._parked = False
+            self._wake.set()  # the sender finds it closed
+            return True
+        buffered = transport.buffered()
+        self.outbox.wrote(time.monotonic(), buffered)
+        if buffered:
+            self._parked = False
+            self._wake.set()
+        return True
 
     @property
     def behind(self) -> bool:
@@ -222,7 +256,8 @@ class Connection:
                     transport.write(outbox.burst(SEND_BURST, BURST_BYTES))
                     outbox.wrote(time.monotonic(), transport.buffered())
                     self._relieve()
-                    await asyncio.sleep(0)  # let other connections and the hub run
+                    if outbox:
+                        await asyncio.sleep(0)  # let other connections and the hub run
                 elif outbox:
                     # The transport's buffer is full: send() waits for the client, and
                     # raises once the connection is lost.
@@ -247,7 +282,11 @@ class Connection:
             buffered = self.transport.buffered()
             if not buffered:
                 self.outbox.observe(time.monotonic(), 0)
-                await self._wake.wait()
+                self._parked = True
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._parked = False
                 return True
             if self._stalled(buffered):
                 return False

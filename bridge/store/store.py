@@ -1,10 +1,15 @@
 """Durability: the session registry, queued messages and every session's event log.
 
-The default store is SQLite in WAL mode, written by one thread with group commit: events are
-appended without waiting, the writer commits whatever has accumulated in one transaction, and
-then hands the committed batch back to the event loop (``on_commit``), which is when the hub
-pushes the events to clients. So an event a client has seen is on disk, and a ``kill -9``
-loses at most events nobody saw. ``MemoryStore`` has the same interface without a disk.
+The default store is SQLite in WAL mode with group commit: events are appended without
+waiting, whatever has accumulated (a pass of the event loop's, at least) is committed in one
+transaction, and only then is the committed batch handed to ``on_commit``, which is when the
+hub pushes the events to clients. So an event a client has seen is on disk, and a ``kill -9``
+loses at most events nobody saw. A small batch of one session's events, 5 ms or more after
+the last commit, is committed on the event loop's thread itself when the writer thread has
+nothing in hand (a commit without fsync, ``synchronous=NORMAL``, is a write into the page
+cache: tens of microseconds, less than handing it to a thread and back); the others, one that
+failed, and the rare operations (retention, resetting the WAL, stopping) go to the writer
+thread, in order. ``MemoryStore`` has the same interface without a disk.
 
 Events are stored in runs: a row of ``event_chunks`` holds up to ``CHUNK_EVENTS`` consecutive
 events of one session, MessagePack-encoded (bridge/store/eventrows.py), so a commit is one statement
@@ -54,10 +59,33 @@ from bridge.wire.protocol import Attachment, ForkRecord, SessionState, WorktreeO
 log = get_logger("bridge.store")
 
 MAX_BATCH = 5000
+#: A batch of at most this many operations and bytes, of one session's events, is committed on
+#: the event loop's thread when the writer thread has nothing in hand and the last commit ended
+#: at least INLINE_GAP_S before: commits that rare (an agent streaming at its own pace) each
+#: cost a hand-over to the writer thread and back, more CPU than the commit itself; under a
+#: steady load the writer thread, on the other core, takes whatever accumulated meanwhile.
+INLINE_OPS = 512
+INLINE_BYTES = 256 * 1024
+INLINE_GAP_S = 0.005
 CHECKPOINT_EVERY_S = 1.0
-#: A WAL this long is checkpointed whole and truncated: under steady writes passive checkpoints
-#: never let SQLite restart it, and it grew without end (docs/benchmarks.md, "Session churn").
+#: How often the checkpoint thread looks at the WAL's length while it is past half its bound
+#: and writes go on (else once a second).
+WAL_CHECK_S = 0.1
+#: A WAL this long is checkpointed whole and started over (written again from its start): under
+#: steady writes passive checkpoints never let SQLite restart it, and it grew without end
+#: (docs/benchmarks.md, "Session churn"). A file grown past twice this is also cut back to it.
 WAL_TRUNCATE_BYTES = 64 * 1024 * 1024
+#: Passive checkpoints (beside the writes) first copy the WAL into the database, back to back,
+#: until one had at most this much to copy; the writer then copies the rest and starts the WAL
+#: over between two batches, which holds events back only that long (docs/benchmarks.md, T13).
+#: After CATCH_UP_PASSES passes, or once the WAL is twice WAL_TRUNCATE_BYTES long, it does so
+#: anyway (a disk slower than the writes: then the writes wait, and the WAL stays bounded).
+WAL_REST_BYTES = 1024 * 1024
+CATCH_UP_PASSES = 8
+#: The longest the checkpoint thread waits for the writer's reset before it goes on.
+RESET_WAIT_S = 5.0
+#: How long the writer thread waits for a lock held by another connection (then retries).
+BUSY_TIMEOUT_MS = 5000
 #: A write that failed is retried after this, doubling up to RETRY_MAX_S.
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 1.0
@@ -378,6 +406,17 @@ class SqliteStore(finds.SqliteReads, Store):
         self._written = threading.Event()
         #: one checkpoint at a time: a truncation that met a running passive one gave up busy
         self._checkpointing = threading.Lock()
+        #: set by the writer after a reset of the WAL it was asked for (the checkpoint thread
+        #: waits for it)
+        self._reset = threading.Event()
+        #: the writer's connection, for commits on the event loop's thread (None once closing)
+        self._inline: sqlite3.Connection | None = None
+        #: lists of operations handed to the writer thread, and those it has finished with
+        #: (both counted on the event loop): equal, the writer thread holds nothing
+        self._handed = 0
+        self._finished = 0
+        #: when the last commit was handed back to the event loop (monotonic)
+        self._last_commit = 0.0
         self._closed = False
         self.health = StoreHealth()
         #: monotonic time after which a failing write is given up (set while stopping)
@@ -389,7 +428,7 @@ class SqliteStore(finds.SqliteReads, Store):
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         return conn
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -410,6 +449,10 @@ class SqliteStore(finds.SqliteReads, Store):
         # connection and thread: done by the writer on commit, they held back every event
         # behind them by 5 to 70 ms (docs/benchmarks.md, T3).
         writer.execute("PRAGMA wal_autocheckpoint=0")
+        # A commit on the event loop's thread never waits for a lock another connection holds:
+        # it fails at once and goes to the writer thread, which waits (BUSY_TIMEOUT_MS).
+        writer.execute("PRAGMA busy_timeout=0")
+        self._inline = writer
         self._reader = self._connect()
         self._thread = threading.Thread(
             target=self._run, args=(writer,), name="bridge-store", daemon=True
@@ -421,18 +464,51 @@ class SqliteStore(finds.SqliteReads, Store):
 
     def _checkpoints(self) -> None:
         conn = self._connect()
+        page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        long = False
         try:
             while True:
-                # At most one checkpoint a second, and none while nothing was written: an
-                # idle daemon's threads do not wake (docs/benchmarks.md, T8).
+                # A passive checkpoint once a second while writes go on, and none while nothing
+                # is written (an idle daemon's threads do not wake: docs/benchmarks.md, T8);
+                # every WAL_CHECK_S while the WAL is past half its bound.
                 self._written.wait()
-                if self._checkpoint_stop.wait(CHECKPOINT_EVERY_S):
+                every = min(WAL_CHECK_S if long else CHECKPOINT_EVERY_S, CHECKPOINT_EVERY_S)
+                if self._checkpoint_stop.wait(every):
                     break
                 self._written.clear()
-                with self._checkpointing, contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                with contextlib.suppress(sqlite3.Error, OSError):
+                    _busy, frames, copied = self._passive(conn)
+                    long = frames * page >= WAL_TRUNCATE_BYTES // 2
+                    if frames * page >= WAL_TRUNCATE_BYTES:
+                        self._catch_up(conn, page, copied)
+                        long = False
         finally:
             conn.close()
+
+    def _passive(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
+        """One passive checkpoint: (busy, frames in the WAL, frames copied into the database).
+        It runs beside the writes and never holds them back."""
+        with self._checkpointing:
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(busy), int(frames), int(copied)
+
+    def _catch_up(self, conn: sqlite3.Connection, page: int, before: int) -> None:
+        """The WAL is long: copy it into the database with passive checkpoints beside the
+        writes until one had little to copy, then ask the writer to copy the rest and start
+        the WAL over between two batches. A truncation that copied most of the WAL itself held
+        every session's events back for 80 to 130 ms (docs/benchmarks.md, T13)."""
+        for _ in range(CATCH_UP_PASSES):
+            busy, frames, copied = self._passive(conn)
+            if copied < before:
+                before = 0  # the WAL was started over meanwhile
+            if not busy and copied >= frames and (frames - before) * page <= WAL_REST_BYTES:
+                break
+            if frames * page >= 2 * WAL_TRUNCATE_BYTES:
+                break
+            before = copied
+        self._reset.clear()
+        self._tell_loop(self._put, _Op("wal_reset", None))
+        self._reset.wait(RESET_WAIT_S)
 
     def load(self) -> tuple[list[SessionRecord], list[MessageRecord], dict[str, int]]:
         assert self._reader is not None
@@ -504,8 +580,29 @@ class SqliteStore(finds.SqliteReads, Store):
 
     def _hand_over(self) -> None:
         ops, self._ops, self._handover = self._ops, [], False
-        if ops:
-            self._queue.put(ops)
+        if not ops:
+            return
+        conn = self._inline
+        if (
+            conn is not None
+            and self._handed == self._finished
+            and time.monotonic() - self._last_commit >= INLINE_GAP_S
+            and _inline_batch(ops)
+        ):
+            # Nothing in the writer thread's hands, so nothing can be committed out of order.
+            try:
+                events, waiters, _ = self._commit(conn, ops)
+            except (sqlite3.Error, OSError):
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                # Nothing of it is committed: the writer thread retries it (and reports it).
+            else:
+                if not self._written.is_set():  # a lock and a notify per commit, else
+                    self._written.set()
+                self._committed(events, waiters, 0)
+                return
+        self._handed += 1
+        self._queue.put(ops)
 
     def append_event(self, event: StoredEvent) -> None:
         self._put(event)  # the commonest operation goes unwrapped
@@ -597,7 +694,9 @@ class SqliteStore(finds.SqliteReads, Store):
             self.closing(CLOSE_GRACE_S)
         self._checkpoint_stop.set()
         self._written.set()
+        self._reset.set()
         await self.flush()
+        self._inline = None  # the writer thread closes the connection after the stop
         self._put(_Op("stop", None))
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
@@ -682,37 +781,39 @@ class SqliteStore(finds.SqliteReads, Store):
     # ---- the writer thread -------------------------------------------------------------------
 
     def _run(self, conn: sqlite3.Connection) -> None:
-        wal = f"{self.path}-wal"
         try:
             while True:
-                batch = self._queue.get()
-                while len(batch) < MAX_BATCH:
+                lists = [self._queue.get()]
+                size = len(lists[0])
+                while size < MAX_BATCH:
                     try:
-                        batch += self._queue.get_nowait()
+                        more = self._queue.get_nowait()
                     except queue.Empty:
                         break
-                if not self._write_until_done(conn, batch):
+                    lists.append(more)
+                    size += len(more)
+                batch = [op for ops in lists for op in ops]
+                if not self._write_until_done(conn, batch, len(lists)):
                     return
-                # Checked here, after each batch: a thread that looks now and then fell far
-                # behind a busy writer. The truncation waits (busy_timeout) only for readers.
-                with contextlib.suppress(OSError, sqlite3.Error):
-                    if os.stat(wal).st_size >= WAL_TRUNCATE_BYTES:
-                        with self._checkpointing:
-                            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             conn.close()
 
     def _write_until_done(
-        self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]
+        self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent], lists: int
     ) -> bool:
         """Commit the batch, retrying with backoff while it fails: nothing of it is handed
         back (so nothing is pushed) until it is committed. Only a daemon that is stopping
-        gives a failing batch up, and then nothing of it is pushed either."""
+        gives a failing batch up, and then nothing of it is pushed either. ``lists``: how
+        many hand-overs the batch joins (the loop counts them back)."""
         delay = RETRY_FIRST_S
         failing = False
+        events: list[StoredEvent] = []
+        waiters: list[asyncio.Future[bool]] = []
+        keep_going = True
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         while True:
             try:
-                keep_going = self._write(conn, batch, recovered=failing)
+                events, waiters, keep_going = self._commit(conn, batch)
             except (sqlite3.Error, OSError) as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
@@ -723,12 +824,67 @@ class SqliteStore(finds.SqliteReads, Store):
                 self._tell_loop(self.health.set_failing, message)
                 give_up = self._give_up_at
                 if give_up is not None and time.monotonic() >= give_up:
-                    return self._give_up(batch, message)
+                    keep_going = self._give_up(batch, message)
+                    break
                 self._wake.wait(delay)
                 self._wake.clear()
                 delay = min(RETRY_MAX_S, delay * 2)
                 continue
-            return keep_going
+            self._written.set()
+            if failing:  # clients hear "ok" before the events
+                self._tell_loop(self.health.set_ok)
+            asked = any(isinstance(op, _Op) and op.kind == "wal_reset" for op in batch)
+            if asked or _size(f"{self.path}-wal") >= 2 * WAL_TRUNCATE_BYTES:
+                self._tell_loop(self._committed, events, waiters, 0)
+                # Past twice its bound (the checkpoint thread fell behind the writes), the
+                # reset waits for its pass and for readers, and the writes wait for it.
+                self._reset_wal(conn, wait=not asked)
+                events, waiters = [], []
+            break
+        # Back to what a commit on the event loop's thread needs, before the loop hears that
+        # this thread is done with the connection.
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA busy_timeout=0")
+        self._tell_loop(self._committed, events, waiters, lists)
+        return keep_going
+
+    def _reset_wal(self, conn: sqlite3.Connection, *, wait: bool) -> None:
+        """Copy into the database what the passive checkpoints left, and start the WAL over
+        from its beginning; unless ``wait``, no wait for readers (one in the way: the WAL
+        stays long, and is reset at the next request).
+
+        Not ``wal_checkpoint(TRUNCATE)``: truncating the file took 13 to 80 ms by itself here,
+        however little was left to copy (freeing the blocks of a file just written, on a
+        file system that discards them), and every commit waited. A WAL started over keeps
+        its length (WAL_TRUNCATE_BYTES and what was written while it was caught up with);
+        only a file that grew past twice that is cut back, paying that once."""
+        start = time.monotonic()
+        busy: bool | None = None
+        cut = _size(f"{self.path}-wal") > 2 * WAL_TRUNCATE_BYTES
+        with self._checkpointing, contextlib.suppress(sqlite3.Error, OSError):
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS if wait else 0}")
+            busy = bool(conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0])
+            if not busy:
+                # SQLite starts the WAL over at the next write (and cuts the file to
+                # journal_size_limit, if one is set): this one, on this thread.
+                if cut:
+                    conn.execute(f"PRAGMA journal_size_limit={WAL_TRUNCATE_BYTES}")
+                try:
+                    conn.execute(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('wal_reset', ?)",
+                        (str(time.time()),),
+                    )
+                finally:
+                    if cut:
+                        conn.execute("PRAGMA journal_size_limit=-1")
+        log.info(
+            "store_wal_reset",
+            ms=round((time.monotonic() - start) * 1000, 1),
+            busy=busy,
+            cut=cut,
+            behind=wait,
+        )
+        self._reset.set()
 
     def _give_up(self, batch: Sequence[_Op | StoredEvent], message: str) -> bool:
         events = sum(isinstance(op, StoredEvent) for op in batch)
@@ -749,11 +905,12 @@ class SqliteStore(finds.SqliteReads, Store):
             if not waiter.done():
                 waiter.set_result(committed)
 
-    def _write(
-        self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent], *, recovered: bool
-    ) -> bool:
-        """One attempt; raises on failure, after which nothing of the batch is committed.
-        ``recovered``: earlier attempts failed; clients hear "ok" before the events."""
+    def _commit(
+        self, conn: sqlite3.Connection, batch: Sequence[_Op | StoredEvent]
+    ) -> tuple[list[StoredEvent], list[asyncio.Future[bool]], bool]:
+        """One attempt, on whichever thread holds the connection; raises on failure, after
+        which nothing of the batch is committed. Returns the events, the barriers waiting for
+        them, and False if the batch stops the writer."""
         events = [op for op in batch if isinstance(op, StoredEvent)]
         waiters: list[asyncio.Future[bool]] = []
         keep_going = True
@@ -785,13 +942,49 @@ class SqliteStore(finds.SqliteReads, Store):
             insert_chunks(conn, rows)
             derived.insert(conn, found)
             conn.execute("COMMIT")
-        self._written.set()
-        if recovered:
-            self._tell_loop(self.health.set_ok)
-        self._tell_loop(self._committed, events, waiters)
-        return keep_going
+        return events, waiters, keep_going
 
-    def _committed(self, events: list[StoredEvent], waiters: list[asyncio.Future[bool]]) -> None:
+    def _committed(
+        self, events: list[StoredEvent], waiters: list[asyncio.Future[bool]], lists: int
+    ) -> None:
+        """On the event loop, in commit order: push, answer the barriers, and count the
+        writer thread's hand-overs it is done with."""
+        self._finished += lists
+        self._last_commit = time.monotonic()
         if events and self.on_commit is not None:
             self.on_commit(events)
         self._resolve(waiters, True)
+
+
+#: Operations a commit on the event loop's thread may carry. Retention may take long, a reset
+#: of the WAL or a stop is the writer thread's, and a message's row holds its body (megabytes,
+#: rewritten by a change of its state): committed on the loop's thread, 40 MiB of queued
+#: messages grew the daemon by 36 MiB (tests/test_durability_memory.py).
+_INLINE_KINDS = frozenset({"session", "flush"})
+
+
+def _inline_batch(ops: list[_Op | StoredEvent]) -> bool:
+    """Small enough, one session's events (one row) and only quick operations, to commit on
+    the event loop's thread. Many sessions' events in one pass is a busy daemon, whose loop
+    is better spared the commit (a row, and a page, per session): the writer thread takes it."""
+    if len(ops) > INLINE_OPS:
+        return False
+    size = 0
+    session: str | None = None
+    for op in ops:
+        if isinstance(op, StoredEvent):
+            if session is None:
+                session = op.session
+            elif op.session != session:
+                return False
+            size += len(op.block_json)
+        elif op.kind not in _INLINE_KINDS:
+            return False
+    return size <= INLINE_BYTES
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

@@ -1,0 +1,83 @@
+"""Where the SQLite store commits: small batches on the event loop's thread while the writer
+thread holds nothing, the rest on the writer thread; either way in order, and on disk before
+anyone hears of them."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from bridge.store import store as store_module
+from bridge.store.store import SqliteStore, StoredEvent
+
+
+def _event(session: str, seq: int) -> StoredEvent:
+    return StoredEvent(session, seq, "t", b'{"type":"text","text":"x"}')
+
+
+async def test_commits_keep_their_order_whichever_thread_makes_them(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Batches small enough for the event loop's thread and batches too large for it, one
+    right after the other: each session's events reach ``on_commit`` in seq order, once."""
+    monkeypatch.setattr(store_module, "INLINE_GAP_S", 0.0)  # inline whenever allowed
+    store = SqliteStore(tmp_path / "bridge.sqlite3")
+    store.open(asyncio.get_running_loop())
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    store.on_commit = lambda batch: [seen[ev.session].append(ev.seq) for ev in batch]
+    sent = {"a": 0, "b": 0}
+    rng = random.Random(7)
+    try:
+        for _ in range(300):
+            session = rng.choice("ab")
+            # 1 event: the loop's thread may commit it; 600: the writer thread must.
+            for _ in range(rng.choice((1, 1, 2, store_module.INLINE_OPS + 88))):
+                sent[session] += 1
+                store.append_event(_event(session, sent[session]))
+            if rng.random() < 0.5:
+                await asyncio.sleep(0)
+        await store.barrier()
+        for session, count in sent.items():
+            assert seen[session] == list(range(1, count + 1)), f"session {session} out of order"
+            stored = await store.read_events(session, 0, count + 10)
+            assert [ev.seq for ev in stored] == list(range(1, count + 1))
+    finally:
+        await store.close()
+
+
+async def test_a_database_locked_elsewhere_does_not_hold_the_event_loop(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A commit on the event loop's thread does not wait for a lock another process holds (its
+    busy timeout would stop the loop for seconds): it goes to the writer thread, which waits
+    and retries, and nothing is handed on before it is committed."""
+    monkeypatch.setattr(store_module, "INLINE_GAP_S", 0.0)  # inline whenever allowed
+    db = tmp_path / "bridge.sqlite3"
+    store = SqliteStore(db)
+    loop = asyncio.get_running_loop()
+    store.open(loop)
+    committed: list[int] = []
+    store.on_commit = lambda batch: committed.extend(ev.seq for ev in batch)
+    holder = sqlite3.connect(db, isolation_level=None, timeout=0.1)
+    try:
+        store.append_event(_event("s", 1))
+        await store.barrier()
+        holder.execute("BEGIN IMMEDIATE")
+        store.append_event(_event("s", 2))
+        started = time.monotonic()
+        for _ in range(3):  # the hand-over runs in one of these passes
+            await asyncio.sleep(0)
+        held = time.monotonic() - started
+        assert held < store_module.BUSY_TIMEOUT_MS / 1000 / 2, f"the loop waited {held:.1f} s"
+        assert committed == [1], "an event was handed on before it was committed"
+        holder.execute("ROLLBACK")
+        await asyncio.wait_for(store.barrier(), 30)
+        assert committed == [1, 2]
+        assert [ev.seq for ev in await store.read_events("s", 0, 10)] == [1, 2]
+    finally:
+        holder.close()
+        await store.close()
