@@ -479,7 +479,7 @@ def test_markdown_and_diff_modules(page: Page, daemon: DaemonProcess) -> None:
     page.goto(base(daemon))
     page.wait("#login-form")
     rendered = page.eval(
-        "(async () => { const { renderMarkdown } = await import('/js/markdown.js');"
+        "(async () => { const { renderMarkdown } = await import('/js/ui/markdown.js');"
         f" return {json.dumps([src for src, _ in MARKDOWN_CASES])}.map((src) => {{"
         " const div = document.createElement('div'); div.append(renderMarkdown(src));"
         " return div.innerHTML; }); })()"
@@ -487,7 +487,7 @@ def test_markdown_and_diff_modules(page: Page, daemon: DaemonProcess) -> None:
     for (src, want), got in zip(MARKDOWN_CASES, rendered, strict=True):
         assert got == want, src
     diff: Any = page.eval(
-        "(async () => { const d = await import('/js/diff.js');"
+        "(async () => { const d = await import('/js/ui/diff.js');"
         " const kinds = (hs) => hs.flatMap((h) => h.lines.map((l) => l.kind + ':' + l.text));"
         " return { texts: kinds(d.diffTexts('a\\nb\\nc\\n', 'a\\nB\\nc\\nd\\n')),"
         " header: d.diffTexts('a\\nb\\nc\\n', 'a\\nB\\nc\\nd\\n')[0].header,"
@@ -548,7 +548,7 @@ def test_transcript_module_folds_blocks_no_demo_emits(page: Page, daemon: Daemon
     page.goto(base(daemon))
     page.wait("#login-form")
     result: Any = page.eval(
-        "(async () => { const { Transcript } = await import('/js/transcript.js');"
+        "(async () => { const { Transcript } = await import('/js/ui/transcript.js');"
         " const box = document.createElement('div'); document.body.append(box);"
         " const t = new Transcript(box, { onPermission: async () => {} });"
         f" {json.dumps(frames)}.forEach((block, i) =>"
@@ -676,7 +676,7 @@ def test_a_failure_shows_its_hint_and_a_retry_button_only_when_not_retried(
     page.goto(base(daemon))
     page.wait("#login-form")
     script = (
-        "(async (frames) => { const { Transcript } = await import('/js/transcript.js');"
+        "(async (frames) => { const { Transcript } = await import('/js/ui/transcript.js');"
         " const box = document.createElement('div'); document.body.append(box);"
         " const sent = [];"
         " const t = new Transcript(box, { onPermission: async () => {},"

@@ -10,7 +10,7 @@
 // actions; choosing one answers the request: over the WebSocket with the token the page stored
 // for this purpose (IndexedDB, only when "remember on this device" was chosen), or, from a
 // workstation reached through the relay (`ws`), through the relay with this browser's keys for
-// it (`self.answerThroughRelay`, js/relay-answer.js). Without either, or when that fails, or on a
+// it (`self.answerThroughRelay`, js/net/relay-answer.js). Without either, or when that fails, or on a
 // plain tap, the session opens with the prompt in view (already answering it after a choice).
 
 const DB = 'agent-bridge';

@@ -445,13 +445,13 @@ export class Transcript {
         el.classList.add('is-failed');
         clear(note).append(...codeSpans(`not sent: ${message}`));
       },
-      /** In the outbox until `name` is reachable (js/outbox.js); `cancel` takes it out. */
+      /** In the outbox until `name` is reachable (js/net/outbox.js); `cancel` takes it out. */
       waiting: (name, cancel) => {
         el.classList.add('is-waiting');
         clear(note).append(`waiting for ${name} · `,
           h('button', { type: 'button', class: 'link-btn small outbox-cancel', onclick: cancel }, 'Cancel'));
       },
-      /** On the relay's work queue (js/outbox.js): `name` takes it when it is back. */
+      /** On the relay's work queue (js/net/outbox.js): `name` takes it when it is back. */
       relayed: (name) => {
         el.classList.add('is-waiting', 'is-relayed');
         note.textContent = `waiting on the relay for ${name}`;
