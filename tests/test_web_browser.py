@@ -25,6 +25,7 @@ from tests.web.pages import (
     base,
     login,
     new_session,
+    open_view,
     page_errors,
     send,
     shot,
@@ -75,6 +76,7 @@ def test_sign_in_keeps_the_token_and_takes_it_out_of_the_url(
     try:
         login(other, daemon)
         assert other.url() == base(daemon)  # the fragment with the token is gone
+        open_view(other, "settings")  # "This device" is in Settings
         other.click("#logout")
         other.wait("#login-form")
         assert other.eval("localStorage.getItem('agent-bridge.token')") is None

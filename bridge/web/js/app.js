@@ -22,6 +22,7 @@ import { CWD_KEY, SessionsView } from './views/sessions.js';
 import { SessionView } from './views/session.js';
 import { SettingsView } from './views/settings.js';
 import { LoginView, forgetToken, saveToken, takeToken } from './views/login.js';
+import { Navigation } from './nav.js';
 
 const NO_SESSIONS = new Map();
 const DIFF_KEY = 'agent-bridge.diff';
@@ -43,6 +44,7 @@ class App {
     this.list = new SessionsView(this);
     this.settings = new SettingsView(this);
     this.login = new LoginView(this);
+    this.nav = new Navigation(this);
   }
 
   get client() {
@@ -74,7 +76,7 @@ class App {
     this.list.init();
     this.settings.init();
     $('#logout').addEventListener('click', () => this.signOut());
-    $('#back').addEventListener('click', () => this.show(null));
+    this.nav.init();
     $('#conn').addEventListener('click', () => this.client?.nudge());
     window.addEventListener('hashchange', () => {
       // A pairing link opened in a tab that already shows the client.
@@ -86,7 +88,6 @@ class App {
     document.addEventListener('visibilitychange', () => {
       if (document.visibilityState === 'visible') this.client?.nudge();
     });
-    phoneQuery.addEventListener('change', () => this.layout());
     this.attention.init();
     // what an earlier page left waiting: shown in its session, sent where a workstation is up
     this.outbox.load().then(() => {
@@ -471,14 +472,17 @@ class App {
     this.show(sessionId, ws);
   }
 
-  /** Show a session (or none) of workstation `ws`: `#session=ID`, plus `&ws=ID` if not local. */
-  show(sessionId, ws = this.active) {
+  /** Show a session (or none) of workstation `ws`: `#session=ID`, plus `&ws=ID` if not local.
+   *  Opening a session is a new history entry (the browser's back returns to the list). */
+  show(sessionId, ws = this.active, push = Boolean(sessionId)) {
     const params = readFragment();
-    if (sessionId) params.set('session', sessionId);
-    else params.delete('session');
+    if (sessionId) {
+      params.set('session', sessionId);
+      params.delete('view');
+    } else params.delete('session');
     if (ws && ws.id !== LOCAL) params.set('ws', ws.id);
     else params.delete('ws');
-    writeFragment(params);
+    writeFragment(params, push);
     this.route();
   }
 
@@ -493,6 +497,8 @@ class App {
       writeFragment(params);
     }
     if (wanted && wanted !== this.active && (params.has('session') || params.has('ws'))) this.setActive(wanted);
+    // back or forward to another view: its heading takes the focus, as a choice in the nav does
+    if (this.layout() && !params.has('session')) this.nav.focusHeading();
     if (!this.client) return;
     const id = params.get('session');
     if (this.current && this.current.id !== id) {
@@ -528,6 +534,7 @@ class App {
       view.transcript.stick = true;
       view.transcript.flush();
       if (!phoneQuery.matches) view.textarea.focus();
+      else view.titleEl.focus({ preventScroll: true }); // a screen reader starts at its title
     }
     $('#pane-empty').hidden = Boolean(this.current);
     this.renderSessions();
@@ -551,10 +558,9 @@ class App {
     }
   }
 
+  /** The view the fragment names shown; true when that is another view than before. */
   layout() {
-    const inSession = Boolean(readFragment().get('session'));
-    document.body.dataset.view = inSession ? 'session' : 'list';
-    $('#back').hidden = !(inSession && phoneQuery.matches);
+    return this.nav.layout();
   }
 
   diffMode() {

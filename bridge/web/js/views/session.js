@@ -55,7 +55,7 @@ export class SessionView {
   }
 
   build() {
-    this.titleEl = h('div', { class: 'title' });
+    this.titleEl = h('h2', { class: 'title', tabindex: '-1' });
     this.metaEl = h('div', { class: 'meta muted small' });
     this.stateEl = h('span', { class: 'badge state' });
     this.usageEl = h('span', { class: 'usage muted small', title: 'Usage and cost of this session' });
@@ -95,7 +95,7 @@ export class SessionView {
     this.form = h('form', { class: 'composer', onsubmit: (ev) => { ev.preventDefault(); this.send(); } },
       this.reachEl, this.hintsEl, this.filesEl,
       h('div', { class: 'composer-row' }, this.attachBtn, this.fileInput, this.textarea, this.sendBtn));
-    this.el = h('section', { class: 'session', dataset: { session: this.id } },
+    this.el = h('section', { class: 'session', 'aria-label': 'Session', dataset: { session: this.id } },
       h('div', { class: 'session-head' },
         h('div', { class: 'head-main' }, this.titleEl, this.metaEl),
         h('div', { class: 'head-side' }, this.stateEl, this.usageEl),

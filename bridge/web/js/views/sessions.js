@@ -164,6 +164,7 @@ export class SessionsView {
     const externalGroups = [];
     let ownCount = 0;
     let externalCount = 0;
+    const needs = [];
     for (const ws of app.stations.values()) {
       // the sessions that need a person first, then the most recently changed
       const all = [...ws.sessions.values()].sort((a, b) => (!!b.needs - !!a.needs)
@@ -172,14 +173,14 @@ export class SessionsView {
       const external = all.filter(isFoundOnDisk);
       ownCount += own.length;
       externalCount += external.length;
-      const item = (s) => h('li', { dataset: { session: s.session } }, h('button', {
+      const item = (s, where = '') => h('li', { dataset: { session: s.session } }, h('button', {
         type: 'button',
         class: `session-item${app.current?.id === s.session && app.current?.ws === ws ? ' active' : ''}`,
         onclick: () => (isFoundOnDisk(s) ? this.attach(s, ws) : app.open(s.session, ws)),
       },
       h('span', { class: 'item-title' }, s.title || (s.external ? 'Terminal session' : 'New session')),
       h('span', { class: 'item-meta muted small' },
-        [ws.agents.get(s.agent)?.display_name || s.agent, s.cwd.split('/').filter(Boolean).pop() || s.cwd,
+        [where, ws.agents.get(s.agent)?.display_name || s.agent, s.cwd.split('/').filter(Boolean).pop() || s.cwd,
           relativeTime(s.updated_at)].filter(Boolean).join(' · ')),
       isFoundOnDisk(s)
         ? h('span', { class: 'badge state', dataset: { state: s.state } }, s.state === 'parked' ? 'open in a terminal' : 'attach')
@@ -196,9 +197,13 @@ export class SessionsView {
       const note = () => (fix ? h('p', { class: 'ws-note small' }, ...codeSpans(fix)) : null);
       const group = (items) => h('li', { class: 'ws-group', dataset: { ws: ws.id, state: ws.state } },
         head(), note(), h('ul', { class: 'session-list' }, items));
-      groups.push(group(own.map(item)));
-      if (external.length) externalGroups.push(group(external.map(item)));
+      groups.push(group(own.map((s) => item(s))));
+      // every workstation's sessions that wait on the person, together at the top
+      needs.push(...own.filter((s) => s.needs).map((s) => item(s, app.stations.size > 1 ? ws.name : '')));
+      if (external.length) externalGroups.push(group(external.map((s) => item(s))));
     }
+    clear($('#needs')).append(...needs);
+    $('#needs-box').hidden = !needs.length;
     clear($('#sessions')).append(...groups);
     clear($('#external')).append(...externalGroups);
     // "No sessions yet" only where a workstation said so: not for one that cannot be asked
@@ -215,7 +220,12 @@ export class SessionsView {
   updateListItem(session, ws = this.app.active) {
     const known = ws?.sessions.get(session.session);
     if (!known) return;
+    const needed = Boolean(known.needs);
     Object.assign(known, session);
+    if (Boolean(known.needs) !== needed) {
+      this.render(); // into or out of "Needs you"
+      return;
+    }
     const group = `#sessions li.ws-group[data-ws="${CSS.escape(ws.id)}"]`;
     const li = $(`${group} li[data-session="${CSS.escape(session.session)}"]`);
     const old = li?.querySelector('.badge.state');

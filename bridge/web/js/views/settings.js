@@ -3,7 +3,7 @@
 
 import { $, clear, codeSpans, h } from '../ui/dom.js';
 import { toast } from '../ui/toast.js';
-import { LOCAL } from '../net/workstations.js';
+import { LOCAL, deviceName } from '../net/workstations.js';
 
 /** How long "Paired with …" stays under the pairing form. */
 const PAIRED_NOTE_MS = 6000;
@@ -41,9 +41,21 @@ export class SettingsView {
     if (error && !shown.some((el) => el.getClientRects().length)) toast(text);
   }
 
+  /** This device: the name workstations know it by, and what the browser keeps. */
+  renderDevice() {
+    const app = this.app;
+    $('#device-name').textContent = deviceName(navigator.userAgent, navigator.platform);
+    const relayed = [...app.stations.values()].filter((ws) => ws.id !== LOCAL).length;
+    const token = localStorage.getItem('agent-bridge.token') ? 'kept on this device'
+      : sessionStorage.getItem('agent-bridge.token') ? 'kept for this tab only' : 'not kept here';
+    $('#device-kept').textContent = `This computer's daemon token: ${token}. Other workstations `
+      + `paired in this browser: ${relayed} (their keys stay in this browser's storage).`;
+  }
+
   /** The workstations section. */
   renderStations() {
     const app = this.app;
+    this.renderDevice();
     const list = clear($('#stations'));
     for (const ws of app.stations.values()) {
       list.append(h('li', { class: 'station', dataset: { ws: ws.id, state: ws.state } },
