@@ -153,7 +153,7 @@ class WorkspaceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     worktrees: str = ""
     #: a command run in each new worktree before its session starts (argv, no shell), e.g.
     #: ``["npm", "ci"]``; a repository's own executable ``.agent-bridge/worktree-setup`` runs
-    #: when this is empty
+    #: when this is empty, and only when trusted (bridge/workspace/setuptrust.py)
     setup: list[str] = msgspec.field(default_factory=list)
     #: seconds the setup may take
     setup_timeout_s: float = 300.0

@@ -241,6 +241,8 @@ class Daemon:
         self.server.healthz_fields["relay_dropped"] = lambda: dict(link.dropped)
         queue = link.queue
         self.server.healthz_fields["relay_queue"] = lambda: queue.status if queue else "off"
+        if queue is not None:  # messages that failed every attempt (docs/operations.md)
+            self.server.healthz_fields["relay_queue_set_aside"] = queue.set_aside_report
 
     async def _take_queued(self, message: Queued) -> None:
         """A message a phone left on the relay's work queue (bridge/relay/workqueue.py): sent

@@ -181,8 +181,9 @@ MEANING: dict[str, str] = {
     "workspace.worktrees": 'Where `session.create`\'s worktrees go: `""` = beside each '
     "repository (`<repo>.worktrees/<branch>`), else `<this>/<repo name>/<branch>`.",
     "workspace.setup": "Command run in each new worktree before its session starts (a list, no "
-    'shell), e.g. `["npm", "ci"]`; empty: the repository\'s own executable '
-    "`.agent-bridge/worktree-setup`, if any.",
+    'shell), e.g. `["npm", "ci"]`; it always runs. Empty: the repository\'s own executable '
+    "`.agent-bridge/worktree-setup`, if any, only when it is the one on the default branch or "
+    "was allowed by its SHA-256 (`agent-bridge git allow-setup`).",
     "workspace.setup_timeout_s": "Seconds the worktree setup may take (its process group is "
     "killed after).",
     "hub.park_poll": "Seconds between ownership checks of a parked session (is the terminal "
@@ -225,11 +226,14 @@ MEANING: dict[str, str] = {
     'JetStream work queue sealed to its key, and take it when back (docs/protocol.md, "The '
     "relay's work queue\"); needs JetStream on the relay (`relay serve` has it).",
     "relay.queue_max_age_s": "The relay drops a queued message older than this (the phone "
-    "still holds it and sends it itself).",
+    "still holds it and sends it itself). On a hosted NATS; `relay serve` makes the stream "
+    "with its own bounds (7 days).",
     "relay.queue_max_bytes": "Bytes the workstation's queue may hold; a message beyond it is "
-    "refused to the phone that sends it (which keeps it).",
+    "refused to the phone that sends it (which keeps it). On a hosted NATS; on `relay serve` "
+    "the workstation's share there (64 MiB).",
     "relay.queue_max_per_client": "Messages one phone may have waiting in the queue; one more "
-    "is refused to it (it keeps it).",
+    "is refused to it (it keeps it). On a hosted NATS; on `relay serve` 16 messages of at most "
+    "512 KiB (8 MiB).",
 }
 
 

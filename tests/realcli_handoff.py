@@ -101,10 +101,10 @@ async def first_terminal_turn(
     app: App = world["app"]
     term: Tmux = world["term"]
     term.start(argv, env=world["env"], cwd=world["work"])
-    term.wait_for(ready, 60)
+    await term.shows(ready, 60)
     await asyncio.sleep(settle)
     term.type("first terminal prompt")
-    term.wait_for("Terminal answer one.", 90)
+    await term.shows("Terminal answer one.", 90)
     external = await app.listed(world["agent"], str(world["work"]))
     assert (external["state"], external["writer"]) == ("parked", "terminal")
     return external
@@ -128,7 +128,7 @@ async def resume_in_terminal(world: dict[str, Any], session: str, argv: list[str
     await app.state(session, "parked", "none")  # handed off; no terminal has it yet
     world["term"].respawn(command["argv"], env=world["env"], cwd=command["cwd"])
     await app.state(session, "parked", "terminal")
-    world["term"].wait_for("Bridge answer three.", 60)  # the resumed history is on screen
+    await world["term"].shows("Bridge answer three.", 60)  # the resumed history is on screen
 
 
 async def quit_tui(term: Tmux, pause: float = 0.5) -> None:
@@ -137,7 +137,7 @@ async def quit_tui(term: Tmux, pause: float = 0.5) -> None:
     await asyncio.sleep(pause)
     if not term.dead():
         term.keys("C-c")
-    term.wait_exit(30)
+    await term.exits(30)
 
 
 async def queued_then_handed_off(

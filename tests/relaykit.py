@@ -23,7 +23,7 @@ from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.config import RelayConfig
-from bridge.relay import account, natsserver, pieces, queued, sealing
+from bridge.relay import account, natsserver, permissions, pieces, queued, sealing
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.link import RelayLink
 from bridge.relay.natsserver import RelayDir, RelayState
@@ -53,21 +53,47 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
+def hosted_conf(state: RelayState) -> dict[str, Any]:
+    """The configuration a hosted NATS's operator makes (docs/remote-access.md, "A hosted
+    NATS"): an account per workstation, with JetStream in it when the relay keeps queues, its
+    daemon user (its own subjects, its stream and consumer) and one client login that may do all
+    a client does; no admin service gives clients their own users. The monitor user (every
+    subject) is in the first workstation's account."""
+    conf = natsserver.render(state)
+    accounts: dict[str, Any] = {}
+    for n, w in enumerate(state.workstations.values()):
+        p = f"agent-bridge.{w.host_id}"
+        stream = queued.queue_stream(w.host_id)
+        daemon = permissions.permissions(w.host_id, "daemon")
+        daemon["publish"]["allow"] += [
+            f"$JS.API.STREAM.{verb}.{stream}" for verb in ("CREATE", "UPDATE")
+        ]
+        client = {
+            "publish": {
+                "allow": [f"{p}.{s}" for s in ("status", "pair", "open", "vc.*.up", "q.*")]
+            },
+            "subscribe": {"allow": [f"{p}._INBOX.>", f"{p}.vc.*.down"]},
+        }
+        users: list[dict[str, Any]] = [
+            {"user": w.daemon_user, "password": w.daemon_password, "permissions": daemon},
+            {"user": w.client_user, "password": w.client_password, "permissions": client},
+        ]
+        if n == 0 and state.monitor:
+            users.append({"user": state.monitor[0], "password": state.monitor[1]})
+        account: dict[str, Any] = {"users": users}
+        if "jetstream" in conf:
+            account["jetstream"] = "enabled"
+        accounts[w.host_id] = account
+    conf["accounts"] = accounts
+    del conf["system_account"], conf["authorization"]
+    return conf
+
+
 def hosted_login(rdir: RelayDir) -> None:
-    """The configuration as a hosted NATS's operator would make it, with no admin service to
-    give clients their own users: each workstation's one client login may do all a client does
-    (docs/remote-access.md, "Hosted NATS")."""
-    conf = json.loads(rdir.conf_file.read_text())
-    for user in conf["authorization"]["users"]:
-        if user["user"].endswith("-client"):
-            p = "agent-bridge." + user["user"].removesuffix("-client")
-            user["permissions"] = {
-                "publish": {
-                    "allow": [f"{p}.{s}" for s in ("status", "pair", "open", "vc.*.up", "q.*")]
-                },
-                "subscribe": {"allow": [f"{p}._INBOX.>", f"{p}.vc.*.down"]},
-            }
-    rdir.conf_file.write_text(json.dumps(conf))
+    """nats.conf made again from relay.json as ``hosted_conf`` says."""
+    state = rdir.load()
+    assert state is not None
+    rdir.conf_file.write_text(json.dumps(hosted_conf(state)))
 
 
 class Relay:
@@ -220,6 +246,14 @@ class RelayClient:
             self.login = inner["login"]
         return reply
 
+    def queue_subject(self) -> str:
+        """Its queue subject: with its own user on `relay serve`, the one with its token."""
+        assert self.client_id is not None
+        if self.scoped and self.login is not None:
+            token = permissions.queue_token(self.login["pass"])
+            return permissions.queue_subject(self.host_id, self.client_id, token)
+        return queued.subject(self.host_id, self.client_id)
+
     def sealed(self, send: dict[str, Any], ts: float | None = None) -> bytes:
         """A ``session.send`` sealed for the daemon's work queue on the relay."""
         assert self.client_id is not None
@@ -228,9 +262,7 @@ class RelayClient:
     async def queue(self, send: dict[str, Any], ts: float | None = None) -> dict[str, Any]:
         """Leave ``send`` on the relay's work queue: JetStream's answer ({"stream", "seq"}, or
         {"error": ...} when the queue refuses it)."""
-        assert self.client_id is not None
-        subject = queued.subject(self.host_id, self.client_id)
-        msg = await self.nc.request(subject, self.sealed(send, ts), timeout=5)
+        msg = await self.nc.request(self.queue_subject(), self.sealed(send, ts), timeout=5)
         return json.loads(msg.data)  # type: ignore[no-any-return]
 
     async def open_raw(

@@ -106,7 +106,7 @@ async def test_watch_on_a_terminal_counts_as_looking(
         seen = b""
         while b"events" not in seen:
             seen += await asyncio.to_thread(os.read, primary, 4096)
-        await asyncio.sleep(0.5)
+        # the header is printed once the daemon answered the watcher's presence
         for s in (watched, other):
             await c.request("session.subscribe", session=s["session"])
             await c.request("session.send", session=s["session"], text="echo hi")

@@ -74,3 +74,38 @@ async def test_lone_surrogates_are_replaced_and_take_no_seq_gap(
     assert [f["seq"] for f in history] == list(range(1, last + 1)), "a gap in the numbering"
     tail = {f["seq"]: f for f in frames}
     assert all(tail[f["seq"]] == f for f in history if f["seq"] in tail)
+
+
+async def test_a_sent_text_with_a_lone_surrogate_is_stored_and_its_sender_always_answered(
+    tmp_path: Path,
+) -> None:
+    """No client can send a lone surrogate (its JSON is refused: bad_request), but the hub does
+    not rely on it: ``hub.send`` stores such a text with U+FFFD in place, and a message the
+    store cannot save (a client_msg_id UTF-8 cannot carry) is answered ``internal`` rather
+    than leaving its sender waiting for ever (the relay's work queue waits for that answer)."""
+    import asyncio
+
+    import pytest
+
+    from bridge.hub import HubError
+    from bridge.store.store import SqliteStore
+    from tests.hubkit import make_hub, subscribed_session, until
+
+    store = SqliteStore(tmp_path / "state" / "bridge.sqlite3")
+    hub, _ = await make_hub(store)  # type: ignore[arg-type]
+    try:
+        session, sub = await subscribed_session(hub, tmp_path, "demo")
+
+        async def turn(text: str, msg_id: str, ends: int) -> None:
+            await asyncio.wait_for(hub.send(session, text, [], msg_id), 10)
+            await until(lambda: len(sub.blocks("session_end")) >= ends, what="the turn's end")
+
+        await turn("echo cut \ud83d here", "m-1", 1)
+        assert [b["text"] for b in sub.blocks("user")] == ["echo cut \ufffd here"]
+        with pytest.raises(HubError) as refused:
+            await asyncio.wait_for(hub.send(session, "echo x", [], "m-\udc80"), 10)
+        assert refused.value.code == "internal"
+        await turn("echo after", "m-2", 2)  # the session goes on
+    finally:
+        await hub.shutdown()
+        await store.close()

@@ -185,12 +185,16 @@ async def test_reconnect_replays_exactly_the_missed_events(
 
 async def test_queued_messages_run_in_order(daemon: DaemonProcess, project: Path) -> None:
     c, session = await subscribed_demo(daemon, project)
-    first = await c.request("session.send", session=session, text="echo one")
+    # the first turn waits at its permission request until the test answers it: it is still
+    # running when the second message arrives, however slow the machine
+    first = await c.request("session.send", session=session, text="one")
+    frames = await c.events_until(lambda b: b["type"] == "permission_request", session=session)
     second = await c.request("session.send", session=session, text="echo two")
     assert first == {"queued": False} and second == {"queued": True}
-    frames = await c.turn(session)
+    await answer_permission(c, session, frames)
     frames += await c.turn(session)
-    assert [b["text"] for b in blocks(frames, "user")] == ["echo one", "echo two"]
+    frames += await c.turn(session)
+    assert [b["text"] for b in blocks(frames, "user")] == ["one", "echo two"]
     assert text_of(frames).index("one") < text_of(frames).index("two")
     await c.close()
 

@@ -54,7 +54,7 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
 
     # 4. The terminal exits: the bridge resumes the same conversation, answers the message.
     term.type("/exit")
-    term.wait_exit(30)
+    await term.exits(30)
     end = await story.bridge_answers_queued(app, srv, session, timeout=90)
     assert end["agent_session_id"] == sid  # resumed, not a new conversation
     (request,) = story.requests_for(srv, "queued from the app")
@@ -78,7 +78,7 @@ async def test_claude_terminal_and_app_take_turns_on_one_conversation(
     await app.until(session, lambda b: b["type"] == "user" and b["text"] == "after clear")
     await app.until(session, lambda b: b["type"] == "session_end")
     term.type("/exit")
-    term.wait_exit(30)
+    await term.exits(30)
     await app.state(session, "idle", "bridge")
     listed = (await app.request("sessions.list", include_external=False))["sessions"]
     assert next(s for s in listed if s["session"] == session)["agent_session_id"] == new_sid

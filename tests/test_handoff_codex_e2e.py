@@ -62,10 +62,10 @@ async def test_codex_terminal_and_app_take_turns_on_one_conversation(
     # 5. Continue in a terminal with the command the bridge gives; the app mirrors it.
     argv = ["codex", "--no-daemon", "resume", sid]
     await realcli_handoff.resume_in_terminal(world, session, argv)
-    term.wait_for("Ask Codex", 60)
+    await term.shows("Ask Codex", 60)
     await asyncio.sleep(1)  # keys typed while the TUI still loads are lost
     term.type("after the handoff")
-    term.wait_for("Terminal answer four.", 60)
+    await term.shows("Terminal answer four.", 60)
     await story.terminal_turn_after_handoff(app, srv, session)
     await realcli_handoff.quit_tui(term)
     await app.state(session, "idle", "bridge")

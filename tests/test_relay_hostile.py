@@ -223,6 +223,55 @@ async def test_refused_requests_are_logged_throttled(relay: Relay, daemon: Daemo
 
 
 @pytest.mark.slow
+async def test_malformed_requests_are_refused_and_logged_throttled(
+    relay: Relay, daemon: DaemonProcess
+) -> None:
+    """A revoked phone's pairing-link login sends 1,000 ``P.pair`` requests of JSON nested
+    3,000 deep (and a few other malformed shapes on each request subject): each is refused
+    with bad_request, no traceback is written, and the log stays a few lines long."""
+    out = run_bridge("pair", "--relay", "--json", env=daemon.env, check=True)
+    pk = sealing.unb64(decode_link(json.loads(out.stdout)["link"])["pk"])
+    stranger = RelayClient(await relay.connect("ws-a"), "ws-a", pk)
+    deep = b"[" * 3000 + b"]" * 3000
+    for _ in range(1000):
+        reply = await stranger.nc.request("agent-bridge.ws-a.pair", deep, timeout=5)
+        assert json.loads(reply.data) == {"ok": False, "error": "bad_request"}
+    zero_key = {"v": 1, "pk": sealing.b64(bytes(32)), "n": sealing.b64(bytes(24)), "box": "AAAA"}
+    shapes = [deep, b'{"v":1,"pk":"\\ud800"}', b"\xff\xfe", b"[1]", b'"v"', b"1e999", b"{}" * 3]
+    shapes.append(json.dumps(zero_key).encode())  # a key of low order: no shared secret
+    for what in ("pair", "open"):
+        for data in shapes:
+            reply = await stranger.nc.request(f"agent-bridge.ws-a.{what}", data, timeout=5)
+            assert json.loads(reply.data) == {"ok": False, "error": "bad_request"}, (what, data)
+    text = daemon.log_text()
+    assert "Traceback" not in text and "relay_request_failed" not in text
+    lines = [line for line in text.splitlines() if "relay_" in line and "refused" in line]
+    assert 1 <= len(lines) <= 4, lines[:10]  # one a kind: pair, open
+    assert len(text) < 100_000, len(text)
+    await stranger.nc.close()
+
+
+@pytest.mark.slow
+async def test_requests_the_daemon_fails_to_handle_are_logged_throttled_without_a_traceback(
+    relay: Relay, daemon: DaemonProcess
+) -> None:
+    """Its pairing file made readable by others, the daemon refuses to read it: each pairing
+    request is answered ``internal``; 300 of them write one line, not 300 tracebacks."""
+    out = run_bridge("pair", "--relay", "--json", env=daemon.env, check=True)
+    pk = sealing.unb64(decode_link(json.loads(out.stdout)["link"])["pk"])
+    (daemon.state_dir / "relay" / "pairing.json").chmod(0o644)
+    stranger = RelayClient(await relay.connect("ws-a"), "ws-a", pk)
+    for _ in range(300):
+        reply = await stranger.pair(sealing.b64(os.urandom(32)))
+        assert reply == {"ok": False, "error": "internal"}
+    [line] = daemon.log_events("relay_request_failed")
+    assert line["request"] == "pair" and "PrivateFileError" in line["error"], line
+    assert "Traceback" not in daemon.log_text()
+    assert await stranger.status() == {"v": 1}  # the link goes on
+    await stranger.nc.close()
+
+
+@pytest.mark.slow
 async def test_a_hung_relay_is_noticed_within_seconds(relay: Relay, daemon: DaemonProcess) -> None:
     assert relay.proc is not None
     os.kill(relay.proc.pid, signal.SIGSTOP)

@@ -251,7 +251,8 @@ def test_the_relay_serves_jetstream_with_bounds_in_its_directory(tmp_path: Path)
     conf = json.loads(r.rdir.conf_file.read_text())
     assert conf["jetstream"]["store_dir"] == str(tmp_path / "relay" / "jetstream")
     assert conf["jetstream"]["max_file_store"] == 1024**3
-    users = {u["user"]: u for u in conf["authorization"]["users"]}
+    # a hosted NATS's daemon user makes its own stream, in its own account
+    users = {u["user"]: u for u in conf["accounts"]["ws-a"]["users"]}
     daemon_allows = users["ws-a-daemon"]["permissions"]["publish"]["allow"]
     assert f"$JS.API.STREAM.CREATE.{STREAM}" in daemon_allows
     assert not any("ws-b" in a for a in daemon_allows if a.startswith("$JS"))
@@ -387,6 +388,138 @@ async def test_an_unreadable_clients_file_holds_the_queue_without_losing_a_messa
                 break
             await asyncio.sleep(0.1)
         assert stored == ["echo held"]
+        await client.nc.close()
+    finally:
+        await link.close()
+
+
+#: JSON nested deeper than any parser here recurses, needing no key to make
+DEEP = b"[" * 3000 + b"]" * 3000
+
+
+async def test_deep_json_on_a_phones_subject_is_dropped_and_the_queue_goes_on(
+    relay: Relay, daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """Anyone with the relay's client login may publish on a phone's queue subject: JSON nested
+    3,000 deep is dropped (counted, logged), and what other phones sent after it arrives."""
+    session = await demo_session(daemon, tmp_path)
+    victim = await paired(relay, daemon)
+    other = await paired(relay, daemon)
+    assert victim.client_id and other.client_id
+    await wait_drained(relay, daemon)
+    intruder = await relay.connect("ws-a")
+    ack = json.loads(
+        (await intruder.request(queued.subject("ws-a", victim.client_id), DEEP, timeout=5)).data
+    )
+    assert ack.get("stream") == STREAM, ack
+    texts = [f"echo after the deep one {n}" for n in range(3)]
+    for n, text in enumerate(texts):
+        assert "error" not in await other.queue(send(session, text, f"d-{n}"))
+    assert await user_texts(daemon, session, 3) == texts
+    health = daemon.healthz()
+    assert health["relay_dropped"]["queued"] == 1
+    assert health["relay_queue_set_aside"] == {"count": 0, "last": []}
+    [line] = daemon.log_events("relay_queued_dropped")
+    assert line["why"] == "bad_request", line
+    assert "Traceback" not in daemon.log_text()
+    await wait_drained(relay, daemon)
+    for nc in (intruder, victim.nc, other.nc):
+        await nc.close()
+
+
+async def test_a_lone_surrogate_in_a_queued_text_never_stops_the_queue(
+    relay: Relay, daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """A paired phone's text with a lone UTF-16 surrogate ("\\ud800", which JSON may carry but
+    UTF-8 cannot) is refused as unreadable, counted, and the messages after it arrive; sent on
+    a direct WebSocket or a relay virtual connection it is refused with bad_request, and the
+    session goes on."""
+    session = await demo_session(daemon, tmp_path)
+    client = await paired(relay, daemon)
+    await wait_drained(relay, daemon)
+    assert "error" not in await client.queue(send(session, "echo half \ud800 an emoji", "h-1"))
+    texts = [f"echo whole {n}" for n in range(3)]
+    for n, text in enumerate(texts):
+        assert "error" not in await client.queue(send(session, text, f"w-{n}"))
+    assert await user_texts(daemon, session, 3) == texts
+    assert daemon.healthz()["relay_dropped"]["queued"] == 1
+    await wait_drained(relay, daemon)
+
+    # json.dumps writes a lone surrogate as the escape "\\ud800", as a browser's JSON does
+    half = {"session": session, "text": "echo \ud800"}
+    ws = await Client.open(daemon.url, daemon.token)
+    try:
+        answer = await ws.call("session.send", **half, client_msg_id="s-ws")
+        assert answer["t"] == "err" and answer["code"] == "bad_request", answer
+    finally:
+        await ws.close()
+    vc = await client.open()
+    await vc.hello()
+    answer = await vc.call("session.send", **half, client_msg_id="s-vc")
+    assert answer["t"] == "err" and answer["code"] == "bad_request", answer
+    await vc.request("session.send", session=session, text="echo still fine", client_msg_id="s-ok")
+    assert (await user_texts(daemon, session, 4))[-1] == "echo still fine"
+    await client.nc.close()
+
+
+async def test_a_message_that_keeps_failing_is_set_aside_and_the_next_ones_go(
+    relay: Relay, tmp_path: Path
+) -> None:
+    """A message the hub fails to store every time (an error, or no answer at all) is tried
+    the consumer's max_deliver times, the pause growing, then set aside: terminated, counted,
+    its reason kept; the messages after it are taken, in order, and the stream is empty."""
+    from bridge.config import RelayConfig
+    from bridge.relay import account
+    from bridge.relay.clients import ClientRegistry
+    from bridge.relay.link import RelayLink
+    from tests.relaykit import echo, paired, until_connected
+
+    settings = account.resolve(RelayConfig(account=str(relay.rdir.account_file("ws-a"))))
+    assert settings is not None
+    stored: list[str] = []
+    attempts: dict[str, int] = {}
+
+    async def deliver(message: queued.Queued) -> None:
+        text = message.send.text
+        attempts[text] = attempts.get(text, 0) + 1
+        if text == "echo failing":
+            raise RuntimeError("the store is broken for this one")
+        if text == "echo unanswered":
+            await asyncio.Event().wait()  # the hub never answers
+        stored.append(text)
+
+    link = RelayLink(
+        settings, ClientRegistry(tmp_path / "state"), echo, max_frame=1 << 20, deliver=deliver
+    )
+    assert link.queue is not None
+    link.queue.max_deliver, link.queue.retry_s, link.queue.deliver_timeout_s = 3, 0.1, 1.0
+    link.start()
+    try:
+        await until_connected(link, tries=100)
+        client = await paired(relay, link)
+        texts = ["echo first", "echo failing", "echo between", "echo unanswered", "echo last"]
+        for n, text in enumerate(texts):
+            assert "error" not in await client.queue(send("s_1", text, f"x-{n}"))
+        for _ in range(300):
+            if len(stored) == 3:
+                break
+            await asyncio.sleep(0.1)
+        assert stored == ["echo first", "echo between", "echo last"]
+        assert attempts["echo failing"] == 3 and attempts["echo unanswered"] == 3
+        report = link.queue.set_aside_report()
+        assert report["count"] == 2
+        whys = [entry["why"] for entry in report["last"]]
+        assert whys == ["RuntimeError: the store is broken for this one", "not stored within 1 s"]
+        assert all(entry["session"] == "s_1" and entry["attempt"] == 3 for entry in report["last"])
+        assert await stream_messages(relay) == 0
+        # what `agent-bridge doctor` makes of it, from /healthz
+        from bridge.cli.doctor import _relay_status_checks
+
+        health = {"relay": "connected", "relay_queue": "on", "relay_queue_set_aside": report}
+        [warning] = [c for c in _relay_status_checks(health) if c.level == "warn"]
+        assert warning.code == "relay_queue_set_aside"
+        assert "2 queued messages set aside" in warning.message
+        assert "not stored within 1 s" in warning.message
         await client.nc.close()
     finally:
         await link.close()

@@ -8,6 +8,7 @@ import json
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,6 @@ from bridge.relay import account, natsserver
 from bridge.relay.clients import ClientRegistry, clean_name
 from bridge.relay.sealing import KeyPair
 from bridge.util.redact import redact
-from tests.relaykit import Relay
 
 
 def mode(path: Path) -> int:
@@ -136,7 +136,7 @@ def test_bad_relay_keys_are_named(tmp_path: Path, toml: str, key: str) -> None:
         load_config(file, environ={})
 
 
-def test_generated_config_confines_each_workstation(tmp_path: Path) -> None:
+def test_generated_config_puts_each_workstation_in_its_own_account(tmp_path: Path) -> None:
     rdir = natsserver.RelayDir(tmp_path / "r")
     state = natsserver.RelayState(public_host="relay.example")
     rdir.save(state)
@@ -144,40 +144,117 @@ def test_generated_config_confines_each_workstation(tmp_path: Path) -> None:
     assert w.host_id == "my-laptop"
     with pytest.raises(natsserver.RelayServeError, match="already"):
         rdir.add(state, "my laptop")
+    rdir.add(state, "other")
     conf = json.loads(rdir.conf_file.read_text())
-    users = {u["user"]: u["permissions"] for u in conf["authorization"]["users"]}
-    daemon = users["my-laptop-daemon"]
-    assert daemon["subscribe"] == {"allow": ["agent-bridge.my-laptop.>"]}
-    own = ["agent-bridge.my-laptop.>", "agent-bridge-relay.my-laptop.clients"]
-    assert daemon["publish"]["allow"][:2] == own
-    # and the JetStream requests of its own work queue's stream and consumer, no other's
-    stream = "agent-bridge-my-laptop"
-    for allowed in daemon["publish"]["allow"][2:]:
-        assert allowed.startswith(("$JS.API.", "$JS.ACK.")), allowed
-        assert f".{stream}." in allowed or allowed.endswith(f".{stream}"), allowed
-    # the pairing login (in every link) may pair and ask for a login, nothing more
-    assert users["my-laptop-client"] == {
-        "publish": {"allow": [f"agent-bridge.my-laptop.{s}" for s in ("status", "pair", "login")]},
-        "subscribe": {"allow": ["agent-bridge.my-laptop._INBOX.pair.>"]},
-    }
-    # a client's own user names only its own subjects
-    state.workstations["my-laptop"].clients["c-0123abcd"] = "p" * 24
-    rdir.save(state)
-    conf = json.loads(rdir.conf_file.read_text())
-    users = {u["user"]: u["permissions"] for u in conf["authorization"]["users"]}
-    p = "agent-bridge.my-laptop"
-    assert users["my-laptop-c-0123abcd"] == {
-        "publish": {
-            "allow": [f"{p}.status", f"{p}.open", f"{p}.vc.c-0123abcd.*.up", f"{p}.q.c-0123abcd"]
-        },
-        "subscribe": {"allow": [f"{p}._INBOX.c-0123abcd.>", f"{p}.vc.c-0123abcd.*.down"]},
+    accounts = conf["accounts"]
+    # no workstation user in nats.conf: the auth callout places them; only the relay's own
+    # users skip it
+    assert set(accounts) == {"RELAY", "SYS", "my-laptop", "other"}
+    assert "users" not in accounts["my-laptop"] and "imports" not in accounts["my-laptop"]
+    callout = conf["authorization"]["auth_callout"]
+    assert callout["account"] == "RELAY" and callout["issuer"] == state.issuer.public_key
+    assert callout["auth_users"] == [natsserver.ADMIN_USER, natsserver.SYSTEM_USER]
+    assert conf["system_account"] == "SYS"
+    # each workstation's JetStream: its share, one stream, few consumers, no memory store
+    assert accounts["other"]["jetstream"] == {
+        "max_file": 64 * 1024 * 1024,
+        "max_mem": 0,
+        "max_streams": 1,
+        "max_consumers": natsserver.MAX_CONSUMERS,
     }
     assert conf["websocket"]["no_tls"] is True
     acct = json.loads(rdir.account_file("my-laptop").read_text())
     assert acct["url"] == "nats://relay.example:4222"
     assert acct["client_url"] == "ws://relay.example:4280"
+    assert acct["daemon"]["user"] == "my-laptop-daemon"
     for f in (rdir.conf_file, rdir.state_file, rdir.account_file("my-laptop")):
         assert mode(f) == 0o600
+
+
+def test_each_identity_is_allowed_only_its_own_subjects() -> None:
+    from bridge.relay.permissions import permissions, queue_subject, queue_token
+
+    p = "agent-bridge.my-laptop"
+    daemon = permissions("my-laptop", "daemon")
+    assert daemon["subscribe"] == {"allow": [f"{p}.>"]}
+    assert daemon["publish"]["allow"][:2] == [f"{p}.>", "agent-bridge-relay.my-laptop.clients"]
+    # its queue's stream it may read, not make or change (the relay does); its consumer it uses
+    stream = "agent-bridge-my-laptop"
+    js = daemon["publish"]["allow"][2:]
+    assert f"$JS.API.STREAM.INFO.{stream}" in js
+    assert not any(verb in a for a in js for verb in ("STREAM.CREATE", "STREAM.UPDATE"))
+    for allowed in js:
+        assert allowed.startswith(("$JS.API.", "$JS.ACK.")), allowed
+        assert f".{stream}." in allowed or allowed.endswith(f".{stream}"), allowed
+    # the pairing login (in every link) may pair and ask for a login, nothing more
+    assert permissions("my-laptop", "pairing") == {
+        "publish": {"allow": [f"{p}.{s}" for s in ("status", "pair", "login")]},
+        "subscribe": {"allow": [f"{p}._INBOX.pair.>"]},
+    }
+    # a client's own user names only its own subjects, its queue subject with its token
+    token = queue_token("p" * 24)
+    assert len(token) == 32 and token != queue_token("q" * 24)
+    assert permissions("my-laptop", "c-0123abcd", token) == {
+        "publish": {
+            "allow": [
+                f"{p}.status",
+                f"{p}.open",
+                f"{p}.vc.c-0123abcd.*.up",
+                queue_subject("my-laptop", "c-0123abcd", token),
+            ]
+        },
+        "subscribe": {"allow": [f"{p}._INBOX.c-0123abcd.>", f"{p}.vc.c-0123abcd.*.down"]},
+    }
+    assert queue_subject("my-laptop", "c-0123abcd", token) == f"{p}.q.{token}.c-0123abcd"
+
+
+def test_the_callout_answers_a_known_login_with_its_account_and_refuses_others() -> None:
+    from bridge.relay import natsjwt
+    from bridge.relay.callout import Callout
+    from bridge.relay.loginstore import ClientLogin, LoginStore
+
+    store = LoginStore()
+    store.set_workstation("ws1", "d" * 24, "p" * 24, "r" * 24)
+    store.set_clients("ws1", {"c-0123abcd": ClientLogin.of("c" * 24)})
+    server = natsjwt.Issuer.generate()  # stands in for nats-server's own key
+    issuer = natsjwt.Issuer.generate()
+    callout = Callout(store, issuer)
+
+    def request(user: str, password: str) -> dict[str, Any]:
+        req = {
+            "aud": "nats-authorization-request",
+            "sub": issuer.public_key,
+            "nats": {
+                "type": "authorization_request",
+                "version": 2,
+                "server_id": {"id": "NSERVER", "name": "n"},
+                "user_nkey": "UUSER",
+                "connect_opts": {"user": user, "pass": password},
+            },
+        }
+        answer = callout.answer(server.sign(req).encode())
+        assert answer is not None
+        claims = natsjwt.claims_of(answer.decode())
+        assert claims["iss"] == issuer.public_key
+        assert claims["sub"] == "UUSER" and claims["aud"] == "NSERVER"
+        return claims["nats"]  # type: ignore[no-any-return]
+
+    phone = request("ws1-c-0123abcd", "c" * 24)
+    user = natsjwt.claims_of(phone["jwt"])
+    assert user["aud"] == "ws1" and user["name"] == "ws1-c-0123abcd"
+    assert "agent-bridge.ws1.vc.c-0123abcd.*.down" in user["nats"]["sub"]["allow"]
+    assert request("ws1-c-0123abcd", "x" * 24) == {
+        "type": "authorization_response",
+        "version": 2,
+        "error": "authorization violation",
+    }
+    assert "error" in request("ws1-c-99999999", "c" * 24)
+    assert "error" in request("ws1-daemon", "")
+    assert natsjwt.claims_of(request("ws1-daemon", "d" * 24)["jwt"])["aud"] == "ws1"
+    # what is not a request is dropped
+    assert callout.answer(b"not a jwt") is None
+    assert callout.answer(b"\xff\xfe") is None
+    assert (callout.allowed, callout.refused) == (2, 3)
 
 
 def test_plain_websocket_beyond_loopback_is_warned_about() -> None:
@@ -198,38 +275,59 @@ def test_a_url_with_a_login_is_logged_without_it() -> None:
     assert shown_url("tls://relay.example:4222") == "tls://relay.example:4222"
 
 
-async def test_nats_conf_holds_bcrypt_hashes_and_logins_still_work(relay: Relay) -> None:
-    """No password of the relay's state is in nats.conf, each is a bcrypt hash there,
-    nats-server does not warn about plaintext passwords, and every login still works."""
-    conf = json.loads(relay.rdir.conf_file.read_text())
-    stored = [u["password"] for u in conf["authorization"]["users"]]
-    assert stored and all(p.startswith("$2b$") for p in stored), stored
-    text = relay.rdir.conf_file.read_text()
-    w = relay.state.workstations["ws-a"]
-    for secret in (w.daemon_password, w.client_password, relay.state.admin_password):
-        assert secret not in text
-    for role in ("daemon", "client"):
-        nc = await relay.connect("ws-a", role)
-        await nc.flush()
-        await nc.close()
-    await (await relay.monitor()).close()
-    assert "Plaintext passwords" not in relay.log.read_text()
-
-
-def test_a_revoked_clients_password_leaves_the_relays_memory(tmp_path: Path) -> None:
-    """nats.conf is rendered again at every pairing and revocation for as long as the relay
-    runs; the hashes kept between renders are those of the current users only."""
+def test_nats_conf_holds_no_workstation_password_and_bcrypt_hashes_of_the_relays(
+    tmp_path: Path,
+) -> None:
+    """Workstations' logins are not in nats.conf at all; the relay's own two are bcrypt
+    hashes there, the same from one save to the next (a rotation reloads nothing)."""
     rdir = natsserver.RelayDir(tmp_path / "relay")
     state = natsserver.RelayState()
     rdir.save(state)
     w = rdir.add(state, "ws-a")
-    w.clients["c-0123abcd"] = "q" * 24
+    text = rdir.conf_file.read_text()
+    for secret in (w.daemon_password, w.client_password, state.admin_password):
+        assert secret not in text
+    conf = json.loads(text)
+    stored = [u["password"] for a in conf["accounts"].values() for u in a.get("users", [])]
+    assert len(stored) == 2 and all(p.startswith("$2b$") for p in stored), stored
+    natsserver._hashed.clear()  # another process: `relay rotate`
+    again = natsserver.RelayDir(rdir.dir)
+    loaded = again.load()
+    assert loaded is not None
+    again.rotate(loaded, "ws-a")
+    assert rdir.conf_file.read_text() == text and not again.conf_changed
+
+
+def test_an_old_relay_json_moves_its_clients_passwords_to_hashes(tmp_path: Path) -> None:
+    from bridge.relay import loginstore
+    from bridge.relay.permissions import queue_token
+
+    rdir = natsserver.RelayDir(tmp_path / "relay")
+    rdir.dir.mkdir(mode=0o700)
+    old = {
+        "workstations": {
+            "ws-a": {
+                "daemon_password": "d" * 24,
+                "client_password": "p" * 24,
+                "clients": {"c-0123abcd": "q" * 24},
+            }
+        },
+        "admin_password": "a" * 24,
+    }
+    rdir.state_file.write_text(json.dumps(old))
+    rdir.state_file.chmod(0o600)
+    state = rdir.load()
+    assert state is not None and state.workstations["ws-a"].clients == {"c-0123abcd": "q" * 24}
     rdir.save(state)
-    assert "q" * 24 in natsserver._hashed
-    del w.clients["c-0123abcd"]
-    rdir.save(state)
-    assert "q" * 24 not in natsserver._hashed
-    assert w.daemon_password in natsserver._hashed
+    assert "q" * 24 not in rdir.state_file.read_text()
+    kept = loginstore.read_clients(rdir.dir, "ws-a")
+    assert kept["c-0123abcd"] == loginstore.ClientLogin.of("q" * 24)
+    assert kept["c-0123abcd"].token == queue_token("q" * 24)
+    assert mode(loginstore.clients_file(rdir.dir, "ws-a")) == 0o600
+    store = loginstore.LoginStore()
+    store.set_clients("ws-a", kept)
+    assert store.check("ws-a-c-0123abcd", "q" * 24) is not None
+    assert store.check("ws-a-c-0123abcd", "q" * 23 + "x") is None
 
 
 def test_the_web_port_sends_only_nats_path_requests_to_nats_server() -> None:
@@ -245,3 +343,18 @@ def test_the_web_port_sends_only_nats_path_requests_to_nats_server() -> None:
         b"\x16\x03garbage\r\n\r\n",
     ):
         assert not route(head), head
+
+
+def test_relay_add_refuses_a_workstation_whose_share_does_not_fit(tmp_path: Path) -> None:
+    rdir = natsserver.RelayDir(tmp_path / "relay")
+    state = natsserver.RelayState(queue_max_bytes=2 * natsserver.DEFAULT_SHARE_BYTES)
+    rdir.save(state)
+    rdir.add(state, "one")
+    rdir.add(state, "two")
+    with pytest.raises(natsserver.RelayServeError, match="no room for another workstation"):
+        rdir.add(state, "three")
+    assert list(state.workstations) == ["one", "two"]
+    # a relay.json edited beyond it: the ones that fit have JetStream, the others none
+    state.queue_share_bytes *= 2
+    assert state.queued_workstations() == ["one"]
+    assert "jetstream" not in natsserver.render(state)["accounts"]["two"]

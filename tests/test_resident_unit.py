@@ -99,12 +99,17 @@ async def test_one_timer_stops_the_idle_and_none_runs_while_nothing_is_resident(
     a.turn = None
     r.idle(a)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while "a" not in stopped and loop.time() < deadline:
-        await asyncio.sleep(0.05)
+
+    async def until(done: Any) -> None:
+        deadline = loop.time() + 5
+        while not done() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+
+    await until(lambda: "a" in stopped)
     assert stopped == ["a"]
     b.adapter = None  # the hub stopped it when it parked
-    await asyncio.sleep(0.4)
+    # the timer's next round finds nothing resident and does not start again
+    await until(lambda: r._timer is None)
     assert r._timer is None and not r.policy.tracked()
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from bridge.relay.permissions import queue_token
 from tests.web.nodetest import run_node_test
 
 nacl_public = pytest.importorskip("nacl.public")
@@ -145,6 +146,8 @@ def vectors() -> dict[str, Any]:
             },
             "key": b64(k),
         },
+        # the queue token of a client's own NATS password (bridge/relay/permissions.py)
+        "queue_token": {"password": "p" * 32, "token": queue_token("p" * 32)},
         "frames": {
             "up_text": up_text,
             "up_sealed": up,
@@ -165,7 +168,7 @@ def test_relay_crypto_matches_pynacl(tmp_path: Path) -> None:
     path.write_text(json.dumps(vectors()))
     done = run_node(path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "fail 0" in done.stdout and "pass 8" in done.stdout
+    assert "fail 0" in done.stdout and "pass 9" in done.stdout
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")

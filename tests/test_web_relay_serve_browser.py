@@ -7,17 +7,27 @@ was paired before it had one, and says "not paired" once revoked."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
+from tests.daemonkit import run_bridge, user_texts
 from tests.relaykit import ServedRelay, decode_link, linked_daemon
 from tests.web.browser import BROWSER_TESTS, Browser
-from tests.web.pages import PHONE, demo_turn_in_a_new_session, loaded, page_errors, send, shot
+from tests.web.pages import (
+    PHONE,
+    demo_turn_in_a_new_session,
+    loaded,
+    new_session,
+    page_errors,
+    send,
+    shot,
+)
 
 pytestmark = [*BROWSER_TESTS, pytest.mark.slow]
 
@@ -94,5 +104,37 @@ def test_a_phone_pairs_from_the_page_the_relay_serves(
         p.reload()  # its login refused, the pairing login's P.login says revoked
         p.wait(unauthorized, state="attached", timeout_ms=30_000)
         shot(p, "relay-serve-phone-revoked")
+    finally:
+        p.close()
+
+
+def test_a_phone_with_its_own_user_leaves_a_message_on_its_own_queue_subject(
+    browser: Browser, served: ServedRelay, workstation: DaemonProcess, tmp_path: Path
+) -> None:
+    """On `relay serve` the page queues on the subject only it can name (its token, from its
+    own NATS password: bridge/relay/permissions.py): what it sends while the workstation is away
+    waits on the relay, and reaches the agent when the workstation is back."""
+    printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
+    link = next(line for line in printed.splitlines() if "#relay=" in line)
+    p = browser.page(*PHONE)
+    try:
+        p.goto(link)
+        p.wait(f'{RELAY_GROUP}[data-state="online"]', timeout_ms=30_000)
+        p.wait("#ns-agent option[value=demo]", state="attached")
+        project = tmp_path / "project"
+        project.mkdir()
+        session = new_session(p, project)
+        for _ in range(300):
+            if workstation.healthz().get("relay_queue") == "on":
+                break
+            time.sleep(0.1)
+        assert workstation.healthz()["relay_queue"] == "on", workstation.healthz()
+        workstation.stop()
+        p.wait(".session .reach-note[data-state=offline]", timeout_ms=30_000)
+        send(p, "echo waited on the relay")
+        p.wait_for("document.querySelectorAll('.blk-user.is-relayed').length === 1", 30_000)
+        assert page_errors(p) == [], page_errors(p)
+        workstation.start()
+        assert asyncio.run(user_texts(workstation, session, 1)) == ["echo waited on the relay"]
     finally:
         p.close()

@@ -20,7 +20,8 @@ import pytest
 from bridge.workspace import git as bgit
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge, running
-from tests.gitrepo import git, make_repo
+from tests.gitrepo import git
+from tests.shipkit import clone_with_origin, fake_gh, new_worktree_session, ship_daemon
 from tests.wsclient import Client, blocks
 
 pytestmark = pytest.mark.skipif(bgit.git_binary() is None, reason="git is not installed")
@@ -28,38 +29,9 @@ pytestmark = pytest.mark.skipif(bgit.git_binary() is None, reason="git is not in
 TRANSCRIPT = Path(__file__).resolve().parent / "artifacts" / "ship-transcript.txt"
 
 
-def clone_with_origin(tmp_path: Path) -> tuple[Path, Path]:
-    """A bare ``origin`` with one commit on main, and a clone of it (a person's repository)."""
-    seed = make_repo(tmp_path / "seed", {"README.md": "# shop\n", "app.py": "print(1)\n"})
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
-    repo = tmp_path / "shop"
-    git(tmp_path, "clone", "-q", str(origin), str(repo))
-    git(repo, "config", "user.name", "Phone Person")
-    git(repo, "config", "user.email", "phone@example.invalid")
-    return origin, repo
-
-
-def ship_daemon(tmp_path: Path) -> DaemonProcess:
-    """A daemon whose projects are the repositories made under ``tmp_path``."""
-    roots = f"[projects]\nroots = [{json.dumps(str(tmp_path))}]\n"
-    return DaemonProcess(tmp_path / "home", config=roots)
-
-
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     yield from running(ship_daemon(tmp_path))
-
-
-async def new_worktree_session(c: Client, repo: Path, branch: str) -> dict[str, Any]:
-    made = await c.request(
-        "session.create",
-        agent="demo",
-        cwd=str(repo),
-        mode="accept-edits",
-        worktree={"branch": branch},
-    )
-    return dict(made["session"])
 
 
 async def turn(c: Client, session: str, text: str) -> list[dict[str, Any]]:
@@ -179,26 +151,6 @@ async def test_a_commit_waits_for_no_turn_and_names_who_writes(
         await c.close()
 
 
-def fake_gh(where: Path, logged_in: bool = True) -> Path:
-    """A `gh` that records its arguments and prints a pull request's URL."""
-    where.mkdir(parents=True, exist_ok=True)
-    calls = where / "calls.jsonl"
-    gh = where / "gh"
-    gh.write_text(
-        "#!/usr/bin/env python3\n"
-        "import json, sys\n"
-        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "if sys.argv[1:3] == ['auth', 'status']:\n"
-        f"    sys.exit({0 if logged_in else 1})\n"
-        "if sys.argv[1:3] == ['pr', 'create']:\n"
-        "    print('https://github.example/acme/shop/pull/7')\n"
-        "if sys.argv[1:3] == ['pr', 'checks']:\n"
-        "    print('All checks were successful')\n"
-    )
-    gh.chmod(0o755)
-    return calls
-
-
 @pytest.mark.parametrize(
     ("remote", "url"),
     [
@@ -256,14 +208,10 @@ async def test_gh_looked_up_when_asked_opens_the_pull_request(
         }
         argv = [json.loads(line) for line in calls.read_text().splitlines()]
         create = next(a for a in argv if a[:2] == ["pr", "create"])
-        assert create[2:] == ["--head", "feat", "--title", "Add demo", "--body", "Why."]
+        assert create[2:] == ["--head=feat", "--title=Add demo", "--body=Why."]
         got = await c.request("workspace.pr", path=str(repo))  # title and body from the branch
         argv = [json.loads(line) for line in calls.read_text().splitlines()]
-        assert [a for a in argv if a[:2] == ["pr", "create"]][-1][2:] == [
-            "--head",
-            "feat",
-            "--fill",
-        ]
+        assert [a for a in argv if a[:2] == ["pr", "create"]][-1][2:] == ["--head=feat", "--fill"]
         # gh not logged in: the compare URL again
         fake_gh(bin_dir, logged_in=False)
         got = await c.request("workspace.pr", path=str(repo))
@@ -353,6 +301,7 @@ async def test_a_new_worktree_runs_the_repositorys_setup_first(
     setup.chmod(0o755)
     git(repo, "add", ".agent-bridge")
     git(repo, "commit", "-q", "-m", "setup")
+    git(repo, "push", "-q", "origin", "main")  # the default branch's own: it runs
     c = await Client.open(daemon.url, daemon.token)
     try:
         s = await new_worktree_session(c, repo, "with-setup")
@@ -431,5 +380,24 @@ async def test_a_commit_while_a_terminal_holds_the_session_names_it(
         busy = await c.call("workspace.commit", path=s["cwd"], message="x", **{"all": True})
         assert busy["code"] == "conflict", busy
         assert f"session {s['session']} is open in a terminal" in busy["message"]
+    finally:
+        await c.close()
+
+
+async def test_removing_the_last_worktree_leaves_no_folder(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    _origin, repo = clone_with_origin(tmp_path)
+    c = await Client.open(daemon.url, daemon.token)
+    try:
+        a = await new_worktree_session(c, repo, "one")
+        b = await new_worktree_session(c, repo, "two")
+        for s in (a, b):
+            await c.request("session.close", session=s["session"])
+        await c.request("workspace.worktree_remove", path=a["cwd"])
+        assert sorted(os.listdir(tmp_path / "shop.worktrees")) == ["two"]  # still in use
+        await c.request("workspace.worktree_remove", path=b["cwd"])
+        assert not (tmp_path / "shop.worktrees").exists()
+        assert sorted(os.listdir(tmp_path)) == ["home", "origin.git", "seed", "shop"]
     finally:
         await c.close()

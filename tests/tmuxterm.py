@@ -13,6 +13,7 @@ the user's tmux, and ``kill()`` (call it in teardown) ends the server and whatev
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import time
@@ -85,6 +86,16 @@ class Tmux:
                 return screen
             time.sleep(0.2)
         raise TimeoutError(f"{text!r} did not appear on the terminal:\n{screen}")
+
+    async def shows(self, text: str, timeout: float = 60.0) -> str:
+        """:meth:`wait_for` for a test with an event loop: awaited, not blocking, so a WebSocket
+        client in the same loop keeps answering the daemon's keep-alive pings meanwhile (a TUI
+        that starts slowly on a loaded machine outlasted the ping timeout)."""
+        return await asyncio.to_thread(self.wait_for, text, timeout)
+
+    async def exits(self, timeout: float = 30.0) -> None:
+        """:meth:`wait_exit`, awaited (as :meth:`shows`)."""
+        await asyncio.to_thread(self.wait_exit, timeout)
 
     def dead(self) -> bool:
         """The program in the window has exited (the window stays: ``remain-on-exit``)."""

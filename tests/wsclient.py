@@ -60,6 +60,10 @@ class Client:
         **kwargs: Any,
     ) -> Client:
         headers = {"Authorization": f"Bearer {token}"} if header and token else None
+        # No keep-alive pings of the test's own: a daemon (or a test's event loop) slowed down
+        # by a loaded machine must not cost a test its connection; a dead daemon shows as a
+        # test's own timeout. The daemon's pings are still answered.
+        kwargs.setdefault("ping_interval", None)
         ws = await connect(
             url,
             additional_headers=headers,

@@ -262,14 +262,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
             result = await client.request(
                 "session.subscribe", session=args.session, after_seq=args.after_seq
             )
+            if sys.stdout.isatty():
+                # Someone watches it on a terminal: no notifications for it meanwhile (said
+                # before the header, so once the header shows the daemon knows it).
+                await client.request("client.presence", visible=True, session=args.session)
             sys.stdout.write(
                 renderer.paint(
                     "dim", f"-- {args.session}: {result['state']}, {result['last_seq']} events\n"
                 )
             )
-            if sys.stdout.isatty():
-                # Someone watches it on a terminal: no notifications for it meanwhile.
-                await client.request("client.presence", visible=True, session=args.session)
             return await follow(client, args.session, renderer, keys=stdin_is_terminal())
         finally:
             await client.close()

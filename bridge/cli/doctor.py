@@ -402,6 +402,7 @@ def _relay_status_checks(health: dict[str, Any]) -> list[Check]:
     if status in (None, "off"):
         return []
     dropped = _relay_dropped_checks(health.get("relay_dropped"))
+    dropped += _relay_set_aside_checks(health.get("relay_queue_set_aside"))
     if status == "connected":
         queue = _relay_queue_checks(health.get("relay_queue"))
         return [Check(code="relay_connected", message="relay: connected"), *queue, *dropped]
@@ -430,11 +431,32 @@ def _relay_dropped_checks(dropped: Any) -> list[Check]:
             code="relay_dropped",
             level="warn",
             message=f"relay: dropped {frames} forged or replayed frames, {requests} requests "
-            f"with a foreign reply subject and {queued} queued messages that were not a paired "
-            "phone's since the daemon started",
+            f"with a foreign reply subject and {queued} queued messages that were unreadable or "
+            "not a paired phone's since the daemon started",
             hint="someone with the relay's client login sends them (a revoked phone's?); they "
             "changed nothing; see the daemon's log (relay_frame_dropped, relay_request_dropped, "
             "relay_queued_dropped)",
+        )
+    ]
+
+
+def _relay_set_aside_checks(set_aside: Any) -> list[Check]:
+    """Queued messages the daemon failed to store at every attempt and set aside, so that the
+    ones after them went on (docs/protocol.md, "The relay's work queue")."""
+    if not isinstance(set_aside, dict) or not set_aside.get("count"):
+        return []
+    last = set_aside.get("last") or [{}]
+    why = last[-1].get("why", "?") if isinstance(last[-1], dict) else "?"
+    return [
+        Check(
+            code="relay_queue_set_aside",
+            level="warn",
+            message=f"relay: {set_aside['count']} queued messages set aside since the daemon "
+            f"started: each failed every attempt to store it (the last: {why})",
+            hint="the page that sent one keeps it in its outbox and sends it again itself when "
+            "it is next open; /healthz relay_queue_set_aside has the client, session and reason "
+            "of the last few, the daemon's log more (relay_queued_not_now, "
+            "relay_queued_set_aside)",
         )
     ]
 

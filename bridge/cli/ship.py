@@ -1,6 +1,7 @@
 """``agent-bridge git …``: the ship requests from a terminal (docs/protocol.md, "Ship from the
 phone"), for scripts and for a person at a desk: review a branch, comment back, commit, push,
-open the pull request, remove the worktree. ``new --worktree`` starts a session in one.
+open the pull request, remove the worktree, allow a repository's worktree setup. ``new
+--worktree`` starts a session in one.
 
 PATH arguments default to this directory; the daemon checks them (a project or a session's
 directory). A refusal prints git's (or the hook's) words, then a ``hint:`` line, then the error.
@@ -119,6 +120,25 @@ def cmd_worktree_remove(args: argparse.Namespace) -> int:
     return _ask("workspace.worktree_remove", show, path=_path(args.path), force=args.force)
 
 
+def cmd_allow_setup(args: argparse.Namespace) -> int:
+    from bridge.workspace import setuptrust
+
+    path = _path(args.path)
+    if os.path.isdir(path):
+        path = os.path.join(path, setuptrust.SETUP_FILE)
+    try:
+        digest = setuptrust.sha256(setuptrust.read_setup(path))
+    except setuptrust.SetupFileError as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
+        return 1
+
+    def show(r: dict[str, Any]) -> None:
+        print(f"allowed {r['path']} (SHA-256 {r['sha256']})")
+        print("it runs in new worktrees as long as its content stays exactly this")
+
+    return _ask("workspace.allow_setup", show, path=path, sha256=digest)
+
+
 def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     from bridge.cli.cli import command_adder
     from bridge.cli.common import group_usage
@@ -157,6 +177,15 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--title")
     p.add_argument("--body")
     p.add_argument("--base", help="the branch to merge into (default: the remote's default)")
+
+    p = action(
+        "allow-setup",
+        cmd_allow_setup,
+        "Let a repository's .agent-bridge/worktree-setup run in new worktrees (this exact file)",
+    )
+    p.add_argument(
+        "path", nargs="?", help="the setup file, or the work tree holding it (default: here)"
+    )
 
     p = action("worktree-remove", cmd_worktree_remove, "Remove a session's worktree")
     p.add_argument("path", nargs="?", help=here)

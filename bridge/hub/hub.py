@@ -53,6 +53,7 @@ from bridge.wire.results import SessionModeResult, SessionSubscribeResult
 from .fanout import REPLAY_CHUNK, Fanout
 from .parking import Parking
 from .state import HubError, Session, Subscriber, Tasks, iso, safe_attachment_name
+from .textsafe import clean_text
 from .turns import TurnRunner, call_adapter
 from .warm import Warmer
 
@@ -576,6 +577,8 @@ class Hub:
         client_msg_id: str | None,
     ) -> bool:
         s = await self.find(session_id)
+        # a lone surrogate (no client sends one: its JSON is refused) could not be stored
+        text = clean_text(text)
         msg_id = client_msg_id or f"m_{uuid.uuid4().hex[:16]}"
         if client_msg_id is not None and msg_id in s.answered:
             return s.answered[msg_id]

@@ -345,7 +345,13 @@ class TurnRunner:
             msg.answered_queued = False
             s.answered[msg.client_msg_id] = False
         msg.status = "started"
-        self.store.save_message(msg)
+        try:
+            self.store.save_message(msg)
+        except Exception:
+            if answer is not None:  # its sender hears it, rather than waiting for ever
+                s.answered.pop(msg.client_msg_id, None)
+                answer.set_exception(HubError("internal", "the message could not be stored"))
+            raise
         if answer is not None:
             answer.set_result(False)  # after the save: the `ok` follows its commit
         emit = self.fanout.emit

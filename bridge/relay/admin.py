@@ -1,15 +1,29 @@
-"""The admin service of `relay serve`: each workstation's daemon tells it which of its paired
-clients have their own NATS user, and it makes them so (docs/security.md, "One NATS identity
-per client"; docs/protocol.md, "Client logins").
+"""`relay serve`'s own NATS side: the auth callout that lets every workstation identity in
+(bridge/relay/callout.py), the admin service through which each workstation's daemon sets its
+paired clients' logins, each workstation's work-queue stream (bridge/relay/queuestream.py), and
+the closing of revoked users' connections (bridge/relay/kick.py) (docs/security.md, "One NATS
+identity per client"; docs/protocol.md, "Client logins").
 
-It is an internal NATS user that hears ``agent-bridge-relay.<host_id>.clients``. Only that
-workstation's daemon user may publish there (nats-server enforces it), so the subject proves
-which workstation asks, and a request changes nothing but that workstation's client users.
+The admin service has one connection in each workstation's account (its user placed there by the
+callout, like every other), where it hears ``agent-bridge-relay.<host_id>.clients``; in that
+account only the daemon's user may publish there, so nats-server proves which workstation asks,
+and a request changes nothing but that workstation's client logins. The same connection makes
+the workstation's stream (two JetStream requests in that account). A workstation added by
+`relay add` gets its connection once nats-server has read its new account. A request
+is ``{"v":1,"clients":{<client id>:<password>,...}}``: the whole set, so a client left out
+(revoked) loses its user. The service writes the workstation's clients file (one small file),
+makes its stream keep exactly the phones' queue subjects, closes the connections of users that
+are gone, and answers ``{"ok":true,"users":{<client id>:<user>,...}}`` or
+``{"ok":false,"error":<code>}``. nats-server is never reloaded for it.
 
-A request is ``{"v":1,"clients":{<client id>:<password>,...}}``: the whole set, so a client left
-out (revoked) loses its user. The service writes the configuration, reloads nats-server (which
-closes the connections of a user that is gone), waits until nats-server has read it, and
-answers ``{"ok":true,"users":{<client id>:<user>,...}}`` or ``{"ok":false,"error":<code>}``.
+One workstation's requests cannot stall another's traffic: nothing here blocks the event loop
+(files are written in a thread, passwords hashed with SHA-256), each workstation's requests are
+applied one at a time, each in its own task, and at most ``BURST`` of them plus one every
+``REFILL_S`` seconds are taken; more are answered ``busy`` at once and change nothing.
+
+``relay add`` and ``relay rotate`` (other processes) change relay.json: the service reads it
+again when it changes, takes the new workstation's logins (its account appears when `relay add`
+reloads nats-server) or closes the connections made with a rotated pairing login.
 """
 
 from __future__ import annotations
@@ -19,23 +33,29 @@ import contextlib
 import json
 import re
 import ssl
-from collections.abc import Callable
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import nats
 from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError, UnexpectedEOF
 
 from bridge.logs import get_logger
+from bridge.process import TaskOwner
+from bridge.relay import kick, loginstore, queuestream
+from bridge.relay.callout import Callout
 from bridge.relay.handshake import Refused, read_request
+from bridge.relay.loginstore import ClientLogin, LoginStore
 from bridge.relay.natsserver import (
-    ADMIN_PREFIX,
     ADMIN_USER,
-    PROBE_USER,
+    SYSTEM_USER,
     RelayDir,
     RelayServeError,
     RelayState,
 )
+from bridge.relay.permissions import ADMIN_PREFIX
 from bridge.relay.privfile import PrivateFileError
 from bridge.server.netaddr import is_loopback
 from bridge.util.logthrottle import Throttle
@@ -47,12 +67,13 @@ MAX_REQUEST_BYTES = 64 * 1024
 MAX_CLIENTS = 256
 CLIENT_ID_RE = re.compile(r"c-[0-9a-f]{8}")
 PASSWORD_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
-#: how long nats-server may take to read a new configuration
-RELOAD_WAIT_S = 10.0
-
-
-async def _ignore_error(_exc: Exception) -> None:
-    return None
+#: requests one workstation may make at once, and the pace after that
+BURST = 8
+REFILL_S = 1.0
+#: how often relay.json is looked at for `relay add` / `relay rotate`
+WATCH_S = 0.5
+#: how long the service waits for nats-server to listen at the start
+START_WAIT_S = 20.0
 
 
 def parse(data: bytes) -> dict[str, str]:
@@ -71,11 +92,16 @@ def parse(data: bytes) -> dict[str, str]:
     return dict(clients)
 
 
-def dial_url(state: RelayState) -> str:
-    """Where the service dials its own nats-server: loopback when it listens everywhere."""
+def dial_host(state: RelayState) -> str:
+    """Where the relay dials its own nats-server: loopback when it listens everywhere."""
     host = state.host
     if host in ("0.0.0.0", "::", "") or is_loopback(host):  # noqa: S104 - dialled, not bound
         host = "127.0.0.1"
+    return host
+
+
+def dial_url(state: RelayState) -> str:
+    host = dial_host(state)
     shown = f"[{host}]" if ":" in host else host
     return f"{'tls' if state.tls_cert else 'nats'}://{shown}:{state.port}"
 
@@ -91,18 +117,44 @@ def tls_context(state: RelayState) -> ssl.SSLContext | None:
     return ctx
 
 
+@dataclass
+class Pace:
+    """A token bucket: ``BURST`` requests at once, one more every ``REFILL_S``."""
+
+    tokens: float = float(BURST)
+    at: float = field(default_factory=time.monotonic)
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(float(BURST), self.tokens + (now - self.at) / REFILL_S)
+        self.at = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
 class AdminService:
-    def __init__(self, rdir: RelayDir, state: RelayState, reload: Callable[[], None]) -> None:
+    def __init__(self, rdir: RelayDir, state: RelayState) -> None:
         self.rdir = rdir
         self.state = state
-        self._reload = reload
+        self.store = LoginStore()
+        self.callout = Callout(self.store, state.issuer)
         self._nc: Nats | None = None
-        self._lock = asyncio.Lock()
+        self._sys: Nats | None = None
+        #: host_id -> the relay's connection in that workstation's account
+        self._links: dict[str, Nats] = {}
+        self._closing = False
+        self._tasks = TaskOwner("relay admin")
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._paces: dict[str, Pace] = {}
+        #: workstations whose stream is made and bounds set
+        self._streams: set[str] = set()
+        self._stamp: tuple[int, int, int] | None = None
         #: at most one line per kind of refusal every 10 s
         self._throttle = Throttle()
-        #: requests answered, refused (for tests and the curious)
-        self.applied = 0
-        self.refused = 0
+
+    # ---- life ---------------------------------------------------------------------------------
 
     def _options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"servers": [dial_url(self.state)]}
@@ -111,51 +163,200 @@ class AdminService:
             options["tls"] = ctx
         return options
 
-    async def start(self) -> None:
-        async def on_error(exc: Exception) -> None:
-            log.warning("relay_admin_error", error=repr(exc))
+    async def _listening(self) -> None:
+        """Until nats-server accepts TCP connections: nothing is logged while it starts."""
+        deadline = time.monotonic() + START_WAIT_S
+        while True:
+            try:
+                _, writer = await asyncio.open_connection(dial_host(self.state), self.state.port)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return
 
-        self._nc = await nats.connect(
-            **self._options(),
-            user=ADMIN_USER,
-            password=self.state.admin_password,
-            name="agent-bridge relay admin",
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.2,
-            error_cb=on_error,
+    async def _connect(self, user: str, password: str, name: str, **kw: Any) -> Nats:
+        async def on_error(exc: Exception) -> None:
+            # nats-server stopping or restarting: nats-py reconnects, said once below
+            if not isinstance(exc, (OSError, UnexpectedEOF, ConnectionClosedError)):
+                log.warning("relay_admin_error", error=repr(exc), connection=name)
+
+        async def on_disconnected() -> None:
+            if not self._closing:
+                log.info("relay_admin_disconnected", connection=name)
+
+        options: dict[str, Any] = {
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.2,
+            "error_cb": on_error,
+            "disconnected_cb": on_disconnected,
+            **kw,
+        }
+        return await nats.connect(
+            **self._options(), user=user, password=password, name=name, **options
         )
-        await self._nc.subscribe(f"{ADMIN_PREFIX}.*.clients", cb=self._on_request)
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._load, self.state)
+        await self._listening()
+        self._nc = await self._connect(ADMIN_USER, self.state.admin_password, "relay admin")
+        self._sys = await self._connect(SYSTEM_USER, self.state.system_password, "relay system")
+        await self.callout.start(self._nc)
         await self._nc.flush(timeout=5)
+        await self._ensure_links()
+        self._tasks.spawn(self._watch(), name="relay.json watch")
 
     async def close(self) -> None:
-        if self._nc is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._nc.close(), 2.0)
+        self._closing = True
+        await self._tasks.close()
+        for nc in (*self._links.values(), self._nc, self._sys):
+            if nc is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(nc.close(), 2.0)
+
+    # ---- the logins ---------------------------------------------------------------------------
+
+    def _load(self, state: RelayState) -> None:
+        """Every workstation's logins from relay.json and its clients file (in a thread)."""
+        clients = {h: loginstore.read_clients(self.rdir.dir, h) for h in state.workstations}
+        self._take_state(state, clients)
+
+    def _take_state(self, state: RelayState, clients: dict[str, dict[str, ClientLogin]]) -> None:
+        for h, w in state.workstations.items():
+            self.store.set_workstation(
+                h, w.daemon_password, w.client_password, state.admin_password
+            )
+            if h in clients:
+                self.store.set_clients(h, clients[h])
+        for h in set(self.store.clients) - set(state.workstations):
+            self.store.drop_workstation(h)
+        self.state = state
+
+    async def _watch(self) -> None:
+        """relay.json changed by `relay add` or `relay rotate`: its logins taken, the new
+        workstations' streams made (once nats-server has their accounts)."""
+        self._stamp = self._file_stamp()
+        while True:
+            await asyncio.sleep(WATCH_S)
+            stamp = self._file_stamp()
+            if stamp != self._stamp:
+                self._stamp = stamp
+                try:
+                    await self._reread()
+                except (RelayServeError, PrivateFileError, OSError) as exc:
+                    log.warning("relay_admin_failed", error=str(exc))
+            await self._ensure_links()
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.rdir.state_file.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    async def _reread(self) -> None:
+        old = {h: w.client_password for h, w in self.state.workstations.items()}
+        state = await asyncio.to_thread(self.rdir.load)
+        if state is None:
+            return
+        new = [h for h in state.workstations if h not in old]
+        clients = await asyncio.to_thread(
+            lambda: {h: loginstore.read_clients(self.rdir.dir, h) for h in new}
+        )
+        self._take_state(state, clients)
+        for h in new:
+            log.info("relay_workstation_added", host_id=h)
+        for h, w in state.workstations.items():
+            if h in old and old[h] != w.client_password and self._sys is not None:
+                # a rotated pairing login: connections made with the old one are closed
+                await kick.kick(self._sys, h, {loginstore.pairing_user(h)})
+
+    # ---- each workstation's account ----------------------------------------------------------
+
+    async def _ensure_links(self) -> None:
+        """A connection in each workstation's account, and its stream made; a workstation whose
+        account nats-server does not have yet (`relay add` reloads it) is tried again later."""
+        for h in self.state.workstations:
+            if h not in self._links:
+                try:
+                    self._links[h] = await self._link(h)
+                except Exception as exc:
+                    if self._throttle.take(("link", h)) is not None:
+                        log.info("relay_workstation_waiting", host_id=h, error=repr(exc))
+                    continue
+            if h not in self._streams:
+                await self._ensure_stream(h)
+
+    async def _link(self, host_id: str) -> Nats:
+        nc = await self._connect(
+            loginstore.relay_user(host_id),
+            self.state.admin_password,
+            f"relay admin {host_id}",
+            inbox_prefix=f"{ADMIN_PREFIX}.{host_id}._INBOX",
+            connect_timeout=2,
+        )
+        await nc.subscribe(f"{ADMIN_PREFIX}.{host_id}.clients", cb=self._on_request)
+        await nc.flush(timeout=5)
+        return nc
+
+    async def _ensure_stream(self, host_id: str) -> bool:
+        nc = self._links.get(host_id)
+        if nc is None or host_id not in self.state.queued_workstations():
+            return False
+        try:
+            await queuestream.ensure(
+                nc, host_id, self.store.queue_subjects(host_id), self.state.queue_share_bytes
+            )
+        except Exception as exc:
+            self._streams.discard(host_id)
+            if self._throttle.take(("stream", host_id)) is not None:
+                log.warning("relay_queue_stream_failed", host_id=host_id, error=repr(exc))
+            return False
+        self._streams.add(host_id)
+        return True
+
+    # ---- the admin requests -------------------------------------------------------------------
 
     async def _on_request(self, msg: Msg) -> None:
+        """One workstation's request: its pace checked here, applied in its own task (the
+        subscription's callbacks run one at a time, for every workstation)."""
         host_id = msg.subject.split(".")[1]
-        # its reply goes only to the asking workstation's own inbox
+        # its answer goes only to the asking workstation's own inbox (the only place the
+        # relay's connection there may publish to)
         if not msg.reply.startswith(f"agent-bridge.{host_id}._INBOX."):
             self._refuse(host_id, "bad_reply_subject")
             return
+        pace = self._paces.setdefault(host_id, Pace())
+        if not pace.take():
+            self._refuse(host_id, "busy")
+            await self._answer(msg, {"ok": False, "error": "busy"})
+            return
+        self._tasks.spawn(self._handle(host_id, msg), name=f"admin {host_id}")
+
+    async def _handle(self, host_id: str, msg: Msg) -> None:
         try:
             clients = parse(msg.data)
-            async with self._lock:
+            async with self._locks.setdefault(host_id, asyncio.Lock()):
                 users = await self._apply(host_id, clients)
             body: dict[str, Any] = {"ok": True, "users": users}
-            self.applied += 1
         except Refused as exc:
             self._refuse(host_id, str(exc))
             body = {"ok": False, "error": str(exc)}
         except (RelayServeError, PrivateFileError, OSError) as exc:
             log.warning("relay_admin_failed", host_id=host_id, error=str(exc))
             body = {"ok": False, "error": "internal"}
+        await self._answer(msg, body)
+
+    async def _answer(self, msg: Msg, body: dict[str, Any]) -> None:
         with contextlib.suppress(Exception):
             await msg.respond(json.dumps(body, separators=(",", ":")).encode())
 
     def _refuse(self, host_id: str, why: str) -> None:
-        self.refused += 1
         left_out = self._throttle.take(why)
         if left_out is not None:
             log.warning(
@@ -163,45 +364,18 @@ class AdminService:
             )
 
     async def _apply(self, host_id: str, clients: dict[str, str]) -> dict[str, str]:
-        rdir = self.rdir
-        with rdir.locked():  # `relay add` or `relay rotate` may have changed the files
-            state = rdir.load() or self.state
-            w = state.workstations.get(host_id)
-            if w is None:
-                raise Refused("unknown_workstation")
-            changed = w.clients != clients
-            if changed:
-                w.clients = dict(clients)
-                rdir.save(state)
-            self.state = state
-        if changed:
-            self._reload()
-            await self._wait_reloaded(state)
-            log.info("relay_admin_applied", host_id=host_id, clients=len(clients))
-        return {client_id: w.user_of(client_id) for client_id in clients}
-
-    async def _wait_reloaded(self, state: RelayState) -> None:
-        """Until the probe user logs in with the password just written: nats-server has read
-        the new configuration (a reload is all or nothing)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + RELOAD_WAIT_S
-        while True:
-            try:
-                nc = await nats.connect(
-                    **self._options(),
-                    user=PROBE_USER,
-                    password=state.probe_password,
-                    allow_reconnect=False,
-                    max_reconnect_attempts=0,
-                    connect_timeout=2,
-                    # refused until the reload is read: expected, not worth nats-py's traceback
-                    error_cb=_ignore_error,
-                )
-            except Exception as exc:
-                if loop.time() > deadline:
-                    raise RelayServeError("nats-server did not read its configuration") from exc
-                await asyncio.sleep(0.05)
-                continue
-            with contextlib.suppress(Exception):
-                await nc.close()
-            return
+        if host_id not in self.state.workstations:
+            raise Refused("unknown_workstation")
+        users = {c: loginstore.client_user(host_id, c) for c in clients}
+        made = {c: ClientLogin.of(p) for c, p in clients.items()}
+        queued = host_id in self.state.queued_workstations()
+        if made == self.store.clients.get(host_id) and (host_id in self._streams or not queued):
+            return users  # nothing changed
+        await asyncio.to_thread(loginstore.write_clients, self.rdir.dir, host_id, made)
+        removed = self.store.set_clients(host_id, made)
+        self._streams.discard(host_id)
+        await self._ensure_stream(host_id)
+        if removed and self._sys is not None:
+            await kick.kick(self._sys, host_id, removed)
+        log.info("relay_admin_applied", host_id=host_id, clients=len(made), removed=len(removed))
+        return users

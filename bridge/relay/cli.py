@@ -135,8 +135,8 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
             await auto.close()
         ports = f"{state.ws_port}" + (f" and {state.web_port}" if web is not None else "")
         return fail(f"the relay's ports {state.host}:{ports}: {exc}")
-    proc = natsserver.start(rdir)
-    admin = AdminService(rdir, state, lambda: proc.send_signal(signal.SIGHUP))
+    proc = natsserver.start(rdir, front_door=bool(state.ws_internal_port))
+    admin = AdminService(rdir, state)
     stopping: list[int] = []
     if auto is not None:  # a renewed certificate: nats-server and the web listener reload it
 
@@ -169,6 +169,7 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
             if code is not None:
                 return fail(f"nats-server exited with status {code}")
             await asyncio.sleep(0.5)
+        await admin.close()  # before nats-server goes: its connections end quietly
         natsserver.stop(proc)
         print("relay stopped", flush=True)
         return 0

@@ -2,18 +2,18 @@
 "Relay"), sans I/O: a request's bytes in, the reply and (for an open) the new connection's keys
 out.
 
-Errors are short codes in the reply; nothing here raises on bad input.
+Errors are short codes in the reply; nothing here raises on bad input (any depth, any encoding:
+every request is read by bridge/relay/safejson.py).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.relay import sealing
+from bridge.relay import safejson, sealing
 from bridge.relay.clients import Client, ClientRegistry
 from bridge.relay.sealing import KeyPair, b64, unb64
 
@@ -40,13 +40,11 @@ class Opened:
 
 def read_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> dict[str, Any]:
     """A relay request's JSON object, version 1; Refused("bad_request") for anything else."""
-    if len(data) > max_bytes:
-        raise Refused("bad_request")
     try:
-        req = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
+        req = safejson.read_object(data, max_bytes)
+    except safejson.Unreadable as exc:
         raise Refused("bad_request") from exc
-    if not isinstance(req, dict) or req.get("v") != 1:
+    if req.get("v") != 1:
         raise Refused("bad_request")
     return req
 
@@ -186,11 +184,14 @@ def open_connection(
         _fresh(inner, now)
         if conn in in_use:
             raise Refused("conn_in_use")
+        mine = KeyPair.generate()
+        try:
+            key = sealing.connection_key(mine.secret, client_eph)
+        except ValueError as exc:
+            raise Refused("bad_request") from exc
     except Refused as exc:
         return {"ok": False, "error": str(exc)}, None
-    mine = KeyPair.generate()
     inner_reply = {"conn": conn, "eph": b64(mine.public), "client_eph": eph_text}
     reply = {"ok": True, "eph": b64(mine.public), **_reply_box(inner_reply, keys, client_pk)}
-    key = sealing.connection_key(mine.secret, client_eph)
     batch = inner.get("batch") is True
     return reply, Opened(conn, client, key, scoped=named is not None, batch=batch)

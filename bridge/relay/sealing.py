@@ -19,6 +19,8 @@ import nacl.public
 import nacl.secret
 import nacl.utils
 
+from bridge.relay import safejson
+
 #: direction bytes of the frame nonces
 CLIENT_TO_DAEMON = 0x43  # 'C'
 DAEMON_TO_CLIENT = 0x44  # 'D'
@@ -102,25 +104,33 @@ def box_json(obj: dict[str, Any], nonce: bytes, own_secret: bytes, peer_public: 
 
 
 def unbox_json(box_b64: object, nonce: bytes, own_secret: bytes, peer_public: bytes) -> Any:
-    """Open a ``box`` field; raises ValueError when it does not open or is not JSON."""
+    """Open a ``box`` field; raises ValueError when it does not open or is not JSON (read as
+    all relay input is: bridge/relay/safejson.py)."""
     data = unb64(box_b64)
-    box = nacl.public.Box(nacl.public.PrivateKey(own_secret), nacl.public.PublicKey(peer_public))
     try:
+        # a peer key of low order (all zeros, say: anyone can send one) fails here already
+        box = nacl.public.Box(
+            nacl.public.PrivateKey(own_secret), nacl.public.PublicKey(peer_public)
+        )
         plain = box.decrypt(data, nonce)
     except nacl.exceptions.CryptoError as exc:
         raise ValueError("box does not open") from exc
     try:
-        return json.loads(plain)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError("box holds no JSON") from exc
+        return safejson.read(plain)
+    except safejson.Unreadable as exc:
+        raise ValueError(f"box holds no JSON: {exc}") from exc
 
 
 def connection_key(own_ephemeral_secret: bytes, peer_ephemeral_public: bytes) -> bytes:
-    """K = crypto_box_beforenm(peer ephemeral pk, own ephemeral sk): the same on both sides."""
-    box = nacl.public.Box(
-        nacl.public.PrivateKey(own_ephemeral_secret),
-        nacl.public.PublicKey(peer_ephemeral_public),
-    )
+    """K = crypto_box_beforenm(peer ephemeral pk, own ephemeral sk): the same on both sides;
+    ValueError for a peer key of low order (no shared secret)."""
+    try:
+        box = nacl.public.Box(
+            nacl.public.PrivateKey(own_ephemeral_secret),
+            nacl.public.PublicKey(peer_ephemeral_public),
+        )
+    except nacl.exceptions.CryptoError as exc:
+        raise ValueError("not a usable public key") from exc
     return bytes(box.shared_key())
 
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from bridge.logs import get_logger
 from bridge.process import TaskOwner
-from bridge.relay import pieces, sealing
+from bridge.relay import pieces, safejson, sealing
 from bridge.relay.sealing import (
     CLIENT_TO_DAEMON,
     DAEMON_TO_CLIENT,
@@ -26,8 +26,11 @@ from bridge.relay.sealing import (
     Unauthenticated,
 )
 from bridge.server.transport import FrameTransport, TransportClosed
+from bridge.util.logthrottle import Throttle
 
 log = get_logger("bridge.relay")
+#: the lines a peer's frames cause, for all virtual connections: one a kind per 10 s
+_THROTTLE = Throttle()
 
 #: bytes queued before ``writable`` says no (the server then waits, like a WebSocket's)
 WRITE_LIMIT = 1024 * 1024
@@ -179,11 +182,18 @@ class VirtualConnection:
         try:
             self._inbox.put_nowait(frame.decode())
         except UnicodeDecodeError:
-            log.info("relay_frame_not_text", conn=self.conn)
+            _THROTTLE.log(log.info, "relay_frame_not_text", self.client_id, conn=self.conn)
 
     def _reject(self, exc: Rejected) -> None:
         # authentic (the client sealed it) yet not of the protocol: the client is broken
-        log.warning("relay_frame_rejected", conn=self.conn, client=self.client_id, why=str(exc))
+        _THROTTLE.log(
+            log.warning,
+            "relay_frame_rejected",
+            (self.client_id, str(exc)),
+            conn=self.conn,
+            client=self.client_id,
+            why=str(exc),
+        )
         # the client hears it at once and reopens, rather than after 60 s of silence
         self._queue(self._sealer.seal(sealing.CLOSE, b'{"code":4400,"reason":"rejected frame"}'))
         self._end(CLOSE_REJECTED)
@@ -203,10 +213,10 @@ class VirtualConnection:
     @staticmethod
     def _peer_code(body: bytes) -> int:
         try:
-            code = json.loads(body).get("code")
-        except (ValueError, AttributeError):
+            code = safejson.read_object(body).get("code")
+        except safejson.Unreadable:
             return 1000
-        return code if isinstance(code, int) else 1000
+        return code if isinstance(code, int) and not isinstance(code, bool) else 1000
 
     def _end(self, code: int) -> None:
         """Forget the connection: recv ends, writes fail; what is queued still goes out."""

@@ -7,14 +7,15 @@ of error (message and exception type) once per ``EVERY_S``, the first time with 
 then with the count of those it left out.
 
 ``Throttle`` is the same rule for any log line that someone outside can provoke at will (the
-relay's refused requests and dropped frames): the first of a kind at once, then at most one a
-``EVERY_S`` with the count left out in between.
+relay's refused requests and dropped frames, a queued message that fails): the first of a kind
+at once, then at most one a ``EVERY_S`` with the count left out in between (``left_out``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bridge.logs import get_logger
@@ -44,6 +45,16 @@ class Throttle:
             self._seen.clear()
         self._seen[kind] = (now, 0)
         return -1 if last is None else last[1]
+
+    def log(self, emit: Callable[..., Any], event: str, kind: Any, **fields: Any) -> None:
+        """``emit(event, **fields)`` (a logger's ``info``, ``warning``...) when this line of
+        its kind is taken, with ``left_out`` after the first; else nothing."""
+        left_out = self.take((event, kind))
+        if left_out is None:
+            return
+        if left_out >= 0:
+            fields["left_out"] = left_out
+        emit(event, **fields)
 
 
 class LoopErrorLog:

@@ -8,6 +8,7 @@ lenient about unknown fields, so newer clients keep working.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal, get_args
 
 import msgspec
@@ -195,6 +196,14 @@ class WorkspaceWorktreeRemove(_Request, tag="workspace.worktree_remove", kw_only
     force: bool = False
 
 
+class WorkspaceAllowSetup(_Request, tag="workspace.allow_setup", kw_only=True):
+    """Let a repository's ``.agent-bridge/worktree-setup`` run in new worktrees: this exact
+    content, by its SHA-256 (what the person looked at)."""
+
+    path: str
+    sha256: str
+
+
 class ReviewComment(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One comment of ``session.review``: on lines ``line``..``end_line`` of ``file``."""
 
@@ -300,6 +309,7 @@ Request = (
     | WorkspacePush
     | WorkspacePr
     | WorkspaceWorktreeRemove
+    | WorkspaceAllowSetup
     | SessionReview
     | SessionMode
     | ClientPresence
@@ -448,6 +458,15 @@ def _salvage_id(obj: Any) -> RequestId:
     return None
 
 
+def _lenient_json(data: bytes | str) -> Any:
+    """What Python's own JSON makes of a frame msgspec refuses (a lone surrogate escape, which
+    a browser's JSON.stringify writes): only to answer its ``id``, so the client is told."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
 def decode_request(data: bytes | str, msgpack: bool) -> Request:
     """Decode one client frame, or raise ``ProtocolError`` saying what is wrong."""
     try:
@@ -461,7 +480,8 @@ def decode_request(data: bytes | str, msgpack: bool) -> Request:
         try:
             generic = _mp_any.decode(data) if msgpack else _json_any.decode(data)  # type: ignore[arg-type]
         except (msgspec.DecodeError, TypeError, UnicodeError, RecursionError):
-            raise ProtocolError("bad_request", f"malformed frame: {exc}") from None
+            rid = None if msgpack else _salvage_id(_lenient_json(data))
+            raise ProtocolError("bad_request", f"malformed frame: {exc}", rid) from None
         rid = _salvage_id(generic)
         if not isinstance(generic, dict):
             raise ProtocolError("bad_request", "a frame must be an object", rid) from None

@@ -237,6 +237,11 @@ class WorkspaceWorktreeRemoveResult(Result, kw_only=True):
     removed: str
 
 
+class WorkspaceAllowSetupResult(Result, kw_only=True):
+    path: str
+    sha256: str
+
+
 class WorkspaceFileResult(Result, kw_only=True):
     """The answer to ``workspace.file``: ``text``, or ``base64`` when ``binary``."""
 
@@ -320,6 +325,7 @@ RESULTS: tuple[type[Result], ...] = (
     WorkspacePushResult,
     WorkspacePrResult,
     WorkspaceWorktreeRemoveResult,
+    WorkspaceAllowSetupResult,
     SessionModeResult,
     WebpushKeyResult,
     NotifyChannelsResult,

@@ -9,10 +9,9 @@ of and behind ``base``, and its commits. Like every view, git runs through
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from bridge.workspace import git
+from bridge.workspace import git, names
 from bridge.workspace.views import (
     DIFF_OPTIONS,
     MAX_BYTES,
@@ -25,15 +24,14 @@ from bridge.workspace.views import (
 
 #: commits listed at most
 MAX_COMMITS = 200
-#: a ref as a client may name it: no option, no range, no revision expression
-REF_RE = re.compile(r"^(?!-)[A-Za-z0-9._/@{}^~-]{1,200}$")
 #: name-status letters, as the file list says them
 STATUS = {"A": "added", "D": "deleted", "M": "modified", "R": "renamed", "C": "copied", "T": "type"}
 
 
 def _check_ref(base: str) -> str:
-    if not REF_RE.match(base) or ".." in base:
-        raise WorkspaceError("bad_request", f"`{base}` is not a branch, tag or commit name")
+    why = names.ref_problem("the base", base)
+    if why is not None:
+        raise WorkspaceError("bad_request", why)
     return base
 
 

@@ -16,6 +16,7 @@ A failure is a :class:`ShipError` with a code a client can act on and a one-sent
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.process import BoundedResult, SpawnError, build_env, run_bounded
-from bridge.workspace import forge
+from bridge.workspace import forge, names
 
 #: how long each kind of call may take (a commit runs the repository's hooks)
 WORKTREE_TIMEOUT_S = 60.0
@@ -35,8 +36,6 @@ PR_TIMEOUT_S = 45.0
 SETUP_TIMEOUT_S = 300.0
 #: output kept of one call (a hook's, a push's)
 OUTPUT_LIMIT = 256 * 1024
-#: a branch name as git allows it, more strictly: no leading '-', no '..', no spaces
-BRANCH_RE = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)(?!.*@\{)[A-Za-z0-9._/-]{1,200}(?<![./])$")
 
 
 class ShipError(Exception):
@@ -131,29 +130,45 @@ async def current_branch(path: str) -> str:
     return await _text(path, "rev-parse", "--abbrev-ref", "HEAD")
 
 
+def refused(why: str | None, hint: str) -> None:
+    """A ShipError ``bad_request`` when a check of bridge/workspace/names.py found ``why``."""
+    if why is not None:
+        raise ShipError("bad_request", why, hint)
+
+
 def check_branch(branch: str) -> str:
-    if not BRANCH_RE.match(branch) or branch.endswith(".lock"):
-        raise ShipError(
-            "bad_request",
-            f"`{branch}` is not a branch name this daemon makes",
-            "use letters, digits, '.', '_', '-' and '/' (for example fix/login-timeout)",
-        )
+    refused(
+        names.branch_problem(branch),
+        "use letters, digits, '.', '_', '-' and '/' (for example fix/login-timeout)",
+    )
     return branch
 
 
-def worktree_path(repo: str, branch: str, root: str = "") -> str:
-    """Where a branch's worktree goes: under ``root`` (``[workspace] worktrees``), else beside
-    the repository in ``<repo>.worktrees/``; the branch's slashes become dashes."""
-    base = os.path.expanduser(root) if root else f"{repo}.worktrees"
+def check_ref(what: str, ref: str) -> str:
+    refused(names.ref_problem(what, ref), "name a branch, tag or commit (for example main)")
+    return ref
+
+
+def worktrees_dir(repo: str, root: str = "") -> str:
+    """The folder of a repository's worktrees: ``<root>/<repo name>`` (``[workspace]
+    worktrees``), else ``<repo>.worktrees`` beside the repository."""
     if root:
-        base = os.path.join(base, os.path.basename(repo))
-    return os.path.join(base, branch.replace("/", "-"))
+        return os.path.join(os.path.expanduser(root), os.path.basename(repo))
+    return f"{repo}.worktrees"
+
+
+def worktree_path(repo: str, branch: str, root: str = "") -> str:
+    """Where a branch's worktree goes: in :func:`worktrees_dir`, the branch's slashes made
+    dashes."""
+    return os.path.join(worktrees_dir(repo, root), branch.replace("/", "-"))
 
 
 async def add_worktree(path: str, branch: str, base: str | None, root: str = "") -> Worktree:
     """A new worktree on a new ``branch`` from ``base`` (default: the repository's current
     branch) for a session in the repository holding ``path``."""
     check_branch(branch)
+    if base is not None:
+        check_ref("the base", base)
     repo = await main_tree(path)
     base = base or await current_branch(repo)
     if base == "HEAD":
@@ -196,17 +211,22 @@ async def commit(
 ) -> dict[str, Any]:
     """Stage ``files`` (or everything with ``stage_all``), commit with ``message`` running the
     repository's hooks; the new commit."""
+    refused(names.text_problem("the commit message", message, lines=True), "write a message")
     if not message.strip():
         raise ShipError("bad_request", "the commit message is empty", "write a message")
+    for file in files or ():
+        refused(names.file_problem(file), "name files relative to `path`, as git status shows")
+    # pathspecs taken literally: a file named `:/` or `*` stages that file, not the whole tree
+    add = ("--literal-pathspecs", "add", "-A", "--")
     if stage_all:
-        added = await git(cwd, "add", "-A", "--", ".", timeout=COMMIT_TIMEOUT_S)
+        added = await git(cwd, *add, ".", timeout=COMMIT_TIMEOUT_S)
     elif files:
-        added = await git(cwd, "add", "-A", "--", *files, timeout=COMMIT_TIMEOUT_S)
+        added = await git(cwd, *add, *files, timeout=COMMIT_TIMEOUT_S)
     else:
         added = None
     if added is not None and added.returncode != 0:
         raise _failed(added, "git add failed")
-    result = await git(cwd, "commit", "-m", message, timeout=COMMIT_TIMEOUT_S)
+    result = await git(cwd, "commit", f"--message={message}", timeout=COMMIT_TIMEOUT_S)
     if result.returncode != 0:
         said = _output(result)
         if "nothing to commit" in said or "no changes added" in said:
@@ -282,10 +302,12 @@ async def push(cwd: str, remote: str | None) -> dict[str, Any]:
     branch = await current_branch(cwd)
     if branch == "HEAD":
         raise ShipError("bad_request", "detached HEAD: no branch to push", "check out a branch")
+    if remote is not None:
+        await check_remote(cwd, remote)
     upstream = await git(cwd, "rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{u}")
     argv = ["push", "--porcelain"]
     if upstream.returncode != 0 or remote:
-        argv += ["--set-upstream", remote or await _default_remote(cwd), branch]
+        argv += ["--set-upstream", "--", remote or await _default_remote(cwd), branch]
     result = await git(cwd, *argv, timeout=PUSH_TIMEOUT_S)
     said = _output(result)
     if result.returncode != 0:
@@ -293,11 +315,28 @@ async def push(cwd: str, remote: str | None) -> dict[str, Any]:
     return {"branch": branch, "remote": remote or await _upstream_remote(cwd), "output": said}
 
 
+async def _remotes(cwd: str) -> list[str]:
+    return (await _text(cwd, "remote")).split()
+
+
+async def check_remote(cwd: str, remote: str) -> str:
+    """``remote`` when it is one ``git remote`` lists: anything else (an option such as
+    ``--receive-pack=CMD``, a URL, a path) is refused before ``git push`` sees it."""
+    refused(names.remote_problem(remote), "name a remote `git remote -v` lists, or none")
+    if remote not in await _remotes(cwd):
+        raise ShipError(
+            "not_found",
+            f"no remote {names.shown(remote)} in this repository",
+            "name a remote `git remote -v` lists, or none",
+        )
+    return remote
+
+
 async def _default_remote(cwd: str) -> str:
-    names = (await _text(cwd, "remote")).split()
-    if not names:
+    listed = await _remotes(cwd)
+    if not listed:
         raise ShipError("not_found", "this repository has no remote", "add one: git remote add")
-    return "origin" if "origin" in names else names[0]
+    return "origin" if "origin" in listed else listed[0]
 
 
 async def _upstream_remote(cwd: str) -> str:
@@ -311,15 +350,21 @@ async def pull_request(
 ) -> dict[str, Any]:
     """A pull request with ``gh`` when it is installed and logged in (looked up now: one
     installed later needs no restart); else the forge's compare URL to open one."""
+    refused(names.text_problem("the title", title or "", lines=False), "write a one-line title")
+    refused(names.text_problem("the body", body or "", lines=True), "remove the NUL character")
+    if base:
+        check_ref("the base", base)
     branch = await current_branch(cwd)
     remote = await _upstream_remote(cwd)
     gh = shutil.which("gh", path=write_env().get("PATH"))
     if gh is not None and await _logged_in(gh, cwd):
-        argv = [gh, "pr", "create", "--head", branch]
+        # each value glued to its option: a title that starts with `-` is still the title
+        argv = [gh, "pr", "create", f"--head={branch}"]
         # no title or body given: gh takes them from the branch's commits
-        argv += ["--title", title or branch, "--body", body or ""] if title or body else ["--fill"]
+        given = [f"--title={title or branch}", f"--body={body or ''}"]
+        argv += given if title or body else ["--fill"]
         if base:
-            argv += ["--base", base]
+            argv.append(f"--base={base}")
         result = await run(argv, cwd, PR_TIMEOUT_S, what="gh")
         said = _output(result)
         url = _last_url(said)
@@ -329,7 +374,7 @@ async def pull_request(
                 return {"url": existing, "created": False, "checks": None}
             raise ShipError("git_failed", "gh pr create failed", "see gh's output", said)
         return {"url": url, "created": True, "checks": await _checks(gh, cwd, url)}
-    fetch_url = await _text(cwd, "remote", "get-url", remote)
+    fetch_url = await _text(cwd, "remote", "get-url", "--", remote)
     default = base or await _remote_head(cwd, remote)
     url = forge.compare_url(fetch_url, branch, default)
     if url is None:
@@ -365,9 +410,9 @@ async def _remote_head(cwd: str, remote: str) -> str:
     return head.split("/", 1)[1] if "/" in head else "main"
 
 
-async def remove_worktree(path: str, force: bool) -> dict[str, Any]:
+async def remove_worktree(path: str, force: bool, root: str = "") -> dict[str, Any]:
     """Remove the worktree at ``path``: refused with uncommitted changes or commits no remote
-    has, unless ``force``."""
+    has, unless ``force``. The :func:`worktrees_dir` it was in goes too once empty."""
     top = await toplevel(path)
     repo = await main_tree(top)
     if top == repo:
@@ -391,8 +436,12 @@ async def remove_worktree(path: str, force: bool) -> dict[str, Any]:
                 "push them, or remove with force to lose them",
                 unpushed,
             )
-    argv = ["worktree", "remove", *(["--force"] if force else []), top]
+    argv = ["worktree", "remove", *(["--force"] if force else []), "--", top]
     result = await git(repo, *argv)
     if result.returncode != 0:
         raise _failed(result, "git worktree remove failed")
+    made = worktrees_dir(repo, root)
+    if os.path.dirname(top) == os.path.realpath(made):
+        with contextlib.suppress(OSError):  # another worktree is still in it
+            os.rmdir(made)
     return {"removed": top}

@@ -100,3 +100,8 @@ test('a gap inside a fragmented frame drops that frame, later frames still arriv
   assert.ok(bigPieces >= 3);
   assert.deepEqual(frames, v.frames.down_texts.slice(2));
 });
+
+test('the queue token of a NATS password is the daemon\'s and the relay\'s', () => {
+  assert.equal(rc.queueToken(v.queue_token.password), v.queue_token.token);
+  assert.equal(v.queue_token.token.length, 32);
+});

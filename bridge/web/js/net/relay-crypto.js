@@ -147,6 +147,15 @@ export class RelayCrypto {
     return { v: 1, pk: keys.pk, n: b64encode(n), box: b64encode(box) };
   }
 
+  /**
+   * A client's queue token on `relay serve` (bridge/relay/permissions.py): 128 bits of SHA-512
+   * of "agent-bridge queue " and its own NATS password, in hex. Its queue subject is
+   * P.q.<token>.<client id>: no other phone can name it, not even as a reply subject.
+   */
+  queueToken(password) {
+    return hex(this.nacl.hash(new TextEncoder().encode(`agent-bridge queue ${password}`))).slice(0, 32);
+  }
+
   /** {clientId, login} from the daemon's login reply; throws RelayError (its code) otherwise. */
   loginReply(reply, daemonPk, keys) {
     if (!reply || reply.ok !== true) throw new RelayError(reply?.error || 'bad_reply', `no login: ${reply?.error || 'bad reply'}`);

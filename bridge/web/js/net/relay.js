@@ -208,7 +208,11 @@ export class RelayStation extends EventTarget {
     }
     let reply;
     try {
-      const msg = await nc.request(`${this.prefix}.q.${record.client_id}`, data, { timeout: REQUEST_TIMEOUT_MS });
+      // with its own user (`relay serve`), on the subject only it can name (its token)
+      const subject = this.scoped && record.login?.pass
+        ? `${this.prefix}.q.${crypto.queueToken(record.login.pass)}.${record.client_id}`
+        : `${this.prefix}.q.${record.client_id}`;
+      const msg = await nc.request(subject, data, { timeout: REQUEST_TIMEOUT_MS });
       reply = JSON.parse(decoder.decode(msg.data));
     } catch (err) {
       if (isNoResponders(err)) throw new RelayError('no_queue', 'this relay keeps no queue');

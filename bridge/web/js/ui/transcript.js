@@ -71,6 +71,7 @@ export class Transcript {
    *          onUsage?: (u: object) => void, onInfo?: (b: object) => void,
    *          onUser?: (id: string) => void,
    *          onRetry?: (text: string) => Promise<void>,
+   *          onAllowSetup?: (path: string, sha256: string) => Promise<void>,
    *          diffMode?: () => 'unified'|'split', setDiffMode?: (m: string) => void}} hooks
    */
   constructor(scroller, hooks) {
@@ -373,11 +374,36 @@ export class Transcript {
       return;
     }
     const text = b.text || b.code;
-    const el = h('div', { class: `blk blk-system level-${b.level || 'info'} code-${b.code}` }, codeSpans(text));
+    const el = h('div', { class: `blk blk-system level-${b.level || 'info'} code-${b.code}` }, codeSpans(text),
+      this.#allowSetupButton(b));
     // "idle -> running (writer: bridge): …" is the daemon's bookkeeping: the header's badge
     // shows the state; the line stays in the DOM (its seq counts) but not on screen
     if (b.code === 'state') el.hidden = true;
     this.#add(el, frame);
+  }
+
+  /** A repository's worktree setup that was skipped (not the default branch's file): a button
+   *  that allows this exact file, by the hash the block names, for the next worktrees. */
+  #allowSetupButton(b) {
+    const d = b.code === 'worktree_setup' && b.data?.skipped ? b.data : null;
+    if (!d || typeof d.sha256 !== 'string' || typeof d.path !== 'string' || !this.hooks.onAllowSetup) return null;
+    const said = h('span', { class: 'allow-setup-said', role: 'status' });
+    const btn = h('button', {
+      type: 'button', class: 'small-btn allow-setup',
+      onclick: async () => {
+        if (!window.confirm(`Let ${d.path} (SHA-256 ${d.sha256.slice(0, 12)}…) run in new worktrees? Read it first.`)) return;
+        btn.disabled = true;
+        try {
+          await this.hooks.onAllowSetup(d.path, d.sha256);
+          btn.remove();
+          said.textContent = 'Allowed: it runs in the next new worktrees while it stays exactly this file.';
+        } catch (err) {
+          btn.disabled = false;
+          said.textContent = err.message;
+        }
+      },
+    }, 'Allow this setup');
+    return h('div', { class: 'allow-setup-row' }, btn, said);
   }
 
   #error(b, frame) {

@@ -43,6 +43,7 @@ export class SessionView {
       onUser: (id) => app.outbox.userSeen(id),
       onInfo: (info) => { this.info = info; this.renderCapabilities(); },
       onRetry: (text) => this.retry(text),
+      onAllowSetup: (path, sha256) => app.client.request('workspace.allow_setup', { path, sha256 }),
       diffMode: () => app.diffMode(),
       setDiffMode: (mode) => app.setDiffMode(mode),
     });

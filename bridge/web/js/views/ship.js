@@ -38,6 +38,8 @@ export class BranchView {
     this.panel = panel;
     this.comments = [];
     this.statusEl = h('div', { class: 'ship-status', role: 'status' });
+    // the worktree was removed: the view says so instead of a diff and its actions
+    this.gone = false;
   }
 
   get view() {
@@ -57,14 +59,21 @@ export class BranchView {
     this.panel.file = null;
     this.panel.backBtn.hidden = true;
     this.panel.titleEl.textContent = `Branch · ${wt.branch}`;
+    if (this.gone) return this.showGone();
     this.panel.message('Loading…');
     let r;
     try {
       r = await this.panel.request('workspace.diff', { base: wt.base });
     } catch (err) {
+      // removed here, from another client or a terminal: the daemon has no directory there
+      if (err.code === 'not_found' && this.view.session.state === 'ended') {
+        this.gone = true;
+        return this.showGone();
+      }
       clear(this.panel.body).append(failure(err));
       return;
     }
+    if (this.gone) return this.showGone(); // removed while the diff was on its way
     const counts = `${r.ahead} ahead, ${r.behind} behind ${r.base}`;
     const commits = r.commits.length
       ? h('ul', { class: 'ship-commits' }, r.commits.map((c) => h('li', {},
@@ -234,7 +243,25 @@ export class BranchView {
 
   async remove() {
     if (!window.confirm(`Remove the worktree ${this.worktree.path}?`)) return;
-    await this.run('Removing the worktree', 'workspace.worktree_remove', {},
+    const r = await this.run('Removing the worktree', 'workspace.worktree_remove', {},
       (x) => [h('p', { class: 'ok-text' }, `Removed ${x.removed}.`)]);
+    if (r) {
+      this.gone = true;
+      this.comments = [];
+      this.showGone();
+    }
+  }
+
+  /** A removed worktree: nothing to review, commit, push or open a pull request from. */
+  showGone() {
+    const wt = this.worktree;
+    this.panel.modeBtn.hidden = true;
+    this.panel.titleEl.textContent = `Removed · ${wt.branch}`;
+    appendAll(clear(this.panel.body), [
+      h('div', { class: 'ship-gone', role: 'status' },
+        h('p', {}, 'This worktree is gone: ', h('code', {}, wt.path), ' was removed.'),
+        h('p', { class: 'muted small' }, 'Its branch ', h('code', {}, wt.branch),
+          ' stays in the repository ', h('code', {}, wt.repo), '; what was pushed is on the remote.')),
+      this.statusEl]);
   }
 }
