@@ -35,6 +35,14 @@ pytestmark = BROWSER_TESTS
 SHOWN = "document.querySelector('#main > .view:not([hidden])').dataset.view"
 FOCUSED = "document.activeElement.textContent.trim()"
 CURRENT = "document.querySelector('#nav [aria-current=page]').dataset.view"
+SHELL_CACHE = "caches.open('agent-bridge-shell-1')"
+CACHED_TOAST = f"{SHELL_CACHE}.then((c) => c.match('/js/ui/toast.js')).then((r) => r.text())"
+MARK_CACHED = f"""(async () => {{
+  const cache = await {SHELL_CACHE};
+  const kept = await cache.match('/js/ui/toast.js');
+  const text = (await kept.text()) + '\\nwindow.__fromCache = 1;\\n';
+  await cache.put('/js/ui/toast.js', new Response(text, {{ headers: kept.headers }}));
+}})()"""
 
 
 @pytest.fixture(scope="module")
@@ -196,5 +204,31 @@ def test_landmarks_and_the_keyboard_reach_every_view(
         p.wait("#view-usage")
         assert p.eval(FOCUSED) == "Usage"
         assert p.eval("document.querySelectorAll('main:not([hidden])').length") == 1
+    finally:
+        p.close()
+
+
+def test_the_service_worker_keeps_the_shell_and_a_reload_is_answered_from_it(
+    browser: Browser, daemon: DaemonProcess
+) -> None:
+    p = browser.page(*PHONE, mobile=True)
+    try:
+        login(p, daemon)
+        p.wait_for("navigator.serviceWorker.controller !== null")
+        shell = p.eval("fetch('/sw-core.js').then((r) => r.text())")
+        listed = shell.split("const SHELL = [", 1)[1].split("];", 1)[0].count("'/")
+        kept = f"{SHELL_CACHE}.then((c) => c.keys()).then((k) => k.length)"
+        p.wait_for(f"{kept}.then((n) => n === {listed})")
+        # a reload is answered from the cache: a mark put in the cached copy of a module runs
+        p.eval(MARK_CACHED)
+        p.reload()
+        p.wait("#conn[data-state=open]")
+        assert p.eval("window.__fromCache ?? null") == 1
+        # and the worker fetched the file again behind it: the next page has the server's
+        p.wait_for(f"{CACHED_TOAST}.then((t) => !t.includes('__fromCache'))")
+        p.reload()
+        p.wait("#conn[data-state=open]")
+        assert p.eval("window.__fromCache ?? null") is None
+        assert page_errors(p) == []
     finally:
         p.close()
