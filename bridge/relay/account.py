@@ -1,7 +1,7 @@
 """Where and as whom the daemon dials the relay: ``[relay]`` of config.toml resolved with its
 account file, or with a hosted NATS's creds / nkey file (docs/remote-access.md).
 
-Every credentials file must be the user's alone (mode 0600, bridge/relay/privfile.py); a creds
+Every credentials file must be the user's alone (mode 0600, bridge/util/privfile.py); a creds
 or nkey file is read and checked as nats-py will read it (bridge/relay/natskeys.py), so a bad
 one stops the start. The passwords read here, and one in the URL, are remembered by
 bridge/util/redact.py so no log line shows them; ``shown_url`` is the URL without its login. An
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import HOST_ID_RE, ConfigError, RelayConfig
-from bridge.relay import privfile
+from bridge.util import privfile
 from bridge.util.redact import remember_secret, remember_url_login
 
 

@@ -56,9 +56,9 @@ from bridge.relay.natsserver import (
     RelayState,
 )
 from bridge.relay.permissions import ADMIN_PREFIX
-from bridge.relay.privfile import PrivateFileError
 from bridge.server.netaddr import is_loopback
 from bridge.util.logthrottle import Throttle
+from bridge.util.privfile import PrivateFileError
 
 log = get_logger("bridge.relay.admin")
 

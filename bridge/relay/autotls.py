@@ -30,7 +30,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from bridge.logs import get_logger
-from bridge.relay import privfile
+from bridge.util import privfile
 
 log = get_logger("bridge.relay.autotls")
 

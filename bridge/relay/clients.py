@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bridge import paths
-from bridge.relay import privfile
 from bridge.relay.sealing import KeyPair, b64, unb64
+from bridge.util import privfile
 
 PAIRING_TTL_S = 600.0
 NAME_MAX = 64

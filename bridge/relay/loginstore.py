@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.relay import privfile
 from bridge.relay.permissions import queue_subject, queue_token
+from bridge.util import privfile
 
 
 def digest(password: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 from nats.aio.client import RawCredentials
 from nats.errors import Error as NatsError
 
-from bridge.relay import privfile
+from bridge.util import privfile
 
 JWT_BEGIN = "BEGIN NATS USER JWT"
 SEED_BEGIN = "BEGIN USER NKEY SEED"

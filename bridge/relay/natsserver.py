@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from bridge import paths
-from bridge.relay import privfile
 from bridge.relay.frontdoor import NATS_PATH
 from bridge.relay.loginstore import (
     ClientLogin,
@@ -55,6 +54,7 @@ from bridge.relay.loginstore import (
 )
 from bridge.relay.natsjwt import Issuer
 from bridge.server.netaddr import is_loopback
+from bridge.util import privfile
 
 DEFAULT_PORT = 4222
 DEFAULT_WS_PORT = 4280

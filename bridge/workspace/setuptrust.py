@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bridge import paths
-from bridge.relay import privfile
+from bridge.util import privfile
 from bridge.workspace import gitwrite
 
 #: the repository's own setup, relative to a work tree
