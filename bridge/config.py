@@ -157,6 +157,8 @@ class WorkspaceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     setup: list[str] = msgspec.field(default_factory=list)
     #: seconds the setup may take
     setup_timeout_s: float = 300.0
+    #: seconds between two asks of a branch's pending CI checks (the notification when done)
+    checks_poll_s: float = 30.0
 
 
 class LogConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -165,7 +167,7 @@ class LogConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     format: str = "auto"
 
 
-NOTIFY_KINDS = ("permission", "turn_end", "error", "handoff")
+NOTIFY_KINDS = ("permission", "turn_end", "error", "handoff", "checks")
 
 
 class NotifyTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -210,6 +212,9 @@ class RelayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: The name the relay's TLS certificate is checked against when ``url`` reaches it by
     #: another (an SSH tunnel to 127.0.0.1, a LAN address); "" = the url's host.
     tls_server_name: str = ""
+    #: PEM file of the CA roots the relay's TLS certificate may chain to, besides the
+    #: system's: a private CA, or a staging one (Let's Encrypt's staging, pebble).
+    ca_file: str = ""
     #: The NATS WebSocket URL paired clients dial (wss://...); overrides the account's.
     client_url: str = ""
     #: JSON file {"user": ..., "password": ...} put in pairing links (mode 0600); optional.
@@ -430,6 +435,8 @@ def _validate(config: Config, file: Path) -> None:
     for name, acp in config.acp.items():
         if not acp.command:
             raise bad(f"acp.{name}.command", "must name the agent's command line")
+    if config.workspace.checks_poll_s <= 0:
+        raise bad("workspace.checks_poll_s", "must be greater than 0")
     _validate_notify(config, bad)
     _validate_relay(config.relay, bad)
 

@@ -234,11 +234,14 @@ class Daemon:
             serve,
             max_frame=self.config.limits.max_frame_bytes,
             deliver=self._take_queued,
+            previews=self.server.previews,
         )
         self.relay = link
         link.start()
         # unauthenticated relay input dropped since the start (docs/operations.md)
         self.server.healthz_fields["relay_dropped"] = lambda: dict(link.dropped)
+        # why the link is down, when the user can fix it (docs/operations.md, "Doctor")
+        self.server.healthz_fields["relay_reason"] = lambda: link.reason
         queue = link.queue
         self.server.healthz_fields["relay_queue"] = lambda: queue.status if queue else "off"
         if queue is not None:  # messages that failed every attempt (docs/operations.md)

@@ -165,7 +165,7 @@ MEANING: dict[str, str] = {
     "notify.min_turn_s": "A turn that ran at least this many seconds notifies (`turn_end`) "
     "when it ends and nobody is looking (docs/notifications.md).",
     "notify.webpush_kinds": "Kinds sent to the web client's Web Push devices: `permission`, "
-    "`turn_end`, `error`, `handoff`.",
+    "`turn_end`, `error`, `handoff`, `checks`.",
     "notify.webpush_ttl": "Seconds a push service keeps an undelivered Web Push message (the "
     "`TTL` header).",
     "notify.vapid_subject": "The VAPID `sub` claim: a `mailto:` or `https:` contact push "
@@ -175,7 +175,7 @@ MEANING: dict[str, str] = {
     "notify.targets": "Notification channels: `[[notify.targets]]` tables, below.",
     "[notify.targets].url": "Required. An Apprise URL: `ntfy://`, `tgram://`, `pover://`, "
     "`json://`, `mailto://`, ... Its secrets are masked in logs and answers.",
-    "[notify.targets].kinds": "Kinds this channel gets (default: all four).",
+    "[notify.targets].kinds": "Kinds this channel gets (default: all five).",
     "[notify.targets].name": "Shown instead of the (masked) URL in `notify test`, doctor and "
     "the web client.",
     "workspace.worktrees": 'Where `session.create`\'s worktrees go: `""` = beside each '
@@ -186,6 +186,9 @@ MEANING: dict[str, str] = {
     "was allowed by its SHA-256 (`agent-bridge git allow-setup`).",
     "workspace.setup_timeout_s": "Seconds the worktree setup may take (its process group is "
     "killed after).",
+    "workspace.checks_poll_s": "Seconds between two asks of a branch's CI checks while one is "
+    "pending (after a `workspace.checks` found one): the `checks` notification when they have "
+    "all finished.",
     "hub.park_poll": "Seconds between ownership checks of a parked session (is the terminal "
     "still there?).",
     "hub.sweep_interval": "Seconds between sweeps for terminals that resumed a session the "
@@ -213,6 +216,10 @@ MEANING: dict[str, str] = {
     "relay.tls_server_name": "The name the relay's TLS certificate is checked against when "
     '`url` reaches it by another (an SSH tunnel to `127.0.0.1`, a LAN address); `""` = the '
     "url's host.",
+    "relay.ca_file": "PEM file of CA root certificates the relay's TLS certificate may chain "
+    "to, besides the system's: a private CA, or a staging one (Let's Encrypt's staging, "
+    "pebble); used for `tls://` relays, checked at start and by `doctor`. The phone must trust "
+    'the same root (docs/remote-access.md, "Trusting a private or staging CA").',
     "relay.client_url": "The NATS WebSocket URL (`wss://`) pairing links give phones; overrides "
     "the account's.",
     "relay.client_auth": "JSON file with the phones' NATS login, put in pairing links: "

@@ -17,7 +17,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bridge.relay import pieces, sealing  # noqa: E402
+from bridge.relay import pieces, sealing, tunnel  # noqa: E402
 from bridge.relay.sealing import b64  # noqa: E402
 
 FILE = ROOT / "tests" / "fixtures" / "relay_vectors.json"
@@ -51,6 +51,26 @@ def frames_case(
                 "kind": kind,
                 "body_utf8": body.decode(),
                 "nonce": b64(sealing.frame_nonce(direction, sealer.counter)),
+                "payload": b64(payload),
+            }
+        )
+    return out
+
+
+def streams_case(key: bytes, direction: int, bodies: list[bytes]) -> list[dict[str, Any]]:
+    """STREAM messages (a preview's byte stream): the body is binary, so it is given b64."""
+    sealer = sealing.Sealer(key, direction)
+    out = []
+    for body in bodies:
+        payload = sealer.seal(sealing.STREAM, body)
+        stream, op, data = tunnel.decode(body)
+        out.append(
+            {
+                "counter": sealer.counter,
+                "kind": sealing.STREAM,
+                "stream": stream,
+                "op": op,
+                "data_b64": b64(data),
                 "payload": b64(payload),
             }
         )
@@ -128,6 +148,28 @@ def make() -> dict[str, Any]:
                 "payload_sha256": hashlib.sha256(payload).hexdigest(),
             }
         )
+    # a preview's stream (docs/protocol.md, "Preview through the relay"): the client opens
+    # stream 1 to a preview, sends a request and ends it; the daemon answers and ends it
+    get = b"GET / HTTP/1.1\r\nhost: preview\r\ncookie: abpv_pv_0123456789ab=KEY\r\n\r\n"
+    stream_up = streams_case(
+        key,
+        sealing.CLIENT_TO_DAEMON,
+        [
+            tunnel.encode(1, tunnel.OPEN, b'{"preview":"pv_0123456789ab"}'),
+            tunnel.encode(1, tunnel.DATA, get),
+            tunnel.encode(1, tunnel.END),
+        ],
+    )
+    answer = b"HTTP/1.1 200 \r\ncontent-type: text/html\r\ncontent-length: 2\r\n\r\nhi"
+    stream_down = streams_case(
+        key,
+        sealing.DAEMON_TO_CLIENT,
+        [
+            tunnel.encode(1, tunnel.DATA, answer),
+            tunnel.encode(1, tunnel.END),
+            tunnel.encode(2, tunnel.END, b'{"error":"not_found"}'),
+        ],
+    )
     tampered = bytearray(sealing.unb64(up[0]["payload"]))
     tampered[-1] ^= 0x01
     return {
@@ -147,6 +189,8 @@ def make() -> dict[str, Any]:
         "connection_key": b64(key),
         "up_frames": up,
         "down_frames": down,
+        "stream_up": stream_up,
+        "stream_down": stream_down,
         "fragmented_down": {
             "frame": "'0123456789' repeated, truncated to max_piece + 10 bytes",
             "max_piece": pieces.MAX_PIECE,

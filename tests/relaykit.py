@@ -14,7 +14,7 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +314,8 @@ class VirtualClient:
         self.raw_down: list[bytes] = []
         #: messages on the down subject that did not authenticate (dropped)
         self.dropped: list[bytes] = []
+        #: told of each STREAM message (tests/tunnelkit.py)
+        self.on_stream: Callable[[sealing.Opened], None] | None = None
 
     async def listen(self) -> None:
         self._sub = await self.client.nc.subscribe(self.down, cb=self._on_down)
@@ -349,6 +351,10 @@ class VirtualClient:
             return
         if opened.kind == sealing.CLOSE:
             self._closed(json.loads(opened.body))
+            return
+        if opened.kind == sealing.STREAM:
+            if self.on_stream is not None:
+                self.on_stream(opened)
             return
         if opened.kind == sealing.BATCH:
             for frame in self.joiner.feed_batch(opened):
@@ -470,6 +476,8 @@ class ServedRelay:
         self.options = options
         self.log = directory / "serve.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        #: (soft, hard) RLIMIT_NOFILE it starts with, as a service manager would set it
+        self.fd_limit: tuple[int, int] | None = None
 
     def start(self) -> ServedRelay:
         """Started; on other ports if one picked was taken meanwhile (free_port can only say
@@ -502,11 +510,14 @@ class ServedRelay:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=self._limit_fds if self.fd_limit else None,
             )
         # Generous: with --acme-email the listeners wait for the certificate, an ACME exchange
         # with pebble that took over 20 s on a loaded machine. A wait, not a timing target.
         deadline = time.monotonic() + START_WAIT_S
-        for port in (self.port, self.ws_port, self.web_port):
+        # not the NATS port: a probe that hangs up there is a TLS handshake error in
+        # nats-server's log; "relay running" below says it listens
+        for port in (self.ws_port, self.web_port):
             while not _listens(port):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError(f"relay serve did not listen on {port}: {self.printed()}")
@@ -517,6 +528,12 @@ class ServedRelay:
                 raise RuntimeError(f"relay serve did not start: {self.printed()}")
             time.sleep(0.05)
         return self
+
+    def _limit_fds(self) -> None:
+        import resource
+
+        assert self.fd_limit is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.fd_limit)
 
     def printed(self) -> str:
         return self.log.read_text()

@@ -80,3 +80,74 @@ def fake_gh(where: Path, logged_in: bool = True) -> Path:
     )
     gh.chmod(0o755)
     return calls
+
+
+#: one state of a branch's CI, as the fake ``gh`` of ``fake_ci_gh`` reports it
+CI_PENDING = [
+    {
+        "name": "lint",
+        "bucket": "pass",
+        "state": "SUCCESS",
+        "link": "https://github.example/acme/shop/actions/runs/11/job/21",
+        "startedAt": "2026-12-06T10:00:00Z",
+        "completedAt": "2026-12-06T10:01:00Z",
+    },
+    {
+        "name": "test",
+        "bucket": "pending",
+        "state": "IN_PROGRESS",
+        "link": "https://github.example/acme/shop/actions/runs/11/job/22",
+        "startedAt": "2026-12-06T10:00:00Z",
+        "completedAt": "0001-01-01T00:00:00Z",
+    },
+]
+CI_FAILED = [
+    CI_PENDING[0],
+    {**CI_PENDING[1], "bucket": "fail", "state": "FAILURE", "completedAt": "2026-12-06T10:04:00Z"},
+]
+CI_PASSED = [
+    CI_PENDING[0],
+    {**CI_PENDING[1], "bucket": "pass", "state": "SUCCESS", "completedAt": "2026-12-06T10:09:00Z"},
+]
+
+
+def fake_ci_gh(where: Path) -> tuple[Path, Path]:
+    """A logged-in `gh` that records its arguments and answers what ``ci.json`` (beside it)
+    says: ``{"pr": {"url","number"}|null, "checks": [gh pr checks rows], "runs": {REST
+    check-runs answer}, "log": "text of gh run view --log-failed"}``. Returns the calls file
+    and ``ci.json``, which a test rewrites to move CI on (pending, then failure, then
+    success)."""
+    where.mkdir(parents=True, exist_ok=True)
+    calls, ci = where / "calls.jsonl", where / "ci.json"
+    ci.write_text(json.dumps({"pr": None, "checks": [], "runs": {"check_runs": []}, "log": ""}))
+    gh = where / "gh"
+    gh.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, sys\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"ci = json.load(open({str(ci)!r}))\n"
+        "a = sys.argv[1:]\n"
+        "if a[:2] == ['auth', 'status']:\n"
+        "    sys.exit(0)\n"
+        "if a[:2] == ['pr', 'view']:\n"
+        "    if ci['pr'] is None:\n"
+        "        sys.exit('no pull requests found for branch \"feat\"')\n"
+        "    print(json.dumps(ci['pr']))\n"
+        "elif a[:2] == ['pr', 'checks']:\n"
+        "    print(json.dumps(ci['checks']))\n"
+        "    buckets = {c['bucket'] for c in ci['checks']}\n"
+        "    sys.exit(8 if 'pending' in buckets else 1 if 'fail' in buckets else 0)\n"
+        "elif a[:1] == ['api']:\n"
+        "    print(json.dumps(ci['runs']))\n"
+        "elif a[:2] == ['run', 'view']:\n"
+        "    sys.stdout.write(ci['log'])\n"
+        "else:\n"
+        "    sys.exit('unknown command')\n"
+    )
+    gh.chmod(0o755)
+    return calls, ci
+
+
+def set_ci(ci: Path, **fields: Any) -> None:
+    """Move the fake CI on: the fields of ``ci.json`` given."""
+    ci.write_text(json.dumps({**json.loads(ci.read_text()), **fields}))

@@ -359,15 +359,16 @@ def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
     root = tmp_path / "pebble-root.pem"
     root.write_bytes(pebble.root())
     # The workstation dials the relay's NATS port by address (relay.test resolves nowhere
-    # here) and checks the certificate for relay.test against pebble's root.
+    # here) and checks the certificate for relay.test against pebble's root, its ca_file.
     config = (
         f'[relay]\naccount = "{relay.account_file("test-box")}"\n'
         f'url = "tls://127.0.0.1:{relay.port}"\ntls_server_name = "{DOMAIN}"\n'
+        f'ca_file = "{root}"\n'
         "[server]\nserve_web = false\n"
     )
     workstation = DaemonProcess(tmp_path / "home", config=config)
     (workstation.config_dir / "config.toml").chmod(0o600)
-    workstation.env["SSL_CERT_FILE"] = str(root)
+    workstation.env.pop("SSL_CERT_FILE", None)
     browser = None
     try:
         workstation.start()

@@ -173,7 +173,7 @@ def test_relay_serves_first_run_on_a_terminal_asks_for_the_name(
     tmp_path: Path, typed: bytes, named: str | None
 ) -> None:
     """On a terminal the first run asks; what is typed names the workstation, and Ctrl-D (or
-    Enter) keeps the host's name."""
+    Enter) names it `workstation` (not after the relay machine: the workstation is another)."""
     import pty
     import select
 
@@ -216,5 +216,5 @@ def test_relay_serves_first_run_on_a_terminal_asks_for_the_name(
     if named is not None:
         assert accounts == [named]
     else:
-        assert accounts[0] and accounts[0] != "studio"
+        assert accounts == ["workstation"]
     assert f"added workstation {accounts[0]}".encode() in said

@@ -72,6 +72,7 @@ def test_relay_service_install_status_uninstall(tmp_path: Path) -> None:
         "AmbientCapabilities=CAP_NET_BIND_SERVICE",
         "CapabilityBoundingSet=CAP_NET_BIND_SERVICE",
         "NoNewPrivileges=yes",
+        "LimitNOFILE=65536",
         f'ReadWritePaths="{relay_dir}"',
     ):
         assert f"\n{line}\n" in text, line

@@ -193,6 +193,8 @@ def test_left_on_the_relays_queue_it_reaches_the_agent_with_the_page_closed(
             remote.stop()
             p.wait(".session .reach-note[data-state=offline]", timeout_ms=30_000)
             assert "waits on the relay" in p.text(".session .reach-note")
+            # a daemon that cannot reach the relay looks the same from here: where to look
+            assert "agent-bridge doctor" in p.text(".session .reach-note")
             send(p, "echo two")
             send(p, "echo three")
             p.wait_for("document.querySelectorAll('.blk-user.is-relayed').length === 2", 30_000)

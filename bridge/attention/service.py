@@ -5,10 +5,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bridge import paths
-from bridge.attention.detect import SessionInfo
+from bridge.attention.detect import (
+    BODY_MAX,
+    TITLE_MAX,
+    Notice,
+    SessionInfo,
+    clean,
+    with_workstation,
+)
 from bridge.attention.notifier import Attention, TestTooSoon
 from bridge.attention.pushstore import PushSubscriptions
 from bridge.attention.webpush import SubscriptionError
+from bridge.logs import get_logger
 from bridge.server.pairing import pairing_host
 from bridge.wire.protocol import (
     ClientPresence,
@@ -30,6 +38,9 @@ if TYPE_CHECKING:
     from bridge.hub import Hub
     from bridge.server.connection import Connection
     from bridge.server.server import BridgeServer
+
+
+log = get_logger("bridge.attention")
 
 
 def web_base_url(server: BridgeServer) -> str:
@@ -105,6 +116,21 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
             raise HubError("rate_limited", str(exc)) from None
         return as_result({"results": answers}, NotifyTestResult)
 
+    def checks_finished(session: str, title: str, body: str) -> None:
+        # said once per finished branch, whether or not a person is looking
+        log.info("checks_finished", session=session, watched=attention.presence.watched(session))
+        info = lookup(session)
+        notice = Notice(
+            kind="checks",
+            title=clean(title, TITLE_MAX),
+            body=clean(body, BODY_MAX),
+            session=session,
+            agent=info.agent if info else "",
+            url=attention.url_of(session),
+        )
+        attention.raise_notice(with_workstation(notice, attention.workstation))
+
+    server.checks_api.on_finished = checks_finished
     server.add_handler(ClientPresence, presence, Empty)
     server.add_handler(WebpushKey, key, WebpushKeyResult)
     server.add_handler(WebpushSubscribe, subscribe, Empty)

@@ -418,6 +418,7 @@ def _load_extensions() -> None:
         "bridge.cli.service",
         "bridge.cli.webexport",
         "bridge.cli.ship",
+        "bridge.cli.preview",
         "bridge.attention.cli",
         "bridge.relay.cli",
     ):

@@ -406,6 +406,19 @@ def _relay_status_checks(health: dict[str, Any]) -> list[Check]:
     if status == "connected":
         queue = _relay_queue_checks(health.get("relay_queue"))
         return [Check(code="relay_connected", message="relay: connected"), *queue, *dropped]
+    reason = health.get("relay_reason")
+    if isinstance(reason, str) and reason:
+        said, _, fix = reason.partition(". Fix: ")
+        return [
+            *dropped,
+            Check(
+                code="relay_certificate_untrusted",
+                level="error",
+                message=f"relay: {status}: {said}: phones cannot reach this daemon through "
+                "the relay",
+                hint=f'{fix} (docs/remote-access.md, "Trusting a private or staging CA")',
+            ),
+        ]
     return [
         *dropped,
         Check(

@@ -113,6 +113,27 @@ def cmd_pr(args: argparse.Namespace) -> int:
     return _ask("workspace.pr", show, path=_path(args.path), **fields)
 
 
+def cmd_checks(args: argparse.Namespace) -> int:
+    def show(r: dict[str, Any]) -> None:
+        if r["pr"]:
+            print(f"pull request #{r['pr']['number']}: {r['pr']['url']}")
+        if not r["checks"]:
+            print("no checks")
+        for c in r["checks"]:
+            print(f"  {c['state']:<9} {c['name']}" + (f"  {c['url']}" if c["url"] else ""))
+
+    return _ask("workspace.checks", show, path=_path(args.path))
+
+
+def cmd_check_log(args: argparse.Namespace) -> int:
+    def show(r: dict[str, Any]) -> None:
+        if r["truncated"]:
+            print(f"… (the last lines of {r['check']}'s log)")
+        print(r["log"])
+
+    return _ask("workspace.check_log", show, path=_path(args.path), check=args.check)
+
+
 def cmd_worktree_remove(args: argparse.Namespace) -> int:
     def show(r: dict[str, Any]) -> None:
         print(f"removed {r['removed']}")
@@ -177,6 +198,13 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--title")
     p.add_argument("--body")
     p.add_argument("--base", help="the branch to merge into (default: the remote's default)")
+
+    p = action("checks", cmd_checks, "The branch's CI checks (with gh)")
+    p.add_argument("path", nargs="?", help=here)
+
+    p = action("check-log", cmd_check_log, "The last lines of a failed check's log (with gh)")
+    p.add_argument("check", help="the check's name, as `git checks` lists it")
+    p.add_argument("path", nargs="?", help=here)
 
     p = action(
         "allow-setup",

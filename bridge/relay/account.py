@@ -63,6 +63,8 @@ class RelaySettings:
     name: str
     #: the name the relay's certificate must carry, when not the url's host
     tls_server_name: str = ""
+    #: the roots a private or staging CA's certificate chains to, besides the system's
+    ca_file: Path | None = None
     #: the defaults are [relay]'s own
     queue: QueueBounds = field(default_factory=lambda: QueueBounds.of(RelayConfig()))
 
@@ -175,6 +177,12 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         else:
             client_login = _login(auth, "client_auth")
     client_url = conf.client_url or str(account.get("client_url") or "")
+    ca_file = None
+    if conf.ca_file:
+        from bridge.relay import trust
+
+        ca_file = _path(conf.ca_file)
+        trust.check_ca_file(ca_file)
     return RelaySettings(
         url=url,
         host_id=host_id,
@@ -189,6 +197,7 @@ def resolve(conf: RelayConfig) -> RelaySettings | None:
         web_url=conf.web_url or str(account.get("web_url") or ""),
         name=conf.name or host_id,
         tls_server_name=conf.tls_server_name,
+        ca_file=ca_file,
         queue=QueueBounds.of(conf),
     )
 

@@ -168,12 +168,20 @@ class AdminService:
         deadline = time.monotonic() + START_WAIT_S
         while True:
             try:
-                _, writer = await asyncio.open_connection(dial_host(self.state), self.state.port)
+                reader, writer = await asyncio.open_connection(
+                    dial_host(self.state), self.state.port
+                )
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.05)
                 continue
+            # a TLS port: the handshake done (after nats-server's INFO), else it logs an error
+            ctx = tls_context(self.state)
+            with contextlib.suppress(Exception):
+                if ctx is not None:
+                    await asyncio.wait_for(reader.readline(), 5)
+                    await asyncio.wait_for(writer.start_tls(ctx), 5)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -32,29 +32,48 @@ then pair a phone there with `agent-bridge pair --relay`."""
 
 
 def how_to_use(account: Path) -> str:
+    """The workstation's side of the copy: it reaches the relay machine by the name daemons
+    dial (``--public-host``, in the account's url), not by what this machine calls itself."""
+    from urllib.parse import urlsplit
+
     from bridge.relay.account import WORKSTATION_ACCOUNT
 
+    try:
+        host = urlsplit(str(json.loads(account.read_text())["url"])).hostname or ""
+    except (OSError, ValueError, KeyError, TypeError):
+        host = ""
+    host = host or socket.gethostname() or "RELAY"
     return HOW_TO_USE.format(
-        host=socket.gethostname() or "RELAY",
+        host=f"[{host}]" if ":" in host else host,
         account=account,
         workstation_account=WORKSTATION_ACCOUNT,
     )
 
 
+#: the first workstation's name when none is given: the relay machine cannot know the name
+#: of the machine whose daemon will use it
+FIRST_NAME = "workstation"
+
+
 def _first_name(args: argparse.Namespace) -> str:
-    """The first workstation's name: ``--name``, else asked for on a terminal, else the
-    relay's host name (and how to choose another)."""
-    host = socket.gethostname() or "workstation"
+    """The first workstation's name: ``--name``, else asked for on a terminal, else
+    FIRST_NAME (and how to choose another)."""
     if args.name:
         return str(args.name)
     if sys.stdin.isatty():
         try:
-            answer = input(f"Name of the first workstation (the account; Enter for {host}): ")
+            answer = input(
+                "Name of the first workstation (the computer whose daemon will use this relay; "
+                f"Enter for {FIRST_NAME}): "
+            )
         except EOFError:  # Ctrl-D: the default, as Enter
             answer = ""
-        return answer.strip() or host
-    print(f"naming the first workstation {host!r}; `relay serve --name NAME` chooses another")
-    return host
+        return answer.strip() or FIRST_NAME
+    print(
+        f"naming the first workstation {FIRST_NAME!r}; `relay serve --name NAME` chooses "
+        "another (the computer whose daemon will use this relay)"
+    )
+    return FIRST_NAME
 
 
 def _relay_dir(args: argparse.Namespace) -> Any:
@@ -102,16 +121,27 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
     for warning in (natsserver.plain_ws_warning(state), natsserver.plain_web_warning(state)):
         if warning:
             print(warning, file=sys.stderr, flush=True)
-    return asyncio.run(_serve(rdir, state, binary, acme))
+    from bridge.util.fdlimit import raise_open_files
+
+    # before nats-server starts: it has the same limit
+    open_files = raise_open_files()
+    return asyncio.run(_serve(rdir, state, binary, acme, open_files))
 
 
-async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
+async def _serve(
+    rdir: Any, state: Any, binary: Path, acme: Any = None, open_files: int = 1024
+) -> int:
     """The web client's port (when on), nats-server and its admin service (the clients' own
-    users), until SIGTERM/SIGINT or nats-server exits; all stop together."""
+    users), until SIGTERM/SIGINT or nats-server exits; all stop together. ``open_files``:
+    the descriptors it may hold, which bound the connections its ports keep waiting."""
     from bridge.relay import natsserver, webserve
     from bridge.relay.admin import AdminService
+    from bridge.relay.doorcap import PendingCap
     from bridge.relay.frontdoor import FrontDoor
+    from bridge.util import logthrottle
 
+    # out of descriptors, asyncio reports each failed accept: a line once in a while instead
+    logthrottle.install(asyncio.get_running_loop())
     auto = None
     if acme is not None:  # automatic TLS: the first certificate before any listener needs it
         from bridge.relay import autotls
@@ -124,7 +154,9 @@ async def _serve(rdir: Any, state: Any, binary: Path, acme: Any = None) -> int:
             await auto.close()
             return fail(exc)
     web = webserve.relay_web() if state.web_port else None
-    door = FrontDoor(state.ws_internal_port, await web.start() if web is not None else None)
+    pending = PendingCap.for_descriptors(open_files)
+    page_port = await web.start() if web is not None else None
+    door = FrontDoor(state.ws_internal_port, page_port, pending)
     try:
         await door.start(state.host, state.ws_port, state.web_port, state.tls_cert, state.tls_key)
     except (OSError, ValueError) as exc:
@@ -355,7 +387,7 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--name",
         help="the first workstation's name, on its first run (asked on a terminal; default: "
-        "this host's name); each other one is named by `relay add NAME`",
+        f"{FIRST_NAME}); each other one is named by `relay add NAME`",
     )
     p.add_argument(
         "--acme-email",

@@ -24,21 +24,27 @@ import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import nats
+import nats.errors
 from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 
 from bridge.logs import get_logger
 from bridge.process import TaskOwner, task_group
-from bridge.relay import handshake, natskeys
+from bridge.relay import handshake, natskeys, trust
 from bridge.relay.account import RelaySettings, shown_url
 from bridge.relay.clients import ClientRegistry
 from bridge.relay.identity import ClientLogins
+from bridge.relay.tunnel import Streams
 from bridge.relay.vconn import CLOSE_REVOKED, VirtualConnection
 from bridge.relay.workqueue import Deliver, WorkQueue
 from bridge.util.logthrottle import Throttle
+
+if TYPE_CHECKING:
+    from bridge.server.preview import Previews
 
 log = get_logger("bridge.relay")
 
@@ -68,13 +74,19 @@ class RelayLink:
         *,
         max_frame: int,
         deliver: Deliver | None = None,
+        previews: Previews | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
         self.keys = registry.daemon_keys()
         self._serve = serve
         self.max_frame = max_frame
+        #: the daemon's previews, reached by STREAM messages (bridge/relay/tunnel.py)
+        self.previews = previews
         self.status = "disconnected"
+        #: why it is not connected, when that is known and the user can fix it (a relay
+        #: certificate this daemon does not trust); "" otherwise
+        self.reason = ""
         self.vcs: dict[str, VirtualConnection] = {}
         #: the one subject each virtual connection's client sends up on
         self._up: dict[str, str] = {}
@@ -180,8 +192,8 @@ class RelayLink:
             options["user_credentials"] = natskeys.CredsFile(s.creds)
         if s.nkey is not None:
             options["nkeys_seed_str"] = natskeys.nkey_seed(s.nkey)
-        if s.url.startswith("tls://"):
-            options["tls"] = ssl.create_default_context()
+        if s.url.startswith(("tls://", "wss://")) or s.ca_file is not None:
+            options["tls"] = trust.context(s.ca_file)
             if s.tls_server_name:
                 options["tls_hostname"] = s.tls_server_name
         log.info("relay_connecting", url=shown_url(s.url), host_id=s.host_id)
@@ -198,6 +210,8 @@ class RelayLink:
         await nc.flush(timeout=5)
 
     def _set_status(self, status: str) -> None:
+        if status == "connected":
+            self.reason = ""
         if status != self.status:
             self.status = status
             url = shown_url(self.settings.url)
@@ -211,9 +225,19 @@ class RelayLink:
             # a hosted NATS gives the daemon no right to ask for client users: expected, and
             # said once as relay_client_users_off
             return
+        if isinstance(exc, nats.errors.UnexpectedEOF):
+            return  # the relay closed the connection (it stopped): relay_disconnected says so
+        self.reason = ""  # what is wrong now, not what was
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            s = self.settings
+            name = s.tls_server_name or urlsplit(s.url).hostname or s.url
+            self.reason = trust.reason(exc, s.ca_file, name)
         if text != self._last_error:  # once per kind: a dead relay would fill the log
             self._last_error = text
-            log.warning("relay_error", error=text)
+            if self.reason:
+                log.warning("relay_certificate_untrusted", error=text, reason=self.reason)
+            else:
+                log.warning("relay_error", error=text)
 
     async def _on_disconnected(self) -> None:
         self._set_status("disconnected")
@@ -366,6 +390,8 @@ class RelayLink:
             on_dropped=self._frame_dropped,
             batch=opened.batch,
         )
+        if self.previews is not None:
+            vc.streams = Streams(vc, self.previews)
         self.vcs[opened.conn] = vc
         await self._respond(msg, reply)
         client_id = opened.client.id
@@ -380,6 +406,8 @@ class RelayLink:
         finally:
             with contextlib.suppress(Exception):
                 await vc.close(1000, "")
+            if vc.streams is not None:
+                await vc.streams.close()
             await vc.stopped()
             self.vcs.pop(vc.conn, None)
             self._up.pop(vc.conn, None)

@@ -91,11 +91,16 @@ def link_warnings(client_url: str) -> list[str]:
     from bridge.server.netaddr import is_loopback
 
     found = []
-    if not read_runtime_info():
+    info = read_runtime_info()
+    if not info:
         found.append(
             "the daemon is not running: the link works only once it runs and has linked to "
             "the relay (`agent-bridge start`, then `agent-bridge doctor` says relay: connected)"
         )
+    else:
+        unlinked = _not_linked(info)
+        if unlinked:
+            found.append(unlinked)
     host = urlsplit(client_url).hostname or ""
     if host == "localhost" or (host and is_loopback(host)):
         found.append(
@@ -104,3 +109,22 @@ def link_warnings(client_url: str) -> list[str]:
             "or relay.client_url)"
         )
     return found
+
+
+def _not_linked(info: dict[str, Any]) -> str:
+    """Why the running daemon is not linked to the relay, "" when it is (or cannot be asked):
+    a phone opening the link would find the workstation away."""
+    from bridge.cli.doctor import probe_health
+
+    health = probe_health(
+        str(info.get("host") or ""), int(info.get("port") or 0), bool(info.get("tls"))
+    )
+    if health is None or health.get("relay") in (None, "connected", "off"):
+        return ""
+    reason = health.get("relay_reason")
+    if isinstance(reason, str) and reason:
+        return f"the daemon cannot link to the relay: {reason}. The link works once it has"
+    return (
+        f"the daemon is not linked to the relay (relay: {health.get('relay')}): the link works "
+        "only once it is; `agent-bridge doctor` says why"
+    )

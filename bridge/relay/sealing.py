@@ -32,7 +32,9 @@ CLOSE = 0x02
 KEEPALIVE = 0x03
 #: several whole frames in one message, each after its length (``pieces.pack``)
 BATCH = 0x04
-KINDS = (FRAME, MORE, CLOSE, KEEPALIVE, BATCH)
+#: a preview's byte stream (bridge/relay/tunnel.py): stream id, op, data
+STREAM = 0x05
+KINDS = (FRAME, MORE, CLOSE, KEEPALIVE, BATCH, STREAM)
 
 #: the largest plaintext (kind byte + body) of one sealed message
 MAX_PLAINTEXT = 256 * 1024

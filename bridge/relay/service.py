@@ -46,6 +46,10 @@ ExecStart={exec_start}
 KillMode=mixed
 TimeoutStopSec=30
 SyslogIdentifier=agent-bridge-relay
+# One descriptor per phone's connection, two while relay serve copies it to nats-server: the
+# default 1,024 runs out under a crowd of idle sockets. relay serve bounds those it keeps
+# waiting to a share of this (its front door), and nats-server has the same limit.
+LimitNOFILE=65536
 
 # Ports below 1024 (80 for the ACME challenge, 443) without running as root: this capability
 # and no other, for the relay and the nats-server it starts.

@@ -13,6 +13,7 @@ import collections
 import json
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from bridge.logs import get_logger
 from bridge.process import TaskOwner
@@ -27,6 +28,9 @@ from bridge.relay.sealing import (
 )
 from bridge.server.transport import FrameTransport, TransportClosed
 from bridge.util.logthrottle import Throttle
+
+if TYPE_CHECKING:
+    from bridge.relay.tunnel import Streams
 
 log = get_logger("bridge.relay")
 #: the lines a peer's frames cause, for all virtual connections: one a kind per 10 s
@@ -97,6 +101,9 @@ class VirtualConnection:
         #: starts the idle close, which tick (a plain call) cannot await: the relay link's
         self._owner = owner
         self._writer = asyncio.create_task(self._write_loop())
+        #: a preview's byte streams on this connection (bridge/relay/tunnel.py); None: the
+        #: daemon has no previews, and a STREAM message is refused as any unknown kind
+        self.streams: Streams | None = None
 
     # ---- FrameTransport -----------------------------------------------------------------------
 
@@ -119,12 +126,22 @@ class VirtualConnection:
         self._wake.set()
 
     async def send(self, frame: bytes) -> None:
+        await self.room()
+        self.write([frame])
+
+    async def room(self) -> None:
+        """Wait until more may be written (TransportClosed once the connection is)."""
         while not self.writable():
             if self.closed:
                 raise TransportClosed(self.peer)
             self._room.clear()
             await self._room.wait()
-        self.write([frame])
+
+    def write_stream(self, body: bytes) -> None:
+        """One STREAM message of a preview's stream, in order with the frames."""
+        if self.closed:
+            raise TransportClosed(self.peer)
+        self._queue(self._sealer.seal(sealing.STREAM, body))
 
     async def recv(self) -> str:
         if self.closed and self._inbox.empty():
@@ -177,6 +194,14 @@ class VirtualConnection:
             whole = self._joiner.feed(opened)
             if whole is not None:
                 self._take(whole)
+        elif opened.kind == sealing.STREAM:
+            if self.streams is None:
+                self._reject(Rejected("no streams here"))
+                return
+            try:
+                self.streams.feed(opened)
+            except Rejected as exc:
+                self._reject(exc)
 
     def _take(self, frame: bytes) -> None:
         try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import __version__
+from bridge.api.checks import ChecksApi
 from bridge.api.dispatch import Handler, Routes
 from bridge.api.projects import ProjectsApi
 from bridge.api.requests import CoreRequests
@@ -29,7 +30,8 @@ from bridge.process import TaskOwner
 from bridge.server.admission import Admission
 from bridge.server.auth import token_matches
 from bridge.server.connection import Connection
-from bridge.server.endpoint import Endpoint, HttpHandler
+from bridge.server.endpoint import Endpoint, HttpHandler, tls_context
+from bridge.server.preview import Previews, confined_where
 from bridge.server.tokens import TokenWatch
 from bridge.server.transport import FrameTransport, TransportClosed
 from bridge.store.store import StoreUnavailable
@@ -85,6 +87,17 @@ class BridgeServer:
         self.ship_api = ShipApi(config, hub, self.projects_api)
         self.ship_api.register(self.routes)
         self.core.ship = self.ship_api
+        # a branch's CI checks and a failed check's log (bridge/api/checks.py)
+        self.checks_api = ChecksApi(hub, self.projects_api, config.workspace.checks_poll_s)
+        self.checks_api.register(self.routes)
+        conf = config.server
+        # a dev server on this machine shown through the daemon (bridge/server/preview.py)
+        self.previews = Previews(
+            lambda: self.endpoint.tcp_address,
+            lambda: tls_context(conf.tls_cert, conf.tls_key) if conf.tls_cert else None,
+            confined_where(lambda sid: hub.get(sid).rec.cwd, self.projects_api.allowed),
+        )
+        self.previews.register(self.routes)
 
     # ---- what others read and set --------------------------------------------------------------
 
@@ -135,6 +148,8 @@ class BridgeServer:
         await self.endpoint.close()
         await self.tasks.close()
         await self.projects_api.close()
+        await self.checks_api.close()
+        await self.previews.close()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         return self.tasks.spawn(coro)

@@ -90,6 +90,10 @@ RELAY_SOCKETS = (
 )
 
 
+#: where a preview's frame may come from besides the page's own host name, on any port
+PREVIEW_FRAMES = "http://127.0.0.1:* http://localhost:*"
+
+
 def content_security_policy(host: str | None, *, meta: bool = False) -> str:
     """The page's policy; ``meta``: for a ``<meta http-equiv>`` tag (`agent-bridge web
     export`), which cannot carry ``frame-ancestors`` (browsers ignore it there)."""
@@ -99,12 +103,18 @@ def content_security_policy(host: str | None, *, meta: bool = False) -> str:
     if host and _HOST_RE.match(host):
         sockets += f" ws://{host} wss://{host}"
     sockets += f" {RELAY_SOCKETS}"
+    # a preview is a port of its own on the daemon's host (docs/security.md, "Preview")
+    frames = PREVIEW_FRAMES
+    name = host.rsplit(":", 1)[0] if host and _HOST_RE.match(host) else ""
+    if name and not name.startswith("["):
+        frames += f" http://{name}:* https://{name}:*"
     directives = [
         "default-src 'none'",
         "script-src 'self'",
         "style-src 'self'",
         "img-src 'self' blob:",
         f"connect-src {sockets}",
+        f"frame-src {frames}",
         "manifest-src 'self'",
         "base-uri 'none'",
         "form-action 'none'",

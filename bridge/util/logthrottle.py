@@ -14,6 +14,7 @@ at once, then at most one a ``EVERY_S`` with the count left out in between (``le
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -80,5 +81,17 @@ class LoopErrorLog:
             log.error("event_loop_error", **fields)
 
 
+#: asyncio's warning when a stream upgraded to TLS after it was opened ends: nats-py dials
+#: tls:// that way (NATS sends its INFO in the clear first), which leaves asyncio's stream
+#: protocol believing it is plain, and the TLS layer ignores its answer to the end of the
+#: stream with this line. Nothing is wrong, so nothing is said.
+STREAM_UPGRADE_EOF = "returning true from eof_received() has no effect when using ssl"
+
+
+def _not_stream_upgrade_eof(record: logging.LogRecord) -> bool:
+    return record.getMessage() != STREAM_UPGRADE_EOF
+
+
 def install(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_exception_handler(LoopErrorLog())
+    logging.getLogger("asyncio").addFilter(_not_stream_upgrade_eof)

@@ -204,6 +204,47 @@ class WorkspaceAllowSetup(_Request, tag="workspace.allow_setup", kw_only=True):
     sha256: str
 
 
+class WorkspaceChecks(_Request, tag="workspace.checks", kw_only=True):
+    """The CI checks of the branch checked out at ``path`` (or in ``session``'s directory)."""
+
+    path: str | None = None
+    session: str | None = None
+
+
+class WorkspaceCheckLog(_Request, tag="workspace.check_log", kw_only=True):
+    """The tail of a failed check's log."""
+
+    path: str | None = None
+    session: str | None = None
+    check: str
+
+
+class PreviewOpen(_Request, tag="preview.open", kw_only=True):
+    """Show a dev server on this machine's loopback (``port``) through the daemon."""
+
+    session: str | None = None
+    cwd: str | None = None
+    port: int
+    path: str = "/"
+
+
+class PreviewList(_Request, tag="preview.list", kw_only=True):
+    pass
+
+
+class PreviewClose(_Request, tag="preview.close", kw_only=True):
+    """``preview``: the preview's id (a frame's own ``id`` is the request's)."""
+
+    preview: str
+
+
+class PreviewPorts(_Request, tag="preview.ports", kw_only=True):
+    """The ports the processes working in a session's directory (or ``cwd``) listen on."""
+
+    session: str | None = None
+    cwd: str | None = None
+
+
 class ReviewComment(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One comment of ``session.review``: on lines ``line``..``end_line`` of ``file``."""
 
@@ -280,7 +321,7 @@ class NotifyChannels(_Request, tag="notify.channels", kw_only=True):
 class NotifyTest(_Request, tag="notify.test", kw_only=True):
     """Send a test notification through every channel; the result says what each answered."""
 
-    kind: Literal["permission", "turn_end", "error", "handoff"] = "turn_end"
+    kind: Literal["permission", "turn_end", "error", "handoff", "checks"] = "turn_end"
     endpoint: str | None = None
 
 
@@ -310,6 +351,12 @@ Request = (
     | WorkspacePr
     | WorkspaceWorktreeRemove
     | WorkspaceAllowSetup
+    | WorkspaceChecks
+    | WorkspaceCheckLog
+    | PreviewOpen
+    | PreviewList
+    | PreviewClose
+    | PreviewPorts
     | SessionReview
     | SessionMode
     | ClientPresence

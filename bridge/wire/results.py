@@ -242,6 +242,68 @@ class WorkspaceAllowSetupResult(Result, kw_only=True):
     sha256: str
 
 
+class CheckObject(msgspec.Struct, kw_only=True):
+    """One CI check of a branch."""
+
+    name: str
+    state: Literal["pending", "success", "failure", "cancelled", "skipped"]
+    url: str | None
+    started_at: str | None
+    completed_at: str | None
+
+
+class PullRequestRef(msgspec.Struct, kw_only=True):
+    url: str
+    number: int
+
+
+class WorkspaceChecksResult(Result, kw_only=True):
+    """The answer to ``workspace.checks``: the branch's checks, and its pull request (null:
+    the HEAD commit's check runs)."""
+
+    checks: list[CheckObject]
+    pr: PullRequestRef | None
+
+
+class WorkspaceCheckLogResult(Result, kw_only=True):
+    """The answer to ``workspace.check_log``: the failed check's last lines, secrets masked."""
+
+    check: str
+    url: str | None
+    log: str
+    truncated: bool
+
+
+class PreviewObject(msgspec.Struct, kw_only=True):
+    """An open preview: ``url`` opens it (absolute), ``expires_at`` is when it closes unless
+    a request comes first (ISO 8601, UTC)."""
+
+    id: str
+    port: int
+    url: str
+    expires_at: str
+    cwd: str | None = None
+    session: str | None = None
+
+
+class PreviewOpenResult(Result, kw_only=True):
+    preview: PreviewObject
+
+
+class PreviewListResult(Result, kw_only=True):
+    previews: list[PreviewObject]
+
+
+class ListeningPort(msgspec.Struct, kw_only=True):
+    port: int
+    pid: int
+    command: str
+
+
+class PreviewPortsResult(Result, kw_only=True):
+    ports: list[ListeningPort]
+
+
 class WorkspaceFileResult(Result, kw_only=True):
     """The answer to ``workspace.file``: ``text``, or ``base64`` when ``binary``."""
 
@@ -326,6 +388,11 @@ RESULTS: tuple[type[Result], ...] = (
     WorkspacePrResult,
     WorkspaceWorktreeRemoveResult,
     WorkspaceAllowSetupResult,
+    WorkspaceChecksResult,
+    WorkspaceCheckLogResult,
+    PreviewOpenResult,
+    PreviewListResult,
+    PreviewPortsResult,
     SessionModeResult,
     WebpushKeyResult,
     NotifyChannelsResult,

@@ -71,12 +71,12 @@ def write_env() -> dict[str, str]:
     return env
 
 
-async def run(argv: Sequence[str], cwd: str, timeout: float, *, what: str = "git") -> BoundedResult:
+async def run(
+    argv: Sequence[str], cwd: str, timeout: float, *, what: str = "git", limit: int = OUTPUT_LIMIT
+) -> BoundedResult:
     """``argv`` in ``cwd``, bounded; a ShipError when it cannot start or runs out of time."""
     try:
-        result = await run_bounded(
-            argv, limit=OUTPUT_LIMIT, timeout=timeout, cwd=cwd, env=write_env()
-        )
+        result = await run_bounded(argv, limit=limit, timeout=timeout, cwd=cwd, env=write_env())
     except SpawnError as exc:
         raise ShipError("git_failed", f"{what} cannot run: {exc}", f"install {what}") from None
     if result.timed_out:
@@ -96,6 +96,11 @@ async def git(cwd: str, *args: str, timeout: float = WORKTREE_TIMEOUT_S) -> Boun
 def _output(result: BoundedResult) -> str:
     out = result.stdout.decode("utf-8", "replace")
     return (out + ("\n" if out and not out.endswith("\n") else "") + result.stderr).strip()
+
+
+def output_of(result: BoundedResult) -> str:
+    """What a call printed: its stdout, then its stderr."""
+    return _output(result)
 
 
 def _failed(result: BoundedResult, message: str) -> ShipError:

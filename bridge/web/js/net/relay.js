@@ -73,7 +73,7 @@ function classify(err) {
     }
     return { code: CLOSE.REJECTED, reason: err.message };
   }
-  if (isNoResponders(err) || isTimeout(err)) return { code: CLOSE.OFFLINE, reason: 'the workstation is offline' };
+  if (isNoResponders(err) || isTimeout(err)) return { code: CLOSE.OFFLINE, reason: 'the workstation is offline, or its daemon cannot reach the relay (one that does not trust the relay\'s certificate cannot): `agent-bridge doctor` there says which' };
   // Neither this browser's own login nor the pairing login works any more (revoked, rotated).
   if (isAuthError(err)) return { code: 4401, reason: 'the relay refused this browser\'s login: pair again' };
   return { code: CLOSE.RELAY_DOWN, reason: `the relay cannot be reached (${err?.message || err})` };
@@ -120,7 +120,7 @@ export async function pair(linkValue, clientName) {
         { timeout: REQUEST_TIMEOUT_MS });
       reply = JSON.parse(decoder.decode(msg.data));
     } catch (err) {
-      if (isNoResponders(err) || isTimeout(err)) throw new RelayError('offline', 'the workstation is offline: start its daemon and try again');
+      if (isNoResponders(err) || isTimeout(err)) throw new RelayError('offline', 'the workstation is offline: start its daemon and try again (if it runs, `agent-bridge doctor` there says why it cannot reach the relay, such as a relay certificate it does not trust)');
       throw err;
     }
     const { clientId, login } = crypto.pairResult(reply, link.pk, keys);

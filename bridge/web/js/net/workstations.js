@@ -171,12 +171,15 @@ export class Workstation {
    *  tooltips); '' while it is online or connecting. */
   get reachNote() {
     const name = this.name || 'the workstation';
+    // a daemon that cannot reach the relay (it does not trust its certificate, say) looks
+    // offline from here: only the workstation can tell which
+    const why = this.kind === 'relay' ? ` If its daemon is running, \`agent-bridge doctor\` there says why it cannot reach the relay (a relay certificate it does not trust, say).` : '';
     return {
       unauthorized: `This browser was revoked on ${name}: pair again with \`agent-bridge pair --relay\` there.`,
       relay_down: `The relay is down: ${name} cannot be reached. What you send waits here and goes once it is back.`,
-      offline: this.station && !this.station.noQueue
+      offline: (this.station && !this.station.noQueue
         ? `${name} cannot be reached right now. What you send waits on the relay, and ${name} takes it when it is back, even if this page is closed.`
-        : `${name} cannot be reached right now. What you send waits here and goes once it is back.`,
+        : `${name} cannot be reached right now. What you send waits here and goes once it is back.`) + why,
       token_rejected: `${name} rejected this browser's token: pair again with \`agent-bridge pair\`.`,
       refused: `${name} refused this page's origin: add \`${location.origin}\` to \`server.allowed_origins\` in its config.toml and restart its daemon.`,
       stopped: `Not connected to ${name}.`,

@@ -8,6 +8,7 @@ import { stateLabel } from '../ui/session-state.js';
 import { toast } from '../ui/toast.js';
 import { Transcript, commandBox, terminalCommand, usageText } from '../ui/transcript.js';
 import { ChangesPanel, followMode, modePicker, renderMode } from './workspace.js';
+import { PreviewPanel } from './preview.js';
 
 /** Workstation states in which a message waits in the outbox rather than staying in the box. */
 const WAITABLE = new Set(['offline', 'relay_down', 'connecting']);
@@ -72,6 +73,7 @@ export class SessionView {
     this.handoffBox = h('div', { class: 'handoff-box', hidden: true });
     this.modeSelect = modePicker(this);
     this.changes = new ChangesPanel(this);
+    this.preview = new PreviewPanel(this);
     this.changesBtn = h('button', {
       type: 'button', class: 'changes-btn', title: 'Changes in the working directory',
       onclick: () => this.toggleChanges(),
@@ -100,7 +102,7 @@ export class SessionView {
       h('div', { class: 'session-head' },
         h('div', { class: 'head-main' }, this.titleEl, this.metaEl),
         h('div', { class: 'head-side' }, this.stateEl, this.usageEl),
-        h('div', { class: 'head-actions' }, this.modeSelect, this.changesBtn, this.stopBtn,
+        h('div', { class: 'head-actions' }, this.modeSelect, this.changesBtn, this.preview.button, this.stopBtn,
           this.handoffBtn, this.closeBtn)),
       this.handoffBox, this.changes.el, this.scroller, this.form);
   }

@@ -4,6 +4,7 @@
 
 import { appendAll, clear, codeSpans, h } from '../ui/dom.js';
 import { diffStats, parseUnified, renderSplit, renderUnified } from '../ui/diff.js';
+import { ChecksBox } from './checks.js';
 
 export const DRAFT_PROMPT = 'Draft a commit message for the changes on this branch: a first line of at '
   + 'most 72 characters, a blank line, then why. Reply with the message only; do not commit.';
@@ -40,6 +41,16 @@ export class BranchView {
     this.statusEl = h('div', { class: 'ship-status', role: 'status' });
     // the worktree was removed: the view says so instead of a diff and its actions
     this.gone = false;
+    this.checks = new ChecksBox({
+      request: (method, fields) => this.panel.request(method, fields),
+      // sent, the session's transcript shows it: the view goes back there, as for a review
+      send: async (text) => {
+        await this.view.app.client.request('session.send', {
+          session: this.view.session.session, text, client_msg_id: `fix-${Date.now().toString(36)}`,
+        });
+        this.view.toggleChanges(false);
+      },
+    });
   }
 
   get view() {
@@ -83,10 +94,11 @@ export class BranchView {
     const empty = files.length ? null : h('p', { class: 'changes-msg muted' }, 'The branch changes nothing yet.');
     appendAll(clear(this.panel.body), [
       h('div', { class: 'ship-summary' }, h('span', { class: 'ship-counts' }, counts)),
-      commits,
+      commits, this.checks.el,
       r.truncated ? h('p', { class: 'changes-note warn' }, 'The diff is too large: only its first megabyte is shown.') : null,
       ...files, empty,
       this.reviewBox(), this.actions(), this.statusEl]);
+    this.checks.refresh();
   }
 
   fileSection(file, open) {

@@ -1,0 +1,134 @@
+// Preview (docs/protocol.md, "Preview"): the app a session's dev server serves on the
+// workstation's loopback, shown full screen through the daemon. The page runs in an iframe of
+// the preview's own origin (a port of its own), never in this page's: it cannot read this
+// client's tokens, relay keys, IndexedDB or service worker (docs/security.md, "Preview").
+
+import { appendAll, clear, codeSpans, h } from '../ui/dom.js';
+
+/** What the iframe may do: its own origin's scripts and forms, popups; never navigate this
+ *  page away (no allow-top-navigation). */
+export const SANDBOX = 'allow-scripts allow-same-origin allow-forms allow-popups allow-modals allow-downloads';
+
+/** The preview's URL as this page reaches the workstation: the daemon names its own address,
+ *  the page may know it by another name (a LAN address, a host name). */
+export function reachable(url, ws) {
+  const u = new URL(url);
+  if (ws?.kind === 'direct' && ws.url) u.hostname = new URL(ws.url).hostname;
+  return u.toString();
+}
+
+export class PreviewPanel {
+  constructor(view) {
+    this.view = view;
+    this.button = h('button', {
+      type: 'button', class: 'preview-btn', title: 'Preview the app a dev server serves',
+      onclick: () => this.choose(),
+    }, 'Preview');
+    this.sheet = null;
+    this.frame = null;
+    this.current = null;
+  }
+
+  request(method, fields) {
+    return this.view.app.client.request(method, fields);
+  }
+
+  /** The ports the session's processes listen on, any port typed, and the open previews. */
+  async choose() {
+    if (this.current) return this.showFrame();
+    this.sheet?.remove();
+    const list = h('div', { class: 'preview-ports', role: 'list' }, h('p', { class: 'muted small' }, 'Looking for dev servers…'));
+    const port = h('input', {
+      type: 'number', min: 1, max: 65535, inputmode: 'numeric', placeholder: '5173',
+      class: 'preview-port', 'aria-label': 'Port',
+    });
+    const note = h('div', { class: 'preview-note', role: 'status' });
+    const go = h('form', {
+      class: 'preview-form',
+      onsubmit: (ev) => { ev.preventDefault(); if (port.value) this.open(Number(port.value), note); },
+    }, h('label', {}, 'Port on the workstation ', port), h('button', { type: 'submit', class: 'primary small-btn' }, 'Open'));
+    this.sheet = h('div', { class: 'preview-sheet', role: 'dialog', 'aria-label': 'Preview' },
+      h('div', { class: 'preview-sheet-head' }, h('strong', {}, 'Preview'),
+        h('button', { type: 'button', class: 'link-btn', onclick: () => this.sheet.remove() }, 'Cancel')),
+      list, go, note);
+    this.view.el.querySelector('.session-head').after(this.sheet);
+    let ports = [];
+    try {
+      ({ ports } = await this.request('preview.ports', { session: this.view.id }));
+    } catch (err) {
+      clear(list).append(h('p', { class: 'muted small' }, ...codeSpans(err.message)));
+      return;
+    }
+    appendAll(clear(list), ports.length
+      ? ports.map((p) => h('button', {
+        type: 'button', class: 'preview-port-btn', role: 'listitem', dataset: { port: p.port },
+        onclick: () => this.open(p.port, note),
+      }, h('strong', {}, `localhost:${p.port}`), ' ', h('span', { class: 'muted small' }, p.command)))
+      : [h('p', { class: 'muted small' }, 'No dev server of this session listens yet: type its port.')]);
+  }
+
+  async open(port, note) {
+    if (this.view.ws?.kind === 'relay') {
+      // its URL is the workstation's own address: not one this phone can reach through the relay
+      clear(note).append(h('p', { class: 'error-text preview-relay-note' },
+        'A preview through the relay is not in the web client yet: open the workstation\'s own '
+        + 'page on its network, or run agent-bridge preview there.'));
+      return;
+    }
+    clear(note).append(h('p', { class: 'muted small' }, `Opening localhost:${port}…`));
+    try {
+      const { preview } = await this.request('preview.open', { session: this.view.id, port });
+      this.current = preview;
+    } catch (err) {
+      appendAll(clear(note), [h('p', { class: 'error-text' }, ...codeSpans(err.message)),
+        err.hint ? h('p', { class: 'muted small' }, ...codeSpans(err.hint)) : null]);
+      return;
+    }
+    this.sheet?.remove();
+    this.sheet = null;
+    this.showFrame();
+  }
+
+  /** Full screen: the page, and a bar to reload it, go back to the session, or close it. */
+  showFrame() {
+    if (!this.frame) {
+      this.iframe = h('iframe', {
+        class: 'preview-frame', title: `Preview of localhost:${this.current.port}`,
+        sandbox: SANDBOX, referrerpolicy: 'no-referrer',
+        src: reachable(this.current.url, this.view.ws),
+      });
+      const btn = (label, cls, run) => h('button', { type: 'button', class: `small-btn ${cls}`, onclick: run }, label);
+      this.frame = h('div', { class: 'preview-overlay', dataset: { preview: this.current.id } },
+        h('div', { class: 'preview-bar' },
+          btn('‹ Session', 'preview-back', () => this.hideFrame()),
+          h('span', { class: 'preview-where' }, `localhost:${this.current.port}`),
+          btn('Reload', 'preview-reload', () => this.reload()),
+          btn('Close', 'danger preview-close', () => this.close())),
+        this.iframe);
+      document.body.append(this.frame);
+    }
+    this.frame.hidden = false;
+    this.button.classList.add('active');
+  }
+
+  /** Loaded again from the preview's URL (this page cannot read a cross-origin frame's
+   *  location, so the path given when it was opened). */
+  reload() {
+    const src = this.iframe.src;
+    this.iframe.src = 'about:blank';
+    this.iframe.src = src;
+  }
+
+  hideFrame() {
+    if (this.frame) this.frame.hidden = true;
+  }
+
+  async close() {
+    const id = this.current?.id;
+    this.frame?.remove();
+    this.frame = null;
+    this.current = null;
+    this.button.classList.remove('active');
+    if (id) await this.request('preview.close', { preview: id }).catch(() => {});
+  }
+}
