@@ -33,7 +33,8 @@ class AgentInfoBlock(_Block, tag="agent_info", kw_only=True):
     agent: str
     name: str
     version: str | None = None
-    capabilities: dict[str, bool] = msgspec.field(default_factory=dict)
+    #: ``fork`` is "native", "replay" or false; every other capability is a bool
+    capabilities: dict[str, bool | str] = msgspec.field(default_factory=dict)
     commands: list[Command] = msgspec.field(default_factory=list)
     model: str | None = None
 
@@ -49,6 +50,9 @@ class UserBlock(_Block, tag="user", kw_only=True):
     text: str
     attachments: list[AttachmentRef] = msgspec.field(default_factory=list)
     source: UserSource = "bridge"
+    #: sent with ``session.send`` ``steer`` into the turn that was running: it entered that
+    #: turn here, it did not start one
+    steer: bool = False
 
 
 class TextBlock(_Block, tag="text", kw_only=True):

@@ -280,7 +280,10 @@ class ToyAdapter(BaseAdapter):
     cap_permissions = True  # it asks before writing; needs respond_permission()
     cap_subagents = False  # tool calls never carry a parent_id
     cap_interrupt = True  # a turn can be stopped; needs interrupt()
-    cap_input_during_turn = False  # a message sent mid-turn waits for the next turn
+    cap_input_during_turn = False  # a message steered mid-turn waits for the next turn
+    # A fork's first message carries the copied conversation ("replay"); "native" takes a
+    # `fork` keyword (a ForkPoint) and makes the agent's own fork; False refuses forks.
+    cap_fork = "replay"
     cap_terminal = True  # a session can be continued in the agent's own terminal chat
 
     # Explicit opt-ins: each needs its method (list_models / get_usage) when True.

@@ -407,6 +407,7 @@ async def test_handoff_mid_turn_waits_for_the_terminal_then_runs_the_queue(
         "text": "typed",
         "attachments": [],
         "source": "terminal",
+        "steer": False,
     }
     assert [t for _, t in world.sent] == ["hello", "slow"]  # "next" waited
     world.owned.clear()

@@ -28,6 +28,8 @@ from bridge.wire.agent_types import Check as Check
 from bridge.wire.agent_types import CheckLevel as CheckLevel
 from bridge.wire.agent_types import DetectedAgent as DetectedAgent
 from bridge.wire.agent_types import ExternalSession as ExternalSession
+from bridge.wire.agent_types import ForkCapability as ForkCapability
+from bridge.wire.agent_types import ForkPoint as ForkPoint
 from bridge.wire.agent_types import HandoffMode as HandoffMode
 from bridge.wire.agent_types import ModeInfo as ModeInfo
 from bridge.wire.agent_types import ModelInfo as ModelInfo
@@ -47,6 +49,7 @@ INIT_KEYWORDS: tuple[str, ...] = (
     "env",
     "options",
     "mode",
+    "fork",
 )
 
 CAPABILITIES: tuple[str, ...] = (
@@ -105,6 +108,11 @@ class BaseAdapter:
     cap_interrupt: ClassVar[bool] = False
     cap_input_during_turn: ClassVar[bool] = False
     cap_terminal: ClassVar[bool] = False
+    #: How ``session.fork`` gives a fork its history: "native" (the adapter takes a ``fork``
+    #: keyword, a ``ForkPoint``, and makes the agent's own fork when it starts the new session),
+    #: "replay" (the fork's first message carries the copied conversation as context; needs
+    #: nothing of the adapter), or False (sessions of this agent cannot be forked).
+    cap_fork: ClassVar[ForkCapability] = "replay"
 
     # Explicit opt-outs: every subclass must say True or False itself.
     provides_models: ClassVar[bool]
@@ -211,8 +219,13 @@ class BaseAdapter:
         return tuple(cls.modes)
 
     @classmethod
-    def capabilities(cls) -> dict[str, bool]:
-        return {name: bool(getattr(cls, f"cap_{name}")) for name in CAPABILITIES}
+    def capabilities(cls) -> dict[str, bool | str]:
+        caps: dict[str, bool | str] = {
+            name: bool(getattr(cls, f"cap_{name}")) for name in CAPABILITIES
+        }
+        fork = getattr(cls, "cap_fork", "replay")
+        caps["fork"] = fork if fork in ("native", "replay") else False
+        return caps
 
     def make_agent_info(
         self,
@@ -319,6 +332,7 @@ class CliAdapter(BaseAdapter, abstract=True):
         env: dict[str, str] | None = None,
         options: dict[str, Any] | None = None,
         mode: str | None = None,
+        fork: ForkPoint | None = None,
     ) -> None:
         self.cwd = cwd
         self.model = model
@@ -330,6 +344,9 @@ class CliAdapter(BaseAdapter, abstract=True):
         self.env = dict(env or {})
         self.options = dict(options or {})
         self._on_session_id = on_session_id
+        #: A native fork to make when the agent's session starts (``cap_fork = "native"``):
+        #: cleared once the agent reports the fork's own session id.
+        self.fork_point = fork if resume_session_id is None else None
         self.setup()
 
     def setup(self) -> None:
@@ -370,6 +387,7 @@ class CliAdapter(BaseAdapter, abstract=True):
         if sid == self.session_id:
             return
         self.session_id = sid
+        self.fork_point = None
         if self._on_session_id is not None:
             try:
                 self._on_session_id(sid)
@@ -420,6 +438,13 @@ def contract_problems(cls: type) -> list[str]:
         declared = init_keywords(cls)
         if declared is not None and "mode" not in declared:
             problems.append("`modes` is set but `__init__` takes no `mode` keyword")
+    fork = getattr(cls, "cap_fork", "replay")
+    if fork not in ("native", "replay", False):
+        problems.append("`cap_fork` must be 'native', 'replay' or False")
+    elif fork == "native" and _declared_below_base(cls, "__init__"):
+        declared = init_keywords(cls)
+        if declared is not None and "fork" not in declared:
+            problems.append("`cap_fork = 'native'` but `__init__` takes no `fork` keyword")
     if not isinstance(getattr(cls, "persistent_process", False), bool):
         problems.append("`persistent_process` must be True or False")
     if getattr(cls, "handoff", "none") not in ("per_turn", "persistent", "none"):

@@ -23,6 +23,7 @@ from bridge.adapters.base import (
     AdapterConfig,
     Check,
     CliAdapter,
+    ForkPoint,
     ModeInfo,
     ModelInfo,
     session_reset,
@@ -62,6 +63,9 @@ PRINT_FLAGS = (
     "--include-partial-messages",
     "--permission-prompt-tool",
     "stdio",
+    # each message taken from stdin is echoed when Claude takes it: a message steered into a
+    # turn is known to be taken by that turn, or to start Claude's next one (docs/adapters.md)
+    "--replay-user-messages",
 )
 #: Claude Code's permission modes (``--permission-mode``; ``set_permission_mode`` live)
 MODES = (
@@ -118,6 +122,9 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
     cap_interrupt = True
     cap_images = True
     cap_documents = True
+    #: a message written to stdin during a turn joins it (docs/adapters.md, "Steer and fork")
+    cap_input_during_turn = True
+    cap_fork = "native"
     provides_models = True
     provides_usage = True
     handoff = "persistent"
@@ -138,6 +145,11 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         self._resumed: str | None = None
         self._pending: dict[str, Any] | None = None
         self._spawn_error: SpawnError | None = None
+        #: user messages written to the running process (its first and any steered ones)
+        self._written = 0
+        #: a turn is being streamed; ``_ending``: its last blocks are on their way out
+        self._in_turn = False
+        self._ending = False
 
     # ---- life cycle --------------------------------------------------------------------------
 
@@ -157,6 +169,8 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         argv = [self.binary, *PRINT_FLAGS]
         if resume:
             argv += ["--resume", resume]
+        elif self.fork_point is not None:
+            argv += self._fork_args(self.fork_point)
         if self.model:
             argv += ["--model", self.model]
         if self.effort:
@@ -166,8 +180,24 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
             argv += ["--permission-mode", mode]
         return argv
 
+    def _fork_args(self, fork: ForkPoint) -> list[str]:
+        """Claude's own fork of the parent's session, cut after its first ``turns`` turns."""
+        args = ["--resume", fork.agent_session_id, "--fork-session"]
+        path = handoff_claude.transcript_path(fork.agent_session_id, self.cwd)
+        if path is not None:
+            try:
+                with path.open("rb") as lines:
+                    cut = handoff_claude.turn_end_uuid(iter(lines), fork.turns)
+            except OSError as exc:
+                log.warning("claude_fork_transcript_unreadable", error=repr(exc))
+                cut = None
+            if cut is not None:
+                args += ["--resume-session-at", cut]
+        return args
+
     async def _spawn(self, resume: str | None) -> None:
         child = await self._pump.spawn(self._argv(resume), cwd=self.cwd, env=build_env(self.env))
+        self._written = 0
         self._resumed = resume
         self._parser.new_process()
         log.info("claude_started", pid=child.pid, resume=resume)
@@ -189,6 +219,11 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
 
     async def send(self, text: str, attachments: list[Any] | None = None) -> None:
         files = [(a.name, a.mime, a.data) for a in attachments or []]
+        if self._in_turn:  # steered: Claude takes it at its next step, or right after its turn
+            if self._ending or not self._pump.running():
+                raise RuntimeError("Claude Code's turn is ending: the message waits for the next")
+            await self._write(user_message(text, files))
+            return
         self._pending = user_message(text, files)
         self._parser.agent_retried = False
         self._spawn_error = None
@@ -198,9 +233,31 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
             except SpawnError as exc:
                 self._spawn_error = exc
                 return
-        await self._pump.send(self._pending)
+        await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        """The turn's own message (again, to a process started anew)."""
+        if self._pending is not None:
+            await self._write(self._pending)
+
+    async def _write(self, message: dict[str, Any]) -> None:
+        self._written += 1
+        await self._pump.send(message)
 
     async def stream(self) -> AsyncIterator[Block]:
+        self._in_turn, self._ending = True, False
+        try:
+            async for block in self._turn():
+                yield block
+        finally:
+            self._in_turn = False
+
+    def _steers_waiting(self) -> bool:
+        """A message was steered into this turn that Claude has not taken yet: it takes it as
+        its next turn once this one's ``result`` is out, which the bridge keeps in this turn."""
+        return self._parser.replayed < self._written
+
+    async def _turn(self) -> AsyncIterator[Block]:
         reset_done = False
         respawned = False
         output_seen = False
@@ -228,8 +285,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
                     # It died between turns (killed, crashed idle): start it again once.
                     respawned = True
                     await self._spawn(self.session_id)
-                    if self._pending is not None:
-                        await self._pump.send(self._pending)
+                    await self._write_pending()
                     continue
                 yield exit_failure("claude", "Claude Code", code, stderr)
                 for block in self._parser.close_turn("error", code):
@@ -241,6 +297,14 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
                 yield await self._reset()
                 output_seen = False
                 continue
+            end = next((b for b in blocks if isinstance(b, SessionEndBlock)), None)
+            if end is not None and self._steers_waiting():
+                if end.reason == "interrupted":
+                    self._parser.interrupt()  # the steered message's turn is stopped too
+                    await self._pump.flush()
+                blocks = [b for b in blocks if b is not end and not isinstance(b, UsageBlock)]
+                end = None
+            self._ending = end is not None
             for block in blocks:
                 yield block
                 if isinstance(block, SessionEndBlock):
@@ -252,8 +316,7 @@ class ClaudeAdapter(ModuleHandoff, CliAdapter):
         await self._pump.stop(STOP_GRACE_S)
         self.session_id = None
         await self._spawn(None)
-        if self._pending is not None:
-            await self._pump.send(self._pending)
+        await self._write_pending()
         return session_reset(
             f"Claude Code no longer knows session {old}; continuing in a new session",
             old_agent_session_id=old,

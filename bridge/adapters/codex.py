@@ -50,6 +50,8 @@ from bridge.process import (
 log = get_logger("bridge.adapters.codex")
 
 STOP_GRACE_S = 3.0
+#: How long a steered message waits for Codex to say whether the running turn took it.
+STEER_TIMEOUT_S = 10.0
 MODEL_LIST_TIMEOUT_S = 20.0
 #: Codex's "Auto" preset: commands run sandboxed in the project without asking; the model
 #: asks (a permission request) when it needs more. Override in ``[agents.codex] options``.
@@ -104,6 +106,9 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
     cap_permissions = True
     cap_interrupt = True
     cap_images = True
+    #: ``turn/steer`` on the turn's app-server; a fork is ``thread/fork`` through a turn
+    cap_input_during_turn = True
+    cap_fork = "native"
     provides_models = True
     provides_usage = True
     handoff = "per_turn"
@@ -115,6 +120,8 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
         self._agent_retried = False
         self._pending: tuple[str, list[str]] | None = None
         self._usage: UsageBlock | None = None
+        #: set whenever the turn's app-server said something (a steer waits for its answer)
+        self._heard = asyncio.Event()
 
     # ---- life cycle --------------------------------------------------------------------------
 
@@ -160,7 +167,29 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
             for a in attachments or []
             if a.mime.startswith("image/")
         ]
+        if self._parser is not None:  # a turn runs: into it
+            await self._steer(self._parser, text, images)
+            return
         self._pending = (text, images)
+
+    async def _steer(self, parser: CodexParser, text: str, images: list[str]) -> None:
+        """``turn/steer`` on the running turn's app-server, once it has said which turn runs;
+        raises when Codex did not take the input (no turn of its runs any more)."""
+        async with asyncio.timeout(STEER_TIMEOUT_S):
+            while parser.turn_id is None and not parser.done and self._parser is parser:
+                await self._next_line()
+            rid = parser.steer(text, images)
+            if rid is None or self._pump is None:
+                raise RuntimeError("no Codex turn is running")
+            await self._pump.flush()
+            while parser.steers.get(rid) is None and not parser.done and self._parser is parser:
+                await self._next_line()
+        if not parser.steers.get(rid):
+            raise RuntimeError("Codex did not take the message into its turn")
+
+    async def _next_line(self) -> None:
+        self._heard.clear()
+        await self._heard.wait()
 
     async def stream(self) -> AsyncIterator[Block]:
         if self._pending is None:
@@ -195,11 +224,18 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
                 yield block
             return
         log.info("codex_started", pid=child.pid, resume=self.session_id)
+        fork = self.fork_point
         try:
-            parser.start(text, resume=self.session_id, images=images)
+            parser.start(
+                text,
+                resume=self.session_id,
+                images=images,
+                fork=(fork.agent_session_id, fork.turns) if fork else None,
+            )
             await pump.flush()
             while not parser.done:
                 blocks = await pump.read()
+                self._heard.set()
                 if blocks is None:
                     yield exit_failure("codex", "Codex", pump.exit_code, child.stderr_tail())
                     for block in parser.close_turn("error", pump.exit_code):
@@ -214,6 +250,7 @@ class CodexAdapter(ModuleHandoff, CliAdapter):
             self._agent_retried = parser.agent_retried
             self._parser = None
             self._pump = None
+            self._heard.set()
             # also what the finished app-server left behind in its process group
             await child.terminate(STOP_GRACE_S)
 

@@ -50,6 +50,7 @@ from bridge.blocks import (
     ToolResultBlock,
     UsageBlock,
 )
+from bridge.wire.agent_types import split_fork_context
 
 DEMO_MODELS = (
     ModelInfo(id="demo-fast", label="Demo (fast)"),
@@ -86,6 +87,7 @@ class DemoAdapter(BaseAdapter):
     cap_interrupt = True
     cap_images = True
     cap_documents = True
+    cap_input_during_turn = True
     provides_models = True
     provides_usage = True
     handoff = "per_turn"
@@ -112,6 +114,13 @@ class DemoAdapter(BaseAdapter):
         self._answers: dict[str, asyncio.Future[str]] = {}
         self._usage = UsageBlock(input_tokens=0, output_tokens=0, cost_usd=0.0)
         self._turns = 0
+        #: A turn runs and has not begun its answer: a message sent now is steered into it.
+        self._taking = False
+        #: A turn runs (``stream()``): ``send()`` now is a steer, refused once ``_taking`` ends.
+        self._in_turn = False
+        self._steers: list[str] = []
+        #: what was steered into this turn and taken so far
+        self._taken: list[str] = []
 
     @classmethod
     def detect(cls, binary: str | None = None) -> DetectedAgent | None:
@@ -133,9 +142,16 @@ class DemoAdapter(BaseAdapter):
         return self.make_agent_info(version=__version__, model=self._model)
 
     async def send(self, text: str, attachments: list[Any] | None = None) -> None:
-        self._interrupted.clear()
         names = ", ".join(getattr(a, "name", "?") for a in attachments or [])
-        await self._inbox.put(text + (f" [attachments: {names}]" if names else ""))
+        said = text + (f" [attachments: {names}]" if names else "")
+        if self._taking:  # during a turn: steered into it, taken at its next step
+            # Nothing awaited: the daemon records the message before the turn goes on.
+            self._steers.append(said)
+            return
+        if self._in_turn:
+            raise RuntimeError("the demo agent's answer has begun: it takes this after the turn")
+        self._interrupted.clear()
+        await self._inbox.put(said)
 
     async def interrupt(self) -> None:
         self._interrupted.set()
@@ -176,8 +192,36 @@ class DemoAdapter(BaseAdapter):
 
     async def stream(self) -> AsyncIterator[Block]:
         text = await self._inbox.get()
+        self._steers = []
+        self._taking = self._in_turn = True
+        try:
+            async for block in self._stream(text):
+                yield block
+        finally:
+            self._taking = self._in_turn = False
+
+    def _steered(self) -> list[Block]:
+        """What the demo says when it takes the messages steered into its turn so far."""
+        if not self._steers:
+            return []
+        said = "; ".join(self._steers)
+        for steer in self._steers:
+            self._record({"type": "steer", "text": steer})
+        self._taken.extend(self._steers)
+        self._steers = []
+        return [TextBlock(id=f"steer-{uuid.uuid4().hex[:8]}", text=f"Noted: {said}", done=True)]
+
+    async def _stream(self, text: str) -> AsyncIterator[Block]:
+        self._taken = []
         self._turns += 1
         await asyncio.to_thread(self._record, {"type": "user", "text": text})
+        context, text = split_fork_context(text)
+        if context is not None:  # a replay fork's first message: the conversation came first
+            yield TextBlock(
+                id=f"ctx-{uuid.uuid4().hex[:8]}",
+                text=f"I was given the earlier conversation ({len(context)} characters).",
+                done=True,
+            )
         word, _, rest = text.partition(" ")
         delay = 0.5 if word == "slow" else self._delay
         if word == "fail":
@@ -210,6 +254,8 @@ class DemoAdapter(BaseAdapter):
                     return
             yield ThinkingBlock(id=think_id, done=True)
             open_ids.clear()
+            for block in self._steered():
+                yield block
             yield _tour_plan(0)
             tool_id = f"tool-{uuid.uuid4().hex[:8]}"
             listing_call = ToolCallBlock(
@@ -245,6 +291,11 @@ class DemoAdapter(BaseAdapter):
                     return
                 yield block
             yield _tour_plan(2)
+        self._taking = False  # the answer begins: a message sent now waits for the next turn
+        for block in self._steered():
+            yield block
+        if self._taken:
+            text = f"{text} (and then: {'; '.join(self._taken)})"
         msg_id = f"msg-{uuid.uuid4().hex[:8]}"
         open_ids.append((msg_id, False))
         answer_text = f"You said: {text}" if not tour else f"Done. You said: {text}"

@@ -38,6 +38,7 @@ from bridge.adapters.base import (
     CliAdapter,
     ExternalSession,
     FailureReport,
+    ForkPoint,
     ModeInfo,
     ModelInfo,
     ResumeCommand,
@@ -206,6 +207,8 @@ class OpenCodeAdapter(CliAdapter):
     cap_thinking = True
     cap_permissions = True
     cap_interrupt = True
+    #: ``POST /session/<id>/fork`` before the first message of the turn after the kept ones
+    cap_fork = "native"
     provides_models = True
     provides_usage = True
     handoff = "persistent"
@@ -372,8 +375,47 @@ class OpenCodeAdapter(CliAdapter):
                 self._adopt(self.session_id)
                 return
             yield await self._replace_session(server)
+        elif self.session_id is None and self.fork_point is not None:
+            said = await self._fork_session(server, self.fork_point)
+            if said is not None:
+                yield said
         elif self.session_id is None:
             await self._new_session(server)
+
+    async def _fork_session(self, server: LocalServer, fork: ForkPoint) -> SystemBlock | None:
+        """The server's own fork of the parent session, before its user message number
+        ``turns`` + 1 (``POST /session/<id>/fork`` copies the messages before ``messageID``);
+        a parent the server cannot fork leaves a new session, said as a warning."""
+        parent = fork.agent_session_id
+        resp = await server.request("GET", f"/session/{parent}/message")
+        listed = resp.json() if resp.status_code == 200 else None
+        if isinstance(listed, list):
+            prompts = [
+                info.get("id")
+                for m in listed
+                if isinstance(m, dict)
+                and isinstance(info := m.get("info"), dict)
+                and info.get("role") == "user"
+            ]
+            body = {"messageID": prompts[fork.turns]} if len(prompts) > fork.turns else {}
+            resp = await server.request("POST", f"/session/{parent}/fork", body)
+            made = resp.json() if resp.status_code == 200 else None
+            sid = made.get("id") if isinstance(made, dict) else None
+            if isinstance(sid, str):
+                self._adopt(sid)
+                copied = await server.request("GET", f"/session/{sid}/message")
+                for m in copied.json() if copied.status_code == 200 else []:
+                    info = m.get("info") if isinstance(m, dict) else None
+                    if isinstance(info, dict) and isinstance(info.get("id"), str):
+                        self._parser.copied.add(info["id"])
+                return None
+        sid = await self._new_session(server)
+        return session_reset(
+            f"{self.display_name} could not fork session {parent} "
+            f"({resp.status_code}); started {sid} without its history",
+            old=parent,
+            new=sid,
+        )
 
     async def _replace_session(self, server: LocalServer) -> SystemBlock:
         """The server forgot our session: start a new one, and say so."""

@@ -30,6 +30,7 @@ from bridge.wire.protocol import (
     SessionAttach,
     SessionClose,
     SessionCreate,
+    SessionFork,
     SessionHandoff,
     SessionInterrupt,
     SessionPermission,
@@ -46,6 +47,7 @@ from bridge.wire.results import (
     ModelsListResult,
     SessionAttachResult,
     SessionCreateResult,
+    SessionForkResult,
     SessionHandoffResult,
     SessionSendResult,
     SessionsListResult,
@@ -77,6 +79,7 @@ class CoreRequests:
         routes.add(SessionSubscribe, self.session_subscribe, SessionSubscribeResult)
         routes.add(SessionUnsubscribe, self.session_unsubscribe, Empty)
         routes.add(SessionSend, self.session_send, SessionSendResult, durable=True)
+        routes.add(SessionFork, self.session_fork, SessionForkResult, durable=True)
         routes.add(SessionInterrupt, self.session_interrupt, Empty)
         routes.add(SessionPermission, self.session_permission, Empty, durable=True)
         routes.add(SessionHandoff, self.session_handoff, SessionHandoffResult)
@@ -148,8 +151,27 @@ class CoreRequests:
         return Empty()
 
     async def session_send(self, _conn: Connection, req: SessionSend) -> SessionSendResult:
-        queued = await self.hub.send(req.session, req.text, req.attachments, req.client_msg_id)
-        return SessionSendResult(queued=queued)
+        queued, steered = await self.hub.deliver(
+            req.session, req.text, req.attachments, req.client_msg_id, steer=req.steer
+        )
+        if not req.steer:
+            return SessionSendResult(queued=queued)
+        return SessionSendResult(queued=queued, steered=steered)
+
+    async def session_fork(self, _conn: Connection, req: SessionFork) -> SessionForkResult:
+        if req.worktree is None or self.ship is None:
+            return SessionForkResult(session=await self.hub.fork(req.session, req.at_seq))
+        parent = await self.hub.find(req.session)
+        spec = SessionCreate(agent=parent.rec.agent, cwd=parent.rec.cwd, worktree=req.worktree)
+        cwd, worktree, said = await self.ship.new_worktree(spec)
+        try:
+            session = await self.hub.fork(req.session, req.at_seq, cwd, worktree)
+        except BaseException:
+            await self.ship.drop_worktree(worktree)
+            raise
+        if said is not None:
+            self.ship.setup_said(session.session, said)
+        return SessionForkResult(session=session)
 
     async def session_interrupt(self, _conn: Connection, req: SessionInterrupt) -> Empty:
         await self.hub.interrupt(req.session)

@@ -238,13 +238,16 @@ def cmd_projects(args: argparse.Namespace) -> int:
 
 def cmd_send(args: argparse.Namespace) -> int:
     async def go() -> int:
+        # ``steer`` goes only when asked: a daemon from before it ignores the field anyway.
+        extra = {"steer": True} if args.steer else {}
         result = await ask_daemon(
             "session.send",
             session=args.session,
             text=args.text,
             client_msg_id=args.client_msg_id or f"cli-{uuid.uuid4().hex[:12]}",
+            **extra,
         )
-        print("queued" if result["queued"] else "sent")
+        print("steered" if result.get("steered") else "queued" if result["queued"] else "sent")
         return 0
 
     return run_client(go())
@@ -382,6 +385,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session")
     p.add_argument("text")
     p.add_argument("--client-msg-id", help="idempotency key (a retry with it sends once)")
+    p.add_argument(
+        "--steer",
+        action="store_true",
+        help="into the turn running now, where the agent can take it (else as without)",
+    )
 
     p = add(
         "watch",

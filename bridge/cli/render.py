@@ -77,7 +77,8 @@ class Renderer:
         prefix = self._break()
         if t == "user":
             src = block.get("source", "bridge")
-            return prefix + self.paint("cyan", f"> you ({src}): {block.get('text', '')}\n")
+            into = ", into the turn" if block.get("steer") else ""
+            return prefix + self.paint("cyan", f"> you ({src}{into}): {block.get('text', '')}\n")
         if t == "tool_call":
             status = str(block.get("status"))
             color = {"running": "yellow", "done": "green", "error": "red"}.get(status, "yellow")

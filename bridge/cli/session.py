@@ -2,8 +2,10 @@
 
 ``follow`` prints a session's frames through :class:`~bridge.cli.render.Renderer`. On a terminal
 (stdin a TTY) it also offers the options of a pending permission request as keys ``1``..``9``
-and answers with ``session.permission``; elsewhere it only prints, and a request can be
-answered with ``agent-bridge permission SESSION REQUEST_ID OPTION_ID``.
+and answers with ``session.permission``, and the key ``s`` types a message (Enter sends it,
+Esc drops it) steered into the running turn (``session.send`` ``steer``; with no turn running,
+or an agent that cannot take it, it is sent as any message); elsewhere it only prints, and a
+request can be answered with ``agent-bridge permission SESSION REQUEST_ID OPTION_ID``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ class PendingPermissions:
         self.requests.pop(request_id, None)
 
 
+#: In ``watch``: type a message to steer into the running turn.
+STEER_KEY = "s"
+
+
 def key_prompt(request: dict[str, Any]) -> str:
     options = request.get("options") or []
     keys = "  ".join(f"[{i}] {o.get('label') or o.get('id')}" for i, o in enumerate(options, 1))
@@ -89,7 +95,7 @@ async def follow(
     loop = asyncio.get_running_loop()
     fd = sys.stdin.fileno() if keys else -1
 
-    def on_key() -> None:
+    def on_readable() -> None:
         with contextlib.suppress(OSError):
             data = os.read(fd, 32)
             for ch in data.decode("utf-8", "replace"):
@@ -109,6 +115,57 @@ async def follow(
         if text:
             sys.stdout.write(text)
             sys.stdout.flush()
+
+    #: the message being typed after ``s``, else None
+    composing: list[str] | None = None
+
+    async def steer(text: str) -> None:
+        from bridge.cli.client import ClientError
+
+        try:
+            result = await client.request(
+                "session.send",
+                session=session,
+                text=text,
+                client_msg_id=f"cli-{uuid.uuid4().hex[:12]}",
+                steer=True,
+            )
+        except ClientError as exc:
+            write(renderer.paint("red", f"  not sent: {exc.message}\n"))
+            return
+        said = (
+            "steered into the turn"
+            if result.get("steered")
+            else "queued for after the turn"
+            if result.get("queued")
+            else "sent"
+        )
+        write(renderer.paint("dim", f"  {said}\n"))
+
+    async def on_key(ch: str) -> None:
+        nonlocal composing
+        if composing is None:
+            if ch == STEER_KEY:
+                composing = []
+                write(renderer.paint("yellow", "steer> "))
+            else:
+                await answer(ch)
+            return
+        if ch in ("\r", "\n"):
+            text, composing = "".join(composing).strip(), None
+            write("\n")
+            if text:
+                await steer(text)
+        elif ch == "\x1b":
+            composing = None
+            write(renderer.paint("dim", "  (dropped)\n"))
+        elif ch in ("\x7f", "\b"):
+            if composing:
+                composing.pop()
+                write("\b \b")
+        elif ch.isprintable():
+            composing.append(ch)
+            write(ch)
 
     async def answer(ch: str) -> None:
         request = pending.latest()
@@ -143,7 +200,7 @@ async def follow(
                     waiting.add(next_key)
                 done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if next_key is not None and next_key in done:
-                    await answer(next_key.result())
+                    await on_key(next_key.result())
                     next_key = asyncio.ensure_future(keyq.get())
                 if next_frame not in done:
                     continue
@@ -163,7 +220,8 @@ async def follow(
                 request = pending.latest()
                 if keys and request is not None and str(request.get("id")) not in offered:
                     offered.add(str(request.get("id")))
-                    discard_typed_ahead()
+                    if composing is None:
+                        discard_typed_ahead()
                     write(renderer.paint("yellow", key_prompt(request)))
         finally:
             for task in (next_frame, next_key):
@@ -173,7 +231,7 @@ async def follow(
     if not keys:
         return await run()
     with _cbreak(fd):
-        loop.add_reader(fd, on_key)
+        loop.add_reader(fd, on_readable)
         try:
             return await run()
         finally:
@@ -240,6 +298,26 @@ def cmd_new(args: argparse.Namespace) -> int:
             return 0
         finally:
             await client.close()
+
+    return run_client(go())
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        fields: dict[str, Any] = {"session": args.session}
+        if args.at is not None:
+            fields["at_seq"] = args.at
+        if args.worktree:
+            fields["worktree"] = {"branch": args.worktree, "base": args.base}
+        result = await ask_daemon("session.fork", **fields)
+        fork = result["session"]
+        print(fork["session"], flush=True)
+        origin = fork.get("forked_from") or {}
+        note = f"forked from {origin.get('session')} at seq {origin.get('seq')}"
+        if fork.get("worktree"):
+            note += f", in {fork['worktree']['path']} on {fork['worktree']['branch']}"
+        print(note, file=sys.stderr, flush=True)
+        return 0
 
     return run_client(go())
 
@@ -318,6 +396,16 @@ def add_commands(add: Any) -> None:
         "--no-follow", action="store_true", help="don't follow the first turn on a terminal"
     )
     p.add_argument("--no-color", action="store_true")
+
+    p = add(
+        "fork",
+        cmd_fork,
+        "Fork a session into a new one with its history up to a turn; print the new id",
+    )
+    p.add_argument("session")
+    p.add_argument("--at", type=int, metavar="SEQ", help="the event it ends at (default: the last)")
+    p.add_argument("--worktree", metavar="BRANCH", help="in a new worktree on a new branch")
+    p.add_argument("--base", metavar="REF", help="with --worktree: the branch it starts from")
 
     p = add(
         "permission",

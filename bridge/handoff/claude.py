@@ -267,6 +267,30 @@ def prompt_text(entry: dict[str, Any]) -> str | None:
     return text
 
 
+#: transcript entries whose ``uuid`` is a link of the conversation's chain
+_CHAIN = ("user", "assistant", "system", "attachment")
+
+
+def turn_end_uuid(lines: Iterator[bytes], turns: int) -> str | None:
+    """The ``uuid`` of the last chain entry of the first ``turns`` turns (the turns typed as
+    prompts) of a transcript's ``lines``, for ``--resume-session-at``; None when the transcript
+    holds no more than that (a fork then keeps all of it)."""
+    prompts = 0
+    last: str | None = None
+    for line in lines:
+        entry = loads(line)
+        if entry is None or entry.get("isSidechain") or entry.get("type") not in _CHAIN:
+            continue
+        if prompt_text(entry) is not None:
+            prompts += 1
+            if prompts > turns:
+                return last
+        uuid = entry.get("uuid")
+        if isinstance(uuid, str) and uuid:
+            last = uuid
+    return None
+
+
 def _summarize(path: Path, previous: _Summary | None) -> _Summary:
     if previous is not None and previous.cwd and previous.first_prompt:
         cwd, first = previous.cwd, previous.first_prompt

@@ -5,6 +5,7 @@ It owns the sessions and wires the stages, each of which knows only those below 
     hub.py      start-up and recovery, create/attach/close, send, slash commands, listing
     parking.py  park, mirror, watcher, sweep, reattach, handoff
     warm.py     start a stopped agent when a client opens its session
+    forks.py    session.fork: plan, start the fork's agent, copy the history (fork.py: the cut)
     turns.py    adapter lifecycle, the queue, the turn runner, call_adapter()
     fanout.py   emit, publish after commit, state frames, pacing, subscribe/replay
     state.py    Session, Turn, Subscription, the transition table
@@ -51,6 +52,7 @@ from bridge.wire.protocol import Attachment, SessionObject, WorktreeObject
 from bridge.wire.results import SessionModeResult, SessionSubscribeResult
 
 from .fanout import REPLAY_CHUNK, Fanout
+from .forks import Forks
 from .parking import Parking
 from .state import HubError, Session, Subscriber, Tasks, iso, safe_attachment_name
 from .textsafe import clean_text
@@ -87,6 +89,7 @@ class Hub:
         self.parking = Parking(self.fanout, self.turns)
         self.resident = self.turns.resident
         self.warm = Warmer(self.turns)
+        self.forks = Forks(self.turns)
         registry.on_change(self.fanout.sweep_wake.set)
         self._external_cache: tuple[float, list[SessionObject]] = (0.0, [])
         self._external_refresh: asyncio.Task[None] | None = None
@@ -111,6 +114,8 @@ class Hub:
 
     def _known_message(self, s: Session, msg: MessageRecord) -> None:
         queued = msg.status == "queued"
+        if msg.status == "steered":
+            s.steered.add(msg.client_msg_id)
         s.answered[msg.client_msg_id] = (
             queued if msg.answered_queued is None else msg.answered_queued
         )
@@ -269,6 +274,7 @@ class Hub:
             mode=rec.mode,
             resident=resident,
             worktree=rec.worktree,
+            forked_from=rec.fork.origin if rec.fork is not None else None,
         )
 
     async def list_sessions(
@@ -486,6 +492,28 @@ class Hub:
         self.fanout.emit(s, info)
         return self.session_object(s), info
 
+    async def fork(
+        self,
+        session_id: str,
+        at_seq: int | None = None,
+        cwd: str | None = None,
+        worktree: WorktreeObject | None = None,
+    ) -> SessionObject:
+        """``session.fork`` (bridge/hub/fork.py), in ``cwd`` (default: the parent's)."""
+        parent = await self.find(session_id)
+        entry = await self._entry(parent.rec.agent)
+        rec = parent.rec
+        where = self._check_cwd(cwd) if cwd is not None else rec.cwd
+        # An agent's own fork stays where its session is: another directory gets a replay.
+        plan = await self.forks.plan(parent, at_seq, native=where == rec.cwd)
+        s = self._new_record(rec.agent, where, rec.model, rec.effort, None, external=False)
+        s.rec.mode = rec.mode
+        s.rec.worktree = worktree
+        info = await self.forks.start(s, parent, plan, entry)
+        self.sessions[s.id] = s
+        await self.forks.fill(s, plan, info)
+        return self.session_object(s)
+
     async def attach(self, agent: str, agent_session_id: str, cwd: str) -> SessionObject:
         entry = await self._entry(agent)
         cwd = self._check_cwd(cwd)
@@ -576,14 +604,28 @@ class Hub:
         attachments: list[Attachment],
         client_msg_id: str | None,
     ) -> bool:
+        queued, _steered = await self.deliver(session_id, text, attachments, client_msg_id)
+        return queued
+
+    async def deliver(
+        self,
+        session_id: str,
+        text: str,
+        attachments: list[Attachment],
+        client_msg_id: str | None,
+        steer: bool = False,
+    ) -> tuple[bool, bool]:
+        """``session.send``: (queued, steered). With ``steer``, into the running turn where its
+        agent can take it; otherwise, or when it cannot, as any message."""
         s = await self.find(session_id)
         # a lone surrogate (no client sends one: its JSON is refused) could not be stored
         text = clean_text(text)
         msg_id = client_msg_id or f"m_{uuid.uuid4().hex[:16]}"
         if client_msg_id is not None and msg_id in s.answered:
-            return s.answered[msg_id]
+            return s.answered[msg_id], msg_id in s.steered
         if client_msg_id is not None and msg_id in s.deciding:
-            return await self.turns.answer_of(s, msg_id)  # a retransmit while it is decided
+            queued = await self.turns.answer_of(s, msg_id)  # a retransmit while it is decided
+            return queued, msg_id in s.steered
         if s.rec.state == "ended":
             raise HubError("conflict", "the session has ended")
         command = parse_command(text) if not attachments else None
@@ -600,7 +642,7 @@ class Hub:
             )
             self.fanout.emit(s, UserBlock(id=msg_id, text=text, source="bridge"))
             await self._run_command(s, command)
-            return False
+            return False, False
         if len(s.queue) >= self.config.limits.max_queued_messages:
             raise HubError(
                 "rate_limited",
@@ -616,8 +658,10 @@ class Hub:
         )
         if not s.rec.title:
             s.rec.title = " ".join(text.split())[:80]
+        if steer and self.turns.may_steer(s):
+            return await self.turns.steer(s, msg)
         # Whether it starts or waits (a terminal may own the session) is the queue's call.
-        return await self.turns.admit(s, msg)
+        return await self.turns.admit(s, msg), False
 
     # ---- requests the stages answer --------------------------------------------------------------
 

@@ -208,6 +208,8 @@ class Turn:
     terminal_seen: bool = False
     #: What the attempt produced, for the automatic retry (bridge/hub/retry.py).
     watch: RetryWatch = field(default_factory=RetryWatch)
+    #: The adapter took the turn's message: from now on a steered message may follow it.
+    sent: bool = False
 
 
 @dataclass
@@ -216,6 +218,8 @@ class Session:
     next_seq: int = 1
     queue: deque[MessageRecord] = field(default_factory=deque)
     answered: dict[str, bool] = field(default_factory=dict)
+    #: The messages of ``answered`` that entered a running turn (``session.send`` ``steer``).
+    steered: set[str] = field(default_factory=set)
     #: Senders still waiting to learn whether their message (the queue's head) starts at once
     #: or waits: the queue runner answers after its ownership check (TurnRunner.admit).
     deciding: dict[str, asyncio.Future[bool]] = field(default_factory=dict)

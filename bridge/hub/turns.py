@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+import msgspec
 import structlog
 
 from bridge.adapters.base import BaseAdapter, cwd_matches, instantiate
@@ -29,10 +30,11 @@ from bridge.blocks import (
     SystemBlock,
     UsageBlock,
     UserBlock,
+    block_from_json,
     is_block,
 )
 from bridge.config import Config
-from bridge.hub import modes, retry
+from bridge.hub import fork, modes, retry
 from bridge.hub.resident import Residency
 from bridge.invariants import TurnGuard
 from bridge.loading.registry import AgentEntry, Registry
@@ -41,7 +43,7 @@ from bridge.parsers.failures import bridge_failure
 from bridge.store.store import MessageRecord, Store
 from bridge.wire.agent_types import ModelInfo
 
-from .fanout import UNCOMMITTED_HIGH, Fanout
+from .fanout import REPLAY_CHUNK, UNCOMMITTED_HIGH, Fanout
 from .state import HubError, Session, Tasks, Turn
 
 log = get_logger("bridge.hub")
@@ -156,6 +158,8 @@ class TurnRunner:
             "env": dict(conf.env),
             "options": dict(conf.options),
             "mode": s.rec.mode,
+            # a native fork not made yet (session.fork): the agent makes it when it starts
+            "fork": s.rec.fork.native if s.rec.fork and not s.rec.agent_session_id else None,
         }
         bound = structlog.contextvars.bound_contextvars(session=s.id, agent=s.rec.agent)
         with bound:
@@ -189,6 +193,8 @@ class TurnRunner:
         if not agent_session_id or s.rec.agent_session_id == agent_session_id:
             return
         s.rec.agent_session_id = agent_session_id
+        if s.rec.fork is not None:  # a native fork, if one was due, is made: this is its session
+            s.rec.fork.native = None
         if s.turn is not None:
             s.turn.guard.agent_session_id = agent_session_id
         self.store.save_session(s.rec)
@@ -355,19 +361,10 @@ class TurnRunner:
         if answer is not None:
             answer.set_result(False)  # after the save: the `ok` follows its commit
         emit = self.fanout.emit
-        emit(
-            s,
-            UserBlock(
-                id=msg.client_msg_id,
-                text=msg.text,
-                attachments=[
-                    AttachmentRef(name=a.name, mime=a.mime, size=len(a.data))
-                    for a in msg.attachments
-                ],
-                source="bridge",
-            ),
-        )
+        emit(s, _user_block(msg))
         self.fanout.transition(s, "turn_start", "a turn started")
+        if s.rec.fork is not None and s.rec.fork.replay_seq is not None:
+            msg = await self._with_fork_context(s, msg)
         try:
             await self.resident.settled(s)  # an idle stop still under way ends first
             if s.warming is not None and not s.warming.done():
@@ -406,6 +403,104 @@ class TurnRunner:
             if s.rec.state == "running":
                 self.fanout.transition(s, "turn_end", "the turn ended")
             self.resident.idle(s)
+
+    async def _with_fork_context(self, s: Session, msg: MessageRecord) -> MessageRecord:
+        """The first message of a replay fork carries the copied conversation as context (the
+        ``user`` block shows the message alone); later turns do not."""
+        assert s.rec.fork is not None
+        until = s.rec.fork.replay_seq or 0
+        history: list[Block] = []
+        after = 0
+        while after < until:
+            events = await self.store.read_events(s.id, after, REPLAY_CHUNK)
+            if not events:
+                break
+            for ev in events:
+                after = ev.seq
+                if ev.seq > until:
+                    break
+                with contextlib.suppress(Exception):
+                    history.append(block_from_json(ev.block_json))
+        s.rec.fork.replay_seq = None
+        self.store.save_session(s.rec)
+        return msgspec.structs.replace(msg, text=fork.context_message(history, msg.text))
+
+    # ---- steering: a message into the running turn --------------------------------------------
+
+    def may_steer(self, s: Session) -> bool:
+        """A turn runs whose agent took its message and can take another during it."""
+        turn, adapter = s.turn, s.adapter
+        return (
+            turn is not None
+            and adapter is not None
+            and turn.sent
+            and not turn.interrupting
+            and not turn.guard.ended
+            and s.rec.state == "running"
+            and turn.task is not None
+            and not turn.task.done()
+            and bool(getattr(adapter, "cap_input_during_turn", False))
+        )
+
+    async def steer(self, s: Session, msg: MessageRecord) -> tuple[bool, bool]:
+        """(queued, steered): into the running turn, or, when its agent cannot take it now, as
+        any message (``admit``). A retransmit meanwhile waits for the same answer."""
+        msg_id = msg.client_msg_id
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        answer.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        s.deciding[msg_id] = answer
+
+        def fail(exc: BaseException) -> None:
+            if not answer.done():
+                why = exc if isinstance(exc, HubError) else HubError("conflict", "not delivered")
+                answer.set_exception(why)
+
+        try:
+            steered = await self._into_turn(s, msg)
+        except BaseException as exc:
+            fail(exc)
+            raise
+        finally:
+            if s.deciding.get(msg_id) is answer:
+                del s.deciding[msg_id]
+        if steered:
+            if not answer.done():
+                answer.set_result(False)
+            return False, True
+        if answer.done() or s.ended():  # the session ended meanwhile
+            fail(HubError("conflict", "the session has ended"))
+            raise HubError("conflict", "the session has ended")
+        try:
+            queued = await self.admit(s, msg)
+        except BaseException as exc:
+            fail(exc)
+            raise
+        answer.set_result(queued)
+        return queued, False
+
+    async def _into_turn(self, s: Session, msg: MessageRecord) -> bool:
+        """Hand ``msg`` to the running turn's adapter (``send()`` during the turn): True when it
+        took it, recorded as a ``user`` block with ``steer`` where it entered; False when it
+        could not (the turn ended meanwhile, the adapter refused), and nothing was recorded."""
+        if not self.may_steer(s):
+            return False
+        adapter = s.adapter
+        assert adapter is not None
+        _turn_timeout, idle_timeout = self._timeouts(s.rec.agent)
+        try:
+            await call_adapter(
+                adapter.send(msg.text, list(msg.attachments) or None), min(idle_timeout, 30.0)
+            )
+        except (*ADAPTER_FAILURES, TimeoutError) as exc:
+            log.info("steer_not_taken", error=repr(exc))
+            return False
+        msg.status = "steered"
+        msg.answered_queued = False
+        s.answered[msg.client_msg_id] = False
+        s.steered.add(msg.client_msg_id)
+        self.store.save_message(msg)
+        self.fanout.emit(s, _user_block(msg, steer=True))
+        return True
 
     async def _retry_wait(self, s: Session, turn: Turn, attempt: int, text: str) -> str | None:
         """After a failed attempt: the text to send again once the wait is over, or None."""
@@ -446,6 +541,7 @@ class TurnRunner:
                     )
                 except TimeoutError:
                     raise _SendTimeout from None
+                turn.sent = True
                 stream = aiter(adapter.stream())
                 failure = await self._drain(s, turn, stream, idle_timeout)
         except _SendTimeout:
@@ -639,6 +735,18 @@ class TurnRunner:
         except ADAPTER_FAILURES as exc:
             raise HubError("agent_unavailable", f"could not list models: {exc}") from None
         return [ModelInfo(id=m.id, label=m.label) for m in models]
+
+
+def _user_block(msg: MessageRecord, steer: bool = False) -> UserBlock:
+    return UserBlock(
+        id=msg.client_msg_id,
+        text=msg.text,
+        attachments=[
+            AttachmentRef(name=a.name, mime=a.mime, size=len(a.data)) for a in msg.attachments
+        ],
+        source="bridge",
+        steer=steer,
+    )
 
 
 def _refuse(s: Session) -> None:

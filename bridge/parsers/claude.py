@@ -167,6 +167,8 @@ class ClaudeParser:
     agent_retried: bool = False
     #: the API error Claude reported in this turn (the synthetic assistant line's fields)
     _api_error: dict[str, Any] = field(default_factory=dict)
+    #: user messages Claude took from stdin so far (``--replay-user-messages`` echoes each)
+    replayed: int = 0
 
     # ---- what the adapter calls ------------------------------------------------------------
 
@@ -214,6 +216,7 @@ class ClaudeParser:
         self._interrupting = False
         self._last_total_cost = 0.0
         self.session_missing = False
+        self.replayed = 0
         self.outbox.clear()
 
     def interrupt(self) -> None:
@@ -416,6 +419,9 @@ class ClaudeParser:
         ]
 
     def _user(self, msg: dict[str, Any]) -> list[blocks.Block]:
+        if get_bool(msg, "isReplay"):
+            self.replayed += 1  # a message of ours, taken: not the agent's output
+            return []
         content = get_list(get_dict(msg, "message"), "content")
         extra = msg.get("tool_use_result")
         out: list[blocks.Block] = []

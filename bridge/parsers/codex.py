@@ -158,6 +158,10 @@ class CodexParser:
     _calls: dict[Any, str] = field(default_factory=dict)
     _input: list[dict[str, Any]] = field(default_factory=list)
     _resume: str | None = None
+    #: (thread, turns): fork the first ``turns`` turns of that thread instead (``thread/fork``)
+    _fork: tuple[str, int] | None = None
+    #: ``turn/steer`` requests by id: None while unanswered, then whether Codex took the input
+    steers: dict[int, bool | None] = field(default_factory=dict)
     _reset_done: bool = False
     _interrupt_wanted: bool = False
     _open: dict[str, bool] = field(default_factory=dict)  # delta id -> is thinking
@@ -174,13 +178,34 @@ class CodexParser:
     # ---- what the adapter calls ------------------------------------------------------------
 
     def start(
-        self, text: str, *, resume: str | None = None, images: list[str] | None = None
+        self,
+        text: str,
+        *,
+        resume: str | None = None,
+        images: list[str] | None = None,
+        fork: tuple[str, int] | None = None,
     ) -> None:
-        """Begin a turn: ``resume`` a thread id, or start a new thread; images as data URLs."""
+        """Begin a turn: ``resume`` a thread id, ``fork`` (thread, turns) the first turns of one,
+        or start a new thread; images as data URLs."""
         self._resume = resume
+        self._fork = fork if resume is None else None
         self._input = [{"type": "image", "url": url} for url in images or []]
         self._input.append({"type": "text", "text": text, "text_elements": []})
         self._request("initialize", initialize_params(self.client_version))
+
+    def steer(self, text: str, images: list[str] | None = None) -> int | None:
+        """Ask Codex to take ``text`` into the running turn (``turn/steer``): the request's id,
+        whose answer lands in ``steers``; None when no turn of Codex's runs."""
+        if self.done or not self.turn_id or not self.thread_id:
+            return None
+        content: list[dict[str, Any]] = [{"type": "image", "url": url} for url in images or []]
+        content.append({"type": "text", "text": text, "text_elements": []})
+        rid = self._request(
+            "turn/steer",
+            {"threadId": self.thread_id, "expectedTurnId": self.turn_id, "input": content},
+        )
+        self.steers[rid] = None
+        return rid
 
     def interrupt(self) -> None:
         if self.turn_id and self.thread_id:
@@ -235,11 +260,12 @@ class CodexParser:
 
     # ---- the request sequence ------------------------------------------------------------------
 
-    def _request(self, method: str, params: dict[str, Any]) -> None:
+    def _request(self, method: str, params: dict[str, Any]) -> int:
         self._last_id += 1
         rid = self._last_id
         self._calls[rid] = method
         self.outbox.append(jsonrpc.request(rid, method, params))
+        return rid
 
     def _thread_params(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -252,7 +278,12 @@ class CodexParser:
         return {k: v for k, v in params.items() if v is not None}
 
     def _open_thread(self) -> None:
-        if self._resume:
+        if self._fork:
+            thread, turns = self._fork
+            # The first ``turns`` turns' ids (oldest first): the fork keeps those.
+            params = {"threadId": thread, "sortDirection": "asc", "limit": turns}
+            self._request("thread/turns/list", {**params, "itemsView": "notLoaded"})
+        elif self._resume:
             params = {"threadId": self._resume, **self._thread_params(), "excludeTurns": True}
             self._request("thread/resume", params)
         else:
@@ -266,6 +297,9 @@ class CodexParser:
         error = msg.get("error")
         if method is None:
             return []
+        if method == "turn/steer" and isinstance(rid, int):
+            self.steers[rid] = error is None
+            return []
         if error is not None:
             text = get_str(error, "message") or (error if isinstance(error, str) else str(error))
             return self._failed(method, text)
@@ -273,7 +307,14 @@ class CodexParser:
         if method == "initialize":
             self.outbox.append(jsonrpc.notification("initialized"))
             self._open_thread()
-        elif method in ("thread/start", "thread/resume"):
+        elif method == "thread/turns/list" and self._fork:
+            ids = [get_str(turn, "id") for turn in get_list(result, "data")]
+            kept = [tid for tid in ids if tid][: self._fork[1]]
+            fork = {"threadId": self._fork[0], **self._thread_params(), "excludeTurns": True}
+            if kept:
+                fork["lastTurnId"] = kept[-1]
+            self._request("thread/fork", fork)
+        elif method in ("thread/start", "thread/resume", "thread/fork"):
             self.thread_id = get_str(get_dict(result, "thread"), "id") or self._resume
             params: dict[str, Any] = {"threadId": self.thread_id, "input": self._input}
             if self.effort:

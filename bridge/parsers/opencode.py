@@ -110,6 +110,8 @@ class OpenCodeParser:
         self.agent_id = agent_id
         self.prefix = id_prefix or uuid.uuid4().hex[:8]
         self.roles: dict[str, str] = {}
+        #: the messages a fork copied from its parent: their parts are history, not output
+        self.copied: set[str] = set()
         self.session_usage: blocks.UsageBlock | None = None
         self.title: str | None = None
         self.begin_turn()
@@ -281,6 +283,8 @@ class OpenCodeParser:
         pid = get_str(part, "id")
         kind = get_str(part, "type")
         if not pid or not kind or self._is_user(get_str(part, "messageID"), part):
+            return []
+        if get_str(part, "messageID") in self.copied:
             return []
         if kind in ("text", "reasoning"):
             return self._text_part(pid, kind, part, get_str(props, "delta"))

@@ -47,7 +47,7 @@ from bridge.store.eventrows import (
     prune_rows,
 )
 from bridge.store.health import StoreHealth
-from bridge.wire.protocol import Attachment, SessionState, WorktreeObject, Writer
+from bridge.wire.protocol import Attachment, ForkRecord, SessionState, WorktreeObject, Writer
 
 log = get_logger("bridge.store")
 
@@ -89,6 +89,8 @@ class SessionRecord(msgspec.Struct, kw_only=True):
     usage: bytes | None = None
     #: The worktree the session was created in (``session.create`` ``worktree``).
     worktree: WorktreeObject | None = None
+    #: ``session.fork``: where it came from, and what its first turn still has to do.
+    fork: ForkRecord | None = None
 
 
 #: an attachment is stored as the wire carries it
@@ -100,7 +102,7 @@ class MessageRecord(msgspec.Struct, kw_only=True):
     client_msg_id: str
     text: str
     attachments: list[AttachmentData] = msgspec.field(default_factory=list)
-    #: "queued" (waiting), "started" (its turn began), "command" (handled by the bridge)
+    #: "queued" (waiting), "started" (its turn began), "steered" (into one), "command" (a /...)
     status: str = "queued"
     created_at: float = 0.0
     #: The ``queued`` its ``session.send`` was answered with: a retransmit, also after a

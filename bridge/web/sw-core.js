@@ -31,7 +31,7 @@ const SHELL = [
   '/js/ui/session-state.js', '/js/ui/toast.js', '/js/ui/transcript.js',
   '/js/views/attention.js', '/js/views/login.js', '/js/views/session.js', '/js/views/sessions.js',
   '/js/views/checks.js', '/js/views/preview.js', '/js/views/settings.js', '/js/views/ship.js',
-  '/js/views/workspace.js',
+  '/js/views/steer.js', '/js/views/workspace.js',
   '/vendor/nats.ws/nats.js', '/vendor/tweetnacl/nacl-fast.js',
 ];
 

@@ -73,6 +73,20 @@ class ExternalSession(msgspec.Struct, kw_only=True):
     owner_pid: int | None = None
 
 
+#: ``capabilities.fork``: the agent forks its own session ("native"), the fork's first turn is
+#: given the copied conversation as context ("replay"), or it cannot be forked (False).
+ForkCapability = Literal["native", "replay", False]
+
+
+class ForkPoint(msgspec.Struct, kw_only=True):
+    """A native fork still to be made: the agent session to fork, and how many of its turns
+    (the first ``turns``) the new one keeps. An adapter whose ``cap_fork`` is "native" takes it
+    as the ``fork`` keyword and makes the fork when it starts the agent's new session."""
+
+    agent_session_id: str
+    turns: int
+
+
 class ResumeCommand(msgspec.Struct, kw_only=True):
     """How to continue a session in a terminal: argv run in cwd."""
 
@@ -101,3 +115,19 @@ def overall_status(checks: list[Check]) -> Literal["pass", "warn", "fail"]:
     if "warn" in levels:
         return "warn"
     return "pass"
+
+
+#: How a replay fork's first message begins and where its context ends (``session.fork``).
+FORK_CONTEXT_HEAD = "[This conversation continues one forked from an earlier session. Its history:]"
+FORK_CONTEXT_END = "[End of the earlier conversation. The new message follows.]"
+
+
+def split_fork_context(text: str) -> tuple[str | None, str]:
+    """(the replayed history, the message) of a replay fork's first message; (None, text) for
+    any other message."""
+    if not text.startswith(FORK_CONTEXT_HEAD):
+        return None, text
+    history, sep, message = text[len(FORK_CONTEXT_HEAD) :].partition("\n" + FORK_CONTEXT_END)
+    if not sep:
+        return None, text
+    return history.strip("\n"), message.lstrip("\n")

@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from bridge.blocks import Block
+from bridge.wire.agent_types import ForkPoint
 
 PROTOCOL_VERSION = 1
 SUBPROTOCOL_JSON = "bridge.v1.json"
@@ -123,6 +124,16 @@ class SessionSend(_Request, tag="session.send", kw_only=True):
     text: str
     attachments: list[Attachment] = msgspec.field(default_factory=list)
     client_msg_id: str | None = None
+    #: into the running turn, where the agent can take it; else as without (queued or a turn)
+    steer: bool = False
+
+
+class SessionFork(_Request, tag="session.fork", kw_only=True):
+    """A new session whose history is this one's up to ``at_seq`` (default: its last event)."""
+
+    session: str
+    at_seq: int | None = None
+    worktree: WorktreeSpec | None = None
 
 
 class SessionInterrupt(_Request, tag="session.interrupt", kw_only=True):
@@ -336,6 +347,7 @@ Request = (
     | SessionSubscribe
     | SessionUnsubscribe
     | SessionSend
+    | SessionFork
     | SessionInterrupt
     | SessionPermission
     | SessionHandoff
@@ -381,7 +393,7 @@ class AgentObject(msgspec.Struct, kw_only=True):
     available: bool
     binary: str | None
     version: str | None
-    capabilities: dict[str, bool]
+    capabilities: dict[str, bool | str]
     provides_models: bool
     provides_usage: bool
     handoff: Literal["per_turn", "persistent", "none"]
@@ -413,6 +425,25 @@ class SessionObject(msgspec.Struct, kw_only=True):
     needs: str | None = None
     #: the worktree the session was created in (``session.create`` ``worktree``), else None
     worktree: WorktreeObject | None = None
+    #: the session and seq this one was forked from (``session.fork``), else None
+    forked_from: ForkedFrom | None = None
+
+
+class ForkedFrom(msgspec.Struct, kw_only=True):
+    """Where a forked session came from: its parent and the parent's seq its history ends at."""
+
+    session: str
+    seq: int
+
+
+class ForkRecord(msgspec.Struct, kw_only=True):
+    """A forked session's own record (stored, not sent): where it came from, and what its
+    first turn still has to do: make the agent's own fork (``native``), or give the agent the
+    session's events up to ``replay_seq`` as context."""
+
+    origin: ForkedFrom
+    native: ForkPoint | None = None
+    replay_seq: int | None = None
 
 
 class WorktreeObject(msgspec.Struct, kw_only=True):

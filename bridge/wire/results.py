@@ -97,9 +97,18 @@ class SessionSubscribeResult(Result, kw_only=True):
 
 
 class SessionSendResult(Result, kw_only=True):
-    """The answer to ``session.send``: false when the message started a turn at once."""
+    """The answer to ``session.send``: ``queued`` false when the message started a turn at
+    once or entered the running turn; ``steered`` (only when the send asked to ``steer``)
+    whether it entered it."""
 
     queued: bool
+    steered: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class SessionForkResult(Result, kw_only=True):
+    """The answer to ``session.fork``: the new session."""
+
+    session: SessionObject
 
 
 class SessionReviewResult(Result, kw_only=True):
@@ -376,6 +385,7 @@ RESULTS: tuple[type[Result], ...] = (
     SessionAttachResult,
     SessionSubscribeResult,
     SessionSendResult,
+    SessionForkResult,
     SessionReviewResult,
     SessionHandoffResult,
     UsageGetResult,

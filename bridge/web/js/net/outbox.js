@@ -100,7 +100,10 @@ export class Outbox extends EventTarget {
     if (this.sending.has(entry.id)) return;
     this.sending.add(entry.id);
     try {
-      const result = await client.request('session.send', sendFields(entry));
+      // `steer` only to the daemon itself: a message that waited on the relay's queue is sent
+      // as any message (the turn it was meant for has ended meanwhile)
+      const fields = { ...sendFields(entry), ...(entry.steer ? { steer: true } : {}) };
+      const result = await client.request('session.send', fields);
       if (result.queued && !this.started.has(entry.id)) await this.put({ ...entry, queued: Date.now() });
       else await this.drop(entry.id);
       onDone(result);

@@ -160,10 +160,12 @@ export class Transcript {
     }
     const atts = (b.attachments || []).map((a) => h('span', { class: 'chip' }, icon('file'), a.name));
     const when = frame.ts ? new Date(frame.ts).toLocaleString() : null;
-    const bubble = h('div', { class: 'blk blk-user', dataset: { id: b.id }, title: when },
+    const bubble = h('div', { class: `blk blk-user${b.steer ? ' is-steer' : ''}`, dataset: { id: b.id }, title: when },
       b.source === 'terminal' ? h('div', { class: 'from' }, 'from the terminal') : null,
+      b.steer ? h('div', { class: 'from' }, 'into the turn') : null,
       h('div', { class: 'user-text' }, b.text),
-      atts.length ? h('div', { class: 'chips' }, atts) : null);
+      atts.length ? h('div', { class: 'chips' }, atts) : null,
+      this.hooks.userActions?.(b, frame) ?? null);
     this.#add(bubble, frame);
   }
 
@@ -470,9 +472,9 @@ export class Transcript {
     this.stick = true;
     this.#schedule();
     return {
-      queued: (queued) => {
+      queued: (queued, steered = false) => {
         el.classList.remove('is-waiting');
-        note.textContent = queued ? 'queued: waits for the agent' : 'sent';
+        note.textContent = steered ? 'into the turn' : queued ? 'queued: waits for the agent' : 'sent';
       },
       failed: (message) => {
         el.classList.remove('is-waiting');

@@ -9,6 +9,7 @@ import { toast } from '../ui/toast.js';
 import { Transcript, commandBox, terminalCommand, usageText } from '../ui/transcript.js';
 import { ChangesPanel, followMode, modePicker, renderMode } from './workspace.js';
 import { PreviewPanel } from './preview.js';
+import { SteerChoice, forkButton, forkSession } from './steer.js';
 
 /** Workstation states in which a message waits in the outbox rather than staying in the box. */
 const WAITABLE = new Set(['offline', 'relay_down', 'connecting']);
@@ -45,6 +46,8 @@ export class SessionView {
       onInfo: (info) => { this.info = info; this.renderCapabilities(); },
       onRetry: (text) => this.retry(text),
       onAllowSetup: (path, sha256) => app.client.request('workspace.allow_setup', { path, sha256 }),
+      userActions: (b, frame) => (b.steer || this.capabilities().fork === false ? null
+        : forkButton(() => this.fork(frame.seq))),
       diffMode: () => app.diffMode(),
       setDiffMode: (mode) => app.setDiffMode(mode),
     });
@@ -67,6 +70,10 @@ export class SessionView {
       type: 'button', title: 'Continue in terminal', onclick: () => this.handoff(),
     }, icon('terminal'), h('span', { class: 'hide-phone' }, ' Continue in terminal'),
     h('span', { class: 'phone-only' }, ' Terminal')); // a phone has no tooltip to name the icon
+    this.forkBtn = h('button', {
+      type: 'button', class: 'link-btn', title: 'Fork: a new session with this conversation',
+      onclick: () => this.fork(),
+    }, 'Fork');
     this.closeBtn = h('button', {
       type: 'button', class: 'link-btn', title: 'End session', onclick: () => this.closeSession(),
     }, 'End', h('span', { class: 'hide-phone' }, ' session'));
@@ -93,17 +100,18 @@ export class SessionView {
     this.filesEl = h('div', { class: 'chips attachments' });
     this.hintsEl = h('div', { class: 'hints', hidden: true });
     this.sendBtn = h('button', { type: 'submit', class: 'primary send' }, 'Send');
+    this.steer = new SteerChoice(() => { this.sendBtn.textContent = this.steer.label; });
     // Said where a phone shows it (no tooltips): why this session cannot be reached now.
     this.reachEl = h('p', { class: 'reach-note', role: 'status', hidden: true });
     this.form = h('form', { class: 'composer', onsubmit: (ev) => { ev.preventDefault(); this.send(); } },
-      this.reachEl, this.hintsEl, this.filesEl,
+      this.reachEl, this.hintsEl, this.filesEl, this.steer.el,
       h('div', { class: 'composer-row' }, this.attachBtn, this.fileInput, this.textarea, this.sendBtn));
     this.el = h('section', { class: 'session', 'aria-label': 'Session', dataset: { session: this.id } },
       h('div', { class: 'session-head' },
         h('div', { class: 'head-main' }, this.titleEl, this.metaEl),
         h('div', { class: 'head-side' }, this.stateEl, this.usageEl),
         h('div', { class: 'head-actions' }, this.modeSelect, this.changesBtn, this.preview.button, this.stopBtn,
-          this.handoffBtn, this.closeBtn)),
+          this.handoffBtn, this.forkBtn, this.closeBtn)),
       this.handoffBox, this.changes.el, this.scroller, this.form);
   }
 
@@ -128,7 +136,24 @@ export class SessionView {
     // unreachable for now: what is sent waits in the outbox; refused for good: kept in the box
     this.sendBtn.disabled = away && !WAITABLE.has(this.ws?.state);
     this.form.classList.toggle('disabled', s.state === 'ended');
+    this.renderSteer();
     renderMode(this);
+  }
+
+  capabilities() {
+    return this.info?.capabilities || this.agent?.capabilities || {};
+  }
+
+  /** The Steer / Queue choice while a turn runs, and Fork where the agent's sessions fork. */
+  renderSteer() {
+    const caps = this.capabilities();
+    this.steer.update(this.session.state === 'running', Boolean(caps.input_during_turn));
+    this.sendBtn.textContent = this.steer.label;
+    this.forkBtn.hidden = caps.fork === false || this.session.state === 'unknown';
+  }
+
+  fork(atSeq) {
+    return forkSession(this, atSeq, (err) => toast(`Could not fork: ${err.message}`));
   }
 
   /** Says why the session's workstation cannot be reached (revoked, relay down, offline);
@@ -149,7 +174,8 @@ export class SessionView {
   }
 
   renderCapabilities() {
-    const caps = this.info?.capabilities || this.agent?.capabilities || {};
+    const caps = this.capabilities();
+    this.renderSteer();
     this.attachBtn.hidden = !caps.images && !caps.documents;
     this.fileInput.accept = caps.images && !caps.documents ? 'image/*' : '';
   }
@@ -274,6 +300,7 @@ export class SessionView {
     this.renderFiles();
     this.onInput();
     const entry = { id, ws: this.ws.id, session: this.id, text, attachments, created: Date.now() };
+    if (this.steer.steering) entry.steer = true; // into the running turn (views/steer.js)
     await this.app.outbox.put(entry); // first: a page closed from here on loses nothing
     const pending = this.transcript.addPending(id, text, attachments);
     this.pendings.set(id, pending);
@@ -289,7 +316,7 @@ export class SessionView {
   sentHooks(pending, text) {
     return {
       onDone: (result) => {
-        pending.queued(result.queued);
+        pending.queued(result.queued, result.steered);
         if (!this.session.title) this.app.loadSessions(); // the daemon titles it from this message
       },
       onFailed: (message) => {
