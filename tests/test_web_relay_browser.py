@@ -106,7 +106,7 @@ def assert_away(p: Page, waits: bool) -> None:
     only when what is sent can wait for the workstation (``waits``: the outbox), not when this
     browser was revoked."""
     off = p.eval(
-        "['button.send', '.head-actions .danger', '.head-actions .link-btn']"
+        "['button.send', '.head-actions .danger', '.head-actions [title=\"End session\"]']"
         ".map((s) => document.querySelector('.session ' + s).disabled)"
     )
     assert off == [not waits, True, True], off

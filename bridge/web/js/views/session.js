@@ -133,6 +133,7 @@ export class SessionView {
     this.handoffBtn.disabled = !['idle', 'running'].includes(s.state) || away;
     this.closeBtn.hidden = s.state === 'ended';
     this.closeBtn.disabled = away;
+    this.forkBtn.disabled = away; // a fork is made by the daemon, which cannot be reached
     // unreachable for now: what is sent waits in the outbox; refused for good: kept in the box
     this.sendBtn.disabled = away && !WAITABLE.has(this.ws?.state);
     this.form.classList.toggle('disabled', s.state === 'ended');
