@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import resident, scenarios, startup
+from bench import search as search_bench
 from bench.targets import ROOT, BaselineTarget, DaemonTarget
 
 
@@ -164,7 +166,8 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
         # ---- T1 and T7: one session, one client, as fast as possible -----------------------
         t1 = t1b = None
         t7: list[scenarios.Throughput] = []
-        if want("T1") or want("T7"):
+        t12: list[scenarios.Throughput] = []
+        if want("T1") or want("T7") or want("T12"):
             _progress("T1 (and T7): one session to one client, in turns with the baseline")
             runs = [
                 lambda: scenarios.throughput(base, n1),
@@ -174,8 +177,17 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                 memory = await DaemonTarget(store="memory").start()
                 mem = memory
                 runs.append(lambda: scenarios.throughput(mem, n1))
+            if want("T12"):
+                # the same daemon with a store that writes no search index (bench/noindex)
+                plain = os.pathsep.join([str(NOINDEX), os.environ.get("PYTHONPATH", "")])
+                unindexed = await DaemonTarget(env={"PYTHONPATH": plain}).start()
+                runs.append(lambda: scenarios.throughput(unindexed, n1))
             with profiled(args.profile, "T1", daemon.pid):
-                t1b, t1, *t7 = await _interleaved(runs, rep)
+                t1b, t1, *more = await _interleaved(runs, rep)
+            t7 = more[:1] if want("T7") else []
+            t12 = more[-1:] if want("T12") else []
+            if want("T12"):
+                unindexed.stop()
             if memory is not None:
                 memory.stop()
                 memory = None
@@ -290,6 +302,35 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
                     {"sqlite": asdict(t1), "memory": asdict(tm)},
                 )
             )
+        # ---- T12: search over a large store; what the index costs the writes ---------------
+        if want("T12") and t12:
+            (tn,) = t12
+            sessions = 1000 if args.quick else args.search_sessions
+            _progress(f"T12: a store of {sessions:,} sessions x 50 turns, then searches")
+            workdir = Path(tempfile.mkdtemp(prefix="bench-search-"))
+            try:
+                r = await asyncio.to_thread(search_bench.run, workdir, sessions)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            writes = t1.blocks_per_s / tn.blocks_per_s
+            rows.append(
+                Row(
+                    "T12",
+                    f"search: {sessions:,} sessions x 50 turns: sessions.search p95; the index's "
+                    "share of the store; T1 with the index vs without",
+                    "p95 <= 50 ms; index <= 35%; writes >= 90%",
+                    f"p95 {r.p95_ms:.1f} ms (p50 {r.p50_ms:.1f}); index {r.index_share:.0%} "
+                    f"of {r.file_bytes / 2**20:,.0f} MiB; T1 {_fmt(t1.blocks_per_s, '/s')}",
+                    f"T1 without the index {_fmt(tn.blocks_per_s, '/s')}",
+                    f"writes {writes:.0%}",
+                    r.p95_ms <= 50 and r.index_share <= 0.35 and writes >= 0.9,
+                    f"{r.events:,} events built in {r.build_s:.0f} s; {r.queries} queries (a "
+                    "rare word, two words, a phrase, a common word and a rare one), "
+                    f"{r.mean_hits:.1f} hits each on average; T1 runs of both daemons "
+                    "interleaved, best of each",
+                    {"search": asdict(r), "indexed": asdict(t1), "unindexed": asdict(tn)},
+                )
+            )
         # ---- T4: many idle sessions and clients --------------------------------------------
         if want("T4"):
             _progress(f"T4: {idle_n} idle sessions and clients")
@@ -380,13 +421,15 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
         )
     rows += await resident_rows(args)
     facts["loadavg_at_end"] = os.getloadavg()
-    ids = ("T1", "T2", "T3a", "T3b", "T4", "T5", "T6", "T7", "T8", "T9", "T10", "T11")
+    ids = ("T1", "T2", "T3a", "T3b", "T4", "T5", "T6", "T7", "T8", "T9", "T10", "T11", "T12")
     order = {r: i for i, r in enumerate(ids)}
     rows.sort(key=lambda r: order.get(r.id, 99))
     return facts, rows
 
 
-PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7", "T10", "T11"}
+PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7", "T10", "T11", "T12"}
+#: the PYTHONPATH folder of T12's daemon without a search index
+NOINDEX = Path(__file__).resolve().parent / "noindex"
 
 
 async def resident_rows(args: argparse.Namespace) -> list[Row]:
@@ -480,7 +523,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     parser.add_argument("--repeat", type=int, default=3, help="throughput runs, best kept")
-    parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T11)")
+    parser.add_argument("--only", nargs="*", help="run only these targets (T1 ... T12)")
+    parser.add_argument(
+        "--search-sessions", type=int, default=10_000, help="T12's store: sessions of 50 turns"
+    )
     parser.add_argument(
         "--profile", metavar="DIR", help="record the daemon with py-spy during T1, T2, T3b"
     )

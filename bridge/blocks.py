@@ -124,6 +124,21 @@ class UsageBlock(_Block, tag="usage", kw_only=True):
     context_size: int | None = None
 
 
+class LimitsBlock(_Block, tag="limits", kw_only=True):
+    """Where the agent stands in one of its plan's or account's usage windows, as it reported
+    it (Claude Code's rate-limit events, Codex's account rate limits); nothing is guessed."""
+
+    #: ``5h``, ``week``, ``week_opus``, ``week_sonnet``, ``overage``, or the window's length
+    #: (``30m``, ``2h``, ``3d``) when the agent names none of these
+    window: str
+    #: How much of the window is used, 0 to 100 (None: the agent did not say)
+    used_pct: float | None = None
+    #: When the window resets (ISO 8601, UTC), None when the agent did not say
+    resets_at: str | None = None
+    #: The window is used up: the agent refuses work until ``resets_at``
+    reached: bool = False
+
+
 class SystemBlock(_Block, tag="system", kw_only=True):
     level: Level = "info"
     code: str
@@ -161,6 +176,7 @@ Block = (
     | DiffBlock
     | PermissionRequestBlock
     | UsageBlock
+    | LimitsBlock
     | SystemBlock
     | ErrorBlock
     | SessionEndBlock
@@ -177,6 +193,7 @@ BLOCK_TYPES: tuple[type[_Block], ...] = (
     DiffBlock,
     PermissionRequestBlock,
     UsageBlock,
+    LimitsBlock,
     SystemBlock,
     ErrorBlock,
     SessionEndBlock,

@@ -167,7 +167,7 @@ class LogConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     format: str = "auto"
 
 
-NOTIFY_KINDS = ("permission", "turn_end", "error", "handoff", "checks")
+NOTIFY_KINDS = ("permission", "turn_end", "error", "handoff", "checks", "limit")
 
 
 class NotifyTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

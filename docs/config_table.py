@@ -175,7 +175,7 @@ MEANING: dict[str, str] = {
     "notify.targets": "Notification channels: `[[notify.targets]]` tables, below.",
     "[notify.targets].url": "Required. An Apprise URL: `ntfy://`, `tgram://`, `pover://`, "
     "`json://`, `mailto://`, ... Its secrets are masked in logs and answers.",
-    "[notify.targets].kinds": "Kinds this channel gets (default: all five).",
+    "[notify.targets].kinds": "Kinds this channel gets (default: all six).",
     "[notify.targets].name": "Shown instead of the (masked) URL in `notify test`, doctor and "
     "the web client.",
     "workspace.worktrees": 'Where `session.create`\'s worktrees go: `""` = beside each '

@@ -343,7 +343,14 @@ def test_notify_config_from_file_and_environment(tmp_path: Path) -> None:
     config = load_config(file, environ={"AGENT_BRIDGE_NOTIFY_MIN_TURN_S": "5"})
     assert config.notify.min_turn_s == 5
     assert config.notify.targets[0].kinds == ["permission"]
-    assert config.notify.webpush_kinds == ["permission", "turn_end", "error", "handoff", "checks"]
+    assert config.notify.webpush_kinds == [
+        "permission",
+        "turn_end",
+        "error",
+        "handoff",
+        "checks",
+        "limit",
+    ]
 
 
 def test_tool_calls_are_kept_small_and_an_ended_session_is_forgotten() -> None:

@@ -90,6 +90,8 @@ class CoreRequests:
     async def agents_list(self, _conn: Connection, _req: AgentsList) -> AgentsListResult:
         await self.registry.wait_detected(1.0)
         agents = [self.registry.agent_object(e) for e in self.registry.entries()]
+        for agent in agents:
+            agent.limits = self.hub.turns.limits.of(agent.agent)
         return AgentsListResult(agents=agents)
 
     async def agents_check(self, _conn: Connection, req: AgentsCheck) -> AgentsCheckResult:

@@ -12,7 +12,9 @@ and answers a :class:`Notice` when one of the four kinds happens:
   what follows, and a ``system`` block ``retrying`` cancels it, while the session leaving
   ``running`` without one sends it;
 - ``handoff``: a terminal took the session (the writer became ``terminal``) or gave it back
-  (``parked`` -> ``idle``).
+  (``parked`` -> ``idle``);
+- ``limit``: the agent reported a usage window used up (a ``limits`` block, ``reached``); the
+  notice carries ``resets_at``, and the notifier says "can run again" when that time comes.
 
 Most events are deltas; they are recognised by the start of their JSON (the block's ``type``
 is its first field) and never decoded.
@@ -45,7 +47,7 @@ QUIET_ERRORS = frozenset({"interrupted", "interrupt_forced", "adapter_contract"}
 _decode = msgspec.json.Decoder(dict[str, Any])
 _PREFIXES = {
     kind: b'{"type":"' + kind.encode() + b'"'
-    for kind in ("user", "text", "tool_call", "permission_request", "system", "error")
+    for kind in ("user", "text", "tool_call", "permission_request", "system", "error", "limits")
 }
 _PREFIXES["session_end"] = b'{"type":"session_end"'
 _INTERESTING = tuple(_PREFIXES.values())
@@ -77,6 +79,9 @@ class Notice(msgspec.Struct, kw_only=True, omit_defaults=True):
     #: the page's id of this workstation (``relay:HOST``), for a browser that subscribed
     #: through the relay: a tap opens it there, and an answer goes through it
     ws: str = ""
+    #: a ``limit`` notice's window and when it resets (ISO 8601), when the agent said
+    window: str | None = None
+    resets_at: str | None = None
 
 
 WORKSTATION_MAX = 40
@@ -114,6 +119,8 @@ class SessionInfo:
     agent: str
     cwd: str
     title: str = ""
+    #: the agent's display name (``Claude Code``), else its id is said
+    agent_name: str = ""
 
 
 @dataclass
@@ -233,7 +240,28 @@ class Detector:
             return self._turn_end(session, info, track, block, ts)
         if kind == "system":
             return self._system(session, info, track, block, ts)
+        if kind == "limits":
+            return self._limit(session, info, block)
         return None
+
+    def _limit(self, session: str, info: SessionInfo, block: dict[str, Any]) -> Notice | None:
+        if block.get("reached") is not True:
+            return None
+        window = str(block.get("window") or "usage")
+        resets = block.get("resets_at") if isinstance(block.get("resets_at"), str) else None
+        name = info.agent_name or info.agent
+        body = f"it can run again at {resets}" if resets else "it did not say when it resets"
+        notice = self._notice("limit", session, info, f"{name} reached its {window} limit", body)
+        notice.window, notice.resets_at = window, resets
+        return notice
+
+    def limit_reset(self, notice: Notice, info: SessionInfo) -> Notice:
+        """The notice that a window reported reached has reset."""
+        name = info.agent_name or info.agent
+        body = f"its {notice.window or 'usage'} limit reset"
+        again = self._notice("limit", notice.session, info, f"{name} can run again", body)
+        again.window = notice.window
+        return again
 
     @staticmethod
     def _answer(track: _Track) -> str:

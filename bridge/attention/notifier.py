@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,8 @@ class Attention:
         self.window_s = window_s
         self.retry_delays = retry_delays
         self._windows: dict[tuple[str, str], _Window] = {}
+        #: (agent, window) -> the "can run again" notice's timer
+        self._resets: dict[tuple[str, str], asyncio.TimerHandle] = {}
         #: Each channel's and each subscription's delivery lane, and its task.
         self._lanes = Lanes()
         #: Made in ``start`` once the channels are known.
@@ -169,6 +172,8 @@ class Attention:
         for window in self._windows.values():
             if window.timer is not None:
                 window.timer.cancel()
+        for timer in self._resets.values():
+            timer.cancel()
         self._loop = None  # nothing leaves any more
         await self._lanes.close()
         if self._pool is not None:
@@ -208,8 +213,31 @@ class Attention:
                 notice = self.detector.feed(ev.session, info, ev.ts_unix, ev.block_json)
                 if notice is not None:
                     self.raise_notice(notice)
+                    if notice.kind == "limit" and notice.resets_at:
+                        self._when_reset(notice, info)
             except Exception:
                 log.exception("notify_failed_on_event", session=ev.session, seq=ev.seq)
+
+    def _when_reset(self, notice: Notice, info: SessionInfo) -> None:
+        """Say "can run again" when the window a ``limit`` notice named resets (once per
+        window: a later report replaces the wait)."""
+        try:
+            at = datetime.fromisoformat(str(notice.resets_at)).timestamp()
+        except ValueError:
+            return
+        if self._loop is None:
+            return
+        key = (info.agent, notice.window or "")
+        old = self._resets.pop(key, None)
+        if old is not None:
+            old.cancel()
+        again = self.detector.limit_reset(notice, info)
+        delay = max(0.0, at - time.time())
+        self._resets[key] = self._loop.call_later(delay, self._reset_due, key, again)
+
+    def _reset_due(self, key: tuple[str, str], notice: Notice) -> None:
+        self._resets.pop(key, None)
+        self.raise_notice(notice)
 
     def raise_notice(self, notice: Notice) -> None:
         if self._loop is None:

@@ -63,7 +63,8 @@ def attach(hub: Hub, server: BridgeServer) -> Attention:
         s = hub.sessions.get(session)
         if s is None:
             return None
-        return SessionInfo(agent=s.rec.agent, cwd=s.rec.cwd, title=s.rec.title)
+        name = s.adapter_cls.display_name if s.adapter_cls is not None else ""
+        return SessionInfo(agent=s.rec.agent, cwd=s.rec.cwd, title=s.rec.title, agent_name=name)
 
     attention = Attention(
         server.config, PushSubscriptions(hub.store), lookup, "", paths.state_dir()

@@ -427,6 +427,7 @@ def _load_extensions() -> None:
         "bridge.cli.webexport",
         "bridge.cli.ship",
         "bridge.cli.preview",
+        "bridge.cli.find",
         "bridge.attention.cli",
         "bridge.relay.cli",
     ):

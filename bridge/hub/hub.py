@@ -108,6 +108,7 @@ class Hub:
             owner = self.sessions.get(msg.session)
             if owner is not None:
                 self._known_message(owner, msg)
+        self.turns.limits.restore(await self.store.latest_limits())
         for s in list(self.sessions.values()):
             await self._recover(s)
         self.tasks.spawn(self.parking.sweep_terminals())

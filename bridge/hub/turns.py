@@ -25,6 +25,7 @@ from bridge.blocks import (
     Block,
     EndReason,
     ErrorBlock,
+    LimitsBlock,
     PermissionRequestBlock,
     SessionEndBlock,
     SystemBlock,
@@ -35,6 +36,7 @@ from bridge.blocks import (
 )
 from bridge.config import Config
 from bridge.hub import fork, modes, retry
+from bridge.hub.limits import AgentLimits
 from bridge.hub.resident import Residency
 from bridge.invariants import TurnGuard
 from bridge.loading.registry import AgentEntry, Registry
@@ -112,6 +114,8 @@ class TurnRunner:
         self.fanout = fanout
         self.tasks = tasks
         self.park_if_owned = park_if_owned
+        #: each agent's latest reported limits (``agents.list``)
+        self.limits = AgentLimits()
         #: which persistent agent processes stay resident (bridge/hub/resident.py)
         self.resident = Residency(
             config.adapters.idle_stop_s, config.limits.max_agent_processes, self.stop_adapter
@@ -652,6 +656,8 @@ class TurnRunner:
             modes.observe(self.cls(s), self.store, s, typed)
         elif isinstance(typed, UsageBlock):
             typed = session_usage(s, typed)
+        elif isinstance(typed, LimitsBlock):
+            self.limits.see(s.rec.agent, typed)
         elif isinstance(typed, SessionEndBlock) and turn.end_reason is not None:
             typed = SessionEndBlock(
                 reason=turn.end_reason,

@@ -46,6 +46,7 @@ from bridge.parsers import (
     unfinished_tool,
 )
 from bridge.parsers.failures import FailureReport, failure_block
+from bridge.parsers.limits import claude_limits
 
 __all__ = ["ClaudeParser", "is_unknown_session", "user_message"]
 
@@ -204,6 +205,8 @@ class ClaudeParser:
             return self._result(msg)
         if kind == "system":
             return self._system(msg)
+        if kind == "rate_limit_event":
+            return list(claude_limits(get_dict(msg, "rate_limit_info")))
         return []
 
     def new_process(self) -> None:

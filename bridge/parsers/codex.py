@@ -50,6 +50,7 @@ from bridge.parsers import (
 )
 from bridge.parsers.failures import FailureReport, failure_block
 from bridge.parsers.jsonrpc import METHOD_NOT_FOUND
+from bridge.parsers.limits import codex_limits
 
 CLIENT_NAME = "agent-bridge"
 UNKNOWN_THREAD = re.compile(
@@ -703,6 +704,7 @@ _HANDLERS: dict[str, Callable[[CodexParser, dict[str, Any]], list[blocks.Block]]
     "item/commandExecution/outputDelta": CodexParser._on_output_delta,
     "turn/plan/updated": CodexParser._on_plan,
     "thread/tokenUsage/updated": CodexParser._on_usage,
+    "account/rateLimits/updated": lambda _parser, params: list(codex_limits(params)),
     "error": CodexParser._on_error,
     "item/started": CodexParser._on_item_started,
     "item/completed": CodexParser._on_item_completed,

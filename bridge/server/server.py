@@ -21,6 +21,7 @@ from bridge.api.checks import ChecksApi
 from bridge.api.dispatch import Handler, Routes
 from bridge.api.projects import ProjectsApi
 from bridge.api.requests import CoreRequests
+from bridge.api.search import SearchApi
 from bridge.api.ship import ShipApi
 from bridge.config import Config
 from bridge.hub import Hub, HubError
@@ -98,6 +99,8 @@ class BridgeServer:
             confined_where(lambda sid: hub.get(sid).rec.cwd, self.projects_api.allowed),
         )
         self.previews.register(self.routes)
+        # sessions.search, usage.summary (bridge/api/search.py)
+        SearchApi(hub).register(self.routes)
 
     # ---- what others read and set --------------------------------------------------------------
 

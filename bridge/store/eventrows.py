@@ -135,6 +135,18 @@ def add_session_columns(conn: sqlite3.Connection, decode: Any) -> None:
         raise
 
 
+_MESSAGE_COLUMNS = (("status", "TEXT"), ("answered", "INTEGER"), ("created_at", "REAL"))
+
+
+def add_message_columns(conn: sqlite3.Connection) -> None:
+    """Plain columns beside each message's record, so start-up and retention need not decode
+    (or even read) the bodies. Rows from before have them NULL and are read whole once."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(messages)")}
+    for name, kind in _MESSAGE_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE messages ADD COLUMN {name} {kind}")
+
+
 SESSION_INDEX = "CREATE INDEX IF NOT EXISTS sessions_by_time ON sessions (state, updated_at, id)"
 
 

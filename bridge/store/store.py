@@ -30,6 +30,7 @@ from typing import Any, Literal
 import msgspec
 
 from bridge.logs import get_logger
+from bridge.store import derived, finds
 from bridge.store.eventrows import (
     DEC_CHUNK,
     INSERT_CHUNK,
@@ -40,6 +41,7 @@ from bridge.store.eventrows import (
     SAVE_SESSION,
     SESSION_INDEX,
     SET_MESSAGE_STATE,
+    add_message_columns,
     add_session_columns,
     chunk_rows,
     insert_chunks,
@@ -171,23 +173,11 @@ def _private_files(path: Path) -> None:
             continue
 
 
-_MESSAGE_COLUMNS = (("status", "TEXT"), ("answered", "INTEGER"), ("created_at", "REAL"))
-
-
-def _add_message_columns(conn: sqlite3.Connection) -> None:
-    """Plain columns beside each message's record, so start-up and retention need not decode
-    (or even read) the bodies. Rows from before have them NULL and are read whole once."""
-    have = {row[1] for row in conn.execute("PRAGMA table_info(messages)")}
-    for name, kind in _MESSAGE_COLUMNS:
-        if name not in have:
-            conn.execute(f"ALTER TABLE messages ADD COLUMN {name} {kind}")
-
-
 _dec_session = msgspec.msgpack.Decoder(SessionRecord)
 _dec_message = msgspec.msgpack.Decoder(MessageRecord)
 
 
-class Store:
+class Store(finds.Reads):
     """Interface shared by the SQLite and in-memory stores."""
 
     on_commit: CommitCallback | None = None
@@ -260,7 +250,7 @@ class Store:
         raise NotImplementedError
 
 
-class MemoryStore(Store):
+class MemoryStore(finds.MemoryReads, Store):
     """Everything in memory: same semantics, nothing survives the process."""
 
     def __init__(self) -> None:
@@ -365,8 +355,10 @@ class _Op:
         self.args = args
 
 
-class SqliteStore(Store):
+class SqliteStore(finds.SqliteReads, Store):
     """SQLite (WAL) written off the event loop by one thread with group commit."""
+
+    _decode_record = staticmethod(_dec_session.decode)
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -391,6 +383,7 @@ class SqliteStore(Store):
         #: monotonic time after which a failing write is given up (set while stopping)
         self._give_up_at: float | None = None
         self._wake = threading.Event()
+        self._derived = derived.Derived()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -409,9 +402,10 @@ class SqliteStore(Store):
         moved = migrate_event_rows(writer)
         if moved is not None:
             log.info("store_migrated", events=moved, to="event_chunks")
-        _add_message_columns(writer)
+        add_message_columns(writer)
         add_session_columns(writer, _dec_session.decode)
         writer.execute(SESSION_INDEX)
+        derived.ensure(writer)
         # Checkpoints (copying the WAL into the database, with an fsync) run on their own
         # connection and thread: done by the writer on commit, they held back every event
         # behind them by 5 to 70 ms (docs/benchmarks.md, T3).
@@ -764,8 +758,9 @@ class SqliteStore(Store):
         waiters: list[asyncio.Future[bool]] = []
         keep_going = True
         rows = chunk_rows(events)
+        found = self._derived.rows(batch, events)
         # The common case, one session's events: one statement, its own transaction.
-        single = len(events) == len(batch) and len(rows) == 1
+        single = len(events) == len(batch) and len(rows) == 1 and not found
         if single:
             conn.execute(INSERT_CHUNK, rows[0])
         else:
@@ -781,12 +776,14 @@ class SqliteStore(Store):
                 conn.execute(SET_MESSAGE_STATE, op.args)
             elif op.kind == "prune":
                 prune_rows(conn, *op.args)
+                derived.prune(conn)
             elif op.kind == "flush":
                 waiters.append(op.args)
             elif op.kind == "stop":
                 keep_going = False
         if not single:
             insert_chunks(conn, rows)
+            derived.insert(conn, found)
             conn.execute("COMMIT")
         self._written.set()
         if recovered:

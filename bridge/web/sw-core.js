@@ -30,7 +30,8 @@ const SHELL = [
   '/js/ui/address.js', '/js/ui/diff.js', '/js/ui/dom.js', '/js/ui/icons.js', '/js/ui/markdown.js',
   '/js/ui/session-state.js', '/js/ui/toast.js', '/js/ui/transcript.js',
   '/js/views/attention.js', '/js/views/login.js', '/js/views/session.js', '/js/views/sessions.js',
-  '/js/views/checks.js', '/js/views/preview.js', '/js/views/settings.js', '/js/views/ship.js',
+  '/js/views/checks.js', '/js/views/preview.js', '/js/views/search.js', '/js/views/settings.js',
+  '/js/views/ship.js', '/js/views/usage.js',
   '/js/views/steer.js', '/js/views/workspace.js',
   '/vendor/nats.ws/nats.js', '/vendor/tweetnacl/nacl-fast.js',
 ];

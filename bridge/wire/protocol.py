@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
-from bridge.blocks import Block
+from bridge.blocks import Block, LimitsBlock
 from bridge.wire.agent_types import ForkPoint
 
 PROTOCOL_VERSION = 1
@@ -161,6 +161,30 @@ class UsageGet(_Request, tag="usage.get", kw_only=True):
 
 class Ping(_Request, tag="ping", kw_only=True):
     pass
+
+
+# ---- search and spend ---------------------------------------------------------------------------
+
+
+class SessionsSearch(_Request, tag="sessions.search", kw_only=True):
+    """Full-text search over user messages and agent text, ended sessions included."""
+
+    query: str
+    #: Hits at most (default 50, at most 500).
+    limit: int | None = None
+    agent: str | None = None
+    cwd: str | None = None
+    #: ISO 8601: only text written at or after it.
+    since: str | None = None
+
+
+class UsageSummary(_Request, tag="usage.summary", kw_only=True):
+    """Tokens and cost per day, agent, project or session, from the stored usage blocks."""
+
+    #: ISO 8601 bounds on when a turn's usage was reported (``until`` excluded).
+    since: str | None = None
+    until: str | None = None
+    group_by: Literal["day", "agent", "project", "session"] = "day"
 
 
 # ---- projects, workspace, modes (Additions) -----------------------------------------------------
@@ -332,7 +356,7 @@ class NotifyChannels(_Request, tag="notify.channels", kw_only=True):
 class NotifyTest(_Request, tag="notify.test", kw_only=True):
     """Send a test notification through every channel; the result says what each answered."""
 
-    kind: Literal["permission", "turn_end", "error", "handoff", "checks"] = "turn_end"
+    kind: Literal["permission", "turn_end", "error", "handoff", "checks", "limit"] = "turn_end"
     endpoint: str | None = None
 
 
@@ -354,6 +378,8 @@ Request = (
     | SessionClose
     | UsageGet
     | Ping
+    | SessionsSearch
+    | UsageSummary
     | ProjectsList
     | WorkspaceStatus
     | WorkspaceDiff
@@ -401,6 +427,8 @@ class AgentObject(msgspec.Struct, kw_only=True):
     error: str | None = None
     file: str | None = None
     modes: list[dict[str, str]] = msgspec.field(default_factory=list)
+    #: The agent's latest ``limits`` block per window, as it reported them (none: it did not)
+    limits: list[LimitsBlock] = msgspec.field(default_factory=list)
 
 
 class SessionObject(msgspec.Struct, kw_only=True):

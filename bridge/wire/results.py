@@ -373,6 +373,45 @@ class NotifyTestResult(Result, kw_only=True):
     results: list[ChannelAnswer]
 
 
+# ---- search and spend ----------------------------------------------------------------------------
+
+
+class SearchHit(msgspec.Struct, kw_only=True):
+    """One place a query was found: the session, the seq of the event that holds the text."""
+
+    session: str
+    seq: int
+    ts: str
+    snippet: str
+    title: str
+    agent: str
+    cwd: str
+    #: Higher is better (FTS5's bm25, negated); comparable across one daemon's hits.
+    score: float
+
+
+class SessionsSearchResult(Result, kw_only=True):
+    """The answer to ``sessions.search``: best first."""
+
+    hits: list[SearchHit]
+
+
+class UsageRow(msgspec.Struct, kw_only=True):
+    key: str
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    cost_usd: float
+
+
+class UsageSummaryResult(Result, kw_only=True):
+    """The answer to ``usage.summary``: one row per day, agent, project or session."""
+
+    group_by: Literal["day", "agent", "project", "session"]
+    rows: list[UsageRow]
+
+
 #: Every answer, as the schema lists them.
 RESULTS: tuple[type[Result], ...] = (
     Empty,
@@ -407,4 +446,6 @@ RESULTS: tuple[type[Result], ...] = (
     WebpushKeyResult,
     NotifyChannelsResult,
     NotifyTestResult,
+    SessionsSearchResult,
+    UsageSummaryResult,
 )

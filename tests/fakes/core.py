@@ -19,7 +19,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -197,10 +197,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         self.wfile.flush()
 
-    def start_stream(self, content_type: str) -> None:
+    def start_stream(self, content_type: str, extra: Mapping[str, str] | None = None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", content_type)
         self.send_header("Cache-Control", "no-cache")
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self.wfile.flush()
@@ -516,9 +518,9 @@ class FakeServer:
             h.send_json(step.status, body, extra)
             return
         if not rec.view.stream:
-            h.send_json(200, self.render_json(step, rec))
+            h.send_json(200, self.render_json(step, rec), dict(step.headers))
             return
-        h.start_stream(self.stream_content_type)
+        h.start_stream(self.stream_content_type, step.headers)
         for n, event in enumerate(self._events(step, rec)):
             if step.disconnect_after is not None and n >= step.disconnect_after:
                 h.drop()

@@ -72,6 +72,8 @@ class Reply:
     stall_after: int | None = None
     stall: float = 0.0
     disconnect_after: int | None = None
+    #: extra response headers (an API's rate-limit headers, say)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def stop_reason(self) -> Stop:

@@ -23,6 +23,8 @@ import { SessionView } from './views/session.js';
 import { SettingsView } from './views/settings.js';
 import { LoginView, forgetToken, saveToken, takeToken } from './views/login.js';
 import { Navigation } from './nav.js';
+import * as search from './views/search.js';
+import * as usage from './views/usage.js';
 
 const NO_SESSIONS = new Map();
 const DIFF_KEY = 'agent-bridge.diff';
@@ -75,6 +77,8 @@ class App {
     this.login.init();
     this.list.init();
     this.settings.init();
+    search.mount(this, $('#search-mount'));
+    usage.mount(this, $('#usage-mount'));
     $('#logout').addEventListener('click', () => this.signOut());
     this.nav.init();
     $('#conn').addEventListener('click', () => this.client?.nudge());
@@ -535,6 +539,12 @@ class App {
       view.transcript.flush();
       if (!phoneQuery.matches) view.textarea.focus();
       else view.titleEl.focus({ preventScroll: true }); // a screen reader starts at its title
+    }
+    if (this.current && params.has('seq')) {
+      // a deep link to an event (`&seq=N`): scrolled to once, then the seq is dropped
+      search.revealSeq(this.current, Number(params.get('seq')));
+      params.delete('seq');
+      writeFragment(params);
     }
     $('#pane-empty').hidden = Boolean(this.current);
     this.renderSessions();
