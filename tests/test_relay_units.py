@@ -358,3 +358,31 @@ def test_relay_add_refuses_a_workstation_whose_share_does_not_fit(tmp_path: Path
     state.queue_share_bytes *= 2
     assert state.queued_workstations() == ["one"]
     assert "jetstream" not in natsserver.render(state)["accounts"]["two"]
+
+
+def test_relay_add_writes_only_the_new_account_file_and_a_changed_one_again(
+    tmp_path: Path,
+) -> None:
+    """On a relay of hundreds of workstations, `relay add` writes one account file, not every
+    one; one whose content changed (the relay's port), or that is no longer private, is
+    written again."""
+    rdir = natsserver.RelayDir(tmp_path / "relay")
+    state = natsserver.RelayState()
+    rdir.save(state)
+    for name in ("one", "two"):
+        rdir.add(state, name)
+    inodes = {h: rdir.account_file(h).stat().st_ino for h in ("one", "two")}
+    rdir.add(state, "three")
+    assert {h: rdir.account_file(h).stat().st_ino for h in ("one", "two")} == inodes
+    assert json.loads(rdir.account_file("three").read_text())["host_id"] == "three"
+    rdir.account_file("two").chmod(0o644)
+    state.port += 1
+    rdir.save(state)
+    for h in ("one", "two", "three"):
+        assert json.loads(rdir.account_file(h).read_text())["url"].endswith(f":{state.port}")
+    assert mode(rdir.account_file("two")) == 0o600
+    before = rdir.account_file("one").stat().st_ino
+    rdir.account_file("one").chmod(0o644)
+    rdir.save(state)
+    assert rdir.account_file("one").stat().st_ino != before
+    assert mode(rdir.account_file("one")) == 0o600

@@ -391,6 +391,16 @@ def web_url(state: RelayState) -> str:
     return f"{'https' if state.tls_cert else 'http'}://{shown}:{state.web_port}/"
 
 
+def _write_if_changed(path: Path, obj: Any) -> None:
+    """``obj`` as ``path``'s JSON, unless it is that already (and private): `relay add` on a
+    relay of hundreds of workstations then writes one account file, not every one."""
+    data = privfile.json_bytes(obj)
+    with contextlib.suppress(OSError):
+        if path.stat().st_mode & 0o777 == 0o600 and path.read_bytes() == data:
+            return
+    privfile.write_bytes(path, data)
+
+
 class RelayDir:
     def __init__(self, directory: Path | None = None) -> None:
         self.dir = directory or default_dir()
@@ -437,7 +447,7 @@ class RelayDir:
         #: nats-server must read it again: a new account (`relay add`), a new listener
         self.conf_changed = self.conf_file.read_bytes() != before
         for w in state.workstations.values():
-            privfile.write_json(self.account_file(w.host_id), account_of(state, w))
+            _write_if_changed(self.account_file(w.host_id), account_of(state, w))
 
     def add(self, state: RelayState, name: str) -> Workstation:
         host_id = host_id_of(name)

@@ -75,8 +75,13 @@ def write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def json_bytes(obj: Any) -> bytes:
+    """What ``write_json`` writes."""
+    return (json.dumps(obj, indent=1) + "\n").encode()
+
+
 def write_json(path: Path, obj: Any) -> None:
-    write_bytes(path, (json.dumps(obj, indent=1) + "\n").encode())
+    write_bytes(path, json_bytes(obj))
 
 
 @contextlib.contextmanager
