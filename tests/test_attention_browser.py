@@ -22,6 +22,7 @@ from tests.daemon import ROOT, DaemonProcess
 from tests.daemonkit import running
 from tests.notify_fakes import WS, FakePushService, Receiver, receivers
 from tests.web.browser import BROWSER_TESTS, Browser, Page
+from tests.web.pages import open_view
 from tests.wsclient import Client
 
 pytestmark = BROWSER_TESTS
@@ -205,6 +206,7 @@ def test_presence_keeps_the_shown_session_quiet(
 def test_settings_panel_lists_channels_and_sends_a_test(
     page: Page, daemon: DaemonProcess, receiver: Receiver
 ) -> None:
+    open_view(page, "settings")  # notifications are in Settings
     page.wait("#notify-channels li")
     assert page.texts("#notify-channels li") == ["webhook on 127.0.0.1 error, permission, turn_end"]
     assert "0 device(s)" in page.text("#notify-devices")
@@ -216,6 +218,7 @@ def test_settings_panel_lists_channels_and_sends_a_test(
     assert hit.json()["title"] == f"{WS} · agent-bridge test notification"
     page.eval("document.querySelector('#notify-settings').scrollIntoView()")
     page.screenshot(ARTIFACTS / "notify-settings.png")
+    open_view(page, "sessions")
 
 
 def permission_pushed(
@@ -294,6 +297,7 @@ def test_turned_on_in_the_panel_the_daemons_push_is_answered_from_the_notificati
     # Headless Chromium reaches no vendor push service: its PushManager gets the subscription
     # a browser would (keys the local push service decrypts with); the rest is the page's own.
     stub_push_manager(page, push_service.subscription("chromium-1"))
+    open_view(page, "settings")
     page.click("#notify-toggle")
     page.wait("text=Notifications are on for this device (1 workstation).")
     # subscribed with this browser's own VAPID key, which the daemon then signs with
@@ -319,8 +323,10 @@ def test_turned_on_in_the_panel_the_daemons_push_is_answered_from_the_notificati
     assert ends and ends[-1]["reason"] == "completed", ends
     assert page.eval("window.agentBridge.app.current") is None  # answered without opening
     assert page.eval(KEPT_TOKEN) == daemon.token
+    open_view(page, "settings")
     page.click("#notify-toggle")  # off again: the daemon forgets this device, the page the token
     page.wait("text=Notifications are off for this device.")
+    open_view(page, "sessions")
     assert page.eval(KEPT_TOKEN) is None
     channels = with_client(daemon, lambda c: c.request("notify.channels"))
     assert channels["webpush"]["subscriptions"] == 0
@@ -347,6 +353,7 @@ def test_sign_out_deletes_the_token_kept_for_the_worker(page: Page, daemon: Daem
         " tx.objectStore('kv').put('kept-token', 'token'); tx.oncomplete = () => ok(true); }; })"
     )
     assert page.eval(KEPT_TOKEN) == "kept-token"
+    open_view(page, "settings")  # "This device"
     page.click("#logout")
     page.wait("#login-form")
     page.wait_for(f"{KEPT_TOKEN}.then((t) => t === null)")
@@ -382,6 +389,7 @@ def test_a_relay_workstation_pushes_signed_with_the_browsers_key_and_the_worker_
         )
         page._call("grant", permissions=["notifications"], origin=origin(daemon))
         stub_push_manager(page, push_service.subscription("chromium-relay"))
+        open_view(page, "settings")
         page.click("#notify-toggle")
         page.wait("text=Notifications are on for this device (2 workstations).")
         push_service.server_keys["chromium-relay"] = page.eval(BROWSER_KEY)
@@ -420,6 +428,7 @@ def test_a_relay_workstation_pushes_signed_with_the_browsers_key_and_the_worker_
         assert page.eval("window.__asked || []") == []
         assert "answer=" not in page.url()
     finally:
+        open_view(page, "settings")
         page.click("#notify-toggle")  # off: both workstations forget this device
         page.wait("text=Notifications are off for this device.")
         remote_fixture.close()

@@ -25,6 +25,7 @@ from tests.web.pages import (
     base,
     login,
     new_session,
+    open_view,
     page_errors,
     send,
     shot,
@@ -75,6 +76,7 @@ def test_sign_in_keeps_the_token_and_takes_it_out_of_the_url(
     try:
         login(other, daemon)
         assert other.url() == base(daemon)  # the fragment with the token is gone
+        open_view(other, "settings")  # "This device" is in Settings
         other.click("#logout")
         other.wait("#login-form")
         assert other.eval("localStorage.getItem('agent-bridge.token')") is None
@@ -479,7 +481,7 @@ def test_markdown_and_diff_modules(page: Page, daemon: DaemonProcess) -> None:
     page.goto(base(daemon))
     page.wait("#login-form")
     rendered = page.eval(
-        "(async () => { const { renderMarkdown } = await import('/js/markdown.js');"
+        "(async () => { const { renderMarkdown } = await import('/js/ui/markdown.js');"
         f" return {json.dumps([src for src, _ in MARKDOWN_CASES])}.map((src) => {{"
         " const div = document.createElement('div'); div.append(renderMarkdown(src));"
         " return div.innerHTML; }); })()"
@@ -487,7 +489,7 @@ def test_markdown_and_diff_modules(page: Page, daemon: DaemonProcess) -> None:
     for (src, want), got in zip(MARKDOWN_CASES, rendered, strict=True):
         assert got == want, src
     diff: Any = page.eval(
-        "(async () => { const d = await import('/js/diff.js');"
+        "(async () => { const d = await import('/js/ui/diff.js');"
         " const kinds = (hs) => hs.flatMap((h) => h.lines.map((l) => l.kind + ':' + l.text));"
         " return { texts: kinds(d.diffTexts('a\\nb\\nc\\n', 'a\\nB\\nc\\nd\\n')),"
         " header: d.diffTexts('a\\nb\\nc\\n', 'a\\nB\\nc\\nd\\n')[0].header,"
@@ -548,7 +550,7 @@ def test_transcript_module_folds_blocks_no_demo_emits(page: Page, daemon: Daemon
     page.goto(base(daemon))
     page.wait("#login-form")
     result: Any = page.eval(
-        "(async () => { const { Transcript } = await import('/js/transcript.js');"
+        "(async () => { const { Transcript } = await import('/js/ui/transcript.js');"
         " const box = document.createElement('div'); document.body.append(box);"
         " const t = new Transcript(box, { onPermission: async () => {} });"
         f" {json.dumps(frames)}.forEach((block, i) =>"
@@ -676,7 +678,7 @@ def test_a_failure_shows_its_hint_and_a_retry_button_only_when_not_retried(
     page.goto(base(daemon))
     page.wait("#login-form")
     script = (
-        "(async (frames) => { const { Transcript } = await import('/js/transcript.js');"
+        "(async (frames) => { const { Transcript } = await import('/js/ui/transcript.js');"
         " const box = document.createElement('div'); document.body.append(box);"
         " const sent = [];"
         " const t = new Transcript(box, { onPermission: async () => {},"

@@ -88,7 +88,7 @@ def test_checks_on_a_phone_pending_then_failure_sent_to_the_agent_then_success(
         p.goto(link)
         p.wait(f'{GROUP}[data-state="online"]', timeout_ms=30_000)
         # asked again every 15 s while pending; quicker here, the same module the page uses
-        p.eval("import('/js/checks.js').then((m) => { m.ChecksBox.refreshMs = 300; })")
+        p.eval("import('/js/views/checks.js').then((m) => { m.ChecksBox.refreshMs = 300; })")
         p.wait_for(f"window.agentBridge.app.sessions.has({json.dumps(sid)})", 30_000)
         p.eval(f"window.agentBridge.app.open({json.dumps(sid)})")
         p.click(".session .changes-btn")

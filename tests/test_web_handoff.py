@@ -86,7 +86,7 @@ def test_a_terminal_session_is_attached_handed_off_and_comes_back(
     terminal: subprocess.Popen[str] | None = None
     try:
         login(p, d)
-        p.wait("#agents li[data-agent=toy]", timeout_ms=30_000)
+        p.wait("#agents li[data-agent=toy]", state="attached", timeout_ms=30_000)
         # The toy adapter loads in the background; the list refreshes on agents_changed.
         p.wait("#external li button", timeout_ms=30_000)
         assert "started in a terminal" in p.text("#external li")

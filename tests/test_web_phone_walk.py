@@ -94,6 +94,7 @@ def test_on_a_phone_nothing_is_cut_off_and_the_branch_view_says_what_it_does(
         p.wait_for("document.querySelector('.session-head .usage').textContent.includes('context')")
         send(p, "show me the tour")
         p.wait(".blk-permission[data-state=open] .perm-opt", timeout_ms=30_000)
+        p.click(".steer-choice .seg[data-choice=queue]")  # after the turn, not into it
         send(p, "echo and this one waits behind it")
         p.wait_for(
             "document.querySelector('.session-head .badge.state').textContent"

@@ -24,7 +24,16 @@ from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.relaykit import Relay, decode_link, linked_daemon
 from tests.web.browser import BROWSER_TESTS, Browser, Page
-from tests.web.pages import ARTIFACTS, DESKTOP, PHONE, base, page_errors, send, shot
+from tests.web.pages import (
+    ARTIFACTS,
+    DESKTOP,
+    PHONE,
+    base,
+    open_view,
+    page_errors,
+    send,
+    shot,
+)
 
 pytestmark = [*BROWSER_TESTS, pytest.mark.slow]
 
@@ -97,7 +106,7 @@ def assert_away(p: Page, waits: bool) -> None:
     only when what is sent can wait for the workstation (``waits``: the outbox), not when this
     browser was revoked."""
     off = p.eval(
-        "['button.send', '.head-actions .danger', '.head-actions .link-btn']"
+        "['button.send', '.head-actions .danger', '.head-actions [title=\"End session\"]']"
         ".map((s) => document.querySelector('.session ' + s).disabled)"
     )
     assert off == [not waits, True, True], off
@@ -125,12 +134,9 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         [record] = json.loads(p.eval("localStorage.getItem('agent-bridge.workstations')"))
         assert record["kind"] == "relay" and record["host"] == HOST and record["client_id"]
         assert "sk" in record["keys"]
-        shown = {
-            "top bar": p.text("#conn"),
-            "group": p.text(f"{RELAY_GROUP} .ws-head"),
-            "workstations": p.texts("#stations li"),
-            "pairing": p.text("#pair-status"),
-        }
+        shown = {"top bar": p.text("#conn"), "group": p.text(f"{RELAY_GROUP} .ws-head")}
+        open_view(p, "settings")  # the workstations and the pairing note are in Settings
+        shown |= {"workstations": p.texts("#stations li"), "pairing": p.text("#pair-status")}
         transcript += [f"page: {k}: {v!r}" for k, v in shown.items()]
         assert shown["top bar"] == "Connected"
         assert "studio" in shown["group"] and "online" in shown["group"]
@@ -208,9 +214,10 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
             wait_listed(phone, LOCAL_GROUP, 1)
             shot(phone, "relay-phone-two-workstations")
             assert "vendor/nats.ws/nats.js" in phone.eval(loaded)
-            phone.eval("document.querySelector('#workstations').scrollIntoView()")
+            open_view(phone, "settings")
             shot(phone, "relay-phone-workstations-section")
             assert phone.texts("#stations .station-name") == ["This computer", "studio"]
+            open_view(phone, "sessions")
             phone.click(f"{RELAY_GROUP} li[data-session] button")
             phone.wait(".session .blk-end", timeout_ms=30_000)
             assert "Done. You said: hello through the relay" in phone.text(".session .transcript")
@@ -296,10 +303,12 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
 
         # Removed from this browser: its group and its keys are gone, the direct one stays.
         p.eval("window.confirm = () => true")
+        open_view(p, "settings")
         p.click(f'#stations li[data-ws="{RELAY_WS}"] button')
         p.wait_for(f"!document.querySelector('{RELAY_GROUP}')")
         assert p.eval("localStorage.getItem('agent-bridge.workstations')") == "[]"
         assert p.texts("#stations .station-name") == ["This computer"]
+        open_view(p, "sessions")
         p.wait(f'{LOCAL_GROUP}[data-state="online"]')
         p.wait("#conn[data-state=open]")
         assert relay_errors(p) == [], relay_errors(p)

@@ -1,4 +1,4 @@
-"""The web client's relay cryptography (bridge/web/js/relay-crypto.js) against PyNaCl.
+"""The web client's relay cryptography (bridge/web/js/net/relay-crypto.js) against PyNaCl.
 
 The vectors are made here with PyNaCl, the library the daemon's side of the relay uses, from
 fixed keys and nonces, so every box and sealed frame must come out byte for byte the same in

@@ -16,7 +16,7 @@ from tests.relaykit import ServedRelay, linked_daemon
 from tests.test_limits import LIMITED_AGENT
 from tests.test_web_phone_walk import assert_nothing_cut_off
 from tests.web.browser import BROWSER_TESTS, Browser, Page
-from tests.web.pages import PHONE, page_errors
+from tests.web.pages import PHONE, open_view, page_errors
 from tests.wsclient import Client
 
 pytestmark = [*BROWSER_TESTS, pytest.mark.slow]
@@ -57,8 +57,10 @@ def _pair(p: Page, d: DaemonProcess, host: str, *, first: bool) -> None:
     if first:
         p.goto(link)
     else:
+        open_view(p, "settings")  # Workstations and pairing
         p.fill("#ws-link", link)
         p.click("#ws-add button[type=submit]")
+        open_view(p, "sessions")
     p.wait(f'#sessions li.ws-group[data-ws="relay:{host}"][data-state="online"]', timeout_ms=30_000)
 
 
@@ -72,6 +74,7 @@ async def test_search_two_workstations_open_a_hit_at_its_place_and_see_usage(
     try:
         _pair(p, studio, FIRST, first=True)
         _pair(p, laptop, SECOND, first=False)
+        open_view(p, "search")
         p.fill("#search-input", "quokka")
         p.click("#search-form button[type=submit]")
         p.wait_for("document.querySelectorAll('#search-hits li').length >= 4")
@@ -99,7 +102,9 @@ async def test_search_two_workstations_open_a_hit_at_its_place_and_see_usage(
         assert "seq=" not in p.url()  # the link's place is used once
         p.screenshot(IMAGES / "search-phone-opened-hit.png")
 
-        p.click("#back")
+        p.click("#back")  # back to the hits
+        p.wait("#search-hits li")
+        open_view(p, "usage")
         p.click("#usage-refresh")
         p.wait("#usage-body .usage-chart")
         p.wait("#usage-body .limit-item")
@@ -117,6 +122,7 @@ async def test_search_two_workstations_open_a_hit_at_its_place_and_see_usage(
         assert laptop.stop() == 0
         group = f'#sessions li.ws-group[data-ws="relay:{SECOND}"]'
         p.wait_for(f"document.querySelector('{group}').dataset.state !== 'online'", 60_000)
+        open_view(p, "search")
         p.fill("#search-input", "quokka")
         p.click("#search-form button[type=submit]")
         p.wait_for("document.querySelector('#search-status').textContent.includes('laptop')")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import socket
 import subprocess
@@ -95,6 +96,21 @@ def test_every_packaged_file_is_served_as_is_with_its_type(daemon: DaemonProcess
         assert headers["content-type"] == TYPES[path.suffix], url
         assert headers["x-content-type-options"] == "nosniff"
         assert body == path.read_bytes(), url
+
+
+def test_the_service_workers_shell_lists_every_file_the_page_may_load() -> None:
+    """sw-core.js keeps the app shell: every file but the workers' own and the licences, so
+    that a module added, moved or removed cannot go missing from (or linger in) the cache."""
+    listed = re.search(r"const SHELL = \[(.*?)\];", (WEB / "sw-core.js").read_text(), re.S)
+    assert listed
+    shell = set(re.findall(r"'(/[^']*)'", listed.group(1)))
+    workers = {"/sw.js", "/sw-core.js", "/sw-classic.js"}
+    files = {
+        "/" + p.relative_to(WEB).as_posix()
+        for p in WEB.rglob("*")
+        if p.is_file() and p.suffix in (".html", ".css", ".js", ".png", ".svg", ".webmanifest")
+    }
+    assert shell == (files - workers) | {"/"}
 
 
 @pytest.mark.parametrize(

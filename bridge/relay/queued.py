@@ -66,7 +66,7 @@ def seal(
     daemon_pk: bytes,
     now: float | None = None,
 ) -> bytes:
-    """A queued message as a client makes it (the web client's is js/relay-crypto.js)."""
+    """A queued message as a client makes it (the web client's is js/net/relay-crypto.js)."""
     n = sealing.random_nonce()
     ts = int(now if now is not None else time.time())
     inner = {"client_id": client_id, "ts": ts, "send": send}

@@ -78,8 +78,8 @@ def load_files(root: Traversable) -> dict[str, StaticFile]:
 
 
 #: Where the page may connect besides its own daemon: a relay's NATS WebSocket listener
-#: (js/relay.js) or another workstation's daemon, whose refusal of this page's origin the page
-#: asks about with fetch() (js/protocol.js), as the browser hides a refused handshake's 403.
+#: (js/net/relay.js) or another workstation's daemon, whose refusal of this page's origin the page
+#: asks about with fetch() (js/net/protocol.js), as the browser hides a refused handshake's 403.
 #: Their hosts come from pairing links the user opens, so they cannot be listed here; TLS
 #: (wss:, https:) to any host, plain ws:/http: only to this machine's loopback (a relay or daemon
 #: on the same machine, and the tests; Chromium refuses an IPv6 literal with a port wildcard, so

@@ -1,6 +1,7 @@
-// The web client's service worker, all but its relay part: shows the daemons' Web Push
-// notifications and opens the session a notification is about. It caches nothing (the page
-// needs the daemon anyway). A classic script, so that it runs both inside the module worker
+// The web client's service worker, all but its relay part: keeps the page's own files (the
+// app shell) so that a page opened again shows its list without a round trip per file, shows
+// the daemons' Web Push notifications and opens the session a notification is about. A
+// classic script, so that it runs both inside the module worker
 // (sw.js, which adds answering through the relay) and, in a browser without module workers,
 // on its own (sw-classic.js).
 //
@@ -10,14 +11,64 @@
 // actions; choosing one answers the request: over the WebSocket with the token the page stored
 // for this purpose (IndexedDB, only when "remember on this device" was chosen), or, from a
 // workstation reached through the relay (`ws`), through the relay with this browser's keys for
-// it (`self.answerThroughRelay`, js/relay-answer.js). Without either, or when that fails, or on a
+// it (`self.answerThroughRelay`, js/net/relay-answer.js). Without either, or when that fails, or on a
 // plain tap, the session opens with the prompt in view (already answering it after a choice).
 
 const DB = 'agent-bridge';
 const STORE = 'kv';
 
-self.addEventListener('install', () => self.skipWaiting());
-self.addEventListener('activate', (event) => event.waitUntil(self.clients.claim()));
+// The app shell: every file of the client (tests/test_web_static.py checks the list against
+// bridge/web). Served from the cache at once and fetched again behind it (stale while
+// revalidate): a page opened again shows what it was, and the next one what the server has
+// now. Nothing else is cached: not /healthz, not the WebSocket, nothing of another origin.
+const SHELL_CACHE = 'agent-bridge-shell-1';
+const SHELL = [
+  '/', '/index.html', '/app.css', '/manifest.webmanifest', '/icon.svg', '/icon-192.png', '/icon-512.png',
+  '/js/app.js', '/js/nav.js',
+  '/js/net/kv.js', '/js/net/outbox.js', '/js/net/protocol.js', '/js/net/relay-answer.js',
+  '/js/net/relay-crypto.js', '/js/net/relay.js', '/js/net/workstations.js',
+  '/js/ui/address.js', '/js/ui/diff.js', '/js/ui/dom.js', '/js/ui/icons.js', '/js/ui/markdown.js',
+  '/js/ui/session-state.js', '/js/ui/toast.js', '/js/ui/transcript.js',
+  '/js/views/attention.js', '/js/views/login.js', '/js/views/session.js', '/js/views/sessions.js',
+  '/js/views/checks.js', '/js/views/preview.js', '/js/views/search.js', '/js/views/settings.js',
+  '/js/views/ship.js', '/js/views/usage.js',
+  '/js/views/steer.js', '/js/views/workspace.js',
+  '/vendor/nats.ws/nats.js', '/vendor/tweetnacl/nacl-fast.js',
+];
+
+self.addEventListener('install', (event) => {
+  // a shell that cannot be fetched now (offline) is fetched as the page asks for it
+  keep(event, caches.open(SHELL_CACHE).then((cache) => cache.addAll(SHELL)).catch(() => {})
+    .then(() => self.skipWaiting()));
+});
+
+self.addEventListener('activate', (event) => {
+  keep(event, caches.keys()
+    .then((names) => Promise.all(names.filter((n) => n.startsWith('agent-bridge-shell-') && n !== SHELL_CACHE)
+      .map((n) => caches.delete(n))))
+    .then(() => self.clients.claim()));
+});
+
+self.addEventListener('fetch', (event) => {
+  const url = new URL(event.request.url);
+  if (event.request.method !== 'GET' || url.origin !== self.location.origin) return;
+  if (!SHELL.includes(url.pathname)) return;
+  const answer = fromShell(url.pathname);
+  event.respondWith(answer.then((a) => a.response));
+  keep(event, answer.then((a) => a.refreshed).catch(() => {})); // the cache, behind the answer
+});
+
+/** The cached file at once (else the network's), and the cache refreshed from the network. */
+async function fromShell(path) {
+  const cache = await caches.open(SHELL_CACHE);
+  const cached = await cache.match(path);
+  const fetched = fetch(path, { cache: 'no-cache', credentials: 'same-origin' });
+  const refreshed = fetched.then((res) => (res.ok && !res.redirected ? cache.put(path, res.clone()) : null));
+  if (cached) return { response: cached, refreshed };
+  // cloned for the cache before the page reads the body
+  const response = refreshed.then(() => fetched, () => fetched);
+  return { response, refreshed };
+}
 
 function keep(event, promise) {
   // Events the worker is given for real can be extended; dispatched ones cannot.

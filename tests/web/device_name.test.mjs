@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 globalThis.localStorage ??= { getItem: () => null, setItem: () => {} };
-const { deviceName } = await import('../../bridge/web/js/workstations.js');
+const { deviceName } = await import('../../bridge/web/js/net/workstations.js');
 
 test('Android is Android, not the Linux its platform reports', () => {
   const ua = 'Mozilla/5.0 (Linux; Android 14; Pixel 7) AppleWebKit/537.36 (KHTML, like Gecko) '

@@ -131,3 +131,9 @@ def add_workstation_link(p: Page, link: str) -> None:
         "(() => { const f = document.querySelector('#ws-add');"
         f" f.querySelector('input').value = {json.dumps(link)}; f.requestSubmit(); }})()"
     )
+
+
+def open_view(p: Page, view: str) -> None:
+    """Choose ``view`` (sessions, search, usage, settings) in the navigation, as a person does."""
+    p.click(f"#nav a[data-view={view}]")
+    p.wait(f"#view-{view}")

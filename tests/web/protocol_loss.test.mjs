@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { until } from './until.mjs';
 
-const { BridgeClient } = await import('../../bridge/web/js/protocol.js');
+const { BridgeClient } = await import('../../bridge/web/js/net/protocol.js');
 
 /** A WebSocket-like object whose far end is the test. */
 class FakeSocket {

@@ -9,7 +9,7 @@ const require = createRequire(import.meta.url);
 const nacl = require('../../bridge/web/vendor/tweetnacl/nacl-fast.js');
 const {
   DIR_DOWN, DIR_UP, KIND, MAX_PLAINTEXT, Opener, RelayCrypto, Sealer, b64decode, b64encode, otherUrls, parseLink,
-} = await import('../../bridge/web/js/relay-crypto.js');
+} = await import('../../bridge/web/js/net/relay-crypto.js');
 
 const v = JSON.parse(readFileSync(process.env.RELAY_VECTORS, 'utf-8'));
 const rc = new RelayCrypto(nacl);

@@ -9,8 +9,8 @@ import { tick, until } from './until.mjs';
 const require = createRequire(import.meta.url);
 const nacl = require('../../bridge/web/vendor/tweetnacl/nacl-fast.js');
 globalThis.nacl = nacl; // what the page's module import of nacl-fast.js does
-const { CLOSE, RelayStation } = await import('../../bridge/web/js/relay.js');
-const { DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, Sealer, b64decode, b64encode } = await import('../../bridge/web/js/relay-crypto.js');
+const { CLOSE, RelayStation } = await import('../../bridge/web/js/net/relay.js');
+const { DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, Sealer, b64decode, b64encode } = await import('../../bridge/web/js/net/relay-crypto.js');
 
 const rc = new RelayCrypto(nacl);
 const decoder = new TextDecoder();

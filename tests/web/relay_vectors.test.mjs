@@ -8,7 +8,7 @@ import { test } from 'node:test';
 
 const require = createRequire(import.meta.url);
 const nacl = require('../../bridge/web/vendor/tweetnacl/nacl-fast.js');
-const { DIR_DOWN, DIR_UP, Opener, RelayCrypto, Sealer, b64decode, b64encode } = await import('../../bridge/web/js/relay-crypto.js');
+const { DIR_DOWN, DIR_UP, Opener, RelayCrypto, Sealer, b64decode, b64encode } = await import('../../bridge/web/js/net/relay-crypto.js');
 
 const v = JSON.parse(readFileSync(new URL('../fixtures/relay_vectors.json', import.meta.url), 'utf-8'));
 const rc = new RelayCrypto(nacl);

@@ -1,7 +1,7 @@
 // Steer and fork in a session view (protocol.md, `session.send` `steer` and `session.fork`):
 // the composer's Steer / Queue choice while a turn runs, and "Fork from here".
 
-import { h } from './dom.js';
+import { h } from '../ui/dom.js';
 
 /** This device's choice for a message sent while a turn runs: "steer" (default) or "queue". */
 const CHOICE_KEY = 'agent-bridge.steer';

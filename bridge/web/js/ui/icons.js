@@ -21,6 +21,8 @@ const PATHS = {
   file: 'M6 3h8l4 4v14H6zM14 3v4h4',
   sum: 'M17 5H7l6 7-6 7h10',
   warn: 'M12 3l10 18H2zM12 10v5M12 17.5v.5',
+  usage: 'M4 20h16M7 20v-6M12 20V8M17 20v-10',
+  settings: 'M12 8.5a3.5 3.5 0 1 1 0 7a3.5 3.5 0 0 1 0-7zM12 2v3.5M12 18.5V22M2 12h3.5M18.5 12H22M4.9 4.9l2.5 2.5M16.6 16.6l2.5 2.5M4.9 19.1l2.5-2.5M16.6 7.4l2.5-2.5',
 };
 
 export function icon(name, label = null) {

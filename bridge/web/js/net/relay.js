@@ -15,8 +15,8 @@
 //   anyone holding the relay's client login can publish one) is dropped and counted, and
 //   changes nothing: only what the daemon itself sealed (its CLOSE) closes the connection.
 
-import { connect, jwtAuthenticator } from '../vendor/nats.ws/nats.js';
-import '../vendor/tweetnacl/nacl-fast.js';
+import { connect, jwtAuthenticator } from '../../vendor/nats.ws/nats.js';
+import '../../vendor/tweetnacl/nacl-fast.js';
 import {
   DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, RelayError, Sealer, otherUrls, parseLink,
 } from './relay-crypto.js';

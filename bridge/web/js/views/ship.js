@@ -2,8 +2,8 @@
 // branch against its base, comments on its lines sent back to the agent as one message, and
 // commit, push, pull request and the worktree's removal. Everything from the daemon is text.
 
-import { appendAll, clear, codeSpans, h } from './dom.js';
-import { diffStats, parseUnified, renderSplit, renderUnified } from './diff.js';
+import { appendAll, clear, codeSpans, h } from '../ui/dom.js';
+import { diffStats, parseUnified, renderSplit, renderUnified } from '../ui/diff.js';
 import { ChecksBox } from './checks.js';
 
 export const DRAFT_PROMPT = 'Draft a commit message for the changes on this branch: a first line of at '

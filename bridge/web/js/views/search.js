@@ -5,7 +5,7 @@
 // mount(app, el) fills `el` and needs of `app` only: `stations` (a Map of workstations with
 // `id`, `name`, `client`), `show(sessionId, ws)` and `current` (the shown session's view).
 
-import { clear, h, relativeTime } from './dom.js';
+import { clear, h, relativeTime } from '../ui/dom.js';
 
 /** How long a workstation may take to answer before the others are shown without it. */
 const ANSWER_MS = 8000;
@@ -106,14 +106,9 @@ export function revealSeq(view, seq) {
 
 /** Open a hit: its workstation, its session, scrolled to its seq. */
 export function openHit(app, ws, hit) {
-  const params = new URLSearchParams(window.location.hash.slice(1));
-  params.set('seq', String(hit.seq));
-  window.history.replaceState(null, '', `${window.location.pathname}${window.location.search}#${params}`);
-  if (app.current?.id === hit.session && app.active === ws) {
-    revealSeq(app.current, hit.seq);
-    return;
-  }
-  app.show(hit.session, ws);
+  // a history entry of its own (back returns to the hits); the event is scrolled to once shown
+  if (app.current?.id !== hit.session || app.active !== ws) app.show(hit.session, ws);
+  if (app.current?.id === hit.session) revealSeq(app.current, hit.seq);
 }
 
 export function mount(app, el) {
@@ -125,7 +120,7 @@ export function mount(app, el) {
   const list = h('ul', { id: 'search-hits', class: 'search-hits' });
   const form = h('form', { id: 'search-form', class: 'search-form', role: 'search', autocomplete: 'off' },
     input, h('button', { type: 'submit', class: 'small-btn' }, 'Search'));
-  clear(el).append(h('h2', {}, 'Search'), form, status, list);
+  clear(el).append(form, status, list); // under the Search view's heading
   let asked = 0;
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();

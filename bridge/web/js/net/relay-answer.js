@@ -1,6 +1,6 @@
 // Answering a relay workstation's permission request from its notification, in the service
 // worker (sw.js), with no page open: this browser's keys for that workstation (the record the
-// page mirrors into IndexedDB, js/workstations.js) open a virtual connection through the relay,
+// page mirrors into IndexedDB, js/net/workstations.js) open a virtual connection through the relay,
 // send `session.permission`, and close it. A stale or duplicate answer is refused by the daemon
 // by its request id and changes nothing.
 

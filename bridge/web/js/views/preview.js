@@ -3,7 +3,7 @@
 // the preview's own origin (a port of its own), never in this page's: it cannot read this
 // client's tokens, relay keys, IndexedDB or service worker (docs/security.md, "Preview").
 
-import { appendAll, clear, codeSpans, h } from './dom.js';
+import { appendAll, clear, codeSpans, h } from '../ui/dom.js';
 
 /** What the iframe may do: its own origin's scripts and forms, popups; never navigate this
  *  page away (no allow-top-navigation). */

@@ -7,7 +7,7 @@
 // mount(app, el) fills `el`; it needs of `app` only `stations` (workstations with `name`,
 // `client`).
 
-import { appendAll, clear, formatCost, formatCount, h } from './dom.js';
+import { appendAll, clear, formatCost, formatCount, h } from '../ui/dom.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
 const DAYS = 30;
@@ -184,5 +184,5 @@ export function mount(app, el) {
       refresh.disabled = false;
     }
   });
-  clear(el).append(h('h2', {}, 'Usage ', refresh), body);
+  clear(el).append(h('div', { class: 'usage-actions' }, refresh), body); // under the view's heading
 }

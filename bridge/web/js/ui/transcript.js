@@ -12,10 +12,10 @@
 // - usage, system, error, agent_info, session_end: one line or card each.
 // Unknown block types are skipped (the server may add them within protocol v1).
 
-import { appendAll, clear, codeSpans, copyText, formatCost, formatCount, h, shellQuote } from './dom.js';
+import { clear, codeSpans, copyText, formatCost, formatCount, h, shellQuote } from './dom.js';
 import { diffStats, hunksOf, renderSplit, renderUnified } from './diff.js';
 import { hasIcon, icon } from './icons.js';
-import { renderInline, renderMarkdown } from './markdown.js';
+import { MarkdownStream, renderInline } from './markdown.js';
 
 const kindIcon = (kind) => icon(hasIcon(kind) && kind !== 'back' ? kind : 'tool');
 const SUMMARY_KEYS = ['command', 'file_path', 'path', 'pattern', 'query', 'url', 'description'];
@@ -79,7 +79,15 @@ export class Transcript {
     this.hooks = hooks;
     this.log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite' });
     this.pendingEl = h('div', { class: 'pending' });
-    scroller.append(this.log, this.pendingEl);
+    // Whether the reader is at the bottom, told by an observer rather than read from the
+    // layout: reading scrollHeight after a delta forced a layout of everything new at once.
+    this.atBottom = true;
+    const end = h('div', { class: 'transcript-end', 'aria-hidden': 'true' });
+    scroller.append(this.log, this.pendingEl, end);
+    if (typeof IntersectionObserver === 'function') {
+      new IntersectionObserver(([seen]) => { this.atBottom = seen.isIntersecting; },
+        { root: scroller, rootMargin: '0px 0px 80px 0px' }).observe(end);
+    }
     /** Every seq applied, in order: what the tests (and a curious developer) check. */
     this.seqs = [];
     this.lastSeq = 0;
@@ -105,7 +113,7 @@ export class Transcript {
     const b = frame.block;
     this.seqs.push(frame.seq);
     this.lastSeq = frame.seq;
-    this.stick = this.stick || this.#nearBottom();
+    this.stick = this.stick || this.atBottom;
     switch (b.type) {
       case 'agent_info': this.#agentInfo(b, frame); break;
       case 'user': this.#user(b, frame); break;
@@ -170,10 +178,10 @@ export class Transcript {
         const preview = h('span', { class: 'preview' });
         el = h('details', { class: 'blk blk-thinking streaming' },
           h('summary', {}, h('span', { class: 'label' }, 'Thinking…'), preview), body);
-        msg = { el, body, preview, text: '', kind: 'thinking', parent: null };
+        msg = { el, body, preview, text: '', kind: 'thinking', parent: null, md: new MarkdownStream(body) };
       } else {
         el = h('div', { class: 'blk blk-text streaming' }, body);
-        msg = { el, body, text: '', kind: 'text' };
+        msg = { el, body, text: '', kind: 'text', md: new MarkdownStream(body) };
       }
       this.messages.set(b.id, msg);
       this.#add(el, frame);
@@ -473,13 +481,13 @@ export class Transcript {
         el.classList.add('is-failed');
         clear(note).append(...codeSpans(`not sent: ${message}`));
       },
-      /** In the outbox until `name` is reachable (js/outbox.js); `cancel` takes it out. */
+      /** In the outbox until `name` is reachable (js/net/outbox.js); `cancel` takes it out. */
       waiting: (name, cancel) => {
         el.classList.add('is-waiting');
         clear(note).append(`waiting for ${name} · `,
           h('button', { type: 'button', class: 'link-btn small outbox-cancel', onclick: cancel }, 'Cancel'));
       },
-      /** On the relay's work queue (js/outbox.js): `name` takes it when it is back. */
+      /** On the relay's work queue (js/net/outbox.js): `name` takes it when it is back. */
       relayed: (name) => {
         el.classList.add('is-waiting', 'is-relayed');
         note.textContent = `waiting on the relay for ${name}`;
@@ -493,11 +501,6 @@ export class Transcript {
 
   // ---- rendering ---------------------------------------------------------------------------
 
-  #nearBottom() {
-    const s = this.scroller;
-    return s.scrollHeight - s.scrollTop - s.clientHeight < 80;
-  }
-
   #schedule() {
     if (this.frame) return;
     // Deltas arrive many per frame; render each message at most once per animation frame.
@@ -507,14 +510,20 @@ export class Transcript {
   flush() {
     this.frame = 0;
     for (const msg of this.dirty) {
-      appendAll(clear(msg.body), [renderMarkdown(msg.text)]);
+      msg.md.update(msg.text); // the open block only (ui/markdown.js)
       if (msg.preview) {
-        const last = msg.text.trim().split('\n').pop() || '';
+        const text = msg.text.trimEnd();
+        const last = text.slice(text.lastIndexOf('\n') + 1).trim();
         msg.preview.textContent = last.length > 90 ? `${last.slice(0, 90)}…` : last;
       }
     }
     this.dirty.clear();
-    if (this.stick) this.scroller.scrollTop = this.scroller.scrollHeight;
+    // to the bottom without asking how far that is (a number past the end is clamped)
+    if (this.stick) this.scrollToEnd();
     this.stick = false;
+  }
+
+  scrollToEnd() {
+    this.scroller.scrollTop = Number.MAX_SAFE_INTEGER;
   }
 }

@@ -60,7 +60,7 @@ export function forgetRecord(id) {
 }
 
 /** A relay record is also kept where the service worker can read it (it has no localStorage):
- *  it answers that workstation's notifications through the relay (js/relay-answer.js). */
+ *  it answers that workstation's notifications through the relay (js/net/relay-answer.js). */
 function mirror(record) {
   if (record.kind === 'relay') idb('readwrite', (s) => s.put(record, `ws:${record.id}`)).catch(() => {});
 }

@@ -2,7 +2,7 @@
 // state, asked again while any is pending, and "Ask the agent to fix" on a failed one, which
 // sends the session one message with the check's name, URL and its log's tail.
 
-import { appendAll, clear, codeSpans, h } from './dom.js';
+import { appendAll, clear, codeSpans, h } from '../ui/dom.js';
 
 
 const LABELS = {

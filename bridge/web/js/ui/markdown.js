@@ -8,10 +8,13 @@
 // Supported: paragraphs (a newline is a line break, as in chat), # headings, **strong**,
 // *em*, ~~strike~~, `code`, fenced code blocks, > quotes, - and 1. lists (nested, task
 // boxes), | tables |, --- rules, [links](https://…), <https://…> and bare URLs, \ escapes.
-// The renderer is re-run on the whole message as deltas stream in, so an unclosed fence or
-// emphasis simply renders as what it is so far.
+// A streaming message is rendered by a MarkdownStream: the top-level blocks that more text can
+// no longer change are rendered once and kept, and only the open block is rendered again as
+// deltas arrive, so an unclosed fence or emphasis renders as what it is so far and the cost of
+// a delta does not grow with the message. Its output is renderMarkdown's on the whole text
+// (tests/web/markdown_stream.test.mjs checks that over many ways of cutting the text).
 
-import { h } from './dom.js';
+import { clear, h } from './dom.js';
 
 const MAX_SOURCE = 200_000;
 const PUNCT = '!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~';
@@ -35,16 +38,92 @@ export function renderMarkdown(source) {
   return frag;
 }
 
+/** `text` cut into lines as renderMarkdown cuts it, with where each line starts in `text`. */
+function linesOf(text) {
+  const lines = [];
+  const starts = [];
+  const end = /\r\n|\r|\n/g;
+  let at = 0;
+  for (let m = end.exec(text); m; m = end.exec(text)) {
+    lines.push(text.slice(at, m.index));
+    starts.push(at);
+    at = m.index + m[0].length;
+  }
+  lines.push(text.slice(at));
+  starts.push(at);
+  return { lines, starts };
+}
+
+/**
+ * One element's Markdown as its text grows (a streaming message): `update(text)` with the
+ * whole text so far leaves the element as `renderMarkdown(text)` would.
+ *
+ * Why the kept blocks cannot change: the top-level blocks are found left to right, and where
+ * one ends depends only on the lines up to the first line of the next (a blank line, a line
+ * that starts another block, the next non-blank line after a list). So once a block starts on
+ * a complete line (one a newline ends), every block before it is final. Only the text from
+ * that line on is rendered again.
+ */
+export class MarkdownStream {
+  constructor(el) {
+    this.el = el;
+    this.reset();
+  }
+
+  reset() {
+    clear(this.el);
+    this.text = '';
+    this.done = 0; // where the text not yet final starts
+    this.open = []; // the nodes rendered from it
+    this.plain = null;
+  }
+
+  update(text) {
+    if (text.length < this.text.length || !text.startsWith(this.text)) this.reset();
+    this.text = text;
+    if (text.length > MAX_SOURCE) {
+      // as renderMarkdown: too long to parse, shown as it is
+      if (!this.plain) {
+        clear(this.el).append(...renderMarkdown(text).childNodes);
+        this.plain = this.el.firstChild;
+      } else this.plain.textContent = text;
+      return;
+    }
+    const rest = text.slice(this.done);
+    const { lines, starts } = linesOf(rest);
+    const frag = document.createDocumentFragment();
+    const blocks = [];
+    renderBlocks(lines, frag, blocks);
+    // the last block that starts on a complete line: the ones before it are final
+    let cut = 0;
+    for (let k = blocks.length - 1; k > 0; k--) {
+      if (blocks[k].line < lines.length - 1) {
+        cut = k;
+        break;
+      }
+    }
+    for (const node of this.open) node.remove();
+    const nodes = [...frag.childNodes];
+    const keep = cut ? blocks[cut].node : 0;
+    this.open = nodes.slice(keep);
+    this.el.append(frag);
+    if (cut) this.done += starts[blocks[cut].line];
+  }
+}
+
 function startsBlock(line) {
   return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line)
     || ITEM.test(line);
 }
 
-function renderBlocks(lines, parent) {
+/** `lines` as blocks appended to `parent`; `blocks`, when given, gets each top-level block's
+ *  first line and the index of its first node in `parent` (MarkdownStream). */
+function renderBlocks(lines, parent, blocks = null) {
   let i = 0;
   while (i < lines.length) {
     const line = lines[i];
     let m;
+    if (line.trim() && blocks) blocks.push({ line: i, node: parent.childNodes.length });
     if (!line.trim()) {
       i++;
     } else if ((m = FENCE.exec(line))) {
@@ -204,12 +283,18 @@ function runLength(text, i, ch) {
   return j - i;
 }
 
-function safeHref(url) {
+const LINKABLE = /^(?:https?:\/\/|mailto:)/i;
+
+/** The URL a link may go to (absolute http(s) or mailto), else null: a relative link, or any
+ *  other scheme, is shown as text. Checked before `new URL`, which throws for every relative
+ *  link (an exception per link per render was most of a link-heavy message's cost). */
+export function safeHref(url) {
+  if (!LINKABLE.test(url)) return null;
   try {
     const u = new URL(url);
     if (u.protocol === 'http:' || u.protocol === 'https:' || u.protocol === 'mailto:') return u.href;
   } catch {
-    // not an absolute URL: shown as text
+    // "https://" with no host, a bad port: shown as text
   }
   return null;
 }

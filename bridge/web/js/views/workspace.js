@@ -3,8 +3,8 @@
 // (git status, a file's diff with the transcript's diff renderer, the file itself) and the
 // mode picker of the session header. Everything from the daemon is shown as text.
 
-import { appendAll, clear, h, relativeTime } from './dom.js';
-import { diffStats, parseUnified, renderSplit, renderUnified } from './diff.js';
+import { appendAll, clear, h, relativeTime } from '../ui/dom.js';
+import { diffStats, parseUnified, renderSplit, renderUnified } from '../ui/diff.js';
 import { BranchView } from './ship.js';
 
 const SHOWN_PROJECTS = 8;

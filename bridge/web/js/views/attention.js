@@ -7,8 +7,8 @@
 //   send a test, and list the channels configured in the daemon's config.toml;
 // - opens the session a notification was about (`#session=SID`, or a message from the worker).
 
-import { $, clear, h } from './dom.js';
-import { idb } from './kv.js';
+import { $, clear, h } from '../ui/dom.js';
+import { idb } from '../net/kv.js';
 
 const TOKEN_KEY = 'agent-bridge.token';
 function bytesToB64url(bytes) {
