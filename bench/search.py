@@ -20,7 +20,8 @@ import msgspec
 
 from bridge.store import derived
 from bridge.store.eventrows import SAVE_SESSION, chunk_rows, insert_chunks
-from bridge.store.store import SessionRecord, SqliteStore, StoredEvent
+from bridge.store.records import SessionRecord, StoredEvent
+from bridge.store.store import SqliteStore
 
 _json = msgspec.json.Encoder()
 _pack = msgspec.msgpack.Encoder()

@@ -33,8 +33,9 @@ from bridge.logs import get_logger
 from bridge.process import TaskOwner
 from bridge.server.netaddr import is_loopback
 from bridge.server.server import BridgeServer
+from bridge.store.memory import MemoryStore
 from bridge.store.statelock import AlreadyRunning, StateLock, lock_paths, tighten_state_dir
-from bridge.store.store import MemoryStore, SqliteStore, Store
+from bridge.store.store import SqliteStore, Store
 from bridge.util import logthrottle, notify
 from bridge.util.exits import fail
 from bridge.util.redact import remember_agent_env, remember_env_secrets

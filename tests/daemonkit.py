@@ -119,7 +119,8 @@ async def seed_history(d: DaemonProcess, cwd: Path, total: int, block: int = 64 
     import asyncio
     import time
 
-    from bridge.store.store import SessionRecord, SqliteStore, StoredEvent
+    from bridge.store.records import SessionRecord, StoredEvent
+    from bridge.store.store import SqliteStore
 
     session = "s_seeded"
     count = max(1, total // block)

@@ -24,7 +24,8 @@ from bridge.config import Config, HubConfig
 from bridge.hub import Hub
 from bridge.hub import state as hub_state
 from bridge.loading.registry import Registry
-from bridge.store.store import MemoryStore, MessageRecord, SessionRecord
+from bridge.store.memory import MemoryStore
+from bridge.store.records import MessageRecord, SessionRecord
 from bridge.wire.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
 from tests.fixtures.handoff.fake_term_adapter import TerminalAgent
 

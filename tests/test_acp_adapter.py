@@ -38,7 +38,7 @@ from bridge.config import AcpAgentConfig, Config
 from bridge.invariants import CONTRACT, TurnGuard
 from bridge.loading.acp_config import adapter_class, adapters_from_config
 from bridge.process import SpawnError
-from bridge.store.store import AttachmentData
+from bridge.store.records import AttachmentData
 
 FAKE_AGENT = Path(__file__).parent / "fixtures" / "acp" / "fake_agent.py"
 

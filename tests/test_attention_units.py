@@ -31,7 +31,8 @@ from bridge.blocks import (
     block_to_json,
 )
 from bridge.config import Config, NotifyConfig, RelayConfig
-from bridge.store.store import MemoryStore, StoredEvent
+from bridge.store.memory import MemoryStore
+from bridge.store.records import StoredEvent
 from bridge.util.redact import remember_secret
 
 INFO = SessionInfo(agent="claude", cwd="/home/me/shop")

@@ -32,7 +32,8 @@ from bridge.config import ConfigError, load_config
 from bridge.hub.commands import parse_command
 from bridge.invariants import TurnGuard
 from bridge.server.auth import load_or_create_token, token_matches
-from bridge.store.store import MessageRecord, SessionRecord, SqliteStore, StoredEvent
+from bridge.store.records import MessageRecord, SessionRecord, StoredEvent
+from bridge.store.store import SqliteStore
 from bridge.util.redact import redact, remember_env_secrets
 from tests.contractkit import adapter_class
 

@@ -103,7 +103,8 @@ async def test_a_client_that_stops_reading_is_cut_off(
 async def test_history_is_read_in_bounded_pieces(tmp_path: Path) -> None:
     import tracemalloc
 
-    from bridge.store.store import SqliteStore, StoredEvent
+    from bridge.store.records import StoredEvent
+    from bridge.store.store import SqliteStore
 
     store = SqliteStore(tmp_path / "bridge.sqlite3")
     store.open(asyncio.get_running_loop())

@@ -10,7 +10,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from bridge.store.store import MessageRecord, SessionRecord, SqliteStore, StoredEvent
+from bridge.store.records import MessageRecord, SessionRecord, StoredEvent
+from bridge.store.store import SqliteStore
 from tests.daemon import DaemonProcess
 from tests.wsclient import Client
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from bridge.hub import Hub, HubError
 from bridge.hub.hub import ENDED_IN_MEMORY
-from bridge.store.store import SessionRecord, SqliteStore
+from bridge.store.records import SessionRecord
+from bridge.store.store import SqliteStore
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.hubkit import Sub, make_hub, project_dir, until

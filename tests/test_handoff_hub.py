@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from bridge.store.store import SessionRecord
+from bridge.store.records import SessionRecord
 from tests.daemon import DaemonProcess
 from tests.handoffapp import App, Terminal, app_of, new_session, with_fake_term
 from tests.wsclient import RequestFailed

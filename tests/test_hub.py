@@ -26,7 +26,8 @@ from bridge.hub.state import (
     key_of,
     transition,
 )
-from bridge.store.store import MemoryStore, MessageRecord, SessionRecord
+from bridge.store.memory import MemoryStore
+from bridge.store.records import MessageRecord, SessionRecord
 from bridge.wire.protocol import EncodedEvent
 from tests.hubkit import (
     PreloadedStore,

@@ -14,7 +14,7 @@ from typing import Any
 from bridge.blocks import LimitsBlock, block_to_json
 from bridge.parsers.claude import ClaudeParser
 from bridge.parsers.codex import CodexParser
-from bridge.store.store import StoredEvent
+from bridge.store.records import StoredEvent
 from tests.test_attention_units import FakeChannel, make, wait_for
 
 RESET = 1_900_000_000

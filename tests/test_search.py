@@ -15,7 +15,8 @@ import msgspec
 
 from bridge.blocks import SessionEndBlock, TextBlock, ToolCallBlock, UserBlock
 from bridge.store import search
-from bridge.store.store import SessionRecord, SqliteStore, StoredEvent
+from bridge.store.records import SessionRecord, StoredEvent
+from bridge.store.store import SqliteStore
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge, subscribed_session
 from tests.wsclient import Client

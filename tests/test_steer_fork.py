@@ -242,7 +242,7 @@ def test_slash_commands_and_steers_do_not_start_turns() -> None:
 async def test_a_retransmit_after_a_restart_gets_the_steered_answer(tmp_path: Path) -> None:
     """The answer is stored with the message (status ``steered``): a daemon restarted on its
     store answers a retransmit the same, and nothing is sent again."""
-    from bridge.store.store import MessageRecord, SessionRecord
+    from bridge.store.records import MessageRecord, SessionRecord
     from tests.hubkit import PreloadedStore
 
     rec = SessionRecord(id="s_steered", agent="demo", cwd=str(tmp_path))

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from bridge.store import store as store_module
-from bridge.store.store import SqliteStore, StoredEvent
+from bridge.store.records import StoredEvent
+from bridge.store.store import SqliteStore
 
 
 def _event(session: str, seq: int) -> StoredEvent:

@@ -13,8 +13,10 @@ from typing import Any
 import msgspec
 
 from bridge.blocks import SessionEndBlock, UsageBlock, UserBlock
+from bridge.store.memory import MemoryStore
+from bridge.store.records import SessionRecord, StoredEvent
 from bridge.store.spend import day_of
-from bridge.store.store import MemoryStore, SessionRecord, SqliteStore, Store, StoredEvent
+from bridge.store.store import SqliteStore, Store
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge, subscribed_session
 from tests.wsclient import Client

@@ -15,7 +15,8 @@ from bridge.blocks import Block, EndReason, SystemBlock, UsageBlock, block_to_js
 from bridge.config import Config
 from bridge.hub.textsafe import encode_block
 from bridge.invariants import TurnGuard
-from bridge.store.store import Store, StoredEvent
+from bridge.store.records import StoredEvent
+from bridge.store.store import Store
 from bridge.wire.protocol import EncodedEvent, EncodedFrame, Outgoing, StateFrame
 from bridge.wire.results import SessionSubscribeResult
 

@@ -40,13 +40,8 @@ from bridge.hub.commands import SlashCommand, help_text, parse_command
 from bridge.invariants import TurnGuard
 from bridge.loading.registry import AgentEntry, Registry
 from bridge.logs import get_logger
-from bridge.store.store import (
-    AttachmentData,
-    MessageRecord,
-    SessionRecord,
-    Store,
-    StoreUnavailable,
-)
+from bridge.store.records import AttachmentData, MessageRecord, SessionRecord
+from bridge.store.store import Store, StoreUnavailable
 from bridge.wire.agent_types import ModelInfo
 from bridge.wire.protocol import Attachment, SessionObject, WorktreeObject
 from bridge.wire.results import SessionModeResult, SessionSubscribeResult

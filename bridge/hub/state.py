@@ -27,7 +27,7 @@ from bridge.blocks import AgentInfoBlock, Block, EndReason, UsageBlock
 from bridge.hub.retry import RetryWatch
 from bridge.invariants import TurnGuard
 from bridge.process import TaskOwner
-from bridge.store.store import MessageRecord, SessionRecord, StoredEvent
+from bridge.store.records import MessageRecord, SessionRecord, StoredEvent
 from bridge.wire.protocol import EncodedEvent, Outgoing, SessionState, Writer
 
 Intent = Literal["handoff"] | None

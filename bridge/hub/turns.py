@@ -42,7 +42,8 @@ from bridge.invariants import TurnGuard
 from bridge.loading.registry import AgentEntry, Registry
 from bridge.logs import get_logger
 from bridge.parsers.failures import bridge_failure
-from bridge.store.store import MessageRecord, Store
+from bridge.store.records import MessageRecord
+from bridge.store.store import Store
 from bridge.wire.agent_types import ModelInfo
 
 from .fanout import REPLAY_CHUNK, UNCOMMITTED_HIGH, Fanout

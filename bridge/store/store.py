@@ -9,7 +9,8 @@ the last commit, is committed on the event loop's thread itself when the writer 
 nothing in hand (a commit without fsync, ``synchronous=NORMAL``, is a write into the page
 cache: tens of microseconds, less than handing it to a thread and back); the others, one that
 failed, and the rare operations (retention, resetting the WAL, stopping) go to the writer
-thread, in order. ``MemoryStore`` has the same interface without a disk.
+thread, in order. ``MemoryStore`` (bridge/store/memory.py) has the same interface without a
+disk.
 
 Events are stored in runs: a row of ``event_chunks`` holds up to ``CHUNK_EVENTS`` consecutive
 events of one session, MessagePack-encoded (bridge/store/eventrows.py), so a commit is one statement
@@ -23,19 +24,17 @@ import contextlib
 import os
 import queue
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from bridge.logs import get_logger
-from bridge.store import derived, finds
+from bridge.store import derived, files, finds
 from bridge.store.eventrows import (
     DEC_CHUNK,
     INSERT_CHUNK,
@@ -54,7 +53,13 @@ from bridge.store.eventrows import (
     prune_rows,
 )
 from bridge.store.health import StoreHealth
-from bridge.wire.protocol import Attachment, ForkRecord, SessionState, WorktreeObject, Writer
+from bridge.store.records import (
+    CommitCallback,
+    Loaded,
+    MessageRecord,
+    SessionRecord,
+    StoredEvent,
+)
 
 log = get_logger("bridge.store")
 
@@ -97,108 +102,10 @@ class StoreUnavailable(Exception):
     """The store gave up on writes it could not commit (only while the daemon stops)."""
 
 
-class SessionRecord(msgspec.Struct, kw_only=True):
-    id: str
-    agent: str
-    cwd: str
-    model: str | None = None
-    effort: str | None = None
-    title: str = ""
-    state: SessionState = "idle"
-    writer: Writer = "bridge"
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    agent_session_id: str | None = None
-    external: bool = False
-    last_seq: int = 0
-    #: A handoff or other intent recorded before any process is stopped.
-    intent: Literal["handoff"] | None = None
-    #: The agent mode (``session.mode``), one of the adapter's ``modes``; None: its default.
-    mode: str | None = None
-    #: The session's last ``usage`` block (JSON), for ``usage.get`` of one read back.
-    usage: bytes | None = None
-    #: The worktree the session was created in (``session.create`` ``worktree``).
-    worktree: WorktreeObject | None = None
-    #: ``session.fork``: where it came from, and what its first turn still has to do.
-    fork: ForkRecord | None = None
-
-
-#: an attachment is stored as the wire carries it
-AttachmentData = Attachment
-
-
-class MessageRecord(msgspec.Struct, kw_only=True):
-    session: str
-    client_msg_id: str
-    text: str
-    attachments: list[AttachmentData] = msgspec.field(default_factory=list)
-    #: "queued" (waiting), "started" (its turn began), "steered" (into one), "command" (a /...)
-    status: str = "queued"
-    created_at: float = 0.0
-    #: The ``queued`` its ``session.send`` was answered with: a retransmit, also after a
-    #: restart, gets the same answer (None in records from before this field).
-    answered_queued: bool | None = None
-    #: A stand-in held in memory while the message waits: its text and attachments are on
-    #: disk only (``Store.spill``); ``Store.unspill`` reads them back when its turn starts.
-    spilled: bool = False
-
-
-@dataclass(slots=True)
-class StoredEvent:
-    session: str
-    seq: int
-    ts: str
-    block_json: bytes
-    ts_unix: float = field(default_factory=time.time)
-    #: A frame to push right after this event (a state change), never stored.
-    after: Any = None
-
-
-CommitCallback = Callable[[list[StoredEvent]], None]
-#: A session read back on demand: its record, its messages (stand-ins), its highest stored seq.
-Loaded = tuple[SessionRecord, list[MessageRecord], int]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    data BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS event_chunks (
-    session TEXT NOT NULL,
-    first_seq INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL,
-    last_ts REAL NOT NULL,
-    events BLOB NOT NULL,
-    PRIMARY KEY (session, first_seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS messages (
-    session TEXT NOT NULL,
-    client_msg_id TEXT NOT NULL,
-    data BLOB NOT NULL,
-    PRIMARY KEY (session, client_msg_id)
-);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-
 _enc = msgspec.msgpack.Encoder()
 #: A read of history (a replay, recovery) returns at most about this many bytes at a time,
 #: however many events were asked for: replays stream in bounded pieces.
 READ_BYTES = 4 * 1024 * 1024
-
-
-def _private_files(path: Path) -> None:
-    """The database and its companions are the owner's alone (0600), whatever the umask or
-    the directory: SQLite creates ``-wal`` and ``-shm`` with the database file's mode, so the
-    database is created 0600 before SQLite opens it, and files left wider are tightened."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    os.close(fd)
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        name = Path(f"{path}{suffix}")
-        try:
-            if stat.S_IMODE(name.stat().st_mode) & 0o077:
-                os.chmod(name, 0o600)
-        except FileNotFoundError:
-            continue
 
 
 _dec_session = msgspec.msgpack.Decoder(SessionRecord)
@@ -278,103 +185,6 @@ class Store(finds.Reads):
         raise NotImplementedError
 
 
-class MemoryStore(finds.MemoryReads, Store):
-    """Everything in memory: same semantics, nothing survives the process."""
-
-    def __init__(self) -> None:
-        self._events: dict[str, list[StoredEvent]] = {}
-        self._sessions: dict[str, SessionRecord] = {}
-        self._messages: dict[tuple[str, str], MessageRecord] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[StoredEvent] = []
-        self._scheduled = False
-        self.health = StoreHealth()
-
-    def open(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-
-    def load(self) -> tuple[list[SessionRecord], list[MessageRecord], dict[str, int]]:
-        return [], [], {}
-
-    def append_event(self, event: StoredEvent) -> None:
-        self._events.setdefault(event.session, []).append(event)
-        self._pending.append(event)
-        if not self._scheduled and self._loop is not None:
-            self._scheduled = True
-            self._loop.call_soon(self._commit)
-
-    def _commit(self) -> None:
-        batch, self._pending, self._scheduled = self._pending, [], False
-        if self.on_commit is not None and batch:
-            self.on_commit(batch)
-
-    def save_session(self, record: SessionRecord) -> None:
-        self._sessions[record.id] = record
-
-    def save_message(self, record: MessageRecord) -> None:
-        self._messages[(record.session, record.client_msg_id)] = record
-
-    async def read_events(self, session: str, after_seq: int, limit: int) -> list[StoredEvent]:
-        events = self._events.get(session, [])
-        lo, hi = 0, len(events)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if events[mid].seq <= after_seq:
-                lo = mid + 1
-            else:
-                hi = mid
-        return events[lo : lo + limit]
-
-    async def first_seq(self, session: str) -> int | None:
-        events = self._events.get(session)
-        return events[0].seq if events else None
-
-    async def load_session(self, session: str) -> Loaded | None:
-        rec = self._sessions.get(session)
-        if rec is None:
-            return None
-        messages = sorted(
-            (m for (sid, _), m in self._messages.items() if sid == session),
-            key=lambda m: m.created_at,
-        )
-        events = self._events.get(session)
-        return rec, messages, events[-1].seq if events else 0
-
-    def _ended(self) -> list[SessionRecord]:
-        return [r for r in self._sessions.values() if r.state == "ended"]
-
-    async def list_ended(self, before: tuple[float, str], limit: int) -> list[SessionRecord]:
-        found = sorted(
-            (r for r in self._ended() if (r.updated_at, r.id) < before),
-            key=lambda r: (r.updated_at, r.id),
-            reverse=True,
-        )
-        return found[:limit]
-
-    async def ended_dirs(self) -> list[tuple[str, str, float]]:
-        return [(r.id, r.cwd, r.updated_at) for r in self._ended()]
-
-    def prune(self, max_events: int, max_age_s: float, ended_max_age_s: float = 0.0) -> None:
-        if ended_max_age_s > 0:
-            gone = time.time() - ended_max_age_s
-            for rec in [r for r in self._ended() if r.updated_at < gone]:
-                del self._sessions[rec.id]
-                self._events.pop(rec.id, None)
-                for key in [k for k in self._messages if k[0] == rec.id]:
-                    del self._messages[key]
-        cutoff = time.time() - max_age_s
-        for session, events in self._events.items():
-            keep = [e for e in events[-max_events:] if e.ts_unix >= cutoff]
-            self._events[session] = keep
-
-    async def flush(self) -> None:
-        if self._pending:
-            self._commit()
-
-    async def close(self) -> None:
-        await self.flush()
-
-
 class _Op:
     __slots__ = ("args", "kind")
 
@@ -435,9 +245,9 @@ class SqliteStore(finds.SqliteReads, Store):
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _private_files(self.path)
+        files.private_files(self.path)
         writer = self._connect()
-        writer.executescript(_SCHEMA)
+        writer.executescript(files.SCHEMA)
         moved = migrate_event_rows(writer)
         if moved is not None:
             log.info("store_migrated", events=moved, to="event_chunks")
