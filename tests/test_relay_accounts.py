@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
 from nats.aio.client import Client as Nats
 from nats.js import api
@@ -62,7 +63,18 @@ class Two:
         """What the daemon of ``host`` does when a phone pairs or is revoked."""
         nc = await self.daemon(host)
         body = json.dumps({"v": 1, "clients": clients}).encode()
-        msg = await nc.request(f"agent-bridge-relay.{host}.clients", body, timeout=30)
+        # a workstation added by an earlier test reloaded nats-server, which closed the relay's
+        # own connection in each account: until it is back, nothing answers (a daemon retries)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:
+            try:
+                msg = await nc.request(f"agent-bridge-relay.{host}.clients", body, timeout=30)
+                break
+            except nats.errors.NoRespondersError:
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         await nc.close()
         return json.loads(msg.data)  # type: ignore[no-any-return]
 
