@@ -37,6 +37,38 @@ from tests.wsclient import collect_events
 START_WAIT_S = 90.0
 
 
+def first_run_output(tmp_path: Path, *extra: str, wait_s: float = 60.0) -> str:
+    """What `relay serve` prints on its first run in a new directory, with no terminal (no
+    prompt), until it says it runs; stopped after."""
+    from tests.daemon import ROOT
+    from tests.daemonkit import bridge_argv
+
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "st")}
+    argv = bridge_argv("relay", "serve", "--dir", str(tmp_path / "relay"))
+    argv += ["--port", str(natsserver.free_port()), "--ws-port", str(natsserver.free_port())]
+    argv += ["--web-port", "0", *extra]
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + wait_s
+        while "relay running" not in log.read_text() and proc.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+    return log.read_text()
+
+
 def _listens(port: int, host: str = "127.0.0.1") -> bool:
     import socket
 

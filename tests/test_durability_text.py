@@ -109,3 +109,33 @@ async def test_a_sent_text_with_a_lone_surrogate_is_stored_and_its_sender_always
     finally:
         await hub.shutdown()
         await store.close()
+
+
+async def test_a_queued_message_the_store_cannot_save_is_answered_and_not_kept(
+    tmp_path: Path,
+) -> None:
+    """The same message while a turn runs (it would wait in the queue): answered ``internal``,
+    and nothing of it stays queued; the next message queues as usual."""
+    import asyncio
+
+    import pytest
+
+    from bridge.hub import HubError
+    from bridge.store.store import SqliteStore
+    from tests.hubkit import make_hub, subscribed_session, until
+
+    store = SqliteStore(tmp_path / "state" / "bridge.sqlite3")
+    hub, _ = await make_hub(store)  # type: ignore[arg-type]
+    try:
+        session, sub = await subscribed_session(hub, tmp_path, "demo")
+        # the demo's turn waits at its permission request: it runs while the next ones arrive
+        assert await asyncio.wait_for(hub.send(session, "one", [], "m-1"), 10) is False
+        await until(lambda: bool(sub.blocks("permission_request")), what="the permission")
+        with pytest.raises(HubError) as refused:
+            await asyncio.wait_for(hub.send(session, "echo x", [], "m-\udc80"), 10)
+        assert refused.value.code == "internal"
+        assert [m.client_msg_id for m in hub.get(session).queue] == []
+        assert await asyncio.wait_for(hub.send(session, "echo two", [], "m-2"), 10) is True
+    finally:
+        await hub.shutdown()
+        await store.close()

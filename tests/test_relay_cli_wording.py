@@ -27,7 +27,7 @@ from bridge.relay.cli import shorten
 from bridge.relay.natsserver import free_port
 from tests.daemon import ROOT, DaemonProcess
 from tests.daemonkit import bridge_argv, run_bridge
-from tests.relaykit import Relay
+from tests.relaykit import Relay, first_run_output
 from tests.web.nodetest import run_node_test
 
 
@@ -126,29 +126,7 @@ def test_relay_add_prints_the_workstations_side_of_the_copy(tmp_path: Path) -> N
 def test_relay_serves_first_run_without_a_terminal_says_how_to_name_the_workstation(
     tmp_path: Path,
 ) -> None:
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "st")}
-    argv = bridge_argv("relay", "serve", "--dir", str(tmp_path / "relay"))
-    argv += ["--port", str(free_port()), "--ws-port", str(free_port()), "--web-port", "0"]
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while "relay running" not in log.read_text() and proc.poll() is None:
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(15)
-    printed = log.read_text()
+    printed = first_run_output(tmp_path, wait_s=30)
     assert "`relay serve --name NAME` chooses another" in printed, printed
     assert WORKSTATION_ACCOUNT in printed
 

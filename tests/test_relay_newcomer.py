@@ -6,17 +6,14 @@ healthy start and stop that say nothing alarming. Real `relay serve`, real daemo
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.daemon import ROOT, DaemonProcess
-from tests.daemonkit import bridge_argv, make_certificate, run_bridge
-from tests.relaykit import ServedRelay, wait_relay
+from tests.daemon import DaemonProcess
+from tests.daemonkit import make_certificate, run_bridge
+from tests.relaykit import ServedRelay, first_run_output, wait_relay
 
 pytestmark = pytest.mark.slow
 
@@ -155,32 +152,7 @@ def test_the_first_run_names_a_workstation_not_the_relay_and_copies_from_the_pub
     machine, and the copy step reaches the relay by --public-host."""
     import socket
 
-    from bridge.relay.natsserver import free_port
-
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "st")}
-    argv = bridge_argv("relay", "serve", "--dir", str(tmp_path / "relay"))
-    argv += ["--port", str(free_port()), "--ws-port", str(free_port()), "--web-port", "0"]
-    argv += ["--public-host", "relay.example.org"]
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while "relay running" not in log.read_text() and proc.poll() is None:
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(15)
-    printed = log.read_text()
+    printed = first_run_output(tmp_path, "--public-host", "relay.example.org", wait_s=60)
     accounts = sorted(p.stem for p in (tmp_path / "relay" / "accounts").glob("*.json"))
     assert accounts == ["workstation"], (accounts, printed)
     assert socket.gethostname() not in accounts

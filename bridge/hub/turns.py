@@ -254,7 +254,17 @@ class TurnRunner:
         """``msg`` waits in the queue: stored with its answer, its body kept on disk only."""
         msg.answered_queued = True
         s.answered[msg.client_msg_id] = True
-        self.store.save_message(msg)
+        try:
+            self.store.save_message(msg)
+        except Exception as exc:
+            # its sender hears it (a client_msg_id UTF-8 cannot carry), and nothing of it stays
+            s.answered.pop(msg.client_msg_id, None)
+            for i, queued in enumerate(s.queue):
+                if queued is msg:
+                    del s.queue[i]
+                    break
+            log.warning("message_not_stored", session=s.rec.id, error=type(exc).__name__)
+            raise HubError("internal", "the message could not be stored") from exc
         for i, queued in enumerate(s.queue):
             if queued is msg:
                 s.queue[i] = self.store.spill(msg)
@@ -269,7 +279,11 @@ class TurnRunner:
             if s.ended():
                 answer.set_exception(HubError("conflict", "the session has ended"))
             else:
-                self._hold(s, msg)
+                try:
+                    self._hold(s, msg)
+                except HubError as exc:
+                    answer.set_exception(exc)
+                    continue
                 answer.set_result(True)
         _refuse(s)
 
