@@ -63,8 +63,8 @@ class Two:
         """What the daemon of ``host`` does when a phone pairs or is revoked."""
         nc = await self.daemon(host)
         body = json.dumps({"v": 1, "clients": clients}).encode()
-        # a workstation added by an earlier test reloaded nats-server, which closed the relay's
-        # own connection in each account: until it is back, nothing answers (a daemon retries)
+        # a workstation just added: the relay's own connection in its account comes once the
+        # relay has read relay.json again; until then nothing answers (a daemon retries)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
         while True:
@@ -353,6 +353,53 @@ async def test_one_workstations_admin_storm_stalls_no_other_and_reloads_nothing(
     assert served.printed().count("Reloaded") == reloads
     # ws2's own admin request is answered
     assert (await two.set_clients("ws2", {ws2_phone: ws2_pass}))["ok"]
+
+
+async def test_adding_a_workstation_reloads_nothing_and_disconnects_no_one(two: Two) -> None:
+    """Another household's workstation added to a running relay: nats.conf stays as it was, so
+    ws1's daemon and its phone (at the front door) keep their connections, and the new
+    workstation's daemon logs in to an account of its own, with its queue, at once."""
+    served = two.served
+    conf = (served.rdir / "nats.conf").read_bytes()
+    reloads = served.printed().count("Reloaded")
+    phone_id, phone_pass = phone_login()
+    assert (await two.set_clients("ws1", {phone_id: phone_pass}))["ok"]
+    drops: list[str] = []
+
+    async def dropped() -> None:
+        drops.append("dropped")
+
+    daemon = await two.daemon("ws1", disconnected_cb=dropped)
+    phone = await nats.connect(
+        f"ws://127.0.0.1:{served.web_port}/nats",
+        user=f"ws1-{phone_id}",
+        password=phone_pass,
+        inbox_prefix=f"agent-bridge.ws1._INBOX.{phone_id}",
+        disconnected_cb=dropped,
+        error_cb=_quiet,
+    )
+    two.open.append(phone)
+
+    async def status(msg: Any) -> None:
+        await msg.respond(b'{"v":1}')
+
+    await daemon.subscribe("agent-bridge.ws1.status", cb=status)
+    await daemon.flush()
+
+    add_workstation(served, "ws3")
+    await wait_login(two, "ws3")
+    new_phone, new_pass = phone_login()
+    assert (await two.set_clients("ws3", {new_phone: new_pass}))["ok"]
+    ws3 = await two.daemon("ws3")
+    assert (await stream_of(ws3, "ws3")).config.subjects == [
+        queue_subject("ws3", new_phone, new_pass)
+    ]
+
+    assert (served.rdir / "nats.conf").read_bytes() == conf
+    assert served.printed().count("Reloaded") == reloads
+    reply = await phone.request("agent-bridge.ws1.status", b"{}", timeout=5)
+    assert json.loads(reply.data) == {"v": 1}
+    assert drops == []
 
 
 async def test_a_revoked_phone_is_dropped_before_its_daemon_hears_it_is_done(two: Two) -> None:

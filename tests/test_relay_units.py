@@ -149,14 +149,18 @@ def test_generated_config_puts_each_workstation_in_its_own_account(tmp_path: Pat
     accounts = conf["accounts"]
     # no workstation user in nats.conf: the auth callout places them; only the relay's own
     # users skip it
-    assert set(accounts) == {"RELAY", "SYS", "my-laptop", "other"}
-    assert "users" not in accounts["my-laptop"] and "imports" not in accounts["my-laptop"]
+    laptop = state.workstations["my-laptop"].nats_account
+    other = state.workstations["other"].nats_account
+    # an account for each share the store holds (1 GiB / 64 MiB), two of them taken
+    assert set(accounts) == {"RELAY", "SYS", laptop, other, *state.spare_accounts}
+    assert len(accounts) == 2 + 16 and laptop != other
+    assert "users" not in accounts[laptop] and "imports" not in accounts[laptop]
     callout = conf["authorization"]["auth_callout"]
     assert callout["account"] == "RELAY" and callout["issuer"] == state.issuer.public_key
     assert callout["auth_users"] == [natsserver.ADMIN_USER, natsserver.SYSTEM_USER]
     assert conf["system_account"] == "SYS"
     # each workstation's JetStream: its share, one stream, few consumers, no memory store
-    assert accounts["other"]["jetstream"] == {
+    assert accounts[other]["jetstream"] == {
         "max_file": 64 * 1024 * 1024,
         "max_mem": 0,
         "max_streams": 1,
@@ -357,7 +361,8 @@ def test_relay_add_refuses_a_workstation_whose_share_does_not_fit(tmp_path: Path
     # a relay.json edited beyond it: the ones that fit have JetStream, the others none
     state.queue_share_bytes *= 2
     assert state.queued_workstations() == ["one"]
-    assert "jetstream" not in natsserver.render(state)["accounts"]["two"]
+    two = state.workstations["two"].nats_account
+    assert "jetstream" not in natsserver.render(state)["accounts"][two]
 
 
 def test_relay_add_writes_only_the_new_account_file_and_a_changed_one_again(

@@ -15,7 +15,7 @@ from tests.daemonkit import install_dropin, run_bridge, subscribed_session
 from tests.relaykit import ServedRelay, linked_daemon
 from tests.test_limits import LIMITED_AGENT
 from tests.test_web_phone_walk import assert_nothing_cut_off
-from tests.web.browser import BROWSER_TESTS, Browser, Page
+from tests.web.browser import BROWSER_TESTS, Browser, BrowserError, Page
 from tests.web.pages import PHONE, open_view, page_errors
 from tests.wsclient import Client
 
@@ -61,7 +61,12 @@ def _pair(p: Page, d: DaemonProcess, host: str, *, first: bool) -> None:
         p.fill("#ws-link", link)
         p.click("#ws-add button[type=submit]")
         open_view(p, "sessions")
-    p.wait(f'#sessions li.ws-group[data-ws="relay:{host}"][data-state="online"]', timeout_ms=30_000)
+    online = f'#sessions li.ws-group[data-ws="relay:{host}"][data-state="online"]'
+    try:
+        p.wait(online, timeout_ms=30_000)
+    except BrowserError as exc:  # what each side saw, so that a failure says why
+        logs = "\n".join(f"{e['type']}: {e['text']}" for e in p.logs()[-30:])
+        raise AssertionError(f"{exc}\npage:\n{logs}\ndaemon:\n{d.log_text()[-3000:]}") from exc
 
 
 async def test_search_two_workstations_open_a_hit_at_its_place_and_see_usage(

@@ -9,7 +9,8 @@ callout, like every other), where it hears ``agent-bridge-relay.<host_id>.client
 account only the daemon's user may publish there, so nats-server proves which workstation asks,
 and a request changes nothing but that workstation's client logins. The same connection makes
 the workstation's stream (two JetStream requests in that account). A workstation added by
-`relay add` gets its connection once nats-server has read its new account. A request
+`relay add` gets its connection at once (its account was declared ahead; on a cluster, once
+nats-server has read it). A request
 is ``{"v":1,"clients":{<client id>:<password>,...}}``: the whole set, so a client left out
 (revoked) loses its user. The service writes the workstation's clients file (one small file),
 makes its stream keep exactly the phones' queue subjects, closes the connections of users that
@@ -22,8 +23,8 @@ applied one at a time, each in its own task, and at most ``BURST`` of them plus 
 ``REFILL_S`` seconds are taken; more are answered ``busy`` at once and change nothing.
 
 ``relay add`` and ``relay rotate`` (other processes) change relay.json: the service reads it
-again when it changes, takes the new workstation's logins (its account appears when `relay add`
-reloads nats-server) or closes the connections made with a rotated pairing login.
+again when it changes, takes the new workstation's logins or closes the connections made with
+a rotated pairing login.
 
 On a cluster (docs/remote-access.md, "A relay on three machines") every node runs this
 service: the callout and the requests are subscribed in queue groups (one node answers each,
@@ -266,7 +267,7 @@ class AdminService:
     def _take_state(self, state: RelayState, clients: dict[str, dict[str, ClientLogin]]) -> None:
         for h, w in state.workstations.items():
             self.store.set_workstation(
-                h, w.daemon_password, w.client_password, state.admin_password
+                h, w.daemon_password, w.client_password, state.admin_password, w.account
             )
             if h in clients:
                 self.store.set_clients(h, clients[h])
@@ -311,14 +312,15 @@ class AdminService:
         for h, w in state.workstations.items():
             if h in old and old[h] != w.client_password and self._sys is not None:
                 # a rotated pairing login: connections made with the old one are closed
-                await kick.kick(self._sys, h, {loginstore.pairing_user(h)})
+                await kick.kick(self._sys, w.nats_account, {loginstore.pairing_user(h)})
         await self._publish_workstations()
 
     # ---- each workstation's account ----------------------------------------------------------
 
     async def _ensure_links(self) -> None:
         """A connection in each workstation's account, and its stream made; a workstation whose
-        account nats-server does not have yet (`relay add` reloads it) is tried again later."""
+        account nats-server does not have yet (a cluster's node reloads for it) is tried again
+        later."""
         for h in self.state.workstations:
             if h not in self._links:
                 try:
@@ -437,7 +439,7 @@ class AdminService:
         except TimeoutError:
             self._streams.discard(host_id)
         if removed and self._sys is not None:
-            await kick.kick(self._sys, host_id, removed)
+            await kick.kick(self._sys, self.store.account(host_id), removed)
         log.info("relay_admin_applied", host_id=host_id, clients=len(made), removed=len(removed))
 
     # ---- a cluster's shared logins --------------------------------------------------------

@@ -59,7 +59,7 @@ class Callout:
         jwt = natsjwt.user_jwt(
             self.issuer,
             req,
-            account=login.host_id,
+            account=self.store.account(login.host_id),
             name=req.user,
             permissions=permissions(login.host_id, login.role, login.token),
         )

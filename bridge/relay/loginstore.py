@@ -118,6 +118,8 @@ class LoginStore:
         self.clients: dict[str, dict[str, ClientLogin]] = {}
         #: host_id -> the user names of its daemon and pairing logins
         self._own: dict[str, tuple[str, ...]] = {}
+        #: host_id -> its NATS account (the callout places its users there)
+        self._accounts: dict[str, str] = {}
 
     def check(self, user: str, password: str) -> Login | None:
         """The login of ``user`` when ``password`` is its password, else None."""
@@ -126,9 +128,18 @@ class LoginStore:
             return None
         return login
 
+    def account(self, host_id: str) -> str:
+        return self._accounts.get(host_id, host_id)
+
     def set_workstation(
-        self, host_id: str, daemon_password: str, pairing_password: str, relay_password: str
+        self,
+        host_id: str,
+        daemon_password: str,
+        pairing_password: str,
+        relay_password: str,
+        account: str = "",
     ) -> None:
+        self._accounts[host_id] = account or host_id
         self._logins[daemon_user(host_id)] = Login(host_id, "daemon", digest(daemon_password))
         self._logins[pairing_user(host_id)] = Login(host_id, "pairing", digest(pairing_password))
         self._logins[relay_user(host_id)] = Login(host_id, "relay", digest(relay_password))
@@ -138,6 +149,7 @@ class LoginStore:
     def drop_workstation(self, host_id: str) -> None:
         for user in self._own.pop(host_id, ()):
             self._logins.pop(user, None)
+        self._accounts.pop(host_id, None)
         self.set_clients(host_id, {})
         self.clients.pop(host_id, None)
 

@@ -1,18 +1,19 @@
 """A self-hosted relay: a generated nats-server configuration and the nats-server child that
 serves it (`agent-bridge relay serve`, `relay add`, `relay rotate`).
 
-Each workstation is its own NATS account (named by its host_id): its daemon user, its pairing
-login (in pairing links), its phones' own users, its work-queue stream and consumer and its
-inboxes live there, so subjects, JetStream and limits are separate by construction. The
-account's JetStream limits (its storage share, one stream, a few consumers, no memory store)
-keep any workstation from reserving another's share of the relay's store.
+Each workstation is its own NATS account (one declared before it was added, see
+bridge/relay/spareaccounts.py; on a cluster, or added by an earlier version, named by its
+host_id): its daemon user, its pairing login (in pairing links), its phones' own users, its
+work-queue stream and consumer and its inboxes live there, so subjects, JetStream and limits are
+separate by construction. The account's JetStream limits (its storage share, one stream, a few
+consumers, no memory store) keep any workstation from reserving another's share of the store.
 
 No workstation user is in the configuration: nats-server asks `relay serve`'s auth callout
 (bridge/relay/callout.py) about every login, and it answers from its own store
 (bridge/relay/loginstore.py) with the identity's account and permissions
 (bridge/relay/permissions.py). Pairing and revoking a phone therefore changes one small file
-and never reloads nats-server; adding a workstation (`relay add`, rare) rewrites nats.conf and
-reloads it, since the account is new. The relay's own users (its admin connection, in the
+and never reloads nats-server; nor does adding a workstation (`relay add`), which takes an
+account declared ahead. The relay's own users (its admin connection, in the
 ``RELAY`` account where the callout runs, and its system-account user that closes revoked
 connections) are in the configuration with bcrypt hashes, and skip the callout.
 
@@ -45,6 +46,7 @@ from typing import IO, Any
 from urllib.parse import quote, urlsplit
 
 from bridge import paths
+from bridge.relay import spareaccounts
 from bridge.relay.frontdoor import NATS_PATH
 from bridge.relay.loginstore import (
     ClientLogin,
@@ -131,6 +133,13 @@ class Workstation:
     #: a relay.json of an earlier version: its clients' own passwords, client id -> password.
     #: Moved to ``clients/<host_id>.json`` (hashed) at the next save; empty after.
     clients: dict[str, str] = field(default_factory=dict)
+    #: its NATS account: one declared ahead (bridge/relay/spareaccounts.py), "" = its host_id
+    #: (a cluster's, or one added before accounts were declared ahead)
+    account: str = ""
+
+    @property
+    def nats_account(self) -> str:
+        return self.account or self.host_id
 
     @property
     def daemon_user(self) -> str:
@@ -225,6 +234,8 @@ class RelayState:
     #: where JetStream keeps them ("" = the relay directory's ``jetstream``)
     queue_dir: str = ""
     cluster: Cluster = field(default_factory=Cluster)
+    #: accounts declared for the workstations still to come (bridge/relay/spareaccounts.py)
+    spare_accounts: list[str] = field(default_factory=list)
 
     @property
     def replicas(self) -> int:
@@ -243,6 +254,16 @@ class RelayState:
         fits = self.queue_max_bytes // self.queue_share_bytes
         return list(self.workstations)[:fits]
 
+    @property
+    def queues(self) -> bool:
+        return self.queue_max_bytes > 0 and self.queue_share_bytes > 0
+
+    def room(self) -> int:
+        """How many more workstations' queue shares the relay's store has room for."""
+        if not self.queues:
+            return 0
+        return max(0, self.queue_max_bytes // self.queue_share_bytes - len(self.workstations))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "host": self.host,
@@ -258,6 +279,7 @@ class RelayState:
                     "daemon_password": w.daemon_password,
                     "client_password": w.client_password,
                     **({"clients": dict(w.clients)} if w.clients else {}),
+                    **({"account": w.account} if w.account else {}),
                 }
                 for w in self.workstations.values()
             },
@@ -268,6 +290,7 @@ class RelayState:
             "queue_max_bytes": self.queue_max_bytes,
             "queue_share_bytes": self.queue_share_bytes,
             "queue_dir": self.queue_dir,
+            "spare_accounts": list(self.spare_accounts),
             **({"cluster": self.cluster.to_json()} if self.cluster.on else {}),
         }
 
@@ -291,6 +314,7 @@ class RelayState:
                     str(w["daemon_password"]),
                     str(w["client_password"]),
                     {str(c): str(p) for c, p in dict(w.get("clients") or {}).items()},
+                    str(w.get("account") or ""),
                 )
                 for name, w in dict(raw.get("workstations", {})).items()
             },
@@ -302,6 +326,7 @@ class RelayState:
             queue_share_bytes=int(raw.get("queue_share_bytes", DEFAULT_SHARE_BYTES)),
             queue_dir=str(raw.get("queue_dir", "")),
             cluster=Cluster.from_json(raw.get("cluster")),
+            spare_accounts=[str(a) for a in list(raw.get("spare_accounts") or [])],
         )
 
 
@@ -419,8 +444,11 @@ def render(state: RelayState) -> dict[str, Any]:
         RELAY_ACCOUNT: relay_account,
         SYSTEM_ACCOUNT: {"users": [system]},
     }
-    for h in state.workstations:
-        accounts[h] = _account(state, h in queued)
+    for h, w in state.workstations.items():
+        accounts[w.nats_account] = _account(state, h in queued)
+    room = state.room()
+    for n, spare in enumerate(state.spare_accounts):
+        accounts[spare] = _account(state, n < room)
     websocket: dict[str, Any] = {"host": state.host, "port": state.ws_port}
     if state.ws_internal_port:  # relay serve's ports in front: TLS ends there
         websocket = {"host": "127.0.0.1", "port": state.ws_internal_port, "no_tls": True}
@@ -469,6 +497,7 @@ SHARED_KEYS = (
     "issuer_seed",
     "queue_max_bytes",
     "queue_share_bytes",
+    "spare_accounts",
 )
 
 
@@ -589,6 +618,8 @@ class RelayDir:
         file, hashed (they keep working: the callout checks them there)."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         state.queue_dir = state.queue_dir or str(self.dir / "jetstream")
+        if not state.cluster.on:
+            spareaccounts.top_up(state.spare_accounts, state.room(), state.queues)
         for w in state.workstations.values():
             if w.clients:
                 kept = read_clients(self.dir, w.host_id)
@@ -618,6 +649,8 @@ class RelayDir:
                 "bytes, queue_share_bytes in relay.json): raise the one or lower the other"
             )
         w = Workstation(host_id, secrets.token_urlsafe(24), secrets.token_urlsafe(24))
+        if not state.cluster.on:
+            w.account = spareaccounts.take(state.spare_accounts, state.room(), state.queues)
         state.workstations[host_id] = w
         self.save(state)
         return w
