@@ -10,9 +10,10 @@ Each daemon logs in with its workstation's daemon login (its account file), answ
 each time, as bridge/relay/identity.py does); each phone logs in with its own login over the
 NATS WebSocket of the account file (as the web client does) and asks ``P.status``. Measured:
 
-- **add**: ``relay add`` (the command, one reload of nats-server each) for the first
-  ``--add-one-by-one`` workstations, each until its daemon's admin request is answered; the
-  rest are added in one batch (``RelayDir.add`` for each under the relay directory's lock,
+- **add**: ``relay add`` (the command; it takes an account declared ahead and reloads nothing)
+  for the last ``--add-one-by-one`` workstations, each until its daemon's admin request is
+  answered, and how many connections of the workstations already there it dropped (target 0);
+  the rest are added in one batch (``RelayDir.add`` for each under the relay directory's lock,
   then one reload), timed as a whole;
 - **pairing**: from the daemon's admin request to the phone's first status answer with its own
   login, ``--concurrency`` pairings at a time across the relay: p50/p95/p99 (target p99 <= 1 s);
@@ -279,6 +280,8 @@ class Phone:
     down: asyncio.Event = field(default_factory=asyncio.Event)
     #: connections nats-py gave up on, dialled again
     redials: int = 0
+    #: disconnections of any kind (a reload of nats-server's accounts drops every login)
+    drops: int = 0
     url: str = ""
     closing: bool = False
     _redial: asyncio.Task[None] | None = None
@@ -296,6 +299,7 @@ class Phone:
 
     async def _dial(self) -> Nats:
         async def disconnected() -> None:
+            self.drops += 1
             self.up.clear()
             self.down.set()
 
@@ -383,6 +387,7 @@ class Daemon:
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Future[Any]] = set()
         self.redials = 0
+        self.drops = 0
         self.closing = False
         self.stuck = 0
 
@@ -408,11 +413,15 @@ class Daemon:
                 self.redials += 1
                 self._spawn(self._again())
 
+        async def disconnected() -> None:
+            self.drops += 1
+
         nc = await _connect(
             self.url,
             self.login["user"],
             self.login["password"],
             f"agent-bridge.{self.host_id}._INBOX",
+            disconnected_cb=disconnected,
             reconnected_cb=reconnected,
             closed_cb=closed,
             name=f"daemon {self.host_id}",
@@ -755,6 +764,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         each: list[float] = []
         busy: list[float] = []
         watched = next(p for d in daemons.values() for p in d.phones)
+        drops_before = (
+            sum(d.drops for d in daemons.values()),
+            sum(p.drops for d in daemons.values() for p in d.phones),
+        )
         for name in one_by_one:
             t0 = _now()
             add = relay.bridge("-m", "bridge", "relay", "add", name, "--dir", str(rdir))
@@ -777,7 +790,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 not (isinstance(a, dict) and a.get("ok")) for a in asked
             )
             result["redials_after_add"] = redials()
-            result["add_one_by_one"] = {"n": len(each), **spread(each), "status": spread(busy)}
+            result["add_one_by_one"] = {
+                "n": len(each),
+                **spread(each),
+                "status": spread(busy),
+                # of the workstations there before: each add made them reconnect, once
+                "dropped": {
+                    "daemons": sum(d.drops for d in daemons.values()) - drops_before[0],
+                    "phones": sum(p.drops for d in daemons.values() for p in d.phones)
+                    - drops_before[1],
+                },
+            }
             progress(f"relay add, one by one: {result['add_one_by_one']}")
             # the phones of the workstations just added: pairing right after the reloads
             after_add = await pair_all([daemons[n] for n in one_by_one])
@@ -876,6 +899,16 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 None,
             )
         )
+        if "dropped" in a:
+            dropped = a["dropped"]
+            rows.append(
+                (
+                    "  connections the adds dropped",
+                    f"{dropped['daemons']} daemons, {dropped['phones']} phones",
+                    "0",
+                    dropped["daemons"] + dropped["phones"] == 0,
+                )
+            )
         rows.append(
             (
                 "  a phone's status meanwhile",
