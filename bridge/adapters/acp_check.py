@@ -129,10 +129,13 @@ async def check_adapter(
     *,
     step_timeout: float = STEP_TIMEOUT,
     on_outcome: Callable[[Outcome], None] | None = None,
+    cwd: str | None = None,
 ) -> list[Outcome]:
     """The kit against the ACP agent ``cls``, made with the daemon's keywords ``values`` (its
-    ``binary``, ``env``, ``options``, ``model``), in a temporary directory removed after."""
-    cwd = tempfile.mkdtemp(prefix="acp-check-")
+    ``binary``, ``env``, ``options``, ``model``), in ``cwd``, else in a temporary directory
+    removed after."""
+    temporary = cwd is None
+    cwd = cwd or tempfile.mkdtemp(prefix="acp-check-")
     try:
         adapter = instantiate(cls, {**values, "cwd": cwd})
         assert isinstance(adapter, AcpBase)
@@ -145,4 +148,5 @@ async def check_adapter(
             on_outcome=on_outcome,
         )
     finally:
-        shutil.rmtree(cwd, ignore_errors=True)
+        if temporary:
+            shutil.rmtree(cwd, ignore_errors=True)
