@@ -359,6 +359,13 @@ class AcpBase(CliAdapter, abstract=True):
         try:
             await self._initialize()
             await self._open_session()
+        except AcpCallError as exc:
+            await self._shutdown_process()
+            # A refused login says what to do (Gemini: the end of personal Google accounts).
+            error = self.classify_rpc_error(exc.error)
+            if error.code in ("auth_required", "auth_expired") and error.hint:
+                raise RuntimeError(f"{exc} ({error.hint})") from None
+            raise
         except BaseException:
             await self._shutdown_process()
             raise
