@@ -1,11 +1,11 @@
 """The ACP conformance kit against the real pinned ACP agents, offline against fake model servers.
 
-Gemini CLI and Hermes through their built-in adapters, Qwen Code, OpenCode and Kilo through
-``[acp.<name>]`` tables (``qwen --acp --approval-mode default``, ``opencode acp``, ``kilo acp``)
-as a person would configure them. The fake model answers the kit's prompts: a short streamed
-answer, a ``write`` tool call (so the agent asks before it), and a long answer that stalls
-until released (cancelled mid-stream). Each agent's expected report is what its pinned
-version does (docs/adapters.md, "ACP conformance"); a change in it fails here.
+Gemini CLI, Hermes and Kimi Code through their built-in adapters, Qwen Code, OpenCode and Kilo
+through ``[acp.<name>]`` tables (``qwen --acp --approval-mode default``, ``opencode acp``,
+``kilo acp``) as a person would configure them. The fake model answers the kit's prompts: a
+short streamed answer, a ``write`` tool call (so the agent asks before it), and a long answer
+that stalls until released (cancelled mid-stream). Each agent's expected report is what its
+pinned version does (docs/adapters.md, "ACP conformance kit"); a change in it fails here.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from bridge.adapters.acp import AcpBase
 from bridge.adapters.acp_check import check_adapter
 from bridge.adapters.gemini import GeminiAdapter
 from bridge.adapters.hermes import HermesAdapter
+from bridge.adapters.kimi import KimiAdapter
 from bridge.config import AcpAgentConfig
 from bridge.loading.acp_config import adapter_class
 from bridge.parsers import acp_conformance as kit
@@ -78,6 +79,7 @@ AGENTS = {
             "file_path",
             expected=ALL_OK,
         ),
+        Agent("kimi", lambda _b: KimiAdapter, "WriteFile", "path", expected=ALL_OK),
         Agent(
             "opencode",
             configured("opencode", "acp"),

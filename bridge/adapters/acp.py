@@ -359,15 +359,12 @@ class AcpBase(CliAdapter, abstract=True):
         try:
             await self._initialize()
             await self._open_session()
-        except AcpCallError as exc:
+        except BaseException as exc:
             await self._shutdown_process()
             # A refused login says what to do (Gemini: the end of personal Google accounts).
-            error = self.classify_rpc_error(exc.error)
-            if error.code in ("auth_required", "auth_expired") and error.hint:
+            error = self.classify_rpc_error(exc.error) if isinstance(exc, AcpCallError) else None
+            if error is not None and error.code in ("auth_required", "auth_expired"):
                 raise RuntimeError(f"{exc} ({error.hint})") from None
-            raise
-        except BaseException:
-            await self._shutdown_process()
             raise
 
     def child_env(self) -> dict[str, str]:

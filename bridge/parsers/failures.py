@@ -292,6 +292,12 @@ _AGENTS: Final[dict[str, tuple[str, str]]] = {
         "Log Cursor Agent in on the workstation (`cursor-agent login`), or set "
         "`CURSOR_API_KEY` in `[agents.cursor] env`.",
     ),
+    # its provider calls, up to `loop_control.max_retries_per_step` (default 3) times
+    "kimi": (
+        "Kimi Code",
+        "Log Kimi Code in on the workstation (`kimi login`); its ACP server refuses sessions "
+        "without that login, even with a provider's API key in `~/.kimi/config.toml`.",
+    ),
     "acp": (
         "The agent",
         "Log the agent in on the workstation (see its documentation), then send again.",
@@ -335,6 +341,7 @@ _PHRASES: Final[tuple[tuple[str, Rule], ...]] = (
     ("hermes", Rule("network", r"APIConnectionError|Connection error")),
     ("droid", Rule("auth_required", r"not authenticated|please log ?in|FACTORY_API_KEY")),
     ("cursor", Rule("auth_required", r"Authentication required|cursor-agent login")),
+    ("kimi", Rule("auth_required", r"auth_required|Authentication required|kimi login")),
     ("acp", Rule("auth_required", r"auth_required|Authentication required")),
 )
 
