@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 from bridge.adapters.acp_check import run_exchanges
 from bridge.parsers import acp_conformance as kit
 from bridge.parsers.jsonrpc import decode
+from tests.daemon import DaemonProcess
+from tests.daemonkit import run_bridge
 from tests.harness import toml_string
 
 ACP = Path(__file__).parent / "fixtures" / "acp"
@@ -101,6 +103,19 @@ def test_the_kit_refuses_an_agent_that_is_not_acp_or_not_known(tmp_path: Path) -
     assert done.returncode == 2 and "does not speak ACP" in done.stdout
     done = run_cli("agents", "check", "nobody", "--acp-conformance", "--config", str(config))
     assert done.returncode == 2 and "no agent `nobody`" in done.stderr
+
+
+def test_agents_check_without_the_kit_prints_the_daemons_findings(daemon: DaemonProcess) -> None:
+    done = run_bridge("agents", "check", "demo", env=daemon.env, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "demo: pass"
+    assert "needs no CLI" in done.stdout
+    found = json.loads(run_bridge("agents", "check", "demo", "--json", env=daemon.env).stdout)
+    assert found["status"] == "pass" and found["checks"][0]["code"] == "no_binary_needed"
+    missing = run_bridge("agents", "check", "nobody", env=daemon.env, timeout=30)
+    assert missing.returncode != 0 and "no agent `nobody`" in missing.stderr
+    # the plain listing is still `agents`
+    assert "STATE" in run_bridge("agents", env=daemon.env, timeout=30).stdout
 
 
 async def run_broken(tmp_path: Path, mode: str, timeout: float = 3.0) -> list[kit.Outcome]:

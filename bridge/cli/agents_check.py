@@ -99,6 +99,13 @@ async def _conformance(args: argparse.Namespace, config: Config) -> int:
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("give seconds between 0 and 3600")
+    return value
+
+
 def add_check_command(agents: argparse.ArgumentParser, command_adder: Callable[..., Any]) -> None:
     """``agents check`` under the ``agents`` command's parser (``agents`` alone still lists);
     ``command_adder`` is the command line's own (``bridge.cli.cli``)."""
@@ -118,7 +125,7 @@ def add_check_command(agents: argparse.ArgumentParser, command_adder: Callable[.
     )
     p.add_argument(
         "--step-timeout",
-        type=float,
+        type=_seconds,
         default=60.0,
         help="seconds each exchange may take (default 60)",
     )
