@@ -211,3 +211,15 @@ def test_the_check_wants_a_login(tmp_path: Path) -> None:
     checks = {c.code: c for c in KimiAdapter.check_environment(config)}
     assert checks["kimi_login"].level == "info" and "kimi_config" not in checks
     assert msgspec.to_builtins(checks["kimi_login"])["message"].startswith("logged in")
+    # the new Kimi Code CLI's login, one file per profile under $KIMI_CODE_HOME
+    code_home = tmp_path / "code-home"
+    newer = AdapterConfig(
+        binary=binary,
+        env={"KIMI_SHARE_DIR": str(tmp_path / "none"), "KIMI_CODE_HOME": str(code_home)},
+    )
+    checks = {c.code: c for c in KimiAdapter.check_environment(newer)}
+    assert checks["kimi_login"].level == "warn"
+    (code_home / "credentials").mkdir(parents=True)
+    (code_home / "credentials" / "default.json").write_text("{}")
+    checks = {c.code: c for c in KimiAdapter.check_environment(newer)}
+    assert checks["kimi_login"].level == "info" and "default.json" in checks["kimi_login"].message

@@ -185,9 +185,13 @@ class KimiAdapter(AcpBase):
         env = {**os.environ, **config.env}
         home = share_dir(env)
         token = home / "credentials" / "kimi-code.json"
+        # the new Kimi Code CLI keeps one file per profile under its own home
+        new_home = Path(env.get("KIMI_CODE_HOME") or Path(env.get("HOME") or Path.home()))
+        new_home = new_home if env.get("KIMI_CODE_HOME") else new_home / ".kimi-code"
+        found = [token] if token.is_file() else sorted((new_home / "credentials").glob("*.json"))
         checks: list[Check] = []
-        if token.is_file():
-            checks.append(Check(code="kimi_login", message=f"logged in ({token})"))
+        if found:
+            checks.append(Check(code="kimi_login", message=f"logged in ({found[0]})"))
         else:
             checks.append(
                 Check(
@@ -195,7 +199,7 @@ class KimiAdapter(AcpBase):
                     level="warn",
                     message="Kimi Code is not logged in: its ACP server refuses sessions "
                     "without a login, even with a provider's API key in its config",
-                    detail=str(token),
+                    detail=f"{token}; {new_home / 'credentials'}",
                     hint="run `kimi login` once in a terminal",
                 )
             )
