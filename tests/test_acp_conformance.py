@@ -97,6 +97,28 @@ def test_the_scripted_agent_passes_every_step_from_the_command_line(tmp_path: Pa
     assert [s["step"] for s in steps] == STEPS and {s["status"] for s in steps} == {"ok"}
 
 
+def test_a_drop_in_acp_adapter_file_is_checked_too(tmp_path: Path) -> None:
+    adapters = tmp_path / "adapters"
+    adapters.mkdir(mode=0o700)
+    dropin = adapters / "dropacp.py"
+    dropin.write_text(
+        "import sys\n"
+        "from bridge.adapters.acp import AcpBase\n\n\n"
+        "class DropAcp(AcpBase):\n"
+        '    agent_id = "dropacp"\n'
+        '    display_name = "Dropped-in ACP agent"\n'
+        f"    cli_binary = {str(sys.executable)!r}\n"
+        f"    acp_args = ({str(FAKE_AGENT)!r},)\n"
+        '    default_env = {"FAKE_ACP_STATE": ' + repr(str(tmp_path / "state")) + "}\n"
+    )
+    dropin.chmod(0o600)
+    config = config_dir(tmp_path, f"[adapters]\ndir = {toml_string(str(adapters))}\n")
+    done = run_cli("agents", "check", "dropacp", "--acp-conformance", "--config", str(config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(Dropped-in ACP agent)" in done.stdout
+    assert done.stdout.splitlines()[-1] == "7 ok, 0 failed, 0 not offered or skipped"
+
+
 def test_the_kit_refuses_an_agent_that_is_not_acp_or_not_known(tmp_path: Path) -> None:
     config = config_dir(tmp_path, "")
     done = run_cli("agents", "check", "demo", "--acp-conformance", "--config", str(config))
