@@ -50,6 +50,8 @@ class Agent:
 
 
 def configured(name: str, *args: str) -> Callable[[str], type[AcpBase]]:
+    """The class an ``[acp.<name>]`` table with ``command = [binary, *args]`` makes."""
+
     def make(binary: str) -> type[AcpBase]:
         cls = adapter_class(name, AcpAgentConfig(command=[binary, *args]))
         assert issubclass(cls, AcpBase)
@@ -82,7 +84,7 @@ AGENTS = {
         Agent("kimi", lambda _b: KimiAdapter, "WriteFile", "path", expected=ALL_OK),
         Agent(
             "opencode",
-            configured("opencode", "acp"),
+            configured("opencode-acp", "acp"),
             "write",
             "filePath",
             env_options={"config": ASK_EDITS},
@@ -90,7 +92,7 @@ AGENTS = {
         ),
         Agent(
             "kilo",
-            configured("kilo", "acp"),
+            configured("kilo-acp", "acp"),
             "write",
             "filePath",
             env_options={"config": ASK_EDITS},
