@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from bridge.adapters.acp_check import run_exchanges
 from bridge.parsers import acp_conformance as kit
-from bridge.parsers.jsonrpc import decode
+from bridge.parsers.jsonrpc import Invalid, decode
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
 from tests.harness import toml_string
@@ -323,3 +323,24 @@ def test_no_exchange_raises_on_garbage(messages: list[bytes], step: type[kit.Exc
         ex.quiet()
     ex.expire(1.0)
     assert ex.outcome is not None
+
+
+def test_the_malformed_step_says_whether_the_bad_line_got_a_parse_error() -> None:
+    ex = kit.Malformed(session_ctx())
+    garbage, probe = ex.begin()
+    assert isinstance(decode(garbage), Invalid)
+    rid = json.loads(probe)["id"]
+    ex.feed(decode(line({"id": None, "error": {"code": -32700, "message": "Parse error"}})))
+    ex.feed(decode(line({"id": rid, "error": {"code": -32601, "message": "Method not found"}})))
+    assert ex.outcome == kit.Outcome(
+        "malformed message",
+        "ok",
+        "answered the bad line with a parse error; the next request got method not found",
+    )
+    quiet = kit.Malformed(session_ctx())
+    quiet.begin()
+    quiet.exited(7, "boom\n")
+    assert quiet.outcome is not None and quiet.outcome.status == "failed"
+    assert quiet.outcome.reason == (
+        "a line that is not JSON ended it: the agent exited with code 7 (boom)"
+    )
