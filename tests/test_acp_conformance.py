@@ -119,6 +119,17 @@ def test_a_drop_in_acp_adapter_file_is_checked_too(tmp_path: Path) -> None:
     assert done.stdout.splitlines()[-1] == "7 ok, 0 failed, 0 not offered or skipped"
 
 
+def test_an_acp_agent_with_no_command_fails_initialize_and_says_why(tmp_path: Path) -> None:
+    config = config_dir(tmp_path, "")
+    done = run_cli("agents", "check", "acp", "--acp-conformance", "--config", str(config))
+    assert done.returncode == 1 and not done.stderr, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith(
+        "initialize        failed: could not start the agent: set [agents.acp]"
+    )
+    assert all(" skipped: " in x for x in lines[2:-1])
+
+
 def test_the_kit_refuses_an_agent_that_is_not_acp_or_not_known(tmp_path: Path) -> None:
     config = config_dir(tmp_path, "")
     done = run_cli("agents", "check", "demo", "--acp-conformance", "--config", str(config))

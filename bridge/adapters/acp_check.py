@@ -123,6 +123,20 @@ async def run_exchanges(
     return outcomes
 
 
+def not_started(reason: str, on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """The report of an agent that could not even be started: ``initialize`` failed with
+    ``reason``, every other step skipped."""
+    outcomes: list[Outcome] = []
+    for item in plan(Context(cwd="")):
+        if isinstance(item, Exchange):
+            item.fail(reason)
+            item = item.outcome or Outcome(item.name, "failed", reason)
+        outcomes.append(item)
+        if on_outcome is not None:
+            on_outcome(item)
+    return outcomes
+
+
 async def check_adapter(
     cls: type[AcpBase],
     values: Mapping[str, Any],
@@ -139,8 +153,12 @@ async def check_adapter(
     try:
         adapter = instantiate(cls, {**values, "cwd": cwd})
         assert isinstance(adapter, AcpBase)
+        try:
+            argv = adapter.command_line()
+        except (RuntimeError, ValueError) as exc:  # no command configured, say
+            return not_started(f"could not start the agent: {exc}", on_outcome)
         return await run_exchanges(
-            adapter.command_line(),
+            argv,
             env=adapter.child_env(),
             cwd=adapter.cwd,
             step_timeout=step_timeout,
