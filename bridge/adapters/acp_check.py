@@ -151,11 +151,11 @@ async def check_adapter(
     temporary = cwd is None
     cwd = cwd or tempfile.mkdtemp(prefix="acp-check-")
     try:
-        adapter = instantiate(cls, {**values, "cwd": cwd})
-        assert isinstance(adapter, AcpBase)
         try:
+            adapter = instantiate(cls, {**values, "cwd": cwd})
+            assert isinstance(adapter, AcpBase)
             argv = adapter.command_line()
-        except (RuntimeError, ValueError) as exc:  # no command configured, say
+        except Exception as exc:  # no command configured, or a drop-in class that raises
             return not_started(f"could not start the agent: {exc}", on_outcome)
         return await run_exchanges(
             argv,
