@@ -47,6 +47,13 @@ async def _exit_code(child: ChildProcess) -> int | None:
         return None
 
 
+async def _end(child: ChildProcess) -> None:
+    """The agent's whole process group ended, and its stdin closed even when it had exited by
+    itself (its pipe transport is then done, not left to the garbage collector)."""
+    await child.terminate(GRACE)
+    child.close_stdin()
+
+
 async def run_step(
     child: ChildProcess, exchange: Exchange, timeout: float, quiet: float = QUIET
 ) -> Outcome:
@@ -99,7 +106,7 @@ async def run_exchanges(
         for item in plan(ctx):
             if isinstance(item, Exchange):
                 if item.fresh_process and child is not None:
-                    await child.terminate(GRACE)
+                    await _end(child)
                     child = None
                 if item.fresh_process and before_load is not None and ctx.session_id:
                     with contextlib.suppress(Exception):
@@ -119,7 +126,7 @@ async def run_exchanges(
                 on_outcome(item)
     finally:
         if child is not None:
-            await child.terminate(GRACE)
+            await _end(child)
     return outcomes
 
 
