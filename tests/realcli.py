@@ -34,6 +34,10 @@ HERE = Path(__file__).resolve().parent
 CLIS_DIR = Path(os.environ.get("AGENT_BRIDGE_TEST_CLIS") or HERE / "clis").resolve()
 NODE_MODULES = CLIS_DIR / "node_modules"
 HERMES_VENV = CLIS_DIR / ".hermes-venv"
+#: Kimi Code (PyPI kimi-cli, Python >= 3.12): installed only where such a Python was found
+KIMI_VENV = CLIS_DIR / ".kimi-venv"
+#: what tests/clis/install.sh wrote when it found no Python >= 3.12 for Kimi Code
+KIMI_SKIPPED = CLIS_DIR / ".kimi-skipped"
 
 #: model id every config below declares
 MODEL = "fake-model"
@@ -44,7 +48,18 @@ CODEX_MODEL = "gpt-5.5"
 #: dummy API key (Claude approves custom keys by their last 20 characters)
 API_KEY = "sk-fake-agent-bridge-test-key-0123456789"
 
-CLI_NAMES = ("claude", "codex", "gemini", "opencode", "kilo", "pi", "qwen", "droid", "hermes")
+CLI_NAMES = (
+    "claude",
+    "codex",
+    "gemini",
+    "opencode",
+    "kilo",
+    "pi",
+    "qwen",
+    "droid",
+    "hermes",
+    "kimi",
+)
 
 VERSIONS = {
     "claude": "2.1.332",
@@ -56,6 +71,7 @@ VERSIONS = {
     "qwen": "0.24.4",
     "droid": "0.225.2",
     "hermes": "0.19.0",
+    "kimi": "1.51.0",
 }
 
 
@@ -117,6 +133,11 @@ def hermes_bin() -> str | None:
     return _exe(HERMES_VENV / "bin/hermes")
 
 
+def kimi_bin() -> str | None:
+    """Kimi Code's console script in its own Python >= 3.12 venv (``kimi acp``)."""
+    return _exe(KIMI_VENV / "bin/kimi")
+
+
 BINS: dict[str, Callable[[], str | None]] = {
     "claude": claude_bin,
     "codex": codex_bin,
@@ -127,6 +148,7 @@ BINS: dict[str, Callable[[], str | None]] = {
     "qwen": qwen_bin,
     "droid": droid_bin,
     "hermes": hermes_bin,
+    "kimi": kimi_bin,
 }
 
 
@@ -137,6 +159,8 @@ def cli_bin(name: str) -> str | None:
 
 def missing_reason(name: str) -> str:
     """A pytest skip reason for a CLI that is not installed."""
+    if name == "kimi" and KIMI_SKIPPED.is_file():
+        return f"kimi CLI not installed: {KIMI_SKIPPED.read_text().strip()}"
     return f"{name} CLI not installed: run tests/clis/install.sh (looked in {CLIS_DIR})"
 
 
@@ -479,6 +503,44 @@ def droid_env(tmp: Path | str, base_url: str, *, model: str = MODEL) -> dict[str
     return env
 
 
+def kimi_env(tmp: Path | str, base_url: str, *, model: str = MODEL) -> dict[str, str]:
+    """Kimi Code against ``FakeChat``: ``$KIMI_SHARE_DIR/config.toml`` with a provider of type
+    ``kimi`` (Moonshot's OpenAI-compatible chat API) and a placeholder login.
+
+    Its ACP server refuses sessions until ``kimi login`` stored a token, whatever the provider,
+    so ``credentials/kimi-code.json`` holds one that never expires (nothing calls Moonshot with
+    it: the provider has its own key). Sessions: ``$KIMI_SHARE_DIR/sessions/``.
+    """
+    env = base_env(tmp)
+    share = home_of(env) / ".kimi"
+    (share / "credentials").mkdir(parents=True, exist_ok=True)
+    (share / "config.toml").write_text(
+        'default_model = "fake"\n'
+        "[providers.fake]\n"
+        'type = "kimi"\n'
+        f'base_url = "{_v1(base_url)}"\n'
+        f'api_key = "{API_KEY}"\n'
+        "[models.fake]\n"
+        'provider = "fake"\n'
+        f'model = "{model}"\n'
+        "max_context_size = 128000\n"
+        "[loop_control]\n"
+        "max_retries_per_step = 1\n"
+    )
+    _write_json(
+        share / "credentials/kimi-code.json",
+        {
+            "access_token": "placeholder-login",
+            "refresh_token": "placeholder-refresh",
+            "expires_at": 4102444800.0,
+            "scope": "kimi-code",
+            "token_type": "Bearer",
+        },
+    )
+    env.update({"KIMI_SHARE_DIR": str(share), "KIMI_CLI_NO_AUTO_UPDATE": "1"})
+    return env
+
+
 ENVS: dict[str, Callable[..., dict[str, str]]] = {
     "claude": claude_env,
     "codex": codex_env,
@@ -489,6 +551,7 @@ ENVS: dict[str, Callable[..., dict[str, str]]] = {
     "qwen": qwen_env,
     "droid": droid_env,
     "hermes": hermes_env,
+    "kimi": kimi_env,
 }
 
 

@@ -6,13 +6,19 @@ The adapter runs end to end in tests/test_acp_realcli.py; these are the pieces t
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bridge.adapters.base import AdapterConfig, contract_problems, instantiate
+import pytest
+
+from bridge.adapters.acp import rpc_failure
+from bridge.adapters.base import AdapterConfig, classify_failure, contract_problems, instantiate
 from bridge.adapters.gemini import GeminiAdapter, sidestep_same_minute
+from bridge.parsers.jsonrpc import RpcError
 
 NOW = datetime(2026, 12, 2, 12, 1, 30, tzinfo=UTC)
+FAKE_AGENT = Path(__file__).parent / "fixtures" / "acp" / "fake_agent.py"
 SID = "2479941a-34d2-4d78-880a-f7e9b0878e0e"
 
 
@@ -109,3 +115,77 @@ def test_environment_check_reports_the_auth_setup(tmp_path: Path, monkeypatch) -
     assert auth.level == "info" and "gemini-api-key" in auth.message
     missing = GeminiAdapter.check_environment(AdapterConfig(binary=str(tmp_path / "none")))
     assert missing[0].code == "binary_missing" and missing[0].level == "error"
+
+
+#: Gemini CLI's words when Google refuses a personal Google login (since 2026-06-18): the Code
+#: Assist server's ``UNSUPPORTED_CLIENT`` reason message, which the CLI raises as an
+#: ``IneligibleTierError`` (bundle/chunk-*.js, ``throwIneligibleOrProjectIdError``) and its
+#: sign-in dialog shows after "Failed to sign in. Message:" (as users reported it from 0.49-0.59).
+REFUSED = (
+    "This client is no longer supported for Gemini Code Assist for individuals. To continue "
+    "using Gemini, please migrate to the Antigravity suite of products: https://antigravity.google"
+)
+
+
+def test_a_refused_personal_login_is_auth_required_with_the_date_and_what_to_use() -> None:
+    reports = [
+        # the JSON-RPC error of session/new or session/prompt in ACP mode
+        rpc_failure(
+            "gemini", "Gemini CLI", RpcError(-32603, "Internal error", {"details": REFUSED})
+        ),
+        # the sign-in dialog's words on stderr, the error's name and reason code in a body
+        classify_failure(
+            "gemini", "Gemini CLI failed", stderr=f"Failed to sign in. Message: {REFUSED}"
+        ),
+        classify_failure(
+            "gemini",
+            "IneligibleTierError",
+            body={"ineligibleTiers": [{"reasonCode": "UNSUPPORTED_CLIENT", "tierId": "free-tier"}]},
+        ),
+    ]
+    for block in reports:
+        assert block.code == "auth_required" and not block.retryable
+        assert block.hint is not None and "2026-06-18" in block.hint
+        assert "GEMINI_API_KEY" in block.hint and "GOOGLE_CLOUD_PROJECT" in block.hint
+    # other agents' and other Gemini login failures keep their own hint
+    other = classify_failure("gemini", "Gemini CLI: API key not valid.")
+    assert other.code == "auth_required" and "2026-06-18" not in (other.hint or "")
+
+
+def test_the_check_warns_about_a_personal_google_login(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for name in ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_PROJECT_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
+    settings = tmp_path / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"security": {"auth": {"selectedType": "oauth-personal"}}}))
+    fake = tmp_path / "gemini"
+    fake.write_text("#!/bin/sh\necho 0.61.0\n")
+    fake.chmod(0o755)
+    checks = {c.code: c for c in GeminiAdapter.check_environment(AdapterConfig(binary=str(fake)))}
+    found = checks["gemini_personal_login"]
+    assert found.level == "warn" and "2026-06-18" in found.message
+    assert found.hint is not None and "GEMINI_API_KEY" in found.hint
+    # an organization's account (a Cloud project set) keeps Login with Google
+    work = AdapterConfig(binary=str(fake), env={"GOOGLE_CLOUD_PROJECT": "acme-dev"})
+    checks = {c.code: c for c in GeminiAdapter.check_environment(work)}
+    assert "gemini_personal_login" not in checks
+    assert checks["gemini_auth"].message == "authentication: oauth-personal"
+
+
+async def test_a_session_that_cannot_start_for_a_refused_login_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    class RefusedGemini(GeminiAdapter):
+        """Gemini's adapter on the scripted ACP agent, whose session/new is refused."""
+
+        def command_line(self) -> list[str]:
+            return [sys.executable, str(FAKE_AGENT)]
+
+    adapter = instantiate(
+        RefusedGemini, {"cwd": str(tmp_path), "env": {"FAKE_ACP_NEW_ERROR": REFUSED}}
+    )
+    with pytest.raises(RuntimeError) as refused:
+        await adapter.start("s")
+    assert "no longer supported" in str(refused.value) and "2026-06-18" in str(refused.value)
+    assert not adapter.process_running()

@@ -351,7 +351,7 @@ class AcpBase(CliAdapter, abstract=True):
         remember_env_secrets(self.env)
         # An agent whose stdout ended but that lingers is ended by stop() (grace None).
         pump: Pump[Message] = Pump(JsonRpcLines(), event="acp_decode_failed", grace=None)
-        proc = await pump.spawn(argv, cwd=self.cwd, env=self._child_env())
+        proc = await pump.spawn(argv, cwd=self.cwd, env=self.child_env())
         self._proc = proc
         self._pending.clear()
         self._reader = self._tasks.spawn(self._read_loop(pump, proc), name="reader")
@@ -359,11 +359,16 @@ class AcpBase(CliAdapter, abstract=True):
         try:
             await self._initialize()
             await self._open_session()
-        except BaseException:
+        except BaseException as exc:
             await self._shutdown_process()
+            # A refused login says what to do (Gemini: the end of personal Google accounts).
+            error = self.classify_rpc_error(exc.error) if isinstance(exc, AcpCallError) else None
+            if error is not None and error.code in ("auth_required", "auth_expired"):
+                raise RuntimeError(f"{exc} ({error.hint})") from None
             raise
 
-    def _child_env(self) -> dict[str, str]:
+    def child_env(self) -> dict[str, str]:
+        """The environment the agent process gets: the daemon's, plus the agent's ``env``."""
         env = dict(os.environ)
         env.update(self.env)
         return env

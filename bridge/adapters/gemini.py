@@ -39,8 +39,13 @@ from typing import Any, ClassVar
 from bridge.adapters.acp import AcpBase
 from bridge.adapters.base import AdapterConfig, Check, ModeInfo, ModelInfo
 from bridge.blocks import ErrorBlock
+from bridge.parsers.failures import GEMINI_PERSONAL_HINT
 
 _MODE_UPDATE = re.compile(r"\[MODE_UPDATE\]\s+(\S+)")
+#: ``security.auth.selectedType`` of "Login with Google"
+PERSONAL_LOGIN = "oauth-personal"
+#: set for an organization's account (Workspace, Code Assist Standard/Enterprise)
+_PROJECT_VARS = ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_PROJECT_ID")
 _KEY_VARS = (
     "GEMINI_API_KEY",
     "GOOGLE_API_KEY",
@@ -158,6 +163,18 @@ class GeminiAdapter(AcpBase):
             pass
         has_key = any(env.get(name) for name in _KEY_VARS)
         oauth = (home / ".gemini" / "oauth_creds.json").exists()
+        if selected == PERSONAL_LOGIN and not any(env.get(v) for v in _PROJECT_VARS):
+            checks.append(
+                Check(
+                    code="gemini_personal_login",
+                    level="warn",
+                    message="Gemini CLI logs in with a Google account (oauth-personal): Google "
+                    "refuses personal accounts since 2026-06-18",
+                    detail=str(settings),
+                    hint=GEMINI_PERSONAL_HINT,
+                )
+            )
+            return checks
         if selected:
             checks.append(Check(code="gemini_auth", message=f"authentication: {selected}"))
             return checks

@@ -365,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("agents", cmd_agents, "List adapters, detection and capabilities")
     p.add_argument("--json", action="store_true")
+    from bridge.cli.agents_check import add_check_command
+
+    add_check_command(p, command_adder)
 
     p = add("sessions", cmd_sessions, "List sessions (bridge and terminal)")
     p.add_argument("--json", action="store_true")

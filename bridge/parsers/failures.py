@@ -162,6 +162,19 @@ TOO_LONG_HINT: Final = (
     "The conversation is too long for the model: start a new session, or ask the agent to "
     "compact it."
 )
+#: What to do once Google refused a personal Google login to Gemini CLI (from 2026-06-18).
+GEMINI_PERSONAL_HINT: Final = (
+    "Google stopped serving Gemini CLI to personal Google accounts (free, Google AI Pro and "
+    "Ultra) on 2026-06-18; Workspace, Code Assist Standard/Enterprise and API-key accounts keep "
+    "it. Use a Gemini API key (`GEMINI_API_KEY` in `[agents.gemini] env`, auth type "
+    "`gemini-api-key`), Vertex AI, or an organization's login with `GOOGLE_CLOUD_PROJECT` set."
+)
+#: How Gemini CLI (its Code Assist server's ``UNSUPPORTED_CLIENT`` reason, raised as an
+#: ``IneligibleTierError``) words that refusal.
+GEMINI_PERSONAL_REFUSED: Final = (
+    r"no longer supported for Gemini Code Assist for individuals|\bUNSUPPORTED_CLIENT\b"
+    r"|migrate to the Antigravity suite"
+)
 #: A refresh token the provider refused: the login is gone and only logging in again helps,
 #: unlike an access token that expired (``auth_expired``: the CLI refreshes it by itself).
 #: Matched before the HTTP status, as the OAuth server answers a refused refresh with 400.
@@ -279,6 +292,12 @@ _AGENTS: Final[dict[str, tuple[str, str]]] = {
         "Log Cursor Agent in on the workstation (`cursor-agent login`), or set "
         "`CURSOR_API_KEY` in `[agents.cursor] env`.",
     ),
+    # its provider calls, up to `loop_control.max_retries_per_step` (default 3) times
+    "kimi": (
+        "Kimi Code",
+        "Log Kimi Code in on the workstation (`kimi login`); its ACP server refuses sessions "
+        "without that login, even with a provider's API key in `~/.kimi/config.toml`.",
+    ),
     "acp": (
         "The agent",
         "Log the agent in on the workstation (see its documentation), then send again.",
@@ -305,6 +324,7 @@ _PHRASES: Final[tuple[tuple[str, Rule], ...]] = (
     ("codex", Rule("auth_required", r"unauthorized|\brefresh_token_reused\b")),
     ("codex", Rule("request_rejected", r"contextWindowExceeded|badRequest")),
     # Gemini: a dropped stream ("terminated") and a refused connection come as JSON-RPC 500
+    ("gemini", Rule("auth_required", GEMINI_PERSONAL_REFUSED, GEMINI_PERSONAL_HINT)),
     ("gemini", Rule("network", r"(?:^|: )terminated$|fetch failed|UND_ERR_SOCKET|ECONNREFUSED")),
     ("gemini", Rule("auth_required", r"API key not valid|API_KEY_INVALID|Invalid auth method")),
     ("gemini", Rule("auth_required", r"Please set an Auth method|Failed to login")),
@@ -321,6 +341,7 @@ _PHRASES: Final[tuple[tuple[str, Rule], ...]] = (
     ("hermes", Rule("network", r"APIConnectionError|Connection error")),
     ("droid", Rule("auth_required", r"not authenticated|please log ?in|FACTORY_API_KEY")),
     ("cursor", Rule("auth_required", r"Authentication required|cursor-agent login")),
+    ("kimi", Rule("auth_required", r"auth_required|Authentication required|kimi login")),
     ("acp", Rule("auth_required", r"auth_required|Authentication required")),
 )
 
