@@ -1,0 +1,56 @@
+// The bootstrap of a preview through the relay (docs/protocol.md, "Preview through the
+// relay"). This page is on the previews' own origin, framed by the web client: it installs
+// the service worker that answers every request of the previewed page, takes a MessagePort
+// from the web client (its origin only, checked), and then shows the previewed page in a frame
+// of its own. Each request the worker gets comes here with a port for its answer and goes on,
+// port and all, to the web client, which carries it sealed to the daemon's preview proxy and
+// answers on that port. No key, cookie or byte of the page stays here.
+
+const CLIENT = document.documentElement.dataset.client;
+const WORKER = '/__agent-bridge/sw.js';
+let toClient = null;
+let frame = null;
+
+function show(path) {
+  if (!frame) {
+    frame = document.createElement('iframe');
+    frame.title = 'Preview';
+    Object.assign(frame.style, { border: '0', width: '100%', height: '100%', display: 'block' });
+    Object.assign(document.documentElement.style, { height: '100%' });
+    Object.assign(document.body.style, { margin: '0', height: '100%' });
+    document.body.append(frame);
+  }
+  frame.src = path;
+}
+
+// a request of the previewed page, from the worker: on to the web client with its answer port
+navigator.serviceWorker.onmessage = (ev) => {
+  const [answer] = ev.ports;
+  if (ev.data?.type !== 'agent-bridge-fetch' || !answer) return;
+  if (!toClient) {
+    answer.postMessage({ error: 'the web client has not opened this preview yet' });
+    return;
+  }
+  const transfer = ev.data.body ? [answer, ev.data.body] : [answer];
+  toClient.postMessage(ev.data, transfer);
+};
+
+window.addEventListener('message', (ev) => {
+  if (ev.source !== window.parent || ev.origin !== CLIENT) return;
+  if (ev.data?.type !== 'agent-bridge-preview-port' || !ev.ports[0]) return;
+  toClient?.close();
+  [toClient] = ev.ports;
+  show(typeof ev.data.path === 'string' && ev.data.path.startsWith('/') ? ev.data.path : '/');
+});
+
+async function start() {
+  try {
+    await navigator.serviceWorker.register(WORKER, { scope: '/', updateViaCache: 'none' });
+    await navigator.serviceWorker.ready;
+    window.parent.postMessage({ type: 'agent-bridge-preview-ready' }, CLIENT);
+  } catch (err) {
+    window.parent.postMessage({ type: 'agent-bridge-preview-failed', reason: String(err?.message || err) }, CLIENT);
+  }
+}
+
+start();

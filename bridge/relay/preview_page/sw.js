@@ -1,0 +1,80 @@
+// The service worker of the previews' own origin (docs/protocol.md, "Preview through the
+// relay"): every request of a previewed page on this origin is answered from the dev server,
+// carried by the web client's page. The worker hands each request, with a MessagePort for its
+// answer, to the bootstrap page (which holds the web client's port, and outlives this worker,
+// which the browser may stop when idle), and streams the answer back as it comes:
+// {head: {status, statusText, headers}}, then {chunk: ArrayBuffer}…, then {end: true}, or
+// {error: text} at any point.
+
+const OWN = '/__agent-bridge/';
+const PAGE = OWN + 'preview';
+const NULL_BODY = new Set([101, 103, 204, 205, 304]);
+
+self.addEventListener('install', () => self.skipWaiting());
+self.addEventListener('activate', (event) => event.waitUntil(self.clients.claim()));
+
+self.addEventListener('fetch', (event) => {
+  const url = new URL(event.request.url);
+  // another origin's request (a CDN's script) is the browser's own; ours come from the relay
+  if (url.origin !== self.location.origin || url.pathname.startsWith(OWN)) return;
+  event.respondWith(carry(event.request, url));
+});
+
+/** The bootstrap page that opened last (the web client shows one preview at a time). */
+async function bootstrap() {
+  const pages = await self.clients.matchAll({ type: 'window', includeUncontrolled: true });
+  return pages.filter((c) => new URL(c.url).pathname === PAGE).pop() || null;
+}
+
+function failed(text, status = 502) {
+  return new Response(`${text}\n`, { status, headers: { 'Content-Type': 'text/plain; charset=utf-8' } });
+}
+
+async function carry(request, url) {
+  const page = await bootstrap();
+  if (!page) return failed('this preview is not open in agent-bridge');
+  const body = ['GET', 'HEAD'].includes(request.method) ? null : await request.arrayBuffer();
+  const { port1, port2 } = new MessageChannel();
+  const message = {
+    type: 'agent-bridge-fetch',
+    method: request.method,
+    target: url.pathname + url.search,
+    headers: [...request.headers],
+    body,
+  };
+  return new Promise((resolve) => {
+    let controller = null;
+    let answered = false;
+    const stream = new ReadableStream({
+      start(c) { controller = c; },
+      cancel() { port1.postMessage({ cancel: true }); port1.close(); },
+    });
+    port1.onmessage = ({ data }) => {
+      if (data?.head && !answered) {
+        answered = true;
+        const { status, statusText, headers } = data.head;
+        const none = NULL_BODY.has(status) || request.method === 'HEAD';
+        try {
+          resolve(new Response(none ? null : stream, { status, statusText, headers }));
+        } catch (err) {
+          resolve(failed(`the dev server's answer cannot be shown: ${err.message}`));
+        }
+        if (none) port1.close();
+      } else if (data?.chunk) {
+        controller.enqueue(new Uint8Array(data.chunk));
+      } else if (data?.end) {
+        controller.close();
+        port1.close();
+      } else if (data?.error) {
+        if (!answered) {
+          answered = true;
+          resolve(failed(data.error));
+        } else {
+          controller.error(new Error(data.error));
+        }
+        port1.close();
+      }
+    };
+    page.postMessage(message, body ? [port2, body] : [port2]);
+  });
+}
