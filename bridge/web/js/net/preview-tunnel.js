@@ -19,6 +19,8 @@ const HOP_ANSWER = new Set([
   'set-cookie2', 'content-length',
 ]);
 const MAX_HEAD = 64 * 1024;
+/** The name of a preview's secret cookie begins so (`abpv_ID`, docs/protocol.md, "Preview"). */
+const SECRET_PREFIX = 'abpv_';
 
 function concat(a, b) {
   if (!a.length) return b;
@@ -198,6 +200,7 @@ class CookieJar {
       const at = pair.indexOf('=');
       if (at <= 0) continue;
       const name = pair.slice(0, at).trim();
+      if (name.startsWith(SECRET_PREFIX)) continue; // the preview's secret is kept apart
       const gone = attrs.some((a) => /^\s*max-age\s*=\s*(0|-\d+)\s*$/i.test(a)
         || (/^\s*expires\s*=/i.test(a) && Date.parse(a.split('=').slice(1).join('=')) < Date.now()));
       if (gone) this.cookies.delete(name);
@@ -228,7 +231,7 @@ export class RelayPreview {
     if (this.secret) return;
     const url = new URL(this.preview.url);
     const { head } = await this.#exchange({ method: 'GET', target: url.pathname + url.search }, null);
-    const cookie = head?.cookies.map((c) => c.split(';')[0]).find((c) => c.startsWith(`abpv_`));
+    const cookie = head?.cookies.map((c) => c.split(';')[0]).find((c) => c.startsWith(SECRET_PREFIX));
     if (!cookie) throw new Error(`the preview did not open (${head ? head.status : 'no answer'})`);
     this.secret = cookie;
   }
