@@ -23,8 +23,8 @@ function show(path) {
   frame.src = path;
 }
 
-// a request of the previewed page, from the worker: on to the web client with its answer port
-navigator.serviceWorker.onmessage = (ev) => {
+/** A request of the previewed page, from the worker: on to the web client with its answer port. */
+function onRequest(ev) {
   const [answer] = ev.ports;
   if (ev.data?.type !== 'agent-bridge-fetch' || !answer) return;
   if (!toClient) {
@@ -33,23 +33,30 @@ navigator.serviceWorker.onmessage = (ev) => {
   }
   const transfer = ev.data.body ? [answer, ev.data.body] : [answer];
   toClient.postMessage(ev.data, transfer);
-};
+}
 
 window.addEventListener('message', (ev) => {
   if (ev.source !== window.parent || ev.origin !== CLIENT) return;
   if (ev.data?.type !== 'agent-bridge-preview-port' || !ev.ports[0]) return;
   toClient?.close();
   [toClient] = ev.ports;
-  show(typeof ev.data.path === 'string' && ev.data.path.startsWith('/') ? ev.data.path : '/');
+  const { path } = ev.data;
+  // a path of this origin only, never another host's (`//host`)
+  show(typeof path === 'string' && /^\/(?![/\\])/.test(path) ? path : '/');
 });
 
 async function start() {
   try {
+    if (!navigator.serviceWorker) throw new Error('service workers are off in this context');
+    navigator.serviceWorker.onmessage = onRequest;
     await navigator.serviceWorker.register(WORKER, { scope: '/', updateViaCache: 'none' });
     await navigator.serviceWorker.ready;
     window.parent.postMessage({ type: 'agent-bridge-preview-ready' }, CLIENT);
   } catch (err) {
-    window.parent.postMessage({ type: 'agent-bridge-preview-failed', reason: String(err?.message || err) }, CLIENT);
+    // no service worker here: over plain HTTP beyond the loopback, or a browser that keeps none
+    const reason = String(err?.message || err);
+    document.body.textContent = `This preview cannot start here (it needs a service worker over HTTPS): ${reason}`;
+    window.parent.postMessage({ type: 'agent-bridge-preview-failed', reason }, CLIENT);
   }
 }
 

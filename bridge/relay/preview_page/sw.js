@@ -20,10 +20,17 @@ self.addEventListener('fetch', (event) => {
   event.respondWith(carry(event.request, url));
 });
 
-/** The bootstrap page that opened last (the web client shows one preview at a time). */
+/** The bootstrap page framed last (its `at`): the web client shows one preview at a time. */
 async function bootstrap() {
   const pages = await self.clients.matchAll({ type: 'window', includeUncontrolled: true });
-  return pages.filter((c) => new URL(c.url).pathname === PAGE).pop() || null;
+  let last = null;
+  let lastAt = -1;
+  for (const page of pages) {
+    const url = new URL(page.url);
+    const at = Number(url.searchParams.get('at')) || 0;
+    if (url.pathname === PAGE && at >= lastAt) [last, lastAt] = [page, at];
+  }
+  return last;
 }
 
 function failed(text, status = 502) {
