@@ -114,3 +114,63 @@ test('a request carried whole: the secret asked once and kept here, the dev serv
   await away.carry({ method: 'GET', target: '/', headers: [] }, third);
   assert.match(third.got[0].error, /cannot be reached/);
 });
+
+test('a page that asks for a hundred modules at once: the secret asked once, at most 16 streams open, every one answered', async () => {
+  let open = 0;
+  let most = 0;
+  const entered = [];
+  const sock = {
+    openStream(preview, { ondata, onend }) {
+      open++;
+      most = Math.max(most, open);
+      let sent = '';
+      return {
+        write: (bytes) => {
+          sent += decoder.decode(bytes);
+          const answer = sent.startsWith('GET /__preview/')
+            ? (entered.push(1), 'HTTP/1.1 303 See Other\r\nSet-Cookie: abpv_pv_1=KEY\r\nContent-Length: 0\r\n\r\n')
+            : `HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok`;
+          setTimeout(() => { ondata(encoder.encode(answer)); open--; onend(null); }, 1);
+        },
+        end: () => {},
+      };
+    },
+  };
+  const preview = new RelayPreview({ id: 'pv_1', url: 'http://ws:9/__preview/KEY?to=%2F' }, () => sock);
+  const ports = Array.from({ length: 100 }, () => new Port());
+  await Promise.all(ports.map((port, i) => preview.carry({ method: 'GET', target: `/m${i}.js`, headers: [] }, port)));
+  assert.equal(entered.length, 1);
+  assert.ok(most <= 16, `${most} streams at once`);
+  for (const port of ports) assert.deepEqual(port.got.at(-1), { end: true });
+});
+
+test('a GET whose stream a lost message ended is asked again once; a POST is not', async () => {
+  const tries = [];
+  const sock = {
+    openStream(preview, { ondata, onend }) {
+      let sent = '';
+      return {
+        write: (bytes) => {
+          sent += decoder.decode(bytes);
+          tries.push(sent.split(' ', 2).join(' '));
+          const lost = tries.filter((t) => t === sent.split(' ', 2).join(' ')).length === 1;
+          queueMicrotask(() => {
+            if (lost) return onend('gap');
+            ondata(encoder.encode('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'));
+            onend(null);
+          });
+        },
+        end: () => {},
+      };
+    },
+  };
+  const preview = new RelayPreview({ id: 'pv_1', url: 'http://ws:9/__preview/KEY?to=%2F' }, () => sock);
+  preview.secret = 'abpv_pv_1=KEY';
+  const get = new Port();
+  await preview.carry({ method: 'GET', target: '/a.js', headers: [] }, get);
+  assert.deepEqual(get.got.at(-1), { end: true });
+  const post = new Port();
+  await preview.carry({ method: 'POST', target: '/api', headers: [], body: new ArrayBuffer(1) }, post);
+  assert.match(post.got.at(-1).error, /gap/);
+  assert.deepEqual(tries, ['GET /a.js', 'GET /a.js', 'POST /api']);
+});

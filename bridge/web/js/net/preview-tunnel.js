@@ -19,6 +19,11 @@ const HOP_ANSWER = new Set([
   'set-cookie2', 'content-length',
 ]);
 const MAX_HEAD = 64 * 1024;
+/** Requests of one preview carried at once (a dev server's page may ask for hundreds of
+ *  modules together; a relay connection takes 64 streams): the others wait their turn. */
+const AT_ONCE = 16;
+/** How a stream that a lost message or a lost connection ended says so: asked again once. */
+const LOST = new Set(['gap', 'closed']);
 /** The name of a preview's secret cookie begins so (`abpv_ID`, docs/protocol.md, "Preview"). */
 const SECRET_PREFIX = 'abpv_';
 
@@ -223,12 +228,21 @@ export class RelayPreview {
     this.preview = preview;
     this.socket = socket;
     this.secret = ''; // `abpv_ID=KEY`, from the preview's URL once
+    this.entering = null;
     this.jar = new CookieJar();
+    this.active = 0;
+    this.waiting = [];
   }
 
-  /** The preview's secret as its cookie: its URL's `/__preview/KEY`, asked once. */
-  async enter() {
-    if (this.secret) return;
+  /** The preview's secret as its cookie: its URL's `/__preview/KEY`, asked once (requests
+   *  that come meanwhile wait for the same answer). */
+  enter() {
+    if (this.secret) return Promise.resolve();
+    this.entering ??= this.#enter().finally(() => { this.entering = null; });
+    return this.entering;
+  }
+
+  async #enter() {
     const url = new URL(this.preview.url);
     const { head } = await this.#exchange({ method: 'GET', target: url.pathname + url.search }, null);
     const cookie = head?.cookies.map((c) => c.split(';')[0]).find((c) => c.startsWith(SECRET_PREFIX));
@@ -238,13 +252,38 @@ export class RelayPreview {
 
   async carry(message, port) {
     const { method, target, headers, body } = message || {};
+    await this.#turn();
     try {
       await this.enter();
-      await this.#exchange({ method, target, headers, body }, port);
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.#exchange({ method, target, headers, body }, port);
+          break;
+        } catch (err) {
+          // lost before its answer began: a GET is asked again once, on a new stream
+          if (!err.lost || attempt > 1 || !['GET', 'HEAD'].includes(method)) throw err;
+        }
+      }
     } catch (err) {
       port.postMessage({ error: String(err?.message || err) });
+    } finally {
+      this.#done();
     }
     port.close();
+  }
+
+  async #turn() {
+    if (this.active < AT_ONCE) {
+      this.active++;
+      return;
+    }
+    await new Promise((go) => this.waiting.push(go)); // the one that ends hands its turn over
+  }
+
+  #done() {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.active--;
   }
 
   /** One request on a stream of its own; its answer to `port` as it comes (or, without a
@@ -275,7 +314,7 @@ export class RelayPreview {
             stream?.end();
             if (ev.error) {
               if (port && head) port.postMessage({ error: ev.error });
-              else return reject(new Error(ev.error));
+              else return reject(Object.assign(new Error(ev.error), { lost: !head && !!ev.lost }));
             } else port?.postMessage({ end: true });
             return resolve({ head });
           }
@@ -289,7 +328,9 @@ export class RelayPreview {
       try {
         stream = ws.openStream(this.preview.id, {
           ondata: (data) => finish(reader.feed(data)),
-          onend: (error) => finish(error && error !== 'ended' ? [{ error: `the preview's stream ended: ${error}` }] : reader.finish()),
+          onend: (error) => finish(error && error !== 'ended'
+            ? [{ error: `the preview's stream ended: ${error}`, lost: LOST.has(error) }]
+            : reader.finish()),
         });
         stream.write(bytes);
       } catch (err) {
