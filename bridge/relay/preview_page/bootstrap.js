@@ -40,10 +40,17 @@ window.addEventListener('message', (ev) => {
   if (ev.data?.type !== 'agent-bridge-preview-port' || !ev.ports[0]) return;
   toClient?.close();
   [toClient] = ev.ports;
-  const { path } = ev.data;
+  // the web client's Reload: the previewed page again, this page and its worker as they are
+  toClient.onmessage = (msg) => {
+    if (msg.data?.type === 'agent-bridge-preview-show') showPath(msg.data.path);
+  };
+  showPath(ev.data.path);
+});
+
+function showPath(path) {
   // a path of this origin only, never another host's (`//host`)
   show(typeof path === 'string' && /^\/(?![/\\])/.test(path) ? path : '/');
-});
+}
 
 async function start() {
   try {

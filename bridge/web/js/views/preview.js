@@ -173,15 +173,23 @@ export class PreviewPanel {
     };
     this.port?.close();
     this.port = port1;
-    const path = new URL(this.current.url).searchParams.get('to') || '/';
-    ev.source.postMessage({ type: 'agent-bridge-preview-port', path }, this.origin, [port2]);
+    ev.source.postMessage({ type: 'agent-bridge-preview-port', path: this.startPath() }, this.origin, [port2]);
   }
 
   /** Loaded again from the preview's URL (this page cannot read a cross-origin frame's
    *  location, so the path given when it was opened). */
   reload() {
+    if (this.port) {
+      // through a relay: the previewed page again inside the previews' origin's frame
+      this.port.postMessage({ type: 'agent-bridge-preview-show', path: this.startPath() });
+      return;
+    }
     this.iframe.src = 'about:blank';
     this.iframe.src = this.frameSrc();
+  }
+
+  startPath() {
+    return new URL(this.current.url).searchParams.get('to') || '/';
   }
 
   hideFrame() {
