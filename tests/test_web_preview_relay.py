@@ -67,6 +67,7 @@ tryTop('topStorage', () => Object.keys(window.top.localStorage));
 tryTop('topDocument', () => window.top.document.title);
 tryTop('topApp', () => String(window.top.agentBridge));
 tryTop('topNacl', () => typeof window.top.nacl.box);
+report.bootstrap = [typeof parent.toClient, typeof parent.port, typeof parent.nacl].join();
 report.ownStorage = JSON.stringify(Object.entries(localStorage));
 report.ownCookie = document.cookie;
 report.dbs = (await indexedDB.databases()).map((d) => d.name);
@@ -187,6 +188,8 @@ def test_a_phone_previews_a_dev_server_through_relay_serve_and_the_page_reaches_
             for key in ("topStorage", "topDocument", "topApp", "topNacl", "clientFile"):
                 assert str(first[key]).startswith("denied"), (key, first)
             assert "agent-bridge" not in first["ownStorage"] and first["ownCookie"] == "", first
+            # its own origin's bootstrap keeps the client's port to itself (module scope)
+            assert first["bootstrap"] == "undefined,undefined,undefined", first
             client_dbs = p.eval("indexedDB.databases().then((l) => l.map((d) => d.name))")
             assert client_dbs and not set(first["dbs"]) & set(client_dbs), (first, client_dbs)
             assert first["clientSw"] == "refused: SecurityError", first
