@@ -1,6 +1,7 @@
 """The previews' own origin `relay serve` serves on its preview port (docs/protocol.md, "The
-previews' origin"): the bootstrap page (framed only by the web client's origin), its script
-and the service worker (scope: the whole origin), and nothing else: not the web client, not
+previews' origin"): the bootstrap page (framed only by the web client's origin), its script,
+the service worker (scope: the whole origin) and the script it adds to the pages it serves
+(their WebSockets), and nothing else: not the web client, not
 nats-server, no upgrade. The web port says which port it is."""
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def test_the_previews_origin_serves_its_bootstrap_and_worker_and_nothing_else(
     status, headers, body = get(port, "/__agent-bridge/preview.js")
     assert status == 200 and body == (PAGE_FILES / "bootstrap.js").read_bytes()
     assert headers["content-type"] == "text/javascript; charset=utf-8"
+    status, headers, body = get(port, "/__agent-bridge/ws.js")
+    assert status == 200 and body == (PAGE_FILES / "ws.js").read_bytes()
 
     # not the web client, not nats-server, not a dev server's files, no upgrade
     for path in ("/", "/index.html", "/sw.js", "/js/app.js", "/nats", "/preview-origin.json"):

@@ -2,7 +2,8 @@
 phone reaches the workstation only through the relay (the daemon serves no page and the phone
 never dials it). The page relay serve serves shows a session's dev server (tests/devserver.py)
 in the previews' own origin (relay serve's preview port), its requests carried sealed over the
-page's relay connection; Reload shows the dev server's new content.
+page's relay connection; Reload shows the dev server's new content, and so does the dev
+server's own live reload, its WebSocket carried through the relay too.
 
 The previewed page is hostile: it tries to read the web client's storage, IndexedDB and window,
 to register a service worker on the client's origin and on its own, and to read the client's
@@ -77,10 +78,14 @@ try { await navigator.serviceWorker.register('/sw.js'); report.ownSw = 'register
 catch (e) { report.ownSw = 'refused: ' + e.name; }
 try { report.clientFile = (await (await fetch(client + '/preview-origin.json')).text()); }
 catch (e) { report.clientFile = denied(e); }
+// the dev server's live reload, carried through the relay (when live.txt says on)
+const live = new WebSocket(`ws://${location.host}/__livereload`);
+live.onmessage = async () => {
+  if ((await (await fetch('/live.txt')).text()).trim() === 'on') location.reload();
+};
 report.live = await new Promise((done) => {
-  const ws = new WebSocket(`ws://${location.host}/__livereload`);
-  ws.onopen = () => done('open');
-  ws.onerror = () => done('error');
+  live.onopen = () => done('open');
+  live.onerror = () => done('error');
 });
 await fetch('/__report?r=' + encodeURIComponent(JSON.stringify(report)));
 """
@@ -162,6 +167,7 @@ def test_a_phone_previews_a_dev_server_through_relay_serve_and_the_page_reaches_
     asset = base64.b64encode(os.urandom(384 * 1024)).decode()  # 512 KiB of text
     (site / "big.txt").write_text(asset)
     (site / "sw.js").write_text("self.addEventListener('fetch', () => {});\n")
+    (site / "live.txt").write_text("off")
     heard = Overheard(served)
     printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
     link = next(line for line in printed.splitlines() if "#relay=" in line)
@@ -194,16 +200,22 @@ def test_a_phone_previews_a_dev_server_through_relay_serve_and_the_page_reaches_
             assert client_dbs and not set(first["dbs"]) & set(client_dbs), (first, client_dbs)
             assert first["clientSw"] == "refused: SecurityError", first
             assert first["ownSw"].startswith("refused"), first  # the relay serves no /sw.js
-            assert first["live"] == "error", first  # live reload is not carried: Reload is
+            assert first["live"] == "open", first
             shot(p, "preview-relay-phone-open")
 
-            # the agent edits the page: Reload shows it
+            # the agent edits the page: Reload shows it (the page's live reload is off)
             (site / "index.html").write_text(page("Edited by the agent"))
             p.click(".preview-reload")
             second = reports(port, 2)[1]
             assert second["greeting"] == "Edited by the agent", second
-            assert second["asset"] == len(asset), second
+            assert second["asset"] == len(asset) and second["live"] == "open", second
             shot(p, "preview-relay-phone-reloaded")
+
+            # and the dev server's own live reload, its WebSocket carried through the relay
+            (site / "index.html").write_text(page("Live reloaded"))
+            (site / "live.txt").write_text("on")
+            third = reports(port, 3)[2]
+            assert third["greeting"] == "Live reloaded" and third["live"] == "open", third
 
             p.click(".preview-close")
             p.wait_for("!document.querySelector('.preview-overlay')")
@@ -211,7 +223,7 @@ def test_a_phone_previews_a_dev_server_through_relay_serve_and_the_page_reaches_
             assert p.eval(listed) == []
             # what the previewed page tried and was refused is its error, not the client's
             theirs = ("(404) was received when fetching the script", "/sw.js", "CORS policy")
-            theirs += ("net::ERR_FAILED", "__livereload")
+            theirs += ("net::ERR_FAILED",)
             mine = [e for e in page_errors(p) if not any(t in e for t in theirs)]
             assert mine == [], page_errors(p)
 
@@ -219,6 +231,7 @@ def test_a_phone_previews_a_dev_server_through_relay_serve_and_the_page_reaches_
         assert len(heard.captured) > 20, len(heard.captured)
         assert PAGE_MARK.encode() not in blob and asset[:64].encode() not in blob
         assert b"HTTP/1.1" not in blob and b"__report" not in blob and b"greeting" not in blob
+        assert b"__livereload" not in blob and b"reload" not in blob
     finally:
         p.close()
         heard.close()

@@ -17,4 +17,4 @@ from tests.web.nodetest import run_node_test
 def test_a_previews_requests_are_written_and_its_answers_read_as_http_1_1() -> None:
     done = run_node_test("preview_tunnel.test.mjs")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "fail 0" in done.stdout and "pass 5" in done.stdout
+    assert "fail 0" in done.stdout and "pass 7" in done.stdout

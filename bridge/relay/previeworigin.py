@@ -3,14 +3,15 @@
 
 A previewed page must never run in the web client's origin, where it could read the client's
 relay keys, IndexedDB and service worker. So `relay serve` has a port of its own for previews
-(``--preview-port``, the same host and certificate as the web port), and on it serves three
-static files and nothing else: a bootstrap page, its script, and a service worker whose scope
-is the whole origin. The client's page frames the bootstrap, hands it a MessagePort, and the
-worker sends every request of the previewed page through that port to the client's page, which
-carries it sealed over its relay connection (STREAM messages) to the daemon's preview proxy.
-No key, cookie or page byte is ever on this side: the relay serves the same three files to
-everyone. The bootstrap may only be framed by the web client's origin (``frame-ancestors``),
-and takes its port only from there.
+(``--preview-port``, the same host and certificate as the web port), and on it serves four
+static files and nothing else: a bootstrap page, its script, a service worker whose scope is
+the whole origin, and a script the worker adds to the pages it serves (it carries their
+WebSockets to their own host). The client's page frames the bootstrap, hands it a MessagePort,
+and the worker sends every request of the previewed page through that port to the client's
+page, which carries it sealed over its relay connection (STREAM messages) to the daemon's
+preview proxy. No key, cookie or page byte is ever on this side: the relay serves the same
+four files to everyone. The bootstrap may only be framed by the web client's origin
+(``frame-ancestors``), and takes its port only from there.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ PREFIX = "/__agent-bridge/"
 PAGE = PREFIX + "preview"
 SCRIPT = PREFIX + "preview.js"
 WORKER = PREFIX + "sw.js"
+SOCKETS = PREFIX + "ws.js"
 
 
 def _read(name: str) -> bytes:
@@ -48,7 +50,7 @@ def client_origin(host: str, scheme: str, web_port: int) -> str | None:
 
 
 class PreviewOrigin(LoopbackSite):
-    """Answers the bootstrap page, its script and the worker; 404 for anything else."""
+    """Answers the bootstrap page, the scripts and the worker; 404 for anything else."""
 
     def __init__(self, scheme: str, web_port: int) -> None:
         super().__init__()
@@ -57,11 +59,13 @@ class PreviewOrigin(LoopbackSite):
         self.page = _read("bootstrap.html").decode()
         self.script = _read("bootstrap.js")
         self.worker = _read("sw.js")
+        self.sockets = _read("ws.js")
 
     def respond(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
-        if path == SCRIPT:
-            return self._file(request, self.script, "text/javascript; charset=utf-8")
+        if path in (SCRIPT, SOCKETS):
+            script = self.script if path == SCRIPT else self.sockets
+            return self._file(request, script, "text/javascript; charset=utf-8")
         if path == WORKER:
             worker = self._file(request, self.worker, "text/javascript; charset=utf-8")
             worker.headers["Service-Worker-Allowed"] = "/"

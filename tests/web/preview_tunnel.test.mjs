@@ -174,3 +174,72 @@ test('a GET whose stream a lost message ended is asked again once; a POST is not
   assert.match(post.got.at(-1).error, /gap/);
   assert.deepEqual(tries, ['GET /a.js', 'GET /a.js', 'POST /api']);
 });
+
+const { FrameReader, OP, closePayload, frameBytes, upgradeBytes } = await import('../../bridge/web/js/net/preview-socket.js');
+
+/** A frame as a server sends it: unmasked, `fin` or not. */
+function serverFrame(opcode, payload, fin = true) {
+  const n = payload.length;
+  const head = n < 126 ? [n] : n < 65536 ? [126, n >> 8, n & 255] : null;
+  return new Uint8Array([(fin ? 0x80 : 0) | opcode, ...head, ...payload]);
+}
+
+test('WebSocket frames: a masked frame of each size read back, a message in pieces joined, control frames, and what is not framing refused', () => {
+  for (const size of [0, 5, 125, 126, 65535, 65536, 200_000]) {
+    const payload = new Uint8Array(size).map((_, i) => i * 7);
+    const frame = frameBytes(OP.BINARY, payload);
+    assert.equal(frame[1] & 0x80, 0x80); // masked, as a browser's are
+    const events = [];
+    const r = new FrameReader();
+    for (let at = 0; at < frame.length; at += 4096) events.push(...r.feed(frame.subarray(at, at + 4096)));
+    assert.equal(events.length, 1);
+    assert.deepEqual(events[0].binary, payload);
+  }
+  const r = new FrameReader();
+  const got = [
+    ...r.feed(serverFrame(OP.TEXT, encoder.encode('re'), false)),
+    ...r.feed(serverFrame(OP.PING, encoder.encode('p'))), // between the pieces, as RFC 6455 allows
+    ...r.feed(serverFrame(OP.CONTINUATION, encoder.encode('load'))),
+    ...r.feed(serverFrame(OP.CLOSE, closePayload(1001, 'going'))),
+  ];
+  assert.deepEqual(got, [{ ping: encoder.encode('p') }, { text: 'reload' }, { close: { code: 1001, reason: 'going' } }]);
+  assert.match(new FrameReader().feed(serverFrame(OP.CONTINUATION, encoder.encode('x')))[0].error, /framing/);
+  const big = new Uint8Array([0x82, 127, 0, 0, 0, 0, 0x10, 0, 0, 0]); // 256 MiB said
+  assert.match(new FrameReader().feed(big)[0].error, /too large/);
+  const up = decoder.decode(upgradeBytes({ target: '/__livereload', protocols: ['vite-hmr', 'bad proto'], cookie: 'abpv_pv_1=KEY', key: 'a2V5' }));
+  assert.equal(up, 'GET /__livereload HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n'
+    + 'Sec-WebSocket-Key: a2V5\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: vite-hmr\r\nCookie: abpv_pv_1=KEY\r\n\r\n');
+});
+
+test('a previewed page\'s WebSocket carried: the upgrade with the secret, the 101, messages both ways, a ping answered, the server\'s close', async () => {
+  const up = [];
+  let toPage = null;
+  let ended = false;
+  const sock = {
+    openStream(preview, { ondata, onend }) {
+      toPage = { ondata, onend };
+      return { write: (bytes) => up.push(bytes), end: () => { ended = true; } };
+    },
+  };
+  const preview = new RelayPreview({ id: 'pv_1', url: 'http://ws:9/__preview/KEY?to=%2F' }, () => sock);
+  preview.secret = 'abpv_pv_1=KEY';
+  const port = new Port();
+  await preview.carrySocket({ type: 'agent-bridge-ws', target: '/__livereload', protocols: [] }, port);
+  assert.match(decoder.decode(up[0]), /^GET \/__livereload HTTP\/1\.1\r\n[^]*Upgrade: websocket[^]*Cookie: abpv_pv_1=KEY\r\n\r\n$/);
+  toPage.ondata(encoder.encode('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n'));
+  toPage.ondata(serverFrame(OP.TEXT, encoder.encode('reload')));
+  assert.deepEqual(port.got, [{ open: { protocol: '' } }, { message: 'reload' }]);
+  port.onmessage({ data: { send: 'hi' } });
+  const sent = new FrameReader().feed(up[1]);
+  assert.deepEqual(sent, [{ text: 'hi' }]);
+  toPage.ondata(serverFrame(OP.PING, encoder.encode('x')));
+  assert.deepEqual(new FrameReader().feed(up[2]), [{ pong: encoder.encode('x') }]);
+  toPage.ondata(serverFrame(OP.CLOSE, closePayload(1000, 'bye')));
+  assert.deepEqual(port.got.at(-1), { close: { code: 1000, reason: 'bye' } });
+  assert.ok(ended && port.closed);
+  // refused by the dev server: the page's socket closes with an error
+  const refused = new Port();
+  await preview.carrySocket({ target: '/nope', protocols: [] }, refused);
+  toPage.ondata(encoder.encode('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n'));
+  assert.deepEqual(refused.got, [{ close: { code: 1006, reason: 'the dev server answered 404', error: true } }]);
+});

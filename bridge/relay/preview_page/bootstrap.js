@@ -4,7 +4,8 @@
 // from the web client (its origin only, checked), and then shows the previewed page in a frame
 // of its own. Each request the worker gets comes here with a port for its answer and goes on,
 // port and all, to the web client, which carries it sealed to the daemon's preview proxy and
-// answers on that port. No key, cookie or byte of the page stays here.
+// answers on that port; the page's WebSockets to its own host (ws.js) go the same way. No
+// key, cookie or byte of the page stays here.
 
 const CLIENT = document.documentElement.dataset.client;
 const WORKER = '/__agent-bridge/sw.js';
@@ -36,6 +37,12 @@ function onRequest(ev) {
 }
 
 window.addEventListener('message', (ev) => {
+  // a WebSocket of the previewed page (ws.js, this origin): on to the web client with its port
+  if (ev.origin === location.origin && ev.data?.type === 'agent-bridge-ws' && ev.ports[0]) {
+    if (toClient) toClient.postMessage(ev.data, [ev.ports[0]]);
+    else ev.ports[0].postMessage({ close: { code: 1006, reason: 'not open yet', error: true } });
+    return;
+  }
   if (ev.source !== window.parent || ev.origin !== CLIENT) return;
   if (ev.data?.type !== 'agent-bridge-preview-port' || !ev.ports[0]) return;
   toClient?.close();

@@ -3,7 +3,13 @@
 // the previewed page; this page writes it as HTTP/1.1 on a STREAM of its sealed relay
 // connection to the daemon's preview proxy, and hands the answer back as it comes. The
 // preview's secret cookie and the dev server's cookies are kept here, in memory, and never
-// reach the previews' origin. `requestBytes` and `ResponseReader` are sans-I/O.
+// reach the previews' origin. `requestBytes` and `ResponseReader` are sans-I/O. The page's
+// WebSockets to its own host (its live reload) are carried too (`carrySocket`,
+// net/preview-socket.js).
+
+import {
+  FrameReader, OP, closePayload, frameBytes, upgradeAnswer, upgradeBytes,
+} from './preview-socket.js';
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -270,6 +276,73 @@ export class RelayPreview {
       this.#done();
     }
     port.close();
+  }
+
+  /**
+   * A WebSocket of the previewed page to its own host (`{target, protocols}`), carried until
+   * either side closes. To `port`: {open: {protocol}}, {message: text or ArrayBuffer}, then
+   * {close: {code, reason, error}} once; from it: {send: text or ArrayBuffer}, {close: {code,
+   * reason}}. It holds a stream, not a turn of the requests (a live reload's stays open).
+   */
+  async carrySocket(message, port) {
+    let stream = null;
+    let opened = false;
+    let closed = false;
+    let head = new Uint8Array(0);
+    const reader = new FrameReader();
+    const finish = (close) => {
+      if (closed) return;
+      closed = true;
+      port.postMessage({ close });
+      stream?.end();
+      port.close();
+    };
+    const lost = (reason) => finish({ code: 1006, reason, error: true });
+    const feed = (events) => {
+      for (const ev of events) {
+        if (closed) return;
+        if ('text' in ev) port.postMessage({ message: ev.text });
+        else if (ev.binary) {
+          const data = ev.binary.slice().buffer;
+          port.postMessage({ message: data }, [data]);
+        } else if (ev.ping) stream.write(frameBytes(OP.PONG, ev.ping));
+        else if (ev.close) {
+          const code = ev.close.code === 1005 ? 1000 : ev.close.code;
+          stream.write(frameBytes(OP.CLOSE, closePayload(code)));
+          finish({ code: ev.close.code, reason: ev.close.reason });
+        } else if (ev.error) lost(ev.error);
+      }
+    };
+    port.onmessage = ({ data }) => {
+      if (closed || !opened) return;
+      if (typeof data?.send === 'string') stream.write(frameBytes(OP.TEXT, encoder.encode(data.send)));
+      else if (data?.send instanceof ArrayBuffer) stream.write(frameBytes(OP.BINARY, new Uint8Array(data.send)));
+      else if (data?.close) stream.write(frameBytes(OP.CLOSE, closePayload(data.close.code || 1000, data.close.reason || '')));
+    };
+    try {
+      await this.enter();
+      const ws = this.socket();
+      if (!ws) throw new Error('the workstation cannot be reached now');
+      const cookie = [this.secret, this.jar.header()].filter(Boolean).join('; ');
+      const bytes = upgradeBytes({ target: message?.target, protocols: message?.protocols || [], cookie });
+      stream = ws.openStream(this.preview.id, {
+        ondata: (data) => {
+          if (opened) return feed(reader.feed(data));
+          head = concat(head, data);
+          const answer = upgradeAnswer(head);
+          if (!answer) return head.length > MAX_HEAD ? lost('the answer\'s head is too large') : undefined;
+          if (answer.status !== 101) return lost(`the dev server answered ${answer.status}`);
+          opened = true;
+          port.postMessage({ open: { protocol: answer.protocol } });
+          if (answer.rest.length) feed(reader.feed(answer.rest));
+          return undefined;
+        },
+        onend: (error) => lost(error ? `the preview's stream ended: ${error}` : 'the dev server closed it'),
+      });
+      stream.write(bytes);
+    } catch (err) {
+      lost(String(err?.message || err));
+    }
   }
 
   async #turn() {

@@ -169,7 +169,9 @@ export class PreviewPanel {
     const tunnel = this.tunnel;
     port1.onmessage = (msg) => {
       const [answer] = msg.ports;
-      if (msg.data?.type === 'agent-bridge-fetch' && answer) tunnel.carry(msg.data, answer);
+      if (!answer) return;
+      if (msg.data?.type === 'agent-bridge-fetch') tunnel.carry(msg.data, answer);
+      else if (msg.data?.type === 'agent-bridge-ws') tunnel.carrySocket(msg.data, answer);
     };
     this.port?.close();
     this.port = port1;
