@@ -25,7 +25,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from bridge.relay.webserve import LoopbackSite
-from bridge.server.web import _HOST_RE
+from bridge.server.web import plain_host
 
 #: the bootstrap's own paths; the worker never sends them to the dev server
 PREFIX = "/__agent-bridge/"
@@ -42,7 +42,7 @@ def _read(name: str) -> bytes:
 def client_origin(host: str, scheme: str, web_port: int) -> str | None:
     """The web client's origin as a browser writes it, for a request to ``host`` (its Host
     header: the name the phone used); None for a Host that is not a plain host[:port]."""
-    if not _HOST_RE.match(host):
+    if not plain_host(host):
         return None
     name = host[: host.index("]") + 1] if host.startswith("[") else host.split(":", 1)[0]
     default = 443 if scheme == "https" else 80
