@@ -21,14 +21,17 @@ export function reachable(url, ws) {
 }
 
 /** The previews' own origin of the `relay serve` that served this page, or null (a page served
- *  by a daemon, or a relay without one): asked once. */
-let previewOrigin;
-export function relayPreviewOrigin() {
-  previewOrigin ??= fetch('/preview-origin.json', { cache: 'no-store' })
-    .then((r) => (r.ok ? r.json() : null))
-    .then((j) => (Number.isInteger(j?.port) && j.port > 0 && j.port < 65536
-      ? new URL(`${location.protocol}//${location.hostname}:${j.port}/`).origin : null))
-    .catch(() => null);
+ *  by a daemon, or a relay without one): asked until it is known. */
+let previewOrigin = null;
+export async function relayPreviewOrigin() {
+  if (previewOrigin) return previewOrigin;
+  try {
+    const r = await fetch('/preview-origin.json', { cache: 'no-store' });
+    const j = r.ok ? await r.json() : null;
+    if (Number.isInteger(j?.port) && j.port > 0 && j.port < 65536) {
+      previewOrigin = new URL(`${location.protocol}//${location.hostname}:${j.port}/`).origin;
+    }
+  } catch { /* offline, or not a page relay serve served */ }
   return previewOrigin;
 }
 
@@ -48,6 +51,7 @@ export class PreviewPanel {
     this.current = null;
     this.origin = null; // through a relay: the previews' origin
     this.tunnel = null; // through a relay: net/preview-tunnel.js's RelayPreview
+    this.port = null; // through a relay: the channel to the previews' origin's bootstrap
     this.onMessage = (ev) => this.fromOrigin(ev);
   }
 
