@@ -236,8 +236,10 @@ def test_relay_serve_obtains_a_certificate_and_serves_the_page_and_wss_with_it(
         issued = _file_cert(relay)
         names = issued.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         assert names.get_values_for_type(x509.DNSName) == [DOMAIN]
-        # the web client's page over https, verified against pebble's root
+        # the web client's page over https, verified against pebble's root; the previews'
+        # origin on its own port with the same certificate
         assert _served_cert(relay.web_port, ctx) == issued
+        assert _served_cert(relay.preview_port, ctx) == issued
         # DOMAIN resolves nowhere here: dial 127.0.0.1, verify the certificate for DOMAIN
         with (
             socket.create_connection(("127.0.0.1", relay.web_port), timeout=10) as raw,
@@ -289,6 +291,7 @@ def test_relay_serve_renews_the_certificate_without_restarting_nats_server(
             time.sleep(0.2)
         assert int((relay.rdir / "nats-server.pid").read_text()) == pid
         assert _served_cert(relay.web_port, ctx) == renewed
+        assert _served_cert(relay.preview_port, ctx) == renewed
         assert _nats_over_wss(relay.ws_port, ctx).startswith("INFO ")
     finally:
         assert relay.stop() == 0
