@@ -36,8 +36,8 @@ def test_the_previews_origin_serves_its_bootstrap_and_worker_and_nothing_else(
     served: ServedRelay,
 ) -> None:
     port, web = served.preview_port, served.web_port
-    status, _, body = get(web, "/preview-origin.json")
-    assert status == 200 and json.loads(body) == {"port": port}
+    status, _, body = get(web, "/healthz")  # where the page learns the port
+    assert status == 200 and json.loads(body) == {"ok": True, "relay": True, "preview_port": port}
 
     status, headers, body = get(port, "/__agent-bridge/preview")
     assert status == 200 and headers["content-type"] == "text/html; charset=utf-8"
@@ -59,7 +59,7 @@ def test_the_previews_origin_serves_its_bootstrap_and_worker_and_nothing_else(
     assert status == 200 and body == (PAGE_FILES / "ws.js").read_bytes()
 
     # not the web client, not nats-server, not a dev server's files, no upgrade
-    for path in ("/", "/index.html", "/sw.js", "/js/app.js", "/nats", "/preview-origin.json"):
+    for path in ("/", "/index.html", "/sw.js", "/js/app.js", "/nats", "/healthz"):
         assert get(port, path)[0] == 404, path
     upgrade = {
         "Upgrade": "websocket",

@@ -76,7 +76,7 @@ try { await navigator.serviceWorker.register(client + '/sw.js'); report.clientSw
 catch (e) { report.clientSw = 'refused: ' + e.name; }
 try { await navigator.serviceWorker.register('/sw.js'); report.ownSw = 'registered'; }
 catch (e) { report.ownSw = 'refused: ' + e.name; }
-try { report.clientFile = (await (await fetch(client + '/preview-origin.json')).text()); }
+try { report.clientFile = (await (await fetch(client + '/healthz')).text()); }
 catch (e) { report.clientFile = denied(e); }
 // the dev server's live reload, carried through the relay (when live.txt says on)
 const live = new WebSocket(`ws://${location.host}/__livereload`);

@@ -5,8 +5,9 @@ The same files and headers as the daemon's (bridge/server/web.py), over websocke
 like the daemon's port; every request is answered before any upgrade, so there is no WebSocket
 and no daemon API here: the page talks only to workstations paired through the relay. It
 listens on loopback: phones reach it through the web port (bridge/relay/frontdoor.py), which
-ends TLS and sends ``/nats`` to nats-server instead. ``/preview-origin.json`` tells the page the
-port of the previews' own origin (bridge/relay/previeworigin.py), when there is one.
+ends TLS and sends ``/nats`` to nats-server instead. ``/healthz`` tells the page that it is
+`relay serve`'s, and the port of the previews' own origin (bridge/relay/previeworigin.py) when
+there is one.
 """
 
 from __future__ import annotations
@@ -23,9 +24,6 @@ from bridge.server.endpoint import json_response
 from bridge.server.web import WebClient, builtin_client
 
 log = get_logger("bridge.relay.web")
-
-#: where the page asks for the previews' origin (docs/protocol.md, "Preview through the relay")
-PREVIEW_ORIGIN_PATH = "/preview-origin.json"
 
 
 class LoopbackSite:
@@ -68,7 +66,7 @@ class LoopbackSite:
 
 
 class RelayWeb(LoopbackSite):
-    """The client's files, ``/healthz`` and ``/preview-origin.json``."""
+    """The client's files and ``/healthz``."""
 
     def __init__(self, client: WebClient, preview_port: int = 0) -> None:
         super().__init__()
@@ -78,9 +76,9 @@ class RelayWeb(LoopbackSite):
     def respond(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
         if path == "/healthz":
-            return json_response(200, {"ok": True, "relay": True})
-        if path == PREVIEW_ORIGIN_PATH and self.preview_port:
-            return json_response(200, {"port": self.preview_port})
+            # the previews' origin's port, where the page shows previews (docs/protocol.md)
+            previews = {"preview_port": self.preview_port} if self.preview_port else {}
+            return json_response(200, {"ok": True, "relay": True, **previews})
         return self.client(connection, request)
 
 

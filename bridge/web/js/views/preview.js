@@ -20,16 +20,16 @@ export function reachable(url, ws) {
   return u.toString();
 }
 
-/** The previews' own origin of the `relay serve` that served this page, or null (a page served
- *  by a daemon, or a relay without one): asked until it is known. */
+/** The previews' own origin of the `relay serve` that served this page (its /healthz names
+ *  the port), or null (a page served by a daemon, or a relay without one): asked until known. */
 let previewOrigin = null;
 export async function relayPreviewOrigin() {
   if (previewOrigin) return previewOrigin;
   try {
-    const r = await fetch('/preview-origin.json', { cache: 'no-store' });
-    const j = r.ok ? await r.json() : null;
-    if (Number.isInteger(j?.port) && j.port > 0 && j.port < 65536) {
-      previewOrigin = new URL(`${location.protocol}//${location.hostname}:${j.port}/`).origin;
+    const r = await fetch('/healthz', { cache: 'no-store' });
+    const { relay, preview_port: port } = r.ok ? await r.json() : {};
+    if (relay === true && Number.isInteger(port) && port > 0 && port < 65536) {
+      previewOrigin = new URL(`${location.protocol}//${location.hostname}:${port}/`).origin;
     }
   } catch { /* offline, or not a page relay serve served */ }
   return previewOrigin;
