@@ -195,7 +195,8 @@ def test_without_relay_config_healthz_says_off(tmp_path: Path) -> None:
 
 
 def test_the_account_names_the_relays_web_client_over_tls_and_none_when_off() -> None:
-    from bridge.relay.natsserver import RelayState, Workstation, account_of, plain_web_warning
+    from bridge.relay.natsserver import RelayState, Workstation, account_of
+    from bridge.relay.plainwarn import plain_web_warning
 
     w = Workstation("box", "d", "c")
     state = RelayState(host="0.0.0.0", public_host="relay.example", tls_cert="c", tls_key="k")
@@ -205,6 +206,7 @@ def test_the_account_names_the_relays_web_client_over_tls_and_none_when_off() ->
     assert account_of(state, w)["web_url"] == "http://relay.example:4281/"
     warning = plain_web_warning(state)
     assert warning is not None and "plain HTTP" in warning and "0.0.0.0:4281" in warning
+    assert "service worker" in warning  # previews through the relay need TLS too
     state.web_port = 0
     assert "web_url" not in account_of(state, w) and plain_web_warning(state) is None
     assert plain_web_warning(RelayState()) is None  # loopback

@@ -120,7 +120,9 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
                 print(how_to_use(account))
     except (RelayServeError, OSError) as exc:
         return fail(exc)
-    for warning in (natsserver.plain_ws_warning(state), natsserver.plain_web_warning(state)):
+    from bridge.relay import plainwarn
+
+    for warning in (plainwarn.plain_ws_warning(state), plainwarn.plain_web_warning(state)):
         if warning:
             print(warning, file=sys.stderr, flush=True)
     from bridge.util.fdlimit import raise_open_files

@@ -54,7 +54,6 @@ from bridge.relay.loginstore import (
     write_clients,
 )
 from bridge.relay.natsjwt import Issuer
-from bridge.server.netaddr import is_loopback
 from bridge.util import privfile
 
 DEFAULT_PORT = 4222
@@ -684,26 +683,6 @@ def _is_nats_server(pid: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def plain_ws_warning(state: RelayState) -> str | None:
-    if state.tls_cert or is_loopback(state.host):
-        return None
-    return (
-        f"WARNING: the WebSocket listener on {state.host}:{state.ws_port} is plain (no TLS). "
-        "Frames stay sealed end to end, but NATS passwords and the pairing exchange's metadata "
-        "cross the network readable: use --tls-cert/--tls-key (or a TLS proxy) beyond loopback."
-    )
-
-
-def plain_web_warning(state: RelayState) -> str | None:
-    if not state.web_port or state.tls_cert or is_loopback(state.host):
-        return None
-    return (
-        f"WARNING: the web client on {state.host}:{state.web_port} is served over plain HTTP. "
-        "A phone loads the page, the code that holds its keys, from there: anyone on the path "
-        "could change it. Use --tls-cert/--tls-key (or a TLS proxy) beyond loopback."
-    )
 
 
 def _die_with_parent() -> Callable[[], None] | None:
