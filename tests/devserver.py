@@ -1,6 +1,7 @@
 """A small dev server for the preview tests, run as ``python -m tests.devserver DIR``: it
 serves DIR's files on 127.0.0.1 (a free port, printed as ``listening PORT``), answers
-``/__echo`` with the headers it got (JSON), and on the WebSocket ``/__livereload`` sends
+``/__echo`` with the headers it got (JSON), keeps what a page sends to ``/__report?r=TEXT``
+and gives the list back at ``/__reports`` (JSON), and on the WebSocket ``/__livereload`` sends
 ``reload`` whenever a file in DIR changes (as Vite's and webpack's live reload do)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import sys
 from http import HTTPStatus
 from pathlib import Path
+from urllib.parse import parse_qs
 
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
@@ -19,6 +21,7 @@ from websockets.http11 import Request, Response
 
 ROOT = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path.cwd()
 clients: set[ServerConnection] = set()
+reports: list[str] = []
 
 
 def answer(status: int, body: bytes, kind: str) -> Response:
@@ -32,6 +35,11 @@ def handle(_conn: ServerConnection, request: Request) -> Response | None:
     path = request.path.split("?", 1)[0]
     if path == "/__livereload":
         return None
+    if path == "/__report":
+        reports.append(parse_qs(request.path.partition("?")[2]).get("r", [""])[0])
+        return answer(204, b"", "text/plain")
+    if path == "/__reports":
+        return answer(200, json.dumps(reports).encode(), "application/json")
     if path == "/__echo":
         seen = {k.lower(): v for k, v in request.headers.raw_items()}
         return answer(200, json.dumps(seen).encode(), "application/json")

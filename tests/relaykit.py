@@ -504,6 +504,8 @@ class ServedRelay:
         self.port = natsserver.free_port()
         self.ws_port = natsserver.free_port()
         self.web_port = natsserver.free_port()
+        #: the previews' own origin (bridge/relay/previeworigin.py)
+        self.preview_port = natsserver.free_port()
         self.name = name
         self.options = options
         self.log = directory / "serve.log"
@@ -527,6 +529,7 @@ class ServedRelay:
                 self.port = natsserver.free_port()
                 self.ws_port = natsserver.free_port()
                 self.web_port = natsserver.free_port()
+                self.preview_port = natsserver.free_port()
         return self._start()
 
     def _start(self) -> ServedRelay:
@@ -535,6 +538,7 @@ class ServedRelay:
 
         argv = bridge_argv("relay", "serve", "--dir", str(self.rdir), "--port", str(self.port))
         argv += ["--ws-port", str(self.ws_port), "--web-port", str(self.web_port)]
+        argv += ["--preview-port", str(self.preview_port)]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
@@ -551,7 +555,7 @@ class ServedRelay:
         deadline = time.monotonic() + START_WAIT_S
         # not the NATS port: a probe that hangs up there is a TLS handshake error in
         # nats-server's log; "relay running" below says it listens
-        for port in (self.ws_port, self.web_port):
+        for port in (self.ws_port, self.web_port, self.preview_port):
             while not _listens(port, self.host):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError(f"relay serve did not listen on {port}: {self.printed()}")

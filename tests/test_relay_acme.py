@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -236,8 +237,10 @@ def test_relay_serve_obtains_a_certificate_and_serves_the_page_and_wss_with_it(
         issued = _file_cert(relay)
         names = issued.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         assert names.get_values_for_type(x509.DNSName) == [DOMAIN]
-        # the web client's page over https, verified against pebble's root
+        # the web client's page over https, verified against pebble's root; the previews'
+        # origin on its own port with the same certificate
         assert _served_cert(relay.web_port, ctx) == issued
+        assert _served_cert(relay.preview_port, ctx) == issued
         # DOMAIN resolves nowhere here: dial 127.0.0.1, verify the certificate for DOMAIN
         with (
             socket.create_connection(("127.0.0.1", relay.web_port), timeout=10) as raw,
@@ -289,6 +292,7 @@ def test_relay_serve_renews_the_certificate_without_restarting_nats_server(
             time.sleep(0.2)
         assert int((relay.rdir / "nats-server.pid").read_text()) == pid
         assert _served_cert(relay.web_port, ctx) == renewed
+        assert _served_cert(relay.preview_port, ctx) == renewed
         assert _nats_over_wss(relay.ws_port, ctx).startswith("INFO ")
     finally:
         assert relay.stop() == 0
@@ -342,15 +346,24 @@ def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
     a workstation dialing it over tls:// (trusting pebble's root), `pair --relay` printing the
     relay's https page, and a phone-size Chromium (relay.test mapped to 127.0.0.1, the issued
     chain's keys trusted: it has no way to add pebble's root) opening that link, pairing over
-    wss:// and running a session with a permission answered."""
+    wss:// and running a session with a permission answered, then previewing a dev server in
+    the previews' own origin over TLS."""
     import base64
     import hashlib
 
     from tests.daemon import DaemonProcess
     from tests.daemonkit import run_bridge
+    from tests.previewkit import dev_server, make_site
     from tests.relaykit import decode_link, wait_relay
     from tests.web.browser import Browser, missing
-    from tests.web.pages import PHONE, demo_turn_in_a_new_session, loaded, page_errors, shot
+    from tests.web.pages import (
+        PHONE,
+        demo_turn_in_a_new_session,
+        loaded,
+        new_session,
+        page_errors,
+        shot,
+    )
 
     if missing() is not None:
         pytest.skip(str(missing()))
@@ -409,6 +422,20 @@ def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
         demo_turn_in_a_new_session(p, tmp_path / "project", "hello over wss")
         assert page_errors(p) == [], page_errors(p)
         shot(p, "acme-phone-session")
+
+        # a preview through the relay, in the previews' own origin over TLS (its worker needs it)
+        said = "<script>fetch('/__report?r=' + encodeURIComponent(location.origin))</script>"
+        site = make_site(tmp_path / "shop", f"<!doctype html><h1>over https</h1>{said}")
+        with dev_server(site) as port:
+            p.eval("window.agentBridge.app.show(null)")  # a phone: back to the list, its form
+            new_session(p, site)
+            p.click(".session .preview-btn")
+            p.click(f'.preview-port-btn[data-port="{port}"]', timeout_ms=30_000)
+            deadline = time.monotonic() + 60
+            while not (heard := httpx.get(f"http://127.0.0.1:{port}/__reports").json()):
+                assert time.monotonic() < deadline, "the previewed page never loaded"
+                time.sleep(0.1)
+            assert heard == [f"https://{DOMAIN}:{relay.preview_port}"]
     finally:
         if browser is not None:
             browser.close()

@@ -89,7 +89,8 @@ def phone_gets_in(served: ServedRelay, cert: Path, timeout: float = 30.0) -> Non
     ctx = ssl.create_default_context(cafile=str(cert))
     url = f"https://127.0.0.1:{served.web_port}/healthz"
     with urllib.request.urlopen(url, context=ctx, timeout=timeout) as r:
-        assert json.loads(r.read()) == {"ok": True, "relay": True}
+        said = {"ok": True, "relay": True, "preview_port": served.preview_port}
+        assert json.loads(r.read()) == said
     login = json.loads(served.account_file("door-box").read_text())["client"]
 
     async def nats_over_wss() -> None:

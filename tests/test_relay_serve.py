@@ -60,7 +60,7 @@ def raw_http(port: int, request: bytes) -> bytes:
         return answer
 
 
-def check_web_client(web_port: int) -> None:
+def check_web_client(web_port: int, preview_port: int) -> None:
     """The relay's web port serves the web client, with the daemon's headers, and nothing else."""
     base = f"http://127.0.0.1:{web_port}"
     status, headers, body = get(base + "/")
@@ -71,7 +71,8 @@ def check_web_client(web_port: int) -> None:
         status, headers, body = get(base + path)
         assert (status, headers["Content-Type"].split(";")[0]) == (200, kind), path
         assert "default-src 'none'" in headers["Content-Security-Policy"] and body
-    assert get(base + "/healthz")[2] == b'{"ok": true, "relay": true}'
+    healthz = json.loads(get(base + "/healthz")[2])
+    assert healthz == {"ok": True, "relay": True, "preview_port": preview_port}
     assert get(base + "/v1/ws")[0] == 404  # no daemon API, no WebSocket
     assert get(base + "/nope.js")[0] == 404
     for path in (b"/../pyproject.toml", b"/js/../../web.py", b"/%2e%2e/web.py"):
@@ -104,7 +105,7 @@ async def test_relay_serve_starts_a_working_relay(tmp_path: Path) -> None:
         assert account["client_url"] == f"ws://127.0.0.1:{web_port}/nats"
         assert account["web_url"] == f"http://127.0.0.1:{web_port}/"
         assert f"web client on http://127.0.0.1:{web_port}/" in printed
-        check_web_client(web_port)
+        check_web_client(web_port, served.preview_port)
 
         d = relayed_daemon(tmp_path / "home", f'[relay]\naccount = "{account_file}"\n')
         doctor = run_bridge("doctor", env=d.env)
@@ -194,7 +195,8 @@ def test_without_relay_config_healthz_says_off(tmp_path: Path) -> None:
 
 
 def test_the_account_names_the_relays_web_client_over_tls_and_none_when_off() -> None:
-    from bridge.relay.natsserver import RelayState, Workstation, account_of, plain_web_warning
+    from bridge.relay.natsserver import RelayState, Workstation, account_of
+    from bridge.relay.plainwarn import plain_web_warning
 
     w = Workstation("box", "d", "c")
     state = RelayState(host="0.0.0.0", public_host="relay.example", tls_cert="c", tls_key="k")
@@ -204,6 +206,7 @@ def test_the_account_names_the_relays_web_client_over_tls_and_none_when_off() ->
     assert account_of(state, w)["web_url"] == "http://relay.example:4281/"
     warning = plain_web_warning(state)
     assert warning is not None and "plain HTTP" in warning and "0.0.0.0:4281" in warning
+    assert "service worker" in warning  # previews through the relay need TLS too
     state.web_port = 0
     assert "web_url" not in account_of(state, w) and plain_web_warning(state) is None
     assert plain_web_warning(RelayState()) is None  # loopback

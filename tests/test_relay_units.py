@@ -262,11 +262,13 @@ def test_the_callout_answers_a_known_login_with_its_account_and_refuses_others()
 
 
 def test_plain_websocket_beyond_loopback_is_warned_about() -> None:
-    assert natsserver.plain_ws_warning(natsserver.RelayState()) is None
-    warning = natsserver.plain_ws_warning(natsserver.RelayState(host="0.0.0.0"))
+    from bridge.relay.plainwarn import plain_ws_warning
+
+    assert plain_ws_warning(natsserver.RelayState()) is None
+    warning = plain_ws_warning(natsserver.RelayState(host="0.0.0.0"))
     assert warning is not None and "WARNING" in warning
     tls = natsserver.RelayState(host="0.0.0.0", tls_cert="c.pem", tls_key="k.pem")
-    assert natsserver.plain_ws_warning(tls) is None
+    assert plain_ws_warning(tls) is None
     conf = natsserver.render(tls)
     assert conf["websocket"]["tls"] == {"cert_file": "c.pem", "key_file": "k.pem"}
     assert "no_tls" not in conf["websocket"]

@@ -34,6 +34,6 @@ def test_relay_socket_drops_and_counts_replays_and_forgeries_keeps_alive_and_det
     # relay.js's virtual connection against a stand-in NATS connection and daemon: a forged,
     # replayed or junk message on its down subject is dropped and counted, never shown, and
     # closes nothing; with and without the client's own NATS user (its subjects),
-    # and the login request and reply
+    # and the login request and reply; a preview's streams (STREAM messages), ended by a gap
     out = node_test("relay_socket.test.mjs")
-    assert "fail 0" in out and "pass 8" in out
+    assert "fail 0" in out and "pass 9" in out

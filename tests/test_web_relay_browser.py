@@ -194,6 +194,15 @@ def test_two_workstations_one_direct_one_paired_through_the_relay(
         wait_listed(p, RELAY_GROUP, 1)
         assert group_sessions(p, LOCAL_GROUP) == 1
         shot(p, "relay-desktop-two-workstations")
+        # a preview through the relay shows in relay serve's previews' origin; this page is a
+        # daemon's, which has none: it says where to open it, and opens no frame
+        p.click(".session .preview-btn")
+        p.wait(".preview-port")
+        p.fill(".preview-port", "5173")
+        p.click(".preview-form button[type=submit]")
+        p.wait(".preview-relay-note")
+        assert p.count(".preview-overlay") == 0
+        p.click(".preview-sheet .link-btn")  # Cancel
 
         # Phone width, another fresh profile: the token link, then a second pairing link.
         link2 = next(

@@ -188,4 +188,4 @@ def test_relay_crypto_matches_the_daemons_vectors() -> None:
     # The daemon side's fixture (tests/relay_vectors.py): the two sides agree on the same bytes.
     done = run_node_test("relay_vectors.test.mjs")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "fail 0" in done.stdout and "pass 7" in done.stdout
+    assert "fail 0" in done.stdout and "pass 8" in done.stdout

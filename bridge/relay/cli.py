@@ -94,8 +94,8 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
             return 2
         # asked first: not after a certificate is issued, and not while holding the lock
         first = None if state.workstations else _first_name(args)
-        keys = ("host", "port", "ws_port", "web_port", "tls_cert", "tls_key", "public_host")
-        for key in (*keys, "queue_max_bytes"):
+        keys = ("host", "port", "ws_port", "web_port", "preview_port", "tls_cert", "tls_key")
+        for key in (*keys, "public_host", "queue_max_bytes"):
             value = getattr(args, key, None)
             if value is not None:
                 setattr(state, key, value)
@@ -120,7 +120,9 @@ def cmd_relay_serve(args: argparse.Namespace) -> int:
                 print(how_to_use(account))
     except (RelayServeError, OSError) as exc:
         return fail(exc)
-    for warning in (natsserver.plain_ws_warning(state), natsserver.plain_web_warning(state)):
+    from bridge.relay import plainwarn
+
+    for warning in (plainwarn.plain_ws_warning(state), plainwarn.plain_web_warning(state)):
         if warning:
             print(warning, file=sys.stderr, flush=True)
     from bridge.util.fdlimit import raise_open_files
@@ -170,6 +172,7 @@ async def _serve(
     from bridge.relay.admin import AdminService
     from bridge.relay.doorcap import PendingCap
     from bridge.relay.frontdoor import FrontDoor
+    from bridge.relay.previeworigin import PreviewOrigin
     from bridge.util import logthrottle
 
     # out of descriptors, asyncio reports each failed accept: a line once in a while instead
@@ -185,19 +188,33 @@ async def _serve(
         except autotls.AutoTLSError as exc:
             await auto.close()
             return fail(exc)
-    web = webserve.relay_web() if state.web_port else None
+    previews = state.preview_port if state.web_port else 0
+    web = webserve.relay_web(previews) if state.web_port else None
+    origin = None
+    if web is not None and previews:
+        origin = PreviewOrigin("https" if state.tls_cert else "http", state.web_port)
     pending = PendingCap.for_descriptors(open_files)
     page_port = await web.start() if web is not None else None
-    door = FrontDoor(state.ws_internal_port, page_port, pending)
+    origin_port = await origin.start() if origin is not None else None
+    door = FrontDoor(state.ws_internal_port, page_port, pending, origin_port)
     try:
-        await door.start(state.host, state.ws_port, state.web_port, state.tls_cert, state.tls_key)
+        await door.start(
+            state.host,
+            state.ws_port,
+            state.web_port,
+            state.tls_cert,
+            state.tls_key,
+            preview_port=previews,
+        )
     except (OSError, ValueError) as exc:
         await door.close()
-        if web is not None:
-            await web.close()
+        for site in (web, origin):
+            if site is not None:
+                await site.close()
         if auto is not None:
             await auto.close()
         ports = f"{state.ws_port}" + (f" and {state.web_port}" if web is not None else "")
+        ports += f" and {previews}" if origin is not None else ""
         return fail(f"the relay's ports {state.host}:{ports}: {exc}")
     proc = natsserver.start(rdir, front_door=bool(state.ws_internal_port))
     admin = AdminService(rdir, state)
@@ -218,6 +235,8 @@ async def _serve(
     if web is not None:
         page = natsserver.web_url(state)
         served = f", web client on {page} (and the WebSocket at {page.rstrip('/')}/nats)"
+        if origin is not None:
+            served += f", previews' origin on port {previews}"
     try:
         try:
             await _start_admin(admin, proc)
@@ -243,8 +262,9 @@ async def _serve(
         await admin.close()
         natsserver.stop(proc)
         await door.close()
-        if web is not None:
-            await web.close()
+        for site in (web, origin):
+            if site is not None:
+                await site.close()
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
@@ -401,6 +421,12 @@ def register_cli(sub: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
         dest="web_port",
         type=int,
         help="port serving the web client (default 4281; 0: off)",
+    )
+    p.add_argument(
+        "--preview-port",
+        dest="preview_port",
+        type=int,
+        help="port of the previews' own origin, beside the web client's (default 4282; 0: off)",
     )
     p.add_argument(
         "--queue-max-bytes",

@@ -5,8 +5,9 @@ request for ``/nats`` is nats-server's WebSocket (the request, its upgrade and e
 it are copied to nats-server's WebSocket listener, which listens on loopback only), any other
 request is the web client's (copied to bridge/relay/webserve.py's listener, also on loopback).
 The WebSocket port (``--ws-port``) stays for links made before: every request on it is copied
-to nats-server's listener. TLS ends here, so a renewed certificate is taken by one
-``load_cert_chain`` (bridge/relay/autotls.py).
+to nats-server's listener. The preview port (``--preview-port``) is the previews' own origin:
+every request on it is copied to bridge/relay/previeworigin.py's listener. TLS ends here, so a
+renewed certificate is taken by one ``load_cert_chain`` (bridge/relay/autotls.py).
 
 Anyone may connect, so a connection gets ``HEAD_TIMEOUT_S`` from its accept to finish its TLS
 handshake and send its request head, and only so many may be waiting for that at once, per
@@ -125,10 +126,15 @@ class FrontDoor:
     """The web port and the WebSocket port, TLS when a certificate is given."""
 
     def __init__(
-        self, nats_ws_port: int, page_port: int | None, pending: PendingCap | None = None
+        self,
+        nats_ws_port: int,
+        page_port: int | None,
+        pending: PendingCap | None = None,
+        preview_page_port: int | None = None,
     ) -> None:
         self.nats = ("127.0.0.1", nats_ws_port)
         self.page = ("127.0.0.1", page_port) if page_port else None
+        self.preview = ("127.0.0.1", preview_page_port) if preview_page_port else None
         self.tls: ssl.SSLContext | None = None
         #: connections that have not yet sent a complete request
         self.pending = pending or PendingCap()
@@ -137,15 +143,24 @@ class FrontDoor:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(
-        self, host: str, ws_port: int, web_port: int, tls_cert: str = "", tls_key: str = ""
+        self,
+        host: str,
+        ws_port: int,
+        web_port: int,
+        tls_cert: str = "",
+        tls_key: str = "",
+        preview_port: int = 0,
     ) -> None:
-        """Listen on ``ws_port``, and on ``web_port`` when the page is served."""
+        """Listen on ``ws_port``, on ``web_port`` when the page is served, and on
+        ``preview_port`` when the previews' origin is."""
         self.tls = tls_context(tls_cert, tls_key) if tls_cert else None
-        ports = [(ws_port, False)] + ([(web_port, True)] if self.page is not None else [])
-        for port, web in ports:
+        ports = [(ws_port, "nats")] + ([(web_port, "web")] if self.page is not None else [])
+        if self.preview is not None:
+            ports.append((preview_port, "preview"))
+        for port, kind in ports:
             for listener in acceptor.listening_sockets(host, port):
                 self._listeners.append(listener)
-                take = functools.partial(self._take, web=web)
+                take = functools.partial(self._take, kind=kind)
                 work = acceptor.accept_forever(listener, take, self._throttle)
                 self._own(asyncio.create_task(work))
 
@@ -169,19 +184,19 @@ class FrontDoor:
         self._tasks.add(work)
         work.add_done_callback(self._tasks.discard)
 
-    def _take(self, conn: socket.socket, peer: Any, *, web: bool) -> None:
+    def _take(self, conn: socket.socket, peer: Any, *, kind: str) -> None:
         """A connection just accepted: closed at once past the bounds, else served."""
         key, bound = self.pending.admit(peer)
         if key is None:
             conn.close()
             self._refused(peer, bound)
             return
-        self._own(asyncio.create_task(self._attach(conn, key, web)))
+        self._own(asyncio.create_task(self._attach(conn, key, kind)))
 
-    async def _attach(self, conn: socket.socket, key: str, web: bool) -> None:
+    async def _attach(self, conn: socket.socket, key: str, kind: str) -> None:
         """Streams on ``conn``, served by ``_serve`` (a server side's: it may start TLS)."""
         reader = asyncio.StreamReader(limit=MAX_HEAD)
-        serve = functools.partial(self._serve, key, web)
+        serve = functools.partial(self._serve, key, kind)
         protocol = asyncio.StreamReaderProtocol(reader, serve)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, conn)
@@ -191,7 +206,7 @@ class FrontDoor:
             raise
 
     async def _serve(
-        self, key: str, web: bool, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, key: str, kind: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -203,13 +218,20 @@ class FrontDoor:
                 self.pending.release(key)
             if head is None:
                 return
-            assert self.page is not None or not web
-            target = self.page if web and self.page is not None and not route(head) else self.nats
-            await splice(reader, writer, target, first=head, throttle=self._throttle)
+            await splice(reader, writer, self._target(kind, head), head, self._throttle)
         except asyncio.CancelledError:
             # the door is closing; ended here, not re-raised: asyncio 3.11's callback on a
             # connection's task logs a traceback for a cancelled one
             writer.transport.abort()
+
+    def _target(self, kind: str, head: bytes) -> tuple[str, int]:
+        """Where a request goes: the previews' origin takes all of its port's (never
+        nats-server's), the web port's page all but ``/nats``."""
+        if kind == "preview" and self.preview is not None:
+            return self.preview
+        if kind == "web" and self.page is not None and not route(head):
+            return self.page
+        return self.nats
 
     async def _head(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

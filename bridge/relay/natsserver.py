@@ -56,13 +56,14 @@ from bridge.relay.loginstore import (
     write_clients,
 )
 from bridge.relay.natsjwt import Issuer
-from bridge.server.netaddr import is_loopback
 from bridge.util import privfile
 
 DEFAULT_PORT = 4222
 DEFAULT_WS_PORT = 4280
 #: the web client's port (bridge/relay/webserve.py); 0 turns it off
 DEFAULT_WEB_PORT = 4281
+#: the previews' own origin (bridge/relay/previeworigin.py): another port of the same host
+DEFAULT_PREVIEW_PORT = 4282
 #: what the work queues of all workstations may keep on disk (JetStream's max_file_store)
 DEFAULT_QUEUE_BYTES = 1024 * 1024 * 1024
 #: one workstation's share of it: its account's JetStream storage limit and its stream's bound
@@ -210,6 +211,8 @@ class RelayState:
     port: int = DEFAULT_PORT
     ws_port: int = DEFAULT_WS_PORT
     web_port: int = DEFAULT_WEB_PORT
+    #: the origin previews through the relay run in (0: none; off with the web port)
+    preview_port: int = DEFAULT_PREVIEW_PORT
     tls_cert: str = ""
     tls_key: str = ""
     #: the host name clients and daemons dial ("" = host, or this machine's LAN address)
@@ -270,6 +273,7 @@ class RelayState:
             "port": self.port,
             "ws_port": self.ws_port,
             "web_port": self.web_port,
+            "preview_port": self.preview_port,
             "tls_cert": self.tls_cert,
             "tls_key": self.tls_key,
             "public_host": self.public_host,
@@ -304,6 +308,7 @@ class RelayState:
             port=int(raw.get("port", DEFAULT_PORT)),
             ws_port=int(raw.get("ws_port", DEFAULT_WS_PORT)),
             web_port=int(raw.get("web_port", DEFAULT_WEB_PORT)),
+            preview_port=int(raw.get("preview_port", DEFAULT_PREVIEW_PORT)),
             tls_cert=str(raw.get("tls_cert", "")),
             tls_key=str(raw.get("tls_key", "")),
             public_host=str(raw.get("public_host", "")),
@@ -711,26 +716,6 @@ def _is_nats_server(pid: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def plain_ws_warning(state: RelayState) -> str | None:
-    if state.tls_cert or is_loopback(state.host):
-        return None
-    return (
-        f"WARNING: the WebSocket listener on {state.host}:{state.ws_port} is plain (no TLS). "
-        "Frames stay sealed end to end, but NATS passwords and the pairing exchange's metadata "
-        "cross the network readable: use --tls-cert/--tls-key (or a TLS proxy) beyond loopback."
-    )
-
-
-def plain_web_warning(state: RelayState) -> str | None:
-    if not state.web_port or state.tls_cert or is_loopback(state.host):
-        return None
-    return (
-        f"WARNING: the web client on {state.host}:{state.web_port} is served over plain HTTP. "
-        "A phone loads the page, the code that holds its keys, from there: anyone on the path "
-        "could change it. Use --tls-cert/--tls-key (or a TLS proxy) beyond loopback."
-    )
 
 
 def _die_with_parent() -> Callable[[], None] | None:

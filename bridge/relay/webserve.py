@@ -5,7 +5,9 @@ The same files and headers as the daemon's (bridge/server/web.py), over websocke
 like the daemon's port; every request is answered before any upgrade, so there is no WebSocket
 and no daemon API here: the page talks only to workstations paired through the relay. It
 listens on loopback: phones reach it through the web port (bridge/relay/frontdoor.py), which
-ends TLS and sends ``/nats`` to nats-server instead.
+ends TLS and sends ``/nats`` to nats-server instead. ``/healthz`` tells the page that it is
+`relay serve`'s, and the port of the previews' own origin (bridge/relay/previeworigin.py) when
+there is one.
 """
 
 from __future__ import annotations
@@ -24,22 +26,21 @@ from bridge.server.web import WebClient, builtin_client
 log = get_logger("bridge.relay.web")
 
 
-class RelayWeb:
-    """Answers every request: the client's files, ``/healthz``, else 404 (405 for a method
-    other than GET and HEAD)."""
+class LoopbackSite:
+    """A listener on loopback that answers every request itself (no upgrade, no WebSocket):
+    GET and HEAD only, what ``respond`` gives, else 404."""
 
-    def __init__(self, client: WebClient) -> None:
-        self.client = client
+    def __init__(self) -> None:
         self.server: Server | None = None
+
+    def respond(self, connection: ServerConnection, request: Request) -> Response | None:
+        raise NotImplementedError
 
     def answer(self, connection: ServerConnection, request: Request) -> Response:
         try:
             if request.method not in ("GET", "HEAD"):
                 return json_response(405, {"ok": False, "error": "method not allowed"})
-            path = request.path.split("?", 1)[0]
-            if path == "/healthz":
-                return json_response(200, {"ok": True, "relay": True})
-            found = self.client(connection, request)
+            found = self.respond(connection, request)
             return found or json_response(404, {"ok": False, "error": "not found"})
         except Exception:
             log.exception("relay_web_request_failed", path=request.path)
@@ -64,10 +65,27 @@ class RelayWeb:
                 await asyncio.wait_for(self.server.wait_closed(), 5.0)
 
 
+class RelayWeb(LoopbackSite):
+    """The client's files and ``/healthz``."""
+
+    def __init__(self, client: WebClient, preview_port: int = 0) -> None:
+        super().__init__()
+        self.client = client
+        self.preview_port = preview_port
+
+    def respond(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path == "/healthz":
+            # the previews' origin's port, where the page shows previews (docs/protocol.md)
+            previews = {"preview_port": self.preview_port} if self.preview_port else {}
+            return json_response(200, {"ok": True, "relay": True, **previews})
+        return self.client(connection, request)
+
+
 async def _never(_ws: ServerConnection) -> None:
     """Unreachable: ``answer`` replies to every request before an upgrade."""
 
 
-def relay_web() -> RelayWeb | None:
+def relay_web(preview_port: int = 0) -> RelayWeb | None:
     client = builtin_client()
-    return RelayWeb(client) if client is not None else None
+    return RelayWeb(client, preview_port) if client is not None else None

@@ -44,6 +44,11 @@ CONTENT_TYPES = {
 _HOST_RE = re.compile(r"^(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?$")
 
 
+def plain_host(host: str) -> bool:
+    """Whether a Host header is a plain host[:port], which may be echoed into a header."""
+    return bool(_HOST_RE.match(host))
+
+
 @dataclass(frozen=True)
 class StaticFile:
     body: bytes

@@ -25,8 +25,8 @@ const SHELL_CACHE = 'agent-bridge-shell-1';
 const SHELL = [
   '/', '/index.html', '/app.css', '/manifest.webmanifest', '/icon.svg', '/icon-192.png', '/icon-512.png',
   '/js/app.js', '/js/nav.js',
-  '/js/net/kv.js', '/js/net/outbox.js', '/js/net/protocol.js', '/js/net/relay-answer.js',
-  '/js/net/relay-crypto.js', '/js/net/relay.js', '/js/net/workstations.js',
+  '/js/net/kv.js', '/js/net/outbox.js', '/js/net/preview-socket.js', '/js/net/preview-tunnel.js',
+  '/js/net/protocol.js', '/js/net/relay-answer.js', '/js/net/relay-crypto.js', '/js/net/relay.js', '/js/net/workstations.js',
   '/js/ui/address.js', '/js/ui/diff.js', '/js/ui/dom.js', '/js/ui/icons.js', '/js/ui/markdown.js',
   '/js/ui/session-state.js', '/js/ui/toast.js', '/js/ui/transcript.js',
   '/js/views/attention.js', '/js/views/login.js', '/js/views/session.js', '/js/views/sessions.js',

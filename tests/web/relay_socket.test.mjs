@@ -208,3 +208,42 @@ test('a login request opens for the daemon only, and its reply gives the login',
   const other = nacl.box.keyPair(); // not this workstation's daemon
   assert.throws(() => rc.loginReply(reply, b64encode(other.publicKey), keys), /not from this workstation/);
 });
+
+test('a preview stream goes up as STREAM messages and its answer comes down to it; a gap or a lost connection ends it', async () => {
+  const { sock, nc } = await openSocket();
+  const streamBody = (id, op, data = new Uint8Array(0)) => {
+    const b = new Uint8Array(5 + data.length);
+    new DataView(b.buffer).setUint32(0, id);
+    b[4] = op;
+    b.set(data, 5);
+    return b;
+  };
+  const seen = { one: [], oneEnd: undefined, two: [], twoEnd: undefined };
+  const one = sock.openStream('pv_a', { ondata: (d) => seen.one.push(decoder.decode(d)), onend: (e) => { seen.oneEnd = e; } });
+  one.write(encoder.encode('GET / HTTP/1.1\r\n\r\n'));
+  const up = nc.upOpened();
+  assert.equal(decoder.decode(up[0].stream.subarray(5)), '{"preview":"pv_a"}');
+  assert.deepEqual([...up[0].stream.subarray(0, 5)], [0, 0, 0, 1, 1]); // stream 1, OPEN
+  assert.deepEqual([...up[1].stream.subarray(0, 5)], [0, 0, 0, 1, 2]); // DATA
+  assert.equal(decoder.decode(up[1].stream.subarray(5)), 'GET / HTTP/1.1\r\n\r\n');
+  nc.down(nc.sealer.seal(KIND.STREAM, streamBody(1, 2, encoder.encode('HTTP/1.1 200 OK\r\n'))));
+  nc.down(nc.sealer.seal(KIND.STREAM, streamBody(1, 3)));
+  assert.deepEqual(seen.one, ['HTTP/1.1 200 OK\r\n']);
+  assert.equal(seen.oneEnd, null);
+  one.end(); // ended by the daemon already: nothing more goes up
+  assert.equal(nc.upOpened().length, 2);
+  // a stream ended by the daemon with an error; then one that a gap ends
+  const missing = sock.openStream('pv_gone', { ondata: () => {}, onend: (e) => { seen.missingEnd = e; } });
+  nc.down(nc.sealer.seal(KIND.STREAM, streamBody(2, 3, encoder.encode('{"error":"not_found"}'))));
+  assert.equal(seen.missingEnd, 'not_found');
+  missing.end();
+  sock.openStream('pv_a', { ondata: (d) => seen.two.push(d), onend: (e) => { seen.twoEnd = e; } });
+  nc.sealer.seal(KIND.KEEPALIVE); // sealed, never delivered: lost on the way
+  nc.down(nc.sealer.seal(KIND.STREAM, streamBody(3, 2, encoder.encode('late'))));
+  assert.equal(seen.twoEnd, 'gap');
+  assert.deepEqual(seen.two, []);
+  const three = { end: undefined };
+  sock.openStream('pv_a', { ondata: () => {}, onend: (e) => { three.end = e; } });
+  sock.close();
+  assert.equal(three.end, 'closed');
+});

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 
 const require = createRequire(import.meta.url);
 const nacl = require('../../bridge/web/vendor/tweetnacl/nacl-fast.js');
-const { DIR_DOWN, DIR_UP, Opener, RelayCrypto, Sealer, b64decode, b64encode } = await import('../../bridge/web/js/net/relay-crypto.js');
+const { DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, Sealer, b64decode, b64encode } = await import('../../bridge/web/js/net/relay-crypto.js');
 
 const v = JSON.parse(readFileSync(new URL('../fixtures/relay_vectors.json', import.meta.url), 'utf-8'));
 const rc = new RelayCrypto(nacl);
@@ -78,4 +78,20 @@ test('the daemon\'s rejection cases are rejected here too', () => {
   const replayed = new Opener(nacl, key, DIR_UP);
   replayed.open(b64decode(v.up_frames[0].payload));
   assert.throws(() => replayed.open(b64decode(v.rejections.replayed_up_1.payload)), /counter/);
+});
+
+test('a preview\'s streams: STREAM messages sealed and opened as the daemon makes them', () => {
+  const key = b64decode(v.connection_key);
+  const body = (c) => {
+    const data = b64decode(c.data_b64);
+    const out = new Uint8Array(5 + data.length);
+    new DataView(out.buffer).setUint32(0, c.stream);
+    out[4] = c.op;
+    out.set(data, 5);
+    return out;
+  };
+  const s = new Sealer(nacl, key, DIR_UP);
+  for (const c of v.stream_up) assert.equal(b64encode(s.seal(KIND.STREAM, body(c))), c.payload);
+  const o = new Opener(nacl, key, DIR_DOWN);
+  for (const c of v.stream_down) assert.deepEqual(o.open(b64decode(c.payload)), { stream: body(c) });
 });

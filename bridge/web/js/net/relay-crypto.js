@@ -9,7 +9,7 @@
 
 export const DIR_UP = 0x43; // 'C': client -> daemon
 export const DIR_DOWN = 0x44; // 'D': daemon -> client
-export const KIND = { FRAME: 0, MORE: 1, CLOSE: 2, KEEPALIVE: 3, BATCH: 4 };
+export const KIND = { FRAME: 0, MORE: 1, CLOSE: 2, KEEPALIVE: 3, BATCH: 4, STREAM: 5 };
 /** The most plaintext one message may carry: 1 kind byte + a piece of a frame. */
 export const MAX_PLAINTEXT = 256 * 1024;
 export const OPEN_MAX_SKEW_S = 300;
@@ -298,7 +298,7 @@ export class Sealer {
 /**
  * One direction's receiver. `open(message)` returns what the message means:
  * {frame: text} for a complete protocol frame, {frames: [text, …]} for a BATCH,
- * {close: {code, reason}}, {keepalive: true}, or
+ * {close: {code, reason}}, {keepalive: true}, {stream: body} (a preview's STREAM message), or
  * null for a piece of a frame still being joined (or a frame dropped at a gap). A replayed,
  * reordered or forged message throws RelayError('frame_rejected'): the connection is done.
  */
@@ -310,6 +310,7 @@ export class Opener {
     this.last = 0n;
     this.pieces = [];
     this.broken = false; // a gap fell inside the frame being joined: drop it at its end
+    this.gap = false; // the last message opened came after lost ones (a preview's streams end)
   }
 
   open(message) {
@@ -321,7 +322,8 @@ export class Opener {
     const plain = this.nacl.secretbox.open(message.subarray(8), nonceFor(this.direction, counter), this.key);
     if (!plain || plain.length < 1) throw new RelayError('frame_rejected', 'bad MAC');
     // Lost messages may have held the start of the frame this one belongs to: drop that frame.
-    if (counter !== this.last + 1n) this.broken = true;
+    this.gap = counter !== this.last + 1n;
+    if (this.gap) this.broken = true;
     this.last = counter;
     const kind = plain[0];
     const body = plain.subarray(1);
@@ -362,6 +364,8 @@ export class Opener {
         this.broken = false;
         return { frames: framesOf(body) };
       }
+      case KIND.STREAM:
+        return { stream: body };
       default:
         return null; // a kind from a later revision: ignored, like unknown protocol frames
     }

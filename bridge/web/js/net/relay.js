@@ -14,11 +14,13 @@
 //   seq it showed. A message that does not authenticate (forged, replayed, reordered, short:
 //   anyone holding the relay's client login can publish one) is dropped and counted, and
 //   changes nothing: only what the daemon itself sealed (its CLOSE) closes the connection.
+//   It also carries a preview's byte streams (`openStream`: STREAM messages, docs/protocol.md,
+//   "Preview through the relay"), sealed like every frame.
 
 import { connect, jwtAuthenticator } from '../../vendor/nats.ws/nats.js';
 import '../../vendor/tweetnacl/nacl-fast.js';
 import {
-  DIR_DOWN, DIR_UP, KIND, Opener, RelayCrypto, RelayError, Sealer, otherUrls, parseLink,
+  DIR_DOWN, DIR_UP, KIND, MAX_PLAINTEXT, Opener, RelayCrypto, RelayError, Sealer, otherUrls, parseLink,
 } from './relay-crypto.js';
 
 // nacl-fast.js is a classic UMD file: loaded as a module it puts itself on globalThis.
@@ -35,6 +37,11 @@ const TICK_MS = 2_000;
 const MAX_EARLY = 64;
 /** At most one console line a this long about dropped messages (anyone can send them). */
 const DROP_LOG_MS = 10_000;
+/** A STREAM message's ops, and the most data one carries (kind byte, stream and op aside). */
+const STREAM_OP = { OPEN: 1, DATA: 2, END: 3 };
+const STREAM_DATA = MAX_PLAINTEXT - 1 - 5;
+/** The streams one connection may have open (the daemon ends a 65th with `too_many`). */
+const MAX_STREAMS = 64;
 
 /**
  * Close codes a RelaySocket reports besides the daemon's own (4401: not paired or revoked).
@@ -355,6 +362,8 @@ export class RelaySocket {
   #lastSent = 0;
   #lastHeard = 0;
   #subjectUp = '';
+  #streams = new Map(); // stream number -> {ondata, onend}
+  #nextStream = 1;
 
   constructor(station) {
     this.#station = station;
@@ -416,10 +425,68 @@ export class RelaySocket {
     this.lose(code, reason);
   }
 
+  /**
+   * A byte stream to open preview `previewId` (its proxy gets what `write` sends, as a
+   * browser's TCP connection to the preview would carry it). `ondata(bytes)` gets the answer's
+   * bytes in order; `onend(error)` once (error null, or a code: `not_found`, `too_many`, `gap`,
+   * `closed`, …). Returns {write(bytes), end()}; throws when the connection is not open.
+   */
+  openStream(previewId, { ondata, onend }) {
+    if (this.readyState !== 1) throw new Error('the relay connection is not open');
+    if (this.#streams.size >= MAX_STREAMS) throw new Error('too many preview requests at once');
+    const id = this.#nextStream;
+    this.#nextStream = id >= 0xffffffff ? 1 : id + 1;
+    this.#streams.set(id, { ondata, onend });
+    this.#sendStream(id, STREAM_OP.OPEN, json({ preview: previewId }));
+    return {
+      write: (bytes) => {
+        if (!this.#streams.has(id) || this.readyState !== 1) return;
+        for (let at = 0; at < bytes.length; at += STREAM_DATA) {
+          this.#sendStream(id, STREAM_OP.DATA, bytes.subarray(at, at + STREAM_DATA));
+        }
+      },
+      end: () => {
+        if (this.#streams.delete(id) && this.readyState === 1) this.#sendStream(id, STREAM_OP.END);
+      },
+    };
+  }
+
+  #sendStream(id, op, data = new Uint8Array(0)) {
+    const body = new Uint8Array(5 + data.length);
+    new DataView(body.buffer).setUint32(0, id);
+    body[4] = op;
+    body.set(data, 5);
+    this.#publish(this.#sealer.seal(KIND.STREAM, body));
+  }
+
+  #endStreams(error) {
+    const open = [...this.#streams.values()];
+    this.#streams.clear();
+    for (const s of open) s.onend(error);
+  }
+
+  #onStream(body) {
+    if (body.length < 5) return;
+    const id = new DataView(body.buffer, body.byteOffset, 4).getUint32(0);
+    const stream = this.#streams.get(id);
+    if (!stream) return; // ended here already: what was in flight is dropped
+    if (body[4] === STREAM_OP.DATA) {
+      stream.ondata(body.slice(5));
+    } else if (body[4] === STREAM_OP.END) {
+      this.#streams.delete(id);
+      let error = null;
+      try {
+        if (body.length > 5) error = String(JSON.parse(decoder.decode(body.subarray(5))).error || 'ended');
+      } catch { error = 'ended'; }
+      stream.onend(error);
+    }
+  }
+
   /** Forget the connection and report it closed (once), like a WebSocket's close event. */
   lose(code, reason) {
     if (this.readyState === 3) return;
     this.readyState = 3;
+    this.#endStreams('closed');
     clearInterval(this.#tick);
     try { this.#sub?.unsubscribe(); } catch { /* closed with the connection */ }
     this.#station.detach(this);
@@ -469,7 +536,13 @@ export class RelaySocket {
     }
     this.#lastHeard = Date.now();
     this.stats.received++;
+    // a stream needs every byte: after lost messages, its request is asked again
+    if (this.#opener.gap && this.#streams.size) this.#endStreams('gap');
     if (!opened) return;
+    if (opened.stream) {
+      this.#onStream(opened.stream);
+      return;
+    }
     if (opened.close) {
       this.lose(opened.close.code, opened.close.reason);
       return;
