@@ -44,7 +44,18 @@ CODEX_MODEL = "gpt-5.5"
 #: dummy API key (Claude approves custom keys by their last 20 characters)
 API_KEY = "sk-fake-agent-bridge-test-key-0123456789"
 
-CLI_NAMES = ("claude", "codex", "gemini", "opencode", "kilo", "pi", "qwen", "droid", "hermes")
+CLI_NAMES = (
+    "claude",
+    "codex",
+    "gemini",
+    "opencode",
+    "kilo",
+    "pi",
+    "qwen",
+    "droid",
+    "hermes",
+    "copilot",
+)
 
 VERSIONS = {
     "claude": "2.1.332",
@@ -56,6 +67,7 @@ VERSIONS = {
     "qwen": "0.24.4",
     "droid": "0.225.2",
     "hermes": "0.19.0",
+    "copilot": "1.0.102",
 }
 
 
@@ -117,6 +129,11 @@ def hermes_bin() -> str | None:
     return _exe(HERMES_VENV / "bin/hermes")
 
 
+def copilot_bin() -> str | None:
+    """GitHub Copilot CLI's native binary (``@github/copilot-linux-x64``)."""
+    return _exe(NODE_MODULES / "@github/copilot-linux-x64/copilot")
+
+
 BINS: dict[str, Callable[[], str | None]] = {
     "claude": claude_bin,
     "codex": codex_bin,
@@ -127,6 +144,7 @@ BINS: dict[str, Callable[[], str | None]] = {
     "qwen": qwen_bin,
     "droid": droid_bin,
     "hermes": hermes_bin,
+    "copilot": copilot_bin,
 }
 
 
@@ -479,6 +497,27 @@ def droid_env(tmp: Path | str, base_url: str, *, model: str = MODEL) -> dict[str
     return env
 
 
+def copilot_env(tmp: Path | str, base_url: str, *, model: str = MODEL) -> dict[str, str]:
+    """Copilot CLI against ``FakeChat``, offline: its own provider (``COPILOT_PROVIDER_*``) and
+    ``COPILOT_OFFLINE`` (no GitHub login, telemetry, web tools or update checks).
+
+    Sessions: ``$COPILOT_HOME/session-state/<id>/events.jsonl`` (``~/.copilot``).
+    """
+    env = base_env(tmp)
+    env.update(
+        {
+            "COPILOT_HOME": str(home_of(env) / ".copilot"),
+            "COPILOT_OFFLINE": "true",
+            "COPILOT_AUTO_UPDATE": "false",
+            "COPILOT_PROVIDER_TYPE": "openai",
+            "COPILOT_PROVIDER_BASE_URL": _v1(base_url),
+            "COPILOT_PROVIDER_API_KEY": API_KEY,
+            "COPILOT_MODEL": model,
+        }
+    )
+    return env
+
+
 ENVS: dict[str, Callable[..., dict[str, str]]] = {
     "claude": claude_env,
     "codex": codex_env,
@@ -489,6 +528,7 @@ ENVS: dict[str, Callable[..., dict[str, str]]] = {
     "qwen": qwen_env,
     "droid": droid_env,
     "hermes": hermes_env,
+    "copilot": copilot_env,
 }
 
 

@@ -36,6 +36,7 @@ from bridge.adapters.base import (
     CliAdapter,
     DetectedAgent,
     FailureReport,
+    HandoffMode,
     ModeInfo,
     ModelInfo,
     failure_block,
@@ -159,7 +160,7 @@ class AcpBase(CliAdapter, abstract=True):
     cap_documents = True
     provides_models = True
     provides_usage = True
-    handoff = "none"
+    handoff: ClassVar[HandoffMode] = "none"
     persistent_process = True
 
     #: the session's working directory, absolute (``setup()``: the daemon's when not given)
@@ -241,6 +242,14 @@ class AcpBase(CliAdapter, abstract=True):
 
     async def before_load(self, session_id: str) -> None:
         """Work around an agent's ``session/load`` bug before loading ``session_id``."""
+
+    def mode_to_agent(self, mode: str) -> str:
+        """The agent's id of the bridge's mode ``mode`` (for agents whose ids are unwieldy)."""
+        return mode
+
+    def mode_from_agent(self, mode: str) -> str:
+        """The bridge's id of the agent's mode ``mode`` (the inverse of ``mode_to_agent``)."""
+        return mode
 
     # ---- the contract ---------------------------------------------------------------------
 
@@ -659,7 +668,10 @@ class AcpBase(CliAdapter, abstract=True):
         self._session_id = sid
         self.session_id = sid
         self._mapper.session_id = sid
-        self._mapper.set_mode(_dict(result.get("modes")).get("currentModeId"))
+        current_mode = _dict(result.get("modes")).get("currentModeId")
+        self._mapper.set_mode(
+            self.mode_from_agent(current_mode) if isinstance(current_mode, str) else None
+        )
         current = _dict(result.get("models")).get("currentModelId")
         self._current_model = clean(current, 200) if isinstance(current, str) else self.model
         if seen := models_in(result):
@@ -712,7 +724,8 @@ class AcpBase(CliAdapter, abstract=True):
         mode = self._want_mode
         if mode is None or mode == self._mapper.mode:
             return
-        if await self._try_set("session/set_mode", {"sessionId": self._session_id, "modeId": mode}):
+        params = {"sessionId": self._session_id, "modeId": self.mode_to_agent(mode)}
+        if await self._try_set("session/set_mode", params):
             self._mapper.set_mode(mode)
 
     async def set_mode(self, mode: str) -> bool:
@@ -722,7 +735,7 @@ class AcpBase(CliAdapter, abstract=True):
             return False  # applied when the session is opened, before the next turn
         if mode == self._mapper.mode:
             return True
-        params = {"sessionId": self._session_id, "modeId": mode}
+        params = {"sessionId": self._session_id, "modeId": self.mode_to_agent(mode)}
         try:
             await self._call("session/set_mode", params)
         except AcpCallError as exc:

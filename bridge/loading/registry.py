@@ -46,6 +46,7 @@ BUILTIN_ADAPTERS: tuple[str, ...] = (
     "bridge.adapters.hermes:HermesAdapter",
     "bridge.adapters.droid:DroidAdapter",
     "bridge.adapters.cursor:CursorAdapter",
+    "bridge.adapters.copilot:CopilotAdapter",
     "bridge.adapters.acp:AcpAdapter",
 )
 

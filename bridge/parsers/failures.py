@@ -279,6 +279,12 @@ _AGENTS: Final[dict[str, tuple[str, str]]] = {
         "Log Cursor Agent in on the workstation (`cursor-agent login`), or set "
         "`CURSOR_API_KEY` in `[agents.cursor] env`.",
     ),
+    # 429, 5xx and lost connections, several times with backoff, before it says "Error: …"
+    "copilot": (
+        "GitHub Copilot CLI",
+        "Log Copilot CLI in on the workstation (`copilot login`), or set `COPILOT_GITHUB_TOKEN`, "
+        "or your own provider's `COPILOT_PROVIDER_API_KEY`, in `[agents.copilot] env`.",
+    ),
     "acp": (
         "The agent",
         "Log the agent in on the workstation (see its documentation), then send again.",

@@ -1,0 +1,189 @@
+"""GitHub Copilot CLI end to end: the real ``copilot --acp``, one process per session, driven
+through a real daemon over WebSocket. Copilot runs offline (``COPILOT_OFFLINE``) against the fake
+Chat Completions server as its own provider (``COPILOT_PROVIDER_BASE_URL``), with its own home
+(tests/realcli.py ``copilot_env``). One fake server and one daemon serve the module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests import realcli, realcli_session
+from tests.fakes import CallTool, FakeChat, HttpError, Reply
+from tests.harness import (
+    after_tool,
+    assert_tool_calls_paired,
+    create,
+    deltas,
+    detected,
+    of,
+    run_turn,
+    user,
+)
+from tests.realcli_session import Asked, CliHarness
+from tests.wsclient import text_of
+
+pytestmark = realcli_session.suite_marks("copilot", timeout=240)
+
+cli, fake, harness = realcli_session.module_fixtures("copilot")
+
+WRITTEN = "made by copilot\n"
+
+
+@contextlib.contextmanager
+def failing(fake: FakeChat, step: HttpError) -> Iterator[None]:
+    """Every model call fails with ``step`` (Copilot retries some itself) until the block ends."""
+    before = fake.default
+    fake.default = step  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        fake.default = before
+
+
+async def test_listed_then_a_streamed_answer_with_thinking_and_usage(
+    harness: CliHarness, fake: FakeChat, project: Path
+) -> None:
+    fake.rescript(
+        Reply(
+            text="Hello from Copilot, in pieces.",
+            thinking="A greeting.",
+            chunks=4,
+            when=user("CP-1"),
+        ),
+        Reply(text="Second answer.", when=user("CP-2")),
+    )
+    async with harness.client() as c:
+        entry = await detected(c, "copilot")
+        assert entry["available"] and realcli.VERSIONS["copilot"] in entry["version"]
+        assert entry["display_name"] == "GitHub Copilot CLI" and entry["handoff"] == "persistent"
+        assert [m["id"] for m in entry["modes"]] == ["agent", "plan", "autopilot"]
+        check = await c.request("agents.check", agent="copilot")
+        assert any(
+            x["code"] == "copilot_auth" and "offline" in x["message"] for x in check["checks"]
+        )
+
+        session, info = await create(c, "copilot", project)
+        assert info["agent"] == "copilot" and info["version"] == realcli.VERSIONS["copilot"]
+        assert info["capabilities"]["permissions"] and info["capabilities"]["interrupt"]
+        first = await run_turn(c, session, "CP-1 say hello")
+        assert len(deltas(first)) >= 2 and len({b["id"] for b in deltas(first)}) == 1
+        assert text_of(first) == "Hello from Copilot, in pieces."
+        assert text_of(first, "thinking") == "A greeting."
+        usage = of(first, "usage")[-1]
+        assert usage["input_tokens"] > 0 and usage["context_size"]
+        end = of(first, "session_end")[-1]
+        assert end["reason"] == "completed" and end["agent_session_id"]
+        # the daemon's `model` reached Copilot as `--model`, and Copilot sent it to the provider
+        assert fake.agent_requests[-1].view.model == realcli.MODEL
+
+        second = await run_turn(c, session, "CP-2 again")
+        assert text_of(second) == "Second answer."
+        assert of(second, "session_end")[-1]["agent_session_id"] == end["agent_session_id"]
+        assert fake.agent_requests[-1].contains("Hello from Copilot, in pieces.")
+
+
+async def test_shell_call_and_file_write_asked_from_the_app(
+    harness: CliHarness, fake: FakeChat, project: Path
+) -> None:
+    made = project / "made.txt"
+    fake.rescript(
+        CallTool(
+            "bash",
+            {"command": "echo hello-from-tool", "description": "Say hello"},
+            when=user("CP-SHELL"),
+        ),
+        Reply(text="It printed hello-from-tool.", when=after_tool("CP-SHELL")),
+        CallTool("create", {"path": str(made), "file_text": WRITTEN}, when=user("CP-DENY")),
+        CallTool("create", {"path": str(made), "file_text": WRITTEN}, when=user("CP-WRITE")),
+        Reply(text="Wrote made.txt.", when=after_tool("CP-WRITE")),
+    )
+    async with harness.client() as c:
+        session, _ = await create(c, "copilot", project)
+        asked = Asked(kind="allow_once")
+        frames = await run_turn(c, session, "CP-SHELL run echo", answer=asked)
+        assert_tool_calls_paired(frames)
+        (request,) = asked
+        calls = of(frames, "tool_call")
+        # the question is the model's description; the call it is about carries the command
+        asked_about = [b for b in calls if b["id"] == request["tool_call_id"]]
+        assert request["title"] == "Say hello"
+        assert asked_about[-1]["input"]["command"] == "echo hello-from-tool"
+        assert calls[0]["name"] == "bash" and calls[-1]["status"] == "done"
+        (result,) = of(frames, "tool_result")
+        assert "hello-from-tool" in result["content"] and not result["is_error"]
+        assert "hello-from-tool" in " ".join(fake.agent_requests[-1].view.tool_results)
+        assert text_of(frames) == "It printed hello-from-tool."
+
+        # declined from the app: the call fails and nothing is written
+        calls_before = len(fake.agent_requests)
+        frames = await run_turn(c, session, "CP-DENY write", answer=Asked(kind="reject_once"))
+        assert_tool_calls_paired(frames)
+        assert of(frames, "permission_request")
+        assert of(frames, "tool_call")[-1]["status"] == "error"
+        assert not made.exists()
+        # Copilot ends the turn there (as Qwen does): the model is not asked again
+        assert of(frames, "session_end")[-1]["reason"] == "completed"
+        assert len(fake.agent_requests) == calls_before + 1 and not text_of(frames)
+
+        frames = await run_turn(c, session, "CP-WRITE write", answer=Asked(kind="allow_once"))
+        assert_tool_calls_paired(frames)
+        assert of(frames, "permission_request"), "writing a file asks the app first"
+        assert of(frames, "tool_call")[0]["name"] == "create"
+        diffs = [d for d in of(frames, "diff") if d["path"].endswith("made.txt")]
+        assert diffs and diffs[-1]["new_text"] == WRITTEN and diffs[-1]["unified"]
+        assert made.read_text() == WRITTEN
+        # Copilot's "Info: <path>" echo of the write is not part of the answer
+        assert text_of(frames) == "Wrote made.txt."
+
+
+async def test_interrupt_mid_stream_then_the_next_turn(
+    harness: CliHarness, fake: FakeChat, project: Path
+) -> None:
+    fake.rescript(*realcli_session.stop_steps(stall_after=2))
+    async with harness.client() as c:
+        session, _ = await create(c, "copilot", project)
+        await realcli_session.interrupt_then_go_on(c, fake, session)
+
+
+async def test_daemon_restart_resumes_the_session_then_a_terminal_can_take_it(
+    harness: CliHarness, fake: FakeChat, project: Path
+) -> None:
+    fake.rescript(
+        Reply(text="Remember RESTART-7.", when=user("CP-R1")),
+        Reply(text="Still here after the restart.", when=user("CP-R2")),
+    )
+    sid, frames = await realcli_session.restart_and_turn(
+        harness, "copilot", project, ("CP-R1 remember", "CP-R2 after restart")
+    )
+    assert text_of(frames) == "Still here after the restart."
+    assert not realcli_session.session_reset(frames)
+    assert fake.agent_requests[-1].contains("Remember RESTART-7.")  # loaded with its history
+    assert harness.cli.env and Path(harness.cli.env["COPILOT_HOME"], "session-state", sid).is_dir()
+    async with harness.client() as c:
+        listed = await c.request("sessions.list", include_external=False)
+        session = next(s["session"] for s in listed["sessions"] if s["agent_session_id"] == sid)
+        command = await c.request("session.handoff", session=session, dry_run=True)
+        assert command["argv"][-2:] == ["--resume", sid] and command["cwd"] == str(project)
+
+
+async def test_auth_failure_is_classified_with_the_login_hint(
+    harness: CliHarness, fake: FakeChat, project: Path
+) -> None:
+    fake.rescript()
+    async with harness.client() as c:
+        session, _ = await create(c, "copilot", project)
+        with failing(fake, HttpError(401, "invalid api key")):
+            frames = await run_turn(c, session, "CP-AUTH hello", timeout=120)
+        (error,) = of(frames, "error")
+        assert error["code"] == "auth_required" and not error["retryable"]
+        assert "`copilot login`" in error["hint"]
+        assert "HTTP 401" in error["message"]
+        assert of(frames, "session_end")[-1]["reason"] == "error"
+        assert not text_of(frames)  # Copilot's "Error: …" answer became the error
+        # the session goes on once the provider answers again
+        fake.rescript(Reply(text="Working again.", when=user("CP-AFTER")))
+        frames = await run_turn(c, session, "CP-AFTER hello")
+        assert text_of(frames) == "Working again."
