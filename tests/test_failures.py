@@ -245,6 +245,7 @@ def test_auth_hints_say_which_command_to_run() -> None:
         ("pi", "/login"),
         ("cursor", "cursor-agent login"),
         ("droid", "droid"),
+        ("copilot", "copilot login"),
     ]:
         failure = classify(agent, FailureReport(message="401 Unauthorized", status=401))
         assert failure.code == "auth_required" and command in (failure.hint or ""), agent
