@@ -497,10 +497,11 @@ def droid_env(tmp: Path | str, base_url: str, *, model: str = MODEL) -> dict[str
     return env
 
 
-def copilot_env(tmp: Path | str, base_url: str, *, model: str = MODEL) -> dict[str, str]:
+def copilot_env(tmp: Path | str, base_url: str) -> dict[str, str]:
     """Copilot CLI against ``FakeChat``, offline: its own provider (``COPILOT_PROVIDER_*``) and
     ``COPILOT_OFFLINE`` (no GitHub login, telemetry, web tools or update checks).
 
+    No model is set here: run it with ``--model`` (:data:`MODEL`), as the adapter does.
     Sessions: ``$COPILOT_HOME/session-state/<id>/events.jsonl`` (``~/.copilot``).
     """
     env = base_env(tmp)
@@ -512,7 +513,6 @@ def copilot_env(tmp: Path | str, base_url: str, *, model: str = MODEL) -> dict[s
             "COPILOT_PROVIDER_TYPE": "openai",
             "COPILOT_PROVIDER_BASE_URL": _v1(base_url),
             "COPILOT_PROVIDER_API_KEY": API_KEY,
-            "COPILOT_MODEL": model,
         }
     )
     return env

@@ -18,6 +18,8 @@ from tests.harness import (
     create,
     deltas,
     detected,
+    finish_turn,
+    kill_agent,
     of,
     run_turn,
     user,
@@ -28,6 +30,7 @@ from tests.wsclient import text_of
 pytestmark = realcli_session.suite_marks("copilot", timeout=240)
 
 cli, fake, harness = realcli_session.module_fixtures("copilot")
+strict = realcli_session.strict_fixture
 
 WRITTEN = "made by copilot\n"
 
@@ -187,3 +190,49 @@ async def test_auth_failure_is_classified_with_the_login_hint(
         fake.rescript(Reply(text="Working again.", when=user("CP-AFTER")))
         frames = await run_turn(c, session, "CP-AFTER hello")
         assert text_of(frames) == "Working again."
+
+
+async def test_unknown_session_resets_then_killed_mid_turn_comes_back_on_it(
+    harness: CliHarness, fake: FakeChat, project: Path
+) -> None:
+    story = "This answer never finishes, sadly."
+    fake.rescript(
+        Reply(text="Fresh start, remember KILL-42.", when=user("CP-RESET")),
+        realcli_session.stalling(story, "CP-KILL", 6, 2),
+        Reply(text="Back again.", when=user("CP-BACK")),
+    )
+    async with harness.client() as c:
+        session, frames, end = await realcli_session.reset_turn(
+            c, "copilot", project, "CP-RESET hello"
+        )
+        assert text_of(frames) == "Fresh start, remember KILL-42."
+        fresh = end["agent_session_id"]
+
+        # killed while it streams: the turn ends with the crash, nothing hangs
+        try:
+            frames = await realcli_session.send_until_streaming(c, session, "CP-KILL talk")
+            await kill_agent(harness, harness.cli.binary)
+            frames += await finish_turn(c, session, timeout=60)
+        finally:
+            fake.release()
+        assert of(frames, "session_end")[-1]["reason"] == "error"
+        errors = realcli_session.crashed(frames)
+        assert errors and "SIGKILL" in errors[0]["message"]
+        assert_tool_calls_paired(frames)
+
+        # the next turn starts Copilot again on the same session, with its history
+        frames = await run_turn(c, session, "CP-BACK still there?")
+        assert [b for b in of(frames, "system") if b["code"] == "agent_restarted"]
+        assert text_of(frames) == "Back again."
+        assert of(frames, "session_end")[-1]["agent_session_id"] == fresh
+        assert fake.agent_requests[-1].contains("remember KILL-42")
+
+
+async def test_a_stall_past_the_idle_timeout_then_a_missing_binary(
+    strict: tuple[CliHarness, Path], project: Path
+) -> None:
+    await realcli_session.stall_past_idle_timeout(strict[0], project)
+    h, link = strict
+    link.unlink()  # Copilot uninstalled: no new session starts, the check says why
+    async with h.client() as c:
+        await realcli_session.assert_unavailable(c, "copilot", project, link)
