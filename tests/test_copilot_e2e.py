@@ -6,12 +6,15 @@ Chat Completions server as its own provider (``COPILOT_PROVIDER_BASE_URL``), wit
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 from tests import realcli, realcli_session
 from tests.fakes import CallTool, FakeChat, HttpError, Reply
+from tests.handoffapp import App
 from tests.harness import (
     after_tool,
     assert_tool_calls_paired,
@@ -236,3 +239,48 @@ async def test_a_stall_past_the_idle_timeout_then_a_missing_binary(
     link.unlink()  # Copilot uninstalled: no new session starts, the check says why
     async with h.client() as c:
         await realcli_session.assert_unavailable(c, "copilot", project, link)
+
+
+async def test_handed_off_to_a_terminal_copilot_then_back_to_the_app(
+    harness: CliHarness, fake: FakeChat, project: Path
+) -> None:
+    fake.rescript(
+        Reply(text="Remember HANDOFF-5.", when=user("CP-H1")),
+        Reply(text="Terminal answer.", chunks=4, stall_after=1, stall=60, when=user("CP-H2")),
+        Reply(text="Back in the app.", when=user("CP-H3")),
+    )
+    async with harness.client() as c:
+        app = App(c)
+        session, _ = await create(c, "copilot", project)
+        first = await run_turn(c, session, "CP-H1 remember")
+        sid = of(first, "session_end")[-1]["agent_session_id"]
+        command = await app.request("session.handoff", session=session)
+        assert command["argv"] == ["copilot", "--resume", sid]
+        await app.state(session, "parked", "none")  # the bridge's Copilot is stopped
+        # the terminal: Copilot's own prompt mode on the same session, its answer held back
+        argv = [harness.cli.binary, *command["argv"][1:], "-p", "CP-H2 from the terminal"]
+        argv += ["--model", realcli.MODEL, "--allow-all-tools"]
+        terminal = subprocess.Popen(
+            argv,
+            cwd=command["cwd"],
+            env=harness.cli.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            await app.state(session, "parked", "terminal")  # its inuse lock says it holds it
+            fake.release()
+            out, _ = await asyncio.to_thread(terminal.communicate, timeout=60)
+        finally:
+            if terminal.poll() is None:
+                terminal.kill()
+                terminal.wait()
+        assert "Terminal answer." in out and "CP-H2" in fake.agent_requests[-1].view.last_user_text
+        assert fake.agent_requests[-1].contains("Remember HANDOFF-5.")  # the terminal resumed it
+        await app.state(session, "idle", "bridge")  # the terminal let go: the app has it back
+        frames = await run_turn(c, session, "CP-H3 back in the app")
+        assert text_of(frames) == "Back in the app."
+        assert of(frames, "session_end")[-1]["agent_session_id"] == sid
+        assert fake.agent_requests[-1].contains("Terminal answer.")  # the terminal's turn is in it

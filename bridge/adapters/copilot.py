@@ -57,7 +57,7 @@ _TOOL_BY_INPUT = (
     ("file_text", "create"),
     ("old_str", "edit"),
     ("new_str", "edit"),
-    ("pattern", "grep"),
+    ("agent_type", "task"),
 )
 _INUSE = re.compile(r"inuse\.(\d+)\.lock")
 #: where Copilot CLI finds a login or a provider of its own
