@@ -284,3 +284,32 @@ async def test_handed_off_to_a_terminal_copilot_then_back_to_the_app(
         assert text_of(frames) == "Back in the app."
         assert of(frames, "session_end")[-1]["agent_session_id"] == sid
         assert fake.agent_requests[-1].contains("Terminal answer.")  # the terminal's turn is in it
+
+
+async def test_autopilot_writes_without_asking_then_agent_mode_asks_again(
+    harness: CliHarness, fake: FakeChat, project: Path
+) -> None:
+    free, asked_for = project / "free.txt", project / "asked.txt"
+    writes = [("CP-AUTO", free, "f\n", "Written."), ("CP-ASK", asked_for, "a\n", "Asked.")]
+    fake.rescript(
+        *[
+            step
+            for marker, path, content, reply in writes
+            for step in (
+                CallTool("create", {"path": str(path), "file_text": content}, when=user(marker)),
+                Reply(text=reply, when=after_tool(marker)),
+            )
+        ]
+    )
+    asked = Asked(kind="allow_once")
+    async with harness.client() as c:
+        # Copilot's mode ids are URLs; the bridge's are short, both ways
+        session, obj = await realcli_session.create_in_mode(c, "copilot", project, "autopilot")
+        assert obj["mode"] == "autopilot"
+        await asked.unasked_turn(c, session, "CP-AUTO write free.txt", timeout=120)
+        assert free.read_text() == "f\n"
+        switched = await c.request("session.mode", session=session, mode="agent")
+        assert switched == {"mode": "agent", "live": True}
+        frames = await run_turn(c, session, "CP-ASK write asked.txt", answer=asked, timeout=120)
+        assert asked and asked_for.read_text() == "a\n"
+        assert text_of(frames) == "Asked."
