@@ -72,6 +72,7 @@ def replay(agent: str, rec: dict[str, Any]) -> tuple[list[Block], bool]:
         for line in lines:
             update = ((json.loads(line) or {}).get("params") or {}).get("update")
             if isinstance(update, dict):
+                out += adapter.notices_in(update)
                 adapter.preprocess_update(update)
         failed = adapter.reported_failure()
         if failed is not None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bridge.adapters.base import AdapterConfig, contract_problems, instantiate
-from bridge.adapters.copilot import MODE_URL, CopilotAdapter, holders
+from bridge.adapters.copilot import MODE_URL, CopilotAdapter, holders, reported_failure
 from bridge.process import OWN_PIDS
 from tests.parserkit import CAPTURED
 
@@ -76,12 +76,25 @@ def test_mode_ids_are_short_for_the_bridge_and_urls_for_copilot() -> None:
 
 def test_an_error_answer_becomes_the_turns_classified_error() -> None:
     adapter = CopilotAdapter()
+    notices = [n for u in updates("acp_auth_failed.stdout.jsonl") for n in adapter.notices_in(u)]
     assert answer_texts(adapter, "acp_auth_failed.stdout.jsonl") == ""
     error = adapter.reported_failure()
     assert error is not None and error.code == "auth_required"
     assert "HTTP 401" in error.message and "`copilot login`" in (error.hint or "")
-    assert not adapter.agent_retried(error)
     assert adapter.reported_failure() is None  # said once
+    # Copilot asked twice more before it gave up, and said so: the app is told each time
+    assert [n.code for n in notices] == ["api_retry", "api_retry"]
+    assert [(n.data or {})["attempt"] for n in notices] == [1, 2]
+    assert "transient API error" in notices[0].text
+    assert adapter.agent_retried(error)
+
+
+def test_a_turn_without_retries_leaves_them_to_the_bridge() -> None:
+    adapter = CopilotAdapter()
+    assert not [n for u in updates("acp_tool.stdout.jsonl") for n in adapter.notices_in(u)]
+    error = reported_failure("Error: Could not connect to local model provider at http://x/v1.")
+    assert error is not None and error.code == "network"
+    assert not adapter.agent_retried(error)
 
 
 def test_a_rate_limit_after_copilots_own_retries() -> None:

@@ -189,6 +189,8 @@ async def test_auth_failure_is_classified_with_the_login_hint(
         assert "HTTP 401" in error["message"]
         assert of(frames, "session_end")[-1]["reason"] == "error"
         assert not text_of(frames)  # Copilot's "Error: …" answer became the error
+        retries = [b for b in of(frames, "system") if b["code"] == "api_retry"]
+        assert retries and retries[0]["data"]["attempt"] == 1  # Copilot asked again itself
         # the session goes on once the provider answers again
         fake.rescript(Reply(text="Working again.", when=user("CP-AFTER")))
         frames = await run_turn(c, session, "CP-AFTER hello")

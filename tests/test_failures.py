@@ -152,6 +152,20 @@ def test_the_clis_own_retries_are_reported_and_classified(agent: str, scenario: 
     assert {(n.data or {}).get("error_code") for n in notes} == {RETRY_CODES[(agent, scenario)]}
 
 
+@pytest.mark.parametrize(
+    ("scenario", "notes"),
+    [("auth", 2), ("overloaded", 5), ("dropped_connection", 5), ("unreachable", 5)],
+)
+def test_copilots_own_retries_are_reported_without_a_cause(scenario: str, notes: int) -> None:
+    # "Info: Request failed due to a transient API error. Retrying..." names no cause (and
+    # "a server error" stands for a refused connection too): the final error is classified.
+    blocks, retried = replay("copilot", load("copilot", scenario))
+    said = [b for b in blocks if isinstance(b, SystemBlock) and b.code == "api_retry"]
+    assert retried and len(said) == notes
+    assert [(n.data or {}).get("attempt") for n in said] == list(range(1, notes + 1))
+    assert {(n.data or {}).get("error_code") for n in said} == {None}
+
+
 def test_a_cli_that_did_not_retry_leaves_the_retry_to_the_bridge() -> None:
     for agent, scenario in (("claude", "rate_limit"), ("codex", "overloaded")):
         _, retried = errors(agent, scenario)

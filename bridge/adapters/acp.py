@@ -236,6 +236,11 @@ class AcpBase(CliAdapter, abstract=True):
         """A failure the agent reported in its output although the turn "ended" normally."""
         return None
 
+    def notices_in(self, update: dict[str, Any]) -> list[Block]:
+        """Blocks an agent's ``session/update`` stands for besides what ACP says it is (Copilot
+        says its retries of a model call as answer text); placed before the update's own."""
+        return []
+
     def approval_only(self, tool_call_id: str) -> bool:
         """Whether a tool call id only stands for a permission question (ends when answered)."""
         return False
@@ -529,9 +534,11 @@ class AcpBase(CliAdapter, abstract=True):
         params = _dict(params)
         self._last_update = asyncio.get_running_loop().time()
         update = params.get("update")
+        extra: list[Block] = []
         if isinstance(update, dict):
+            extra = self.notices_in(update)
             params = {**params, "update": self.preprocess_update(update)}
-        blocks = self._mapper.update(params)
+        blocks = extra + self._mapper.update(params)
         if self._loading:
             return  # history replayed by session/load, already in the session's log
         if self._prompt_id is not None:

@@ -12,9 +12,10 @@ What differs from other ACP agents (all seen in 1.0.102):
 
 - its mode ids are URLs (``https://agentclientprotocol.com/protocol/session-modes#plan``): the
   bridge offers them as ``agent``, ``plan`` and ``autopilot``;
-- a model call that failed for good (after its own retries) is not a JSON-RPC error: Copilot
-  says ``Error: …`` as the answer's text and ends the turn normally, so that text becomes the
-  turn's classified error;
+- a model call that failed for good is not a JSON-RPC error: Copilot retries it itself (5
+  times), saying ``Info: Request failed due to a transient API error. Retrying...`` as answer
+  text (each becomes an ``api_retry`` notice), then says ``Error: …`` as the answer's text and
+  ends the turn normally, so that text becomes the turn's classified error;
 - after an approved file creation it says ``Info: <path>`` as answer text, which only repeats
   the tool call: dropped;
 - tool calls carry no tool name: it is read from the call's input (``command`` → ``bash``, …),
@@ -41,7 +42,7 @@ from bridge.adapters.base import (
     ResumeCommand,
     classify_failure,
 )
-from bridge.blocks import ErrorBlock
+from bridge.blocks import Block, ErrorBlock, SystemBlock
 from bridge.handoff import procscan
 
 #: the prefix of Copilot's ACP mode ids; the rest is the bridge's mode id
@@ -49,8 +50,9 @@ MODE_URL = "https://agentclientprotocol.com/protocol/session-modes#"
 
 #: how Copilot words a model call that failed for good (as answer text, the turn "completed")
 _FAILED = re.compile(r"^\s*Error: ")
-#: Copilot's own notices in the answer's text, which repeat what a tool call showed
+#: Copilot's own notices in the answer's text (a retry, a tool call's path repeated)
 _NOTICE = re.compile(r"^Info: [^\n]*$")
+_RETRYING = re.compile(r"^Info: (?P<why>[^\n]*?)\s*Retrying\.*$")
 #: Copilot's tool names, recognised by an argument only that tool has
 _TOOL_BY_INPUT = (
     ("command", "bash"),
@@ -137,6 +139,8 @@ class CopilotAdapter(AcpBase):
 
     _failure: str | None = None
     _retried: bool = False
+    #: Copilot's retries of a model call in this turn, as it said them
+    _retries: int = 0
 
     def command_line(self) -> list[str]:
         argv = [self.binary or "copilot", *self.acp_args]
@@ -149,6 +153,32 @@ class CopilotAdapter(AcpBase):
 
     def mode_from_agent(self, mode: str) -> str:
         return mode.removeprefix(MODE_URL)
+
+    async def send(self, text: str, attachments: list[Any] | None = None) -> None:
+        self._retries, self._retried = 0, False
+        await super().send(text, attachments)
+
+    def notices_in(self, update: dict[str, Any]) -> list[Block]:
+        content = update.get("content")
+        text = content.get("text") if isinstance(content, dict) else None
+        if update.get("sessionUpdate") != "agent_message_chunk" or not isinstance(text, str):
+            return []
+        retrying = _RETRYING.match(text)
+        if retrying is None:
+            return []
+        self._retries += 1
+        self._retried = True
+        why = retrying.group("why").strip().rstrip(".") or "the model call failed"
+        # Copilot's words do not say the cause ("a server error" for a refused connection too),
+        # so the notice names none; the turn's final error, if any, is classified.
+        return [
+            SystemBlock(
+                level="warn",
+                code="api_retry",
+                text=f"retrying the model call (attempt {self._retries}): {why}",
+                data={"attempt": self._retries, "error_code": None, "hint": None},
+            )
+        ]
 
     def preprocess_update(self, update: dict[str, Any]) -> dict[str, Any]:
         kind = update.get("sessionUpdate")
@@ -172,7 +202,7 @@ class CopilotAdapter(AcpBase):
         text, self._failure = self._failure, None
         if text is None:
             return None
-        self._retried = "retried" in text
+        self._retried = self._retried or "retried" in text
         return reported_failure(text)
 
     def retry_prompt(self, text: str) -> str:
