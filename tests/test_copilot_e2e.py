@@ -74,7 +74,8 @@ async def test_listed_then_a_streamed_answer_with_thinking_and_usage(
         session, info = await create(c, "copilot", project)
         assert info["agent"] == "copilot" and info["version"] == realcli.VERSIONS["copilot"]
         assert info["capabilities"]["permissions"] and info["capabilities"]["interrupt"]
-        first = await run_turn(c, session, "CP-1 say hello")
+        image = {"name": "dot.png", "mime": "image/png", "data": realcli_session.PNG}
+        first = await run_turn(c, session, "CP-1 say hello", attachments=[image])
         assert len(deltas(first)) >= 2 and len({b["id"] for b in deltas(first)}) == 1
         assert text_of(first) == "Hello from Copilot, in pieces."
         assert text_of(first, "thinking") == "A greeting."
@@ -84,6 +85,7 @@ async def test_listed_then_a_streamed_answer_with_thinking_and_usage(
         assert end["reason"] == "completed" and end["agent_session_id"]
         # the daemon's `model` reached Copilot as `--model`, and Copilot sent it to the provider
         assert fake.agent_requests[-1].view.model == realcli.MODEL
+        assert fake.agent_requests[-1].contains(realcli_session.PNG)  # the image reached it
 
         second = await run_turn(c, session, "CP-2 again")
         assert text_of(second) == "Second answer."
