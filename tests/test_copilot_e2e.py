@@ -87,10 +87,13 @@ async def test_listed_then_a_streamed_answer_with_thinking_and_usage(
         assert fake.agent_requests[-1].view.model == realcli.MODEL
         assert fake.agent_requests[-1].contains(realcli_session.PNG)  # the image reached it
 
+        # /model restarts Copilot on the same session with `--model` the new one
+        await c.request("session.send", session=session, text="/model other-fake-model")
         second = await run_turn(c, session, "CP-2 again")
         assert text_of(second) == "Second answer."
         assert of(second, "session_end")[-1]["agent_session_id"] == end["agent_session_id"]
         assert fake.agent_requests[-1].contains("Hello from Copilot, in pieces.")
+        assert fake.agent_requests[-1].view.model == "other-fake-model"
 
 
 async def test_shell_call_and_file_write_asked_from_the_app(
