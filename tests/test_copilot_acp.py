@@ -8,6 +8,7 @@ The adapter runs end to end in tests/test_copilot_e2e.py; these are the pieces t
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,11 +18,23 @@ from typing import Any
 import pytest
 
 from bridge.adapters.base import AdapterConfig, contract_problems, instantiate
-from bridge.adapters.copilot import MODE_URL, CopilotAdapter, holders, reported_failure
+from bridge.adapters.copilot import MODE_URL, CopilotAdapter, reported_failure
+from bridge.blocks import (
+    Block,
+    ErrorBlock,
+    SessionEndBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from bridge.handoff import copilot as handoff
+from bridge.invariants import CONTRACT, TurnGuard
 from bridge.process import OWN_PIDS
-from tests.parserkit import CAPTURED
+from tests.parserkit import CAPTURED, FIXTURES
 
 COPILOT = CAPTURED / "copilot"
+TERMINAL = FIXTURES / "handoff" / "copilot"
+TERMINAL_SID = "5b0c7c2e-7d3a-4c55-9a51-2f0d6c1e8a10"
 
 
 def updates(name: str) -> list[dict[str, Any]]:
@@ -57,9 +70,7 @@ def test_contract_and_command_line() -> None:
 
 def test_mode_ids_are_short_for_the_bridge_and_urls_for_copilot() -> None:
     adapter = CopilotAdapter()
-    assert adapter.mode_to_agent("plan") == MODE_URL + "plan"
-    assert adapter.mode_from_agent(MODE_URL + "autopilot") == "autopilot"
-    assert adapter.mode_to_agent(MODE_URL + "plan") == MODE_URL + "plan"
+    assert adapter.mode_prefix == MODE_URL
     mode = adapter.preprocess_update(
         {"sessionUpdate": "current_mode_update", "currentModeId": MODE_URL + "plan"}
     )
@@ -70,7 +81,7 @@ def test_mode_ids_are_short_for_the_bridge_and_urls_for_copilot() -> None:
         for line in (COPILOT / "acp_tool.stdout.jsonl").read_text().splitlines()
         if "availableModes" in line
     ]
-    reported = [adapter.mode_from_agent(m["id"]) for m in new["modes"]["availableModes"]]
+    reported = [m["id"].removeprefix(MODE_URL) for m in new["modes"]["availableModes"]]
     assert reported == [m.id for m in CopilotAdapter.modes]
 
 
@@ -158,7 +169,7 @@ def test_a_terminal_holding_the_session_owns_it(
     assert not CopilotAdapter.is_cwd_externally_owned("/work", sid)
     (folder / f"inuse.{terminal.pid}.lock").write_text("")
     (folder / f"inuse.{terminal.pid}.hold").write_text("")
-    assert holders(tmp_path, sid) == [terminal.pid]
+    assert handoff.holders(sid) == [terminal.pid]
     assert CopilotAdapter.is_cwd_externally_owned("/work", sid)
     assert not CopilotAdapter.is_cwd_externally_owned("/work", None)
     assert not CopilotAdapter.is_cwd_externally_owned("/work", "../" + sid)
@@ -177,7 +188,7 @@ def test_the_bridges_own_copilot_is_no_terminal(
     (folder / f"inuse.{terminal.pid}.lock").write_text("")
     OWN_PIDS.add(terminal.pid)  # as if the daemon had started it
     try:
-        assert holders(tmp_path, "s1") == [terminal.pid]
+        assert handoff.holders("s1") == [terminal.pid]
         assert not CopilotAdapter.is_cwd_externally_owned("/work", "s1")
     finally:
         OWN_PIDS.discard(terminal.pid)
@@ -188,6 +199,67 @@ def test_resume_command() -> None:
     command = CopilotAdapter.terminal_resume_command("abc", "/work")
     assert command is not None and command.argv == ["copilot", "--resume", "abc"]
     assert command.cwd == "/work"
+
+
+def test_a_terminals_session_is_listed_with_its_directory_and_first_prompt(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "session-state" / TERMINAL_SID
+    folder.mkdir(parents=True)
+    for name in ("prompt_events.jsonl", "workspace.yaml"):
+        shutil.copy(TERMINAL / name, folder / name.replace("prompt_", ""))
+    (tmp_path / "session-state" / "stray").mkdir()  # no events: not a session
+    (listed,) = handoff.scan(tmp_path)
+    assert listed.agent_session_id == TERMINAL_SID and listed.title == "Say hello."
+    assert listed.cwd == "/tmp/agent-bridge-capture-handoff/copilot/work" and not listed.owned
+
+
+def test_the_mirror_parser_reads_a_terminals_turns() -> None:
+    parser = handoff.EventsParser(TERMINAL_SID)
+    blocks = [
+        b
+        for line in (TERMINAL / "prompt_events.jsonl").read_bytes().splitlines()
+        for b in parser.feed(line)
+    ]
+    blocks += parser.close()
+    turns: list[list[Block]] = [[]]
+    for block in blocks:
+        turns[-1].append(block)
+        if isinstance(block, SessionEndBlock):
+            turns.append([])
+    assert turns.pop() == []
+    for turn in turns:  # each a whole turn, as the hub's guard checks a terminal's turns
+        guard = TurnGuard(TERMINAL_SID)
+        for block in turn:
+            broken = [b for b in guard.feed(block) if getattr(b, "code", None) == CONTRACT]
+            assert not broken, turn
+    hello, echo, failed = turns
+    assert [type(b).__name__ for b in hello] == [
+        "UserBlock",
+        "ThinkingBlock",
+        "TextBlock",
+        "SessionEndBlock",
+    ]
+    assert hello[0].text == "Say hello." and hello[0].source == "terminal"
+    assert hello[2].text == "Hello from the terminal."
+    calls = [b for b in echo if isinstance(b, ToolCallBlock)]
+    assert [(c.name, c.kind, c.status) for c in calls] == [
+        ("bash", "execute", "running"),
+        ("bash", "execute", "done"),
+    ]
+    assert calls[0].title == "echo hi-from-tool"
+    assert any(isinstance(b, ToolResultBlock) and "hi-from-tool" in b.content for b in echo)
+    assert isinstance(echo[-2], TextBlock) and echo[-2].text == "It printed hi-from-tool."
+    assert isinstance(echo[-1], SessionEndBlock) and echo[-1].reason == "completed"
+    (error,) = [b for b in failed if isinstance(b, ErrorBlock)]
+    assert error.code == "auth_required" and "copilot login" in (error.hint or "")
+    assert isinstance(failed[-1], SessionEndBlock) and failed[-1].reason == "error"
+    # the same lines again (a tail re-reading them) add nothing
+    assert not [
+        b
+        for line in (TERMINAL / "prompt_events.jsonl").read_bytes().splitlines()
+        for b in parser.feed(line)
+    ]
 
 
 # ---- environment ------------------------------------------------------------------------------

@@ -248,6 +248,18 @@ async def test_a_stall_past_the_idle_timeout_then_a_missing_binary(
         await realcli_session.assert_unavailable(c, "copilot", project, link)
 
 
+async def released(fake: FakeChat, terminal: subprocess.Popen[str]) -> str:
+    """Let the model's held-back answer go until ``terminal`` exits (its request may not have
+    reached the stall yet when first released); its output."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while terminal.poll() is None and loop.time() < deadline:
+        fake.release()
+        await asyncio.sleep(0.1)
+    out, _ = await asyncio.to_thread(terminal.communicate, timeout=5)
+    return out
+
+
 async def test_handed_off_to_a_terminal_copilot_then_back_to_the_app(
     harness: CliHarness, fake: FakeChat, project: Path
 ) -> None:
@@ -278,8 +290,7 @@ async def test_handed_off_to_a_terminal_copilot_then_back_to_the_app(
         )
         try:
             await app.state(session, "parked", "terminal")  # its inuse lock says it holds it
-            fake.release()
-            out, _ = await asyncio.to_thread(terminal.communicate, timeout=60)
+            out = await released(fake, terminal)
         finally:
             if terminal.poll() is None:
                 terminal.kill()
@@ -287,6 +298,10 @@ async def test_handed_off_to_a_terminal_copilot_then_back_to_the_app(
         assert "Terminal answer." in out and "CP-H2" in fake.agent_requests[-1].view.last_user_text
         assert fake.agent_requests[-1].contains("Remember HANDOFF-5.")  # the terminal resumed it
         await app.state(session, "idle", "bridge")  # the terminal let go: the app has it back
+        # meanwhile the app saw the terminal's turn, read from Copilot's events.jsonl
+        mirrored = [f["block"] for f in app.seen if f["block"].get("source") == "terminal"]
+        assert [b["text"] for b in mirrored] == ["CP-H2 from the terminal"]
+        assert "Terminal answer." in [f["block"].get("text") for f in app.seen]
         frames = await run_turn(c, session, "CP-H3 back in the app")
         assert text_of(frames) == "Back in the app."
         assert of(frames, "session_end")[-1]["agent_session_id"] == sid

@@ -36,7 +36,6 @@ from bridge.adapters.base import (
     CliAdapter,
     DetectedAgent,
     FailureReport,
-    HandoffMode,
     ModeInfo,
     ModelInfo,
     failure_block,
@@ -153,6 +152,7 @@ class AcpBase(CliAdapter, abstract=True):
     load_settle: ClassVar[float] = 0.2
     #: the agent's prompt results count tokens for the whole session, not the turn (Hermes)
     cumulative_usage: ClassVar[bool] = False
+    mode_prefix: ClassVar[str] = ""  #: the agent's mode ids are the bridge's after this (Copilot)
 
     cap_thinking = True
     cap_permissions = True
@@ -160,7 +160,6 @@ class AcpBase(CliAdapter, abstract=True):
     cap_documents = True
     provides_models = True
     provides_usage = True
-    handoff: ClassVar[HandoffMode] = "none"
     persistent_process = True
 
     #: the session's working directory, absolute (``setup()``: the daemon's when not given)
@@ -237,8 +236,7 @@ class AcpBase(CliAdapter, abstract=True):
         return None
 
     def notices_in(self, update: dict[str, Any]) -> list[Block]:
-        """Blocks an agent's ``session/update`` stands for besides what ACP says it is (Copilot
-        says its retries of a model call as answer text); placed before the update's own."""
+        """Blocks an update stands for besides its ACP meaning, put before the update's own."""
         return []
 
     def approval_only(self, tool_call_id: str) -> bool:
@@ -247,14 +245,6 @@ class AcpBase(CliAdapter, abstract=True):
 
     async def before_load(self, session_id: str) -> None:
         """Work around an agent's ``session/load`` bug before loading ``session_id``."""
-
-    def mode_to_agent(self, mode: str) -> str:
-        """The agent's id of the bridge's mode ``mode`` (for agents whose ids are unwieldy)."""
-        return mode
-
-    def mode_from_agent(self, mode: str) -> str:
-        """The bridge's id of the agent's mode ``mode`` (the inverse of ``mode_to_agent``)."""
-        return mode
 
     # ---- the contract ---------------------------------------------------------------------
 
@@ -534,9 +524,8 @@ class AcpBase(CliAdapter, abstract=True):
         params = _dict(params)
         self._last_update = asyncio.get_running_loop().time()
         update = params.get("update")
-        extra: list[Block] = []
+        extra = self.notices_in(update) if isinstance(update, dict) else []
         if isinstance(update, dict):
-            extra = self.notices_in(update)
             params = {**params, "update": self.preprocess_update(update)}
         blocks = extra + self._mapper.update(params)
         if self._loading:
@@ -675,10 +664,8 @@ class AcpBase(CliAdapter, abstract=True):
         self._session_id = sid
         self.session_id = sid
         self._mapper.session_id = sid
-        current_mode = _dict(result.get("modes")).get("currentModeId")
-        self._mapper.set_mode(
-            self.mode_from_agent(current_mode) if isinstance(current_mode, str) else None
-        )
+        m = _dict(result.get("modes")).get("currentModeId")
+        self._mapper.set_mode(m.removeprefix(self.mode_prefix) if isinstance(m, str) else None)
         current = _dict(result.get("models")).get("currentModelId")
         self._current_model = clean(current, 200) if isinstance(current, str) else self.model
         if seen := models_in(result):
@@ -731,7 +718,7 @@ class AcpBase(CliAdapter, abstract=True):
         mode = self._want_mode
         if mode is None or mode == self._mapper.mode:
             return
-        params = {"sessionId": self._session_id, "modeId": self.mode_to_agent(mode)}
+        params = {"sessionId": self._session_id, "modeId": self.mode_prefix + mode}
         if await self._try_set("session/set_mode", params):
             self._mapper.set_mode(mode)
 
@@ -742,7 +729,7 @@ class AcpBase(CliAdapter, abstract=True):
             return False  # applied when the session is opened, before the next turn
         if mode == self._mapper.mode:
             return True
-        params = {"sessionId": self._session_id, "modeId": self.mode_to_agent(mode)}
+        params = {"sessionId": self._session_id, "modeId": self.mode_prefix + mode}
         try:
             await self._call("session/set_mode", params)
         except AcpCallError as exc:

@@ -23,14 +23,15 @@ What differs from other ACP agents (all seen in 1.0.102):
 
 The terminal takes a session over with ``copilot --resume <id>``; while a Copilot process holds
 a session it keeps ``inuse.<pid>.lock`` in the session's folder
-(``$COPILOT_HOME/session-state/<id>/``, default ``~/.copilot``), which is the ownership signal.
+(``$COPILOT_HOME/session-state/<id>/``, default ``~/.copilot``), which is the ownership signal,
+and its ``events.jsonl`` is the transcript the mirror follows (bridge/handoff/copilot.py).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 from bridge.adapters.acp import AcpBase
@@ -43,7 +44,8 @@ from bridge.adapters.base import (
     classify_failure,
 )
 from bridge.blocks import Block, ErrorBlock, SystemBlock
-from bridge.handoff import procscan
+from bridge.handoff import copilot as handoff_copilot
+from bridge.wire.agent_types import ExternalSession
 
 #: the prefix of Copilot's ACP mode ids; the rest is the bridge's mode id
 MODE_URL = "https://agentclientprotocol.com/protocol/session-modes#"
@@ -61,17 +63,8 @@ _TOOL_BY_INPUT = (
     ("new_str", "edit"),
     ("agent_type", "task"),
 )
-_INUSE = re.compile(r"inuse\.(\d+)\.lock")
 #: where Copilot CLI finds a login or a provider of its own
 _AUTH_VARS = ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN")
-
-
-def copilot_home(env: dict[str, str] | None = None) -> Path:
-    """``$COPILOT_HOME``, else ``~/.copilot``."""
-    env = dict(os.environ) if env is None else env
-    if env.get("COPILOT_HOME"):
-        return Path(env["COPILOT_HOME"])
-    return Path(env.get("HOME") or Path.home()) / ".copilot"
 
 
 def reported_failure(text: str) -> ErrorBlock | None:
@@ -81,26 +74,6 @@ def reported_failure(text: str) -> ErrorBlock | None:
     return classify_failure("copilot", text.strip())
 
 
-def holders(home: Path, sid: str) -> list[int]:
-    """The live processes that hold Copilot session ``sid`` (its ``inuse.<pid>.lock`` files)."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,200}", sid):
-        return []
-    try:
-        names = os.listdir(home / "session-state" / sid)
-    except OSError:
-        return []
-    pids: list[int] = []
-    for name in names:
-        found = _INUSE.fullmatch(name)
-        if found is None:
-            continue
-        pid = int(found.group(1))
-        stat = procscan.read_stat(pid)
-        if stat is not None and not stat.exited:  # a killed holder leaves its lock behind
-            pids.append(pid)
-    return pids
-
-
 class CopilotAdapter(AcpBase):
     agent_id = "copilot"
     display_name = "GitHub Copilot CLI"
@@ -108,6 +81,7 @@ class CopilotAdapter(AcpBase):
     acp_args = ("--acp",)
     cap_images = True
     handoff = "persistent"
+    mode_prefix = MODE_URL
     doc = (
         "# GitHub Copilot CLI\n\n"
         "**Use when** you work with GitHub Copilot (`npm i -g @github/copilot`, then "
@@ -148,12 +122,6 @@ class CopilotAdapter(AcpBase):
             argv += ["--model", self.model]
         return argv
 
-    def mode_to_agent(self, mode: str) -> str:
-        return mode if "://" in mode else MODE_URL + mode
-
-    def mode_from_agent(self, mode: str) -> str:
-        return mode.removeprefix(MODE_URL)
-
     async def send(self, text: str, attachments: list[Any] | None = None) -> None:
         self._retries, self._retried = 0, False
         await super().send(text, attachments)
@@ -193,7 +161,7 @@ class CopilotAdapter(AcpBase):
         if kind == "current_mode_update":
             mode = update.get("currentModeId") or update.get("modeId")
             if isinstance(mode, str):
-                return {**update, "currentModeId": self.mode_from_agent(mode)}
+                return {**update, "currentModeId": mode.removeprefix(MODE_URL)}
         if kind in ("tool_call", "tool_call_update"):
             return _named(update)
         return update
@@ -221,16 +189,24 @@ class CopilotAdapter(AcpBase):
 
     @classmethod
     def is_cwd_externally_owned(cls, cwd: str, sid: str | None) -> bool:
-        if sid is None:
-            return False
-        return any(not procscan.is_own(pid) for pid in holders(copilot_home(), sid))
+        return handoff_copilot.is_owned(sid)
+
+    # Listing and mirroring terminal sessions from Copilot's files: bridge/handoff/copilot.py.
+
+    @classmethod
+    def scan_external_sessions(cls) -> list[ExternalSession]:
+        return handoff_copilot.scan()
+
+    @classmethod
+    def make_transcript_mirror(cls, cwd: str, sid: str) -> AsyncIterator[Block] | None:
+        return handoff_copilot.mirror(cwd, sid)
 
     # ---- environment -------------------------------------------------------------------------
 
     @classmethod
     def agent_checks(cls, config: AdapterConfig) -> list[Check]:
         env = {**os.environ, **config.env}
-        home = copilot_home(env)
+        home = handoff_copilot.copilot_home(env)
         if env.get("COPILOT_PROVIDER_BASE_URL"):
             offline = " (offline)" if env.get("COPILOT_OFFLINE", "").lower() == "true" else ""
             return [
