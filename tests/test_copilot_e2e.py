@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -335,3 +336,34 @@ async def test_autopilot_writes_without_asking_then_agent_mode_asks_again(
         frames = await run_turn(c, session, "CP-ASK write asked.txt", answer=asked, timeout=120)
         assert asked and asked_for.read_text() == "a\n"
         assert text_of(frames) == "Asked."
+
+
+async def test_a_session_started_in_a_terminal_is_listed_and_adopted(
+    harness: CliHarness, fake: FakeChat, project: Path
+) -> None:
+    fake.rescript(
+        Reply(text="Terminal says TERM-9.", when=user("CP-T1")),
+        Reply(text="Adopted.", when=user("CP-T2")),
+    )
+    sid = str(uuid.uuid4())
+    argv = [harness.cli.binary, "--session-id", sid, "-p", "CP-T1 from a terminal"]
+    argv += ["--model", realcli.MODEL, "--allow-all-tools"]
+    done = await asyncio.to_thread(realcli.run, argv, env=harness.cli.env, cwd=project, timeout=90)
+    assert done.returncode == 0 and "TERM-9" in done.stdout, done.stderr[-2000:]
+    async with harness.client() as c:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60  # the daemon rescans terminal sessions now and then
+        while True:
+            listed = (await c.request("sessions.list", include_external=True))["sessions"]
+            found = [s for s in listed if s.get("agent_session_id") == sid]
+            if found or loop.time() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        (external,) = found
+        assert external["agent"] == "copilot" and external["cwd"] == str(project)
+        assert external["title"] == "CP-T1 from a terminal"
+        session, _ = await create(c, "copilot", project, resume=sid)
+        frames = await run_turn(c, session, "CP-T2 continue here")
+        assert text_of(frames) == "Adopted."
+        assert of(frames, "session_end")[-1]["agent_session_id"] == sid
+        assert fake.agent_requests[-1].contains("Terminal says TERM-9.")
