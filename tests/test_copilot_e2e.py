@@ -7,6 +7,7 @@ Chat Completions server as its own provider (``COPILOT_PROVIDER_BASE_URL``), wit
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import subprocess
 import uuid
@@ -37,6 +38,7 @@ cli, fake, harness = realcli_session.module_fixtures("copilot")
 strict = realcli_session.strict_fixture
 
 WRITTEN = "made by copilot\n"
+NOTE = base64.b64encode(b"a note for the model\n").decode()
 
 
 @contextlib.contextmanager
@@ -76,7 +78,8 @@ async def test_listed_then_a_streamed_answer_with_thinking_and_usage(
         assert info["agent"] == "copilot" and info["version"] == realcli.VERSIONS["copilot"]
         assert info["capabilities"]["permissions"] and info["capabilities"]["interrupt"]
         image = {"name": "dot.png", "mime": "image/png", "data": realcli_session.PNG}
-        first = await run_turn(c, session, "CP-1 say hello", attachments=[image])
+        note = {"name": "notes.md", "mime": "text/markdown", "data": NOTE}
+        first = await run_turn(c, session, "CP-1 say hello", attachments=[image, note])
         assert len(deltas(first)) >= 2 and len({b["id"] for b in deltas(first)}) == 1
         assert text_of(first) == "Hello from Copilot, in pieces."
         assert text_of(first, "thinking") == "A greeting."
@@ -87,6 +90,9 @@ async def test_listed_then_a_streamed_answer_with_thinking_and_usage(
         # the daemon's `model` reached Copilot as `--model`, and Copilot sent it to the provider
         assert fake.agent_requests[-1].view.model == realcli.MODEL
         assert fake.agent_requests[-1].contains(realcli_session.PNG)  # the image reached it
+        # a document goes as an embedded resource: Copilot saves it and tags the file
+        asked = fake.agent_requests[-1].view.last_user_text
+        assert "<tagged_files>" in asked and "acp-resource-" in asked
 
         # /model restarts Copilot on the same session with `--model` the new one
         await c.request("session.send", session=session, text="/model other-fake-model")
