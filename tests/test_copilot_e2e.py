@@ -18,9 +18,11 @@ from tests import realcli, realcli_session
 from tests.fakes import CallTool, FakeChat, HttpError, Reply
 from tests.handoffapp import App
 from tests.harness import (
+    Harness,
     after_tool,
     assert_tool_calls_paired,
     create,
+    daemon_env,
     deltas,
     detected,
     finish_turn,
@@ -373,3 +375,25 @@ async def test_a_session_started_in_a_terminal_is_listed_and_adopted(
         assert text_of(frames) == "Adopted."
         assert of(frames, "session_end")[-1]["agent_session_id"] == sid
         assert fake.agent_requests[-1].contains("Terminal says TERM-9.")
+
+
+async def test_without_a_login_or_a_provider_the_app_is_told_to_log_in(
+    harness: CliHarness, project: Path, tmp_path: Path
+) -> None:
+    # no provider and no GitHub token: Copilot refuses the ACP session ("Authentication
+    # required") without going to the network
+    env = realcli.base_env(tmp_path / "cli")
+    env["COPILOT_HOME"] = str(Path(env["HOME"]) / ".copilot")
+    config = realcli_session.daemon_config("copilot", harness.cli.binary, env)
+    h = Harness(tmp_path / "daemon", daemon_env(env), config)
+    try:
+        async with h.client() as c:
+            check = await c.request("agents.check", agent="copilot")
+            (auth,) = [x for x in check["checks"] if x["code"] == "copilot_auth"]
+            assert auth["level"] == "warn" and "copilot login" in auth["hint"]
+            failed = await c.call("session.create", agent="copilot", cwd=str(project))
+            assert failed["t"] == "err" and failed["code"] == "agent_unavailable"
+            assert "Authentication required" in failed["message"]
+            assert "`copilot login`" in failed["message"]
+    finally:
+        h.stop()

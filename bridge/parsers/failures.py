@@ -328,6 +328,7 @@ _PHRASES: Final[tuple[tuple[str, Rule], ...]] = (
     ("droid", Rule("auth_required", r"not authenticated|please log ?in|FACTORY_API_KEY")),
     ("cursor", Rule("auth_required", r"Authentication required|cursor-agent login")),
     # Copilot: its "Error: …" answers
+    ("copilot", Rule("auth_required", r"Authentication required")),
     ("copilot", Rule("request_rejected", r"rejected the prompt as too long", TOO_LONG_HINT)),
     ("copilot", Rule("network", r"Could not connect to (?:the )?(?:local )?model provider")),
     ("copilot", Rule("network", r"error (?:decoding|reading) (?:a )?(?:response )?body")),
