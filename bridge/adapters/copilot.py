@@ -65,7 +65,7 @@ _TOOL_BY_INPUT = (
     ("new_str", "edit"),
     ("agent_type", "task"),
 )
-#: where Copilot CLI finds a login or a provider of its own
+#: the variables Copilot CLI takes a GitHub token from, in its order
 _AUTH_VARS = ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN")
 
 
