@@ -6,18 +6,12 @@ per turn, ``session/cancel`` to interrupt. The agent's ``session/update`` notifi
 blocks through the sans-I/O :class:`bridge.parsers.acp.UpdateMapper`; its requests are answered
 here: ``session/request_permission`` waits for the client's answer, ``fs/read_text_file`` and
 ``fs/write_text_file`` are served inside the session's working directory only, and anything
-else gets JSON-RPC "method not found".
+else gets JSON-RPC "method not found" (why not with PyPI's ``agent-client-protocol``: see
+docs/adapters.md, "ACP agents").
 
-Why not the ``agent-client-protocol`` package from PyPI: it owns the transport (asyncio
-streams it creates itself), so the agent would escape ``bridge/process.py`` (process group,
-capped lines, stderr tail, SIGTERM→SIGKILL), it brings pydantic for the ~6 messages the bridge
-needs, and its validating models are the wrong place to be lenient with agents that add their
-own methods (Qwen's ``craft/*``) and fields. A small codec plus a pure mapper is less code to
-trust and can be fuzzed.
-
-Built-ins subclass ``AcpBase`` (Gemini, Hermes); ``AcpAdapter`` (``agent_id = "acp"``) runs the
-command line configured in ``[agents.acp]``; ``bridge/loading/acp_config.py`` makes one class per
-``[acp.<name>]`` table of config.toml.
+Built-ins subclass ``AcpBase`` (Gemini, Hermes, Copilot); ``AcpAdapter`` (``agent_id = "acp"``)
+runs the command line configured in ``[agents.acp]``; ``bridge/loading/acp_config.py`` makes one
+class per ``[acp.<name>]`` table of config.toml.
 """
 
 from __future__ import annotations
