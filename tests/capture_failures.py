@@ -148,6 +148,12 @@ AGENTS: dict[str, Agent] = {
         note="settings.json retry.enabled = false",
     ),
     "hermes": Agent("bridge.adapters.hermes:HermesAdapter", FakeChat, realcli.hermes_env),
+    "copilot": Agent(
+        "bridge.adapters.copilot:CopilotAdapter",
+        FakeChat,
+        realcli.copilot_env,
+        note="COPILOT_OFFLINE=true, the fake server as its own provider (COPILOT_PROVIDER_*)",
+    ),
     "droid": Agent(
         "bridge.adapters.droid:DroidAdapter",
         FakeChat,

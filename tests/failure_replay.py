@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.adapters.acp import rpc_failure
+from bridge.adapters.copilot import CopilotAdapter
 from bridge.adapters.hermes import reported_failure as hermes_failure
 from bridge.blocks import Block, ErrorBlock
 from bridge.parsers.claude import ClaudeParser
@@ -65,6 +66,18 @@ def replay(agent: str, rec: dict[str, Any]) -> tuple[list[Block], bool]:
         if closes:
             out += parser.close_open()
         retried = bool(getattr(parser, "agent_retried", False))
+    elif name == "copilot":
+        # the adapter itself: its answer text "Error: …" is the turn's failure
+        adapter = CopilotAdapter()
+        for line in lines:
+            update = ((json.loads(line) or {}).get("params") or {}).get("update")
+            if isinstance(update, dict):
+                out += adapter.notices_in(update)
+                adapter.preprocess_update(update)
+        failed = adapter.reported_failure()
+        if failed is not None:
+            out.append(failed)
+            retried = adapter.agent_retried(failed)
     elif name in ("gemini", "hermes"):
         if name == "hermes":
             for line in lines:

@@ -59,6 +59,7 @@ CLI_NAMES = (
     "droid",
     "hermes",
     "kimi",
+    "copilot",
 )
 
 VERSIONS = {
@@ -72,6 +73,7 @@ VERSIONS = {
     "droid": "0.225.2",
     "hermes": "0.19.0",
     "kimi": "1.51.0",
+    "copilot": "1.0.102",
 }
 
 
@@ -138,6 +140,11 @@ def kimi_bin() -> str | None:
     return _exe(KIMI_VENV / "bin/kimi")
 
 
+def copilot_bin() -> str | None:
+    """GitHub Copilot CLI's native binary (``@github/copilot-linux-x64``)."""
+    return _exe(NODE_MODULES / "@github/copilot-linux-x64/copilot")
+
+
 BINS: dict[str, Callable[[], str | None]] = {
     "claude": claude_bin,
     "codex": codex_bin,
@@ -149,6 +156,7 @@ BINS: dict[str, Callable[[], str | None]] = {
     "droid": droid_bin,
     "hermes": hermes_bin,
     "kimi": kimi_bin,
+    "copilot": copilot_bin,
 }
 
 
@@ -541,6 +549,27 @@ def kimi_env(tmp: Path | str, base_url: str, *, model: str = MODEL) -> dict[str,
     return env
 
 
+def copilot_env(tmp: Path | str, base_url: str) -> dict[str, str]:
+    """Copilot CLI against ``FakeChat``, offline: its own provider (``COPILOT_PROVIDER_*``) and
+    ``COPILOT_OFFLINE`` (no GitHub login, telemetry, web tools or update checks).
+
+    No model is set here: run it with ``--model`` (:data:`MODEL`), as the adapter does.
+    Sessions: ``$COPILOT_HOME/session-state/<id>/events.jsonl`` (``~/.copilot``).
+    """
+    env = base_env(tmp)
+    env.update(
+        {
+            "COPILOT_HOME": str(home_of(env) / ".copilot"),
+            "COPILOT_OFFLINE": "true",
+            "COPILOT_AUTO_UPDATE": "false",
+            "COPILOT_PROVIDER_TYPE": "openai",
+            "COPILOT_PROVIDER_BASE_URL": _v1(base_url),
+            "COPILOT_PROVIDER_API_KEY": API_KEY,
+        }
+    )
+    return env
+
+
 ENVS: dict[str, Callable[..., dict[str, str]]] = {
     "claude": claude_env,
     "codex": codex_env,
@@ -552,6 +581,7 @@ ENVS: dict[str, Callable[..., dict[str, str]]] = {
     "droid": droid_env,
     "hermes": hermes_env,
     "kimi": kimi_env,
+    "copilot": copilot_env,
 }
 
 

@@ -63,6 +63,7 @@ MODELS: dict[str, str] = {
     "pi": f"fake/{realcli.MODEL}",
     "opencode": f"fake/{realcli.MODEL}",
     "kilo": f"fake/{realcli.MODEL}",
+    "copilot": realcli.MODEL,
 }
 #: what each agent's environment is written with by default (see tests/realcli.py)
 ENV_OPTIONS: dict[str, dict[str, Any]] = {"codex": {"model": realcli.CODEX_MODEL}}

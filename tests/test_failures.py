@@ -83,6 +83,14 @@ EXPECTED: dict[tuple[str, str], str | None] = {
     ("hermes", "rate_limit"): "rate_limited",
     ("hermes", "rate_limit_retry_after"): "rate_limited",
     ("hermes", "unreachable"): "network",
+    # Copilot retries 429, 5xx and dropped streams 5 times itself, then answers "Error: …"
+    ("copilot", "auth"): "auth_required",
+    ("copilot", "dropped_connection"): "network",
+    ("copilot", "overloaded"): "overloaded",
+    ("copilot", "prompt_too_long"): "request_rejected",
+    ("copilot", "rate_limit"): "rate_limited",
+    ("copilot", "rate_limit_retry_after"): "rate_limited",
+    ("copilot", "unreachable"): "network",
     ("pi", "auth"): "auth_required",
     ("pi", "dropped_connection"): "network",
     ("pi", "overloaded"): "overloaded",
@@ -142,6 +150,20 @@ def test_the_clis_own_retries_are_reported_and_classified(agent: str, scenario: 
     notes = [b for b in blocks if isinstance(b, SystemBlock) and b.code == "api_retry"]
     assert retried and notes
     assert {(n.data or {}).get("error_code") for n in notes} == {RETRY_CODES[(agent, scenario)]}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "notes"),
+    [("auth", 2), ("overloaded", 5), ("dropped_connection", 5), ("unreachable", 5)],
+)
+def test_copilots_own_retries_are_reported_without_a_cause(scenario: str, notes: int) -> None:
+    # "Info: Request failed due to a transient API error. Retrying..." names no cause (and
+    # "a server error" stands for a refused connection too): the final error is classified.
+    blocks, retried = replay("copilot", load("copilot", scenario))
+    said = [b for b in blocks if isinstance(b, SystemBlock) and b.code == "api_retry"]
+    assert retried and len(said) == notes
+    assert [(n.data or {}).get("attempt") for n in said] == list(range(1, notes + 1))
+    assert {(n.data or {}).get("error_code") for n in said} == {None}
 
 
 def test_a_cli_that_did_not_retry_leaves_the_retry_to_the_bridge() -> None:
@@ -246,6 +268,7 @@ def test_auth_hints_say_which_command_to_run() -> None:
         ("cursor", "cursor-agent login"),
         ("droid", "droid"),
         ("kimi", "kimi login"),
+        ("copilot", "copilot login"),
     ]:
         failure = classify(agent, FailureReport(message="401 Unauthorized", status=401))
         assert failure.code == "auth_required" and command in (failure.hint or ""), agent

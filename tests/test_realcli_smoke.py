@@ -85,6 +85,11 @@ CASES: dict[str, tuple[type[FakeServer], Argv, str | None]] = {
         None,
     ),
     "hermes": (FakeChat, lambda b: [b, "chat", "-q", PROMPT, "-Q"], None),
+    "copilot": (
+        FakeChat,
+        lambda b: [b, "-p", PROMPT, "--model", realcli.MODEL, "--allow-all-tools"],
+        None,
+    ),
 }
 
 

@@ -6,18 +6,12 @@ per turn, ``session/cancel`` to interrupt. The agent's ``session/update`` notifi
 blocks through the sans-I/O :class:`bridge.parsers.acp.UpdateMapper`; its requests are answered
 here: ``session/request_permission`` waits for the client's answer, ``fs/read_text_file`` and
 ``fs/write_text_file`` are served inside the session's working directory only, and anything
-else gets JSON-RPC "method not found".
+else gets JSON-RPC "method not found" (why not with PyPI's ``agent-client-protocol``: see
+docs/adapters.md, "ACP agents").
 
-Why not the ``agent-client-protocol`` package from PyPI: it owns the transport (asyncio
-streams it creates itself), so the agent would escape ``bridge/process.py`` (process group,
-capped lines, stderr tail, SIGTERM→SIGKILL), it brings pydantic for the ~6 messages the bridge
-needs, and its validating models are the wrong place to be lenient with agents that add their
-own methods (Qwen's ``craft/*``) and fields. A small codec plus a pure mapper is less code to
-trust and can be fuzzed.
-
-Built-ins subclass ``AcpBase`` (Gemini, Hermes); ``AcpAdapter`` (``agent_id = "acp"``) runs the
-command line configured in ``[agents.acp]``; ``bridge/loading/acp_config.py`` makes one class per
-``[acp.<name>]`` table of config.toml.
+Built-ins subclass ``AcpBase`` (Gemini, Hermes, Copilot); ``AcpAdapter`` (``agent_id = "acp"``)
+runs the command line configured in ``[agents.acp]``; ``bridge/loading/acp_config.py`` makes one
+class per ``[acp.<name>]`` table of config.toml.
 """
 
 from __future__ import annotations
@@ -152,6 +146,7 @@ class AcpBase(CliAdapter, abstract=True):
     load_settle: ClassVar[float] = 0.2
     #: the agent's prompt results count tokens for the whole session, not the turn (Hermes)
     cumulative_usage: ClassVar[bool] = False
+    mode_prefix: ClassVar[str] = ""  #: the agent's mode ids are the bridge's after this (Copilot)
 
     cap_thinking = True
     cap_permissions = True
@@ -159,7 +154,6 @@ class AcpBase(CliAdapter, abstract=True):
     cap_documents = True
     provides_models = True
     provides_usage = True
-    handoff = "none"
     persistent_process = True
 
     #: the session's working directory, absolute (``setup()``: the daemon's when not given)
@@ -234,6 +228,10 @@ class AcpBase(CliAdapter, abstract=True):
     def reported_failure(self) -> ErrorBlock | None:
         """A failure the agent reported in its output although the turn "ended" normally."""
         return None
+
+    def notices_in(self, update: dict[str, Any]) -> list[Block]:
+        """Blocks an update stands for besides its ACP meaning, put before the update's own."""
+        return []
 
     def approval_only(self, tool_call_id: str) -> bool:
         """Whether a tool call id only stands for a permission question (ends when answered)."""
@@ -525,9 +523,10 @@ class AcpBase(CliAdapter, abstract=True):
         params = _dict(params)
         self._last_update = asyncio.get_running_loop().time()
         update = params.get("update")
+        extra = self.notices_in(update) if isinstance(update, dict) else []
         if isinstance(update, dict):
             params = {**params, "update": self.preprocess_update(update)}
-        blocks = self._mapper.update(params)
+        blocks = extra + self._mapper.update(params)
         if self._loading:
             return  # history replayed by session/load, already in the session's log
         if self._prompt_id is not None:
@@ -664,7 +663,8 @@ class AcpBase(CliAdapter, abstract=True):
         self._session_id = sid
         self.session_id = sid
         self._mapper.session_id = sid
-        self._mapper.set_mode(_dict(result.get("modes")).get("currentModeId"))
+        m = _dict(result.get("modes")).get("currentModeId")
+        self._mapper.set_mode(m.removeprefix(self.mode_prefix) if isinstance(m, str) else None)
         current = _dict(result.get("models")).get("currentModelId")
         self._current_model = clean(current, 200) if isinstance(current, str) else self.model
         if seen := models_in(result):
@@ -717,7 +717,8 @@ class AcpBase(CliAdapter, abstract=True):
         mode = self._want_mode
         if mode is None or mode == self._mapper.mode:
             return
-        if await self._try_set("session/set_mode", {"sessionId": self._session_id, "modeId": mode}):
+        params = {"sessionId": self._session_id, "modeId": self.mode_prefix + mode}
+        if await self._try_set("session/set_mode", params):
             self._mapper.set_mode(mode)
 
     async def set_mode(self, mode: str) -> bool:
@@ -727,7 +728,7 @@ class AcpBase(CliAdapter, abstract=True):
             return False  # applied when the session is opened, before the next turn
         if mode == self._mapper.mode:
             return True
-        params = {"sessionId": self._session_id, "modeId": mode}
+        params = {"sessionId": self._session_id, "modeId": self.mode_prefix + mode}
         try:
             await self._call("session/set_mode", params)
         except AcpCallError as exc:

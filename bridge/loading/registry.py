@@ -47,6 +47,7 @@ BUILTIN_ADAPTERS: tuple[str, ...] = (
     "bridge.adapters.droid:DroidAdapter",
     "bridge.adapters.cursor:CursorAdapter",
     "bridge.adapters.kimi:KimiAdapter",
+    "bridge.adapters.copilot:CopilotAdapter",
     "bridge.adapters.acp:AcpAdapter",
 )
 

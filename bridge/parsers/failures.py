@@ -298,6 +298,12 @@ _AGENTS: Final[dict[str, tuple[str, str]]] = {
         "Log Kimi Code in on the workstation (`kimi login`); its ACP server refuses sessions "
         "without that login, even with a provider's API key in `~/.kimi/config.toml`.",
     ),
+    # 429, 5xx and lost connections, several times with backoff, before it says "Error: …"
+    "copilot": (
+        "GitHub Copilot CLI",
+        "Log Copilot CLI in on the workstation (`copilot login`), or set `COPILOT_GITHUB_TOKEN`, "
+        "or your own provider's `COPILOT_PROVIDER_API_KEY`, in `[agents.copilot] env`.",
+    ),
     "acp": (
         "The agent",
         "Log the agent in on the workstation (see its documentation), then send again.",
@@ -342,6 +348,11 @@ _PHRASES: Final[tuple[tuple[str, Rule], ...]] = (
     ("droid", Rule("auth_required", r"not authenticated|please log ?in|FACTORY_API_KEY")),
     ("cursor", Rule("auth_required", r"Authentication required|cursor-agent login")),
     ("kimi", Rule("auth_required", r"auth_required|Authentication required|kimi login")),
+    # Copilot: its "Error: …" answers
+    ("copilot", Rule("auth_required", r"Authentication required")),
+    ("copilot", Rule("request_rejected", r"rejected the prompt as too long", TOO_LONG_HINT)),
+    ("copilot", Rule("network", r"Could not connect to (?:the )?(?:local )?model provider")),
+    ("copilot", Rule("network", r"error (?:decoding|reading) (?:a )?(?:response )?body")),
     ("acp", Rule("auth_required", r"auth_required|Authentication required")),
 )
 

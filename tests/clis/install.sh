@@ -60,7 +60,8 @@ install_npm() {
     node_modules/@kilocode/cli-linux-x64/bin/kilo \
     node_modules/.bin/pi \
     node_modules/.bin/qwen \
-    node_modules/@factory/cli-linux-x64/bin/droid; do
+    node_modules/@factory/cli-linux-x64/bin/droid \
+    node_modules/@github/copilot-linux-x64/copilot; do
     if [[ -x "$bin" ]]; then
       printf '  %-80s %s\n' "$bin" "$(HOME="$scratch" "$bin" --version 2>&1 | tail -1)"
     else
