@@ -63,7 +63,7 @@ install_npm() {
     node_modules/@factory/cli-linux-x64/bin/droid \
     node_modules/@github/copilot-linux-x64/copilot; do
     if [[ -x "$bin" ]]; then
-      printf '  %-80s %s\n' "$bin" "$(HOME="$scratch" "$bin" --version 2>&1 | tail -1)"
+      printf '  %-80s %s\n' "$bin" "$(HOME="$scratch" "$bin" --version 2>&1 | grep -v "copilot update" | tail -1)"
     else
       printf '  %-80s MISSING\n' "$bin"
     fi
