@@ -1,11 +1,12 @@
 """The ACP conformance kit against the real pinned ACP agents, offline against fake model servers.
 
-Gemini CLI, Hermes and Kimi Code through their built-in adapters, Qwen Code, OpenCode and Kilo
-through ``[acp.<name>]`` tables (``qwen --acp --approval-mode default``, ``opencode acp``,
-``kilo acp``) as a person would configure them. The fake model answers the kit's prompts: a
-short streamed answer, a ``write`` tool call (so the agent asks before it), and a long answer
-that stalls until released (cancelled mid-stream). Each agent's expected report is what its
-pinned version does (docs/adapters.md, "ACP conformance kit"); a change in it fails here.
+Gemini CLI, Hermes, Kimi Code and GitHub Copilot CLI through their built-in adapters, Qwen
+Code, OpenCode and Kilo through ``[acp.<name>]`` tables (``qwen --acp --approval-mode
+default``, ``opencode acp``, ``kilo acp``) as a person would configure them. The fake model
+answers the kit's prompts: a short streamed answer, a ``write`` tool call (so the agent asks
+before it), and a long answer that stalls until released (cancelled mid-stream). Each agent's
+expected report is what its pinned version does (docs/adapters.md, "ACP conformance kit"); a
+change in it fails here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from bridge.adapters.acp import AcpBase
 from bridge.adapters.acp_check import check_adapter
+from bridge.adapters.copilot import CopilotAdapter
 from bridge.adapters.gemini import GeminiAdapter
 from bridge.adapters.hermes import HermesAdapter
 from bridge.adapters.kimi import KimiAdapter
@@ -42,6 +44,8 @@ class Agent:
     #: the write tool and the argument naming its file
     write_tool: str
     path_key: str
+    #: the argument holding the file's text
+    content_key: str = "content"
     #: the adapter's keywords besides binary and env
     values: dict[str, Any] = field(default_factory=dict)
     env_options: dict[str, Any] = field(default_factory=dict)
@@ -82,6 +86,15 @@ AGENTS = {
             expected=ALL_OK,
         ),
         Agent("kimi", lambda _b: KimiAdapter, "WriteFile", "path", expected=ALL_OK),
+        Agent(
+            "copilot",
+            lambda _b: CopilotAdapter,
+            "create",
+            "path",
+            content_key="file_text",
+            values={"model": realcli.MODEL},
+            expected=ALL_OK,
+        ),
         Agent(
             "opencode",
             configured("opencode-acp", "acp"),
@@ -127,7 +140,7 @@ async def test_the_kit_against_the_real_agent(
     work = tmp_path / "work"
     work.mkdir()
     # an absolute path, as the tools of Qwen and Gemini want it
-    write_args = {agent.path_key: str(work / "acp-check.txt"), "content": "ok\n"}
+    write_args = {agent.path_key: str(work / "acp-check.txt"), agent.content_key: "ok\n"}
     fake.script(
         Reply(text="Hello from the fake model.", chunks=4, when=user("Reply with")),
         CallTool(agent.write_tool, write_args, when=user("Create a file")),
