@@ -141,8 +141,10 @@ def binary_version(path: str, *, timeout: float = 10.0) -> str | None:
     key = (path, st.st_mtime, st.st_size)
     if key not in _versions:
         result = run_capture([path, "--version"], timeout=timeout)
+        if result.timed_out:
+            return None  # a busy machine: asked again next time, not remembered as broken
         lines = (result.stdout or result.stderr).strip().splitlines()
-        _versions[key] = lines[0][:200] if lines and not result.timed_out else None
+        _versions[key] = lines[0][:200] if lines else None
     return _versions[key]
 
 

@@ -116,8 +116,8 @@ MEANING: dict[str, str] = {
     "adapters.stop_grace": "Seconds between asking an agent to stop (interrupt, SIGTERM to its "
     "process group) and forcing it (cancel, SIGKILL).",
     "adapters.start_timeout": "Seconds an agent has to start.",
-    "adapters.detect_timeout": "Seconds for detecting an agent (`--version`); environment checks "
-    "get twice this.",
+    "adapters.detect_timeout": "Seconds for detecting an agent (`--version`); one that runs out "
+    "is asked again 5, 20 and 60 s later; environment checks get twice this.",
     "adapters.import_timeout": "Seconds importing one adapter file may take.",
     "adapters.watch": "Reload adapter files when they change, without a restart.",
     "adapters.idle_stop_s": "Seconds a persistent agent process may sit without a turn before "

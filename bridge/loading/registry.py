@@ -30,6 +30,9 @@ log = get_logger("bridge.registry")
 
 #: Detection probes run at once (each mostly waits on a child process; threads start lazily).
 DETECT_THREADS = 64
+#: pauses before a detection that ran out of time (a `--version` slow on a busy machine) is
+#: tried again; an agent found then is announced to clients (`agents_changed`)
+REDETECT_AFTER_S = (5.0, 20.0, 60.0)
 
 #: Where classes come from that the loader registers after start-up.
 LOADED_SOURCES = frozenset({"file", "entry_point"})
@@ -92,6 +95,8 @@ class Registry:
         self._entries: dict[str, AgentEntry] = {}
         self._listeners: list[Callable[[], None]] = []
         self._detect_tasks: dict[str, asyncio.Task[None]] = {}
+        #: detections tried again after running out of time (not waited for by wait_detected)
+        self._retry_tasks: dict[str, asyncio.Task[None]] = {}
         # Probes get their own threads: on the default executor, slow `--version` probes
         # held up every asyncio.to_thread in the daemon for seconds (docs/benchmarks.md, T6).
         self._detect_pool = ThreadPoolExecutor(DETECT_THREADS, thread_name_prefix="bridge-detect")
@@ -196,12 +201,36 @@ class Registry:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        old = self._detect_tasks.pop(entry.agent_id, None)
-        if old is not None:
-            old.cancel()
+        for tasks in (self._detect_tasks, self._retry_tasks):
+            old = tasks.pop(entry.agent_id, None)
+            if old is not None:
+                old.cancel()
         self._detect_tasks[entry.agent_id] = loop.create_task(self._detect(entry))
 
     async def _detect(self, entry: AgentEntry) -> None:
+        self._take(entry, await self._probe(entry))
+        if _ran_out_of_time(entry.detected):
+            task = asyncio.get_running_loop().create_task(self._detect_again(entry))
+            self._retry_tasks[entry.agent_id] = task
+
+    async def _detect_again(self, entry: AgentEntry) -> None:
+        for pause in REDETECT_AFTER_S:
+            await asyncio.sleep(pause)
+            was = _available(entry.detected)
+            self._take(entry, await self._probe(entry))
+            if _available(entry.detected) != was:
+                log.info("agent_detected_again", agent=entry.agent_id, available=not was)
+                self._changed()
+            if not _ran_out_of_time(entry.detected):
+                return
+
+    @staticmethod
+    def _take(entry: AgentEntry, found: DetectedAgent | None) -> None:
+        entry.detected = found
+        entry.detect_done = True
+        entry.detected_at = time.time()
+
+    async def _probe(self, entry: AgentEntry) -> DetectedAgent | None:
         cls = entry.cls
         try:
             probe = (
@@ -214,12 +243,10 @@ class Registry:
                 self.config.adapters.detect_timeout,
             )
         except TimeoutError:
-            found = DetectedAgent(available=False, error="detection timed out")
+            return DetectedAgent(available=False, error="detection timed out")
         except Exception as exc:
-            found = DetectedAgent(available=False, error=f"detect() raised {exc!r}")
-        entry.detected = found
-        entry.detect_done = True
-        entry.detected_at = time.time()
+            return DetectedAgent(available=False, error=f"detect() raised {exc!r}")
+        return found
 
     async def wait_detected(self, timeout: float) -> None:
         tasks = [t for t in self._detect_tasks.values() if not t.done()]
@@ -227,7 +254,7 @@ class Registry:
             await asyncio.wait(tasks, timeout=timeout)
 
     def cancel_detection(self) -> None:
-        for task in self._detect_tasks.values():
+        for task in [*self._detect_tasks.values(), *self._retry_tasks.values()]:
             task.cancel()
 
     # ---- what clients see ----------------------------------------------------------------------
@@ -270,6 +297,17 @@ class Registry:
             return [Check(code="check_timeout", level="error", message="the check timed out")]
         except Exception as exc:
             return [Check(code="check_raised", level="error", message=f"the check raised {exc!r}")]
+
+
+def _available(found: DetectedAgent | None) -> bool:
+    return bool(found and found.available)
+
+
+def _ran_out_of_time(found: DetectedAgent | None) -> bool:
+    """A detection that did not answer in time (not a missing or broken binary): worth asking
+    again."""
+    error = (found.error if found else None) or ""
+    return not _available(found) and ("timed out" in error or "gave no answer" in error)
 
 
 def _takes_binary(cls: type[BaseAdapter]) -> bool:
