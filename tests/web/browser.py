@@ -154,6 +154,7 @@ class Page:
         self._call("setFiles", sel=sel, files=payload)
 
     def screenshot(self, path: Path, full_page: bool = False) -> None:
+        path = screenshot_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._call("screenshot", path=str(path), fullPage=full_page)
 
@@ -180,3 +181,19 @@ BROWSER_TESTS = [
     pytest.mark.browser,
     pytest.mark.skipif(missing() is not None, reason=str(missing())),
 ]
+
+
+#: the documentation's screenshots, and where a run puts them unless asked to refresh them
+DOC_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+RUN_IMAGES = Path(__file__).resolve().parents[1] / "artifacts" / "web" / "docs-images"
+
+
+def screenshot_path(path: Path) -> Path:
+    """Where a screenshot meant for docs/images goes: there with ``AGENT_BRIDGE_DOC_IMAGES=1``
+    (refreshing the documentation's pictures), else tests/artifacts/web/docs-images, so that a
+    test run leaves the checkout as it was (each run's pictures differ: temporary paths, times)."""
+    try:
+        name = path.resolve().relative_to(DOC_IMAGES)
+    except ValueError:
+        return path
+    return path if os.environ.get("AGENT_BRIDGE_DOC_IMAGES") == "1" else RUN_IMAGES / name
