@@ -523,7 +523,7 @@ class ServedRelay:
             try:
                 return self._start()
             except RuntimeError:
-                if "address already in use" not in self.printed()[seen:]:
+                if "address already in use" not in self.printed()[seen:].lower():
                     raise
                 self.stop()
                 self.port = natsserver.free_port()

@@ -1,5 +1,6 @@
 """An agent whose CLI answered `--version` too slowly (a busy machine at the daemon's start) is
-asked again, and clients are told when it turns up; one that is missing is not asked again."""
+asked again, and clients are told when it turns up; one that is missing is not asked again. A
+client that listed an agent while it was still being detected is told when it is done."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ class SlowAtFirst(DemoAdapter):
         if cls.calls == 1:
             cls.release.wait(10)  # longer than the registry waits: "detection timed out"
         return DetectedAgent(available=True, binary="/usr/bin/slow", version="1.0")
+
+
+class Gated(DemoAdapter):
+    agent_id = "gated_cli"
+    release = threading.Event()
+
+    @classmethod
+    def detect(cls, binary: str | None = None) -> DetectedAgent | None:
+        cls.release.wait(10)
+        return DetectedAgent(available=True, binary="/usr/bin/gated", version="3.0")
 
 
 class Missing(DemoAdapter):
@@ -59,6 +70,22 @@ async def test_a_detection_that_ran_out_of_time_is_tried_again_and_announced(
         assert Missing.calls == 1  # not there is an answer: not asked again
     finally:
         SlowAtFirst.release.set()
+        reg.cancel_detection()
+
+
+async def test_a_listing_made_during_detection_is_followed_by_agents_changed() -> None:
+    reg = Registry(Config())
+    changed = asyncio.Event()
+    reg.on_change(changed.set)
+    try:
+        reg.register(Gated, notify=False)
+        shown = reg.agent_object(_entry(reg, "gated_cli"))
+        assert shown.available is False and shown.error == "detection in progress"
+        Gated.release.set()
+        await asyncio.wait_for(changed.wait(), 10)
+        assert reg.agent_object(_entry(reg, "gated_cli")).available is True
+    finally:
+        Gated.release.set()
         reg.cancel_detection()
 
 

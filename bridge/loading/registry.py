@@ -64,6 +64,8 @@ class AgentEntry:
     detected: DetectedAgent | None = None
     detect_done: bool = False
     detected_at: float = 0.0
+    #: a client was shown "detection in progress": it is told (`agents_changed`) when it is done
+    shown_in_progress: bool = False
     config: AdapterConfig = field(default_factory=AdapterConfig)
 
     @property
@@ -209,6 +211,9 @@ class Registry:
 
     async def _detect(self, entry: AgentEntry) -> None:
         self._take(entry, await self._probe(entry))
+        if entry.shown_in_progress:
+            entry.shown_in_progress = False
+            self._changed()
         if _ran_out_of_time(entry.detected):
             task = asyncio.get_running_loop().create_task(self._detect_again(entry))
             self._retry_tasks[entry.agent_id] = task
@@ -265,6 +270,7 @@ class Registry:
         error = entry.error
         if not entry.detect_done:
             error = error or "detection in progress"
+            entry.shown_in_progress = True
         elif found is None:
             error = error or f"`{entry.cls.cli_binary}` not found"
         elif found.error and not error:
