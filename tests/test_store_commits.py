@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bridge.store import inline
 from bridge.store import store as store_module
+from bridge.store.memory import MemoryStore
 from bridge.store.records import StoredEvent
 from bridge.store.store import SqliteStore
 
@@ -25,7 +27,7 @@ async def test_commits_keep_their_order_whichever_thread_makes_them(
 ) -> None:
     """Batches small enough for the event loop's thread and batches too large for it, one
     right after the other: each session's events reach ``on_commit`` in seq order, once."""
-    monkeypatch.setattr(store_module, "INLINE_GAP_S", 0.0)  # inline whenever allowed
+    monkeypatch.setattr(inline, "GAP_S", 0.0)  # inline whenever allowed
     store = SqliteStore(tmp_path / "bridge.sqlite3")
     store.open(asyncio.get_running_loop())
     seen: dict[str, list[int]] = {"a": [], "b": []}
@@ -36,7 +38,7 @@ async def test_commits_keep_their_order_whichever_thread_makes_them(
         for _ in range(300):
             session = rng.choice("ab")
             # 1 event: the loop's thread may commit it; 600: the writer thread must.
-            for _ in range(rng.choice((1, 1, 2, store_module.INLINE_OPS + 88))):
+            for _ in range(rng.choice((1, 1, 2, inline.OPS + 88))):
                 sent[session] += 1
                 store.append_event(_event(session, sent[session]))
             if rng.random() < 0.5:
@@ -56,7 +58,7 @@ async def test_a_database_locked_elsewhere_does_not_hold_the_event_loop(
     """A commit on the event loop's thread does not wait for a lock another process holds (its
     busy timeout would stop the loop for seconds): it goes to the writer thread, which waits
     and retries, and nothing is handed on before it is committed."""
-    monkeypatch.setattr(store_module, "INLINE_GAP_S", 0.0)  # inline whenever allowed
+    monkeypatch.setattr(inline, "GAP_S", 0.0)  # inline whenever allowed
     db = tmp_path / "bridge.sqlite3"
     store = SqliteStore(db)
     loop = asyncio.get_running_loop()
@@ -82,3 +84,59 @@ async def test_a_database_locked_elsewhere_does_not_hold_the_event_loop(
     finally:
         holder.close()
         await store.close()
+
+
+async def test_a_held_event_is_on_disk_and_handed_on_at_release(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A turn holds the store while it emits one block's events: at ``release`` a batch the
+    loop's thread commits is committed there and then (no pass of the event loop between the
+    emit and the push), and is on disk before ``on_commit`` hears of it. A stream faster than
+    ``inline.GAP_S`` keeps its blocks together: released one by one, they are committed as one
+    batch on the next pass."""
+    db = tmp_path / "bridge.sqlite3"
+    store = SqliteStore(db)
+    store.open(asyncio.get_running_loop())
+    reader = sqlite3.connect(db, isolation_level=None)
+    batches: list[tuple[list[int], list[int]]] = []
+
+    def on_commit(batch: list[StoredEvent]) -> None:
+        on_disk = [row[0] for row in reader.execute("SELECT last_seq FROM event_chunks")]
+        batches.append(([ev.seq for ev in batch], on_disk))
+
+    store.on_commit = on_commit
+    try:
+        monkeypatch.setattr(inline, "GAP_S", 0.0)
+        store.hold()
+        store.append_event(_event("s", 1))
+        assert batches == [], "a held event went out before its release"
+        store.release()
+        assert batches == [([1], [1])]
+        monkeypatch.setattr(inline, "GAP_S", 3600.0)  # from now on, a fast stream
+        for seq in (2, 3, 4):
+            store.hold()
+            store.append_event(_event("s", seq))
+            store.release()
+        assert batches == [([1], [1])], "a fast stream's block was committed alone"
+        await store.barrier()
+        assert batches[1][0] == [2, 3, 4]
+        assert batches[1][1] == [1, 4]
+    finally:
+        await store.close()
+        reader.close()
+
+
+async def test_the_memory_store_hands_a_held_event_on_at_release(monkeypatch: Any) -> None:
+    """The same in memory: a rare block now, a stream's blocks together on the next pass."""
+    store = MemoryStore()
+    store.open(asyncio.get_running_loop())
+    batches: list[list[int]] = []
+    store.on_commit = lambda batch: batches.append([ev.seq for ev in batch])
+    for seq in (1, 2, 3):
+        store.hold()
+        store.append_event(_event("s", seq))
+        store.release()
+        monkeypatch.setattr(inline, "GAP_S", 3600.0)  # after the first: a fast stream
+    assert batches == [[1]]
+    await asyncio.sleep(0)
+    assert batches == [[1], [2, 3]]
