@@ -5,8 +5,8 @@ The daemon is started with ``env(folder)``: a ``sitecustomize`` on its ``PYTHONP
 (where the signal handler runs) and notes every thread's CPU time from /proc; SIGUSR2 stops and
 writes ``<pid>-<n>.txt`` to the folder: CPU seconds per thread over the window, then the loop
 thread's top functions by own time and by cumulative time, with call counts; and the whole
-profile beside it (``.pstats``, for ``python -m pstats``: callers, every function). The bench renames
-the file after the scenario (``collect``).
+profile beside it (``.pstats``, for ``python -m pstats``: callers, every function). The bench
+renames the files after the scenario (``collect``).
 
 cProfile is deterministic: it sees every call, however short (a sampler from a Python thread
 misses work shorter than the GIL's switch interval, which is all of a paced stream's), and
