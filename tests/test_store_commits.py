@@ -8,9 +8,12 @@ import asyncio
 import random
 import sqlite3
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from bridge.adapters.base import BaseAdapter, DetectedAgent
+from bridge.blocks import AgentInfoBlock, Block, SessionEndBlock, TextBlock
 from bridge.store import inline
 from bridge.store import store as store_module
 from bridge.store.memory import MemoryStore
@@ -140,3 +143,86 @@ async def test_the_memory_store_hands_a_held_event_on_at_release(monkeypatch: An
     assert batches == [[1]]
     await asyncio.sleep(0)
     assert batches == [[1], [2, 3]]
+
+
+class _Paced(BaseAdapter):
+    """Yields a few text deltas, one per step of the turn, and notes, each time the turn asks
+    for the next one, how many the subscriber has received."""
+
+    agent_id = "paced-test"
+    display_name = "Paced (test)"
+    cli_binary = None
+    provides_models = False
+    provides_usage = False
+    handoff = "none"
+    #: set by the test: how many text blocks the subscriber has
+    received: Callable[[], int] = staticmethod(lambda: 0)
+    #: set by the test once the store's writer thread holds nothing
+    go: asyncio.Event
+    seen: ClassVar[list[int]] = []
+
+    def __init__(self, cwd: str | None = None) -> None:
+        pass
+
+    @classmethod
+    def detect(cls, binary: str | None = None) -> DetectedAgent | None:
+        return DetectedAgent(available=True, version="1")
+
+    async def start(self, session_id: str) -> AgentInfoBlock:
+        return self.make_agent_info(name=self.display_name, version="1")
+
+    async def send(self, text: str, attachments: list[Any] | None = None) -> None:
+        pass
+
+    async def interrupt(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def stream(self) -> AsyncIterator[Block]:
+        await type(self).go.wait()
+        for i in range(4):
+            yield TextBlock(id="m", text=f"delta {i} ")
+            type(self).seen.append(type(self).received())
+        yield TextBlock(id="m", done=True)
+        yield SessionEndBlock(reason="completed")
+
+
+async def test_a_paced_delta_reaches_its_subscriber_before_the_agent_is_asked_for_more(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A turn's delta that the loop's thread commits is stored and pushed within the step of
+    the turn that emitted it: when the agent is asked for its next block, the subscriber has
+    the last one already (on the loop's next pass, it had one less)."""
+    from bridge.hub import Hub
+    from bridge.loading.registry import Registry
+    from tests.hubkit import Sub, make_config, project_dir, until
+
+    monkeypatch.setattr(inline, "GAP_S", 0.0)  # every small batch may go on the loop's thread
+    config = make_config()
+    registry = Registry(config)
+    registry.register(_Paced, notify=False)
+    await registry.wait_detected(5.0)
+    store = SqliteStore(tmp_path / "state" / "bridge.sqlite3")
+    hub = Hub(config, registry, store)
+    store.open(asyncio.get_running_loop())
+    await hub.start()
+    sub = Sub()
+    _Paced.received = staticmethod(lambda: len(sub.blocks("text")))
+    _Paced.go = asyncio.Event()
+    _Paced.seen = []
+    try:
+        created, _ = await hub.create("paced-test", project_dir(tmp_path))
+        _, begin = await hub.subscribe(created.session, sub, 0)
+        begin()
+        await asyncio.wait_for(hub.send(created.session, "go", [], "m-1"), 10)
+        subs = hub.get(created.session).subs.values()
+        await until(lambda: all(x.live for x in subs), what="the replay's end")
+        await store.barrier()  # what the turn's start stored is committed: the writer is idle
+        _Paced.go.set()
+        await until(lambda: bool(sub.blocks("session_end")), what="the turn's end")
+        assert _Paced.seen == [1, 2, 3, 4]
+    finally:
+        await hub.shutdown()
+        await store.close()
