@@ -509,7 +509,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
     return facts, rows
 
 
-PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7", "T10", "T11", "T14"}
+PAIRED = {"T1", "T2", "T3", "T4", "T5", "T7", "T10", "T11", "T12", "T14"}
 #: the PYTHONPATH folder of T14's daemon without a search index
 NOINDEX = Path(__file__).resolve().parent / "noindex"
 

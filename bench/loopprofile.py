@@ -4,8 +4,9 @@ The daemon is started with ``env(folder)``: a ``sitecustomize`` on its ``PYTHONP
 ``install()``, which waits for signals. SIGUSR1 starts ``cProfile`` on the event loop's thread
 (where the signal handler runs) and notes every thread's CPU time from /proc; SIGUSR2 stops and
 writes ``<pid>-<n>.txt`` to the folder: CPU seconds per thread over the window, then the loop
-thread's top functions by own time and by cumulative time, with call counts. The bench renames
-the file after the scenario (``collect``).
+thread's top functions by own time and by cumulative time, with call counts; and the whole
+profile beside it (``.pstats``, for ``python -m pstats``: callers, every function). The bench
+renames the files after the scenario (``collect``).
 
 cProfile is deterministic: it sees every call, however short (a sampler from a Python thread
 misses work shorter than the GIL's switch interval, which is all of a paced stream's), and
@@ -84,6 +85,7 @@ class LoopProfile:
             body = text.getvalue()
             lines += [f"\nThe event loop's thread, by {title}:", body[body.find("   ncalls") :]]
         base = self.folder / f"{os.getpid()}-{self.runs}"
+        profile.dump_stats(f"{base}.pstats")
         Path(f"{base}.txt").write_text("\n".join(lines))
         Path(f"{base}.done").write_text("")
 
@@ -108,6 +110,8 @@ def collect(folder: str, name: str, pid: int, timeout: float = 60.0) -> Path | N
             done.unlink()
             out = folder_path / f"{name}.txt"
             done.with_suffix(".txt").replace(out)
+            with contextlib.suppress(OSError):
+                done.with_suffix(".pstats").replace(out.with_suffix(".pstats"))
             return out
         time.sleep(0.05)
     return None

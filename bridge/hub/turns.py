@@ -29,6 +29,7 @@ from bridge.blocks import (
     PermissionRequestBlock,
     SessionEndBlock,
     SystemBlock,
+    TextBlock,
     UsageBlock,
     UserBlock,
     block_from_json,
@@ -589,6 +590,7 @@ class TurnRunner:
     ) -> tuple[str, str, EndReason] | None:
         """Emit the stream's blocks until it ends; an idle timeout is returned as a failure."""
         guard = turn.guard
+        store = self.fanout.store
         # One idle timer for the whole stream, pushed forward at most every `slack` seconds
         # (never early): a wait_for per block cost a task per block, a quarter of the hub's
         # time at full speed (docs/benchmarks.md).
@@ -607,8 +609,15 @@ class TurnRunner:
                         block = await anext(stream)
                     except StopAsyncIteration:
                         break
-                    for out in self.accept(s, turn, block):
-                        self.fanout.emit(s, out)
+                    # A block's events are committed as the step that made them ends if the
+                    # store commits them on this thread (a paced agent's delta reaches its
+                    # clients in this pass, not the next one); else on the next pass.
+                    store.hold()
+                    try:
+                        for out in self.accept(s, turn, block):
+                            self.fanout.emit(s, out)
+                    finally:
+                        store.release()
                     if guard.ended:
                         break
                     if s.uncommitted >= UNCOMMITTED_HIGH:
@@ -656,6 +665,8 @@ class TurnRunner:
 
     def accept(self, s: Session, turn: Turn, block: object) -> list[Block]:
         """A block from the adapter, checked and repaired by the turn's guard."""
+        if type(block) is TextBlock:  # most blocks: none of the checks below concerns it
+            return turn.guard.feed(block)
         if not is_block(block):
             return [
                 ErrorBlock(

@@ -70,6 +70,9 @@ def _parts(run: list[E]) -> list[list[E]]:
 def chunk_rows(events: Sequence[EventLike]) -> list[tuple[str, int, int, float, bytes]]:
     """Rows for ``event_chunks``: each run of one session's events, cut every CHUNK_EVENTS
     (or CHUNK_BYTES)."""
+    if len(events) == 1:  # a paced agent's delta: its own commit, its own row
+        ev = events[0]
+        return [(ev.session, ev.seq, ev.seq, ev.ts_unix, _enc.encode([_CHUNK_ITEM(ev)]))]
     rows = []
     for session, group in groupby(events, key=_SESSION_OF):
         for part in _parts(list(group)):

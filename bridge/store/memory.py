@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bridge.store import finds
+from bridge.store import finds, inline
 from bridge.store.health import StoreHealth
 from bridge.store.records import Loaded, MessageRecord, SessionRecord, StoredEvent
 from bridge.store.store import Store
@@ -22,6 +22,8 @@ class MemoryStore(finds.MemoryReads, Store):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[StoredEvent] = []
         self._scheduled = False
+        self._held = False
+        self._last_commit = 0.0
         self.health = StoreHealth()
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -33,12 +35,27 @@ class MemoryStore(finds.MemoryReads, Store):
     def append_event(self, event: StoredEvent) -> None:
         self._events.setdefault(event.session, []).append(event)
         self._pending.append(event)
-        if not self._scheduled and self._loop is not None:
+        if not self._scheduled and not self._held and self._loop is not None:
+            self._scheduled = True
+            self._loop.call_soon(self._commit)
+
+    def hold(self) -> None:
+        self._held = True
+
+    def release(self) -> None:
+        # As the SQLite store: a rare batch now, a stream's on the next pass, in one run.
+        self._held = False
+        if not self._pending or self._scheduled:
+            return
+        if time.monotonic() - self._last_commit >= inline.GAP_S:
+            self._commit()
+        elif self._loop is not None:
             self._scheduled = True
             self._loop.call_soon(self._commit)
 
     def _commit(self) -> None:
         batch, self._pending, self._scheduled = self._pending, [], False
+        self._last_commit = time.monotonic()
         if self.on_commit is not None and batch:
             self.on_commit(batch)
 

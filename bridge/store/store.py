@@ -6,11 +6,9 @@ transaction, and only then is the committed batch handed to ``on_commit``, which
 hub pushes the events to clients. So an event a client has seen is on disk, and a ``kill -9``
 loses at most events nobody saw. A small batch of one session's events, 5 ms or more after
 the last commit, is committed on the event loop's thread itself when the writer thread has
-nothing in hand (a commit without fsync, ``synchronous=NORMAL``, is a write into the page
-cache: tens of microseconds, less than handing it to a thread and back); the others, one that
-failed, and the rare operations (retention, resetting the WAL, stopping) go to the writer
-thread, in order. ``MemoryStore`` (bridge/store/memory.py) has the same interface without a
-disk.
+nothing in hand (bridge/store/inline.py); the others, one that failed, and the rare
+operations (retention, resetting the WAL, stopping) go to the writer thread, in order.
+``MemoryStore`` (bridge/store/memory.py) has the same interface without a disk.
 
 Events are stored in runs: a row of ``event_chunks`` holds up to ``CHUNK_EVENTS`` consecutive
 events of one session, MessagePack-encoded (bridge/store/eventrows.py), so a commit is one statement
@@ -34,7 +32,7 @@ from typing import Any
 import msgspec
 
 from bridge.logs import get_logger
-from bridge.store import derived, files, finds
+from bridge.store import derived, files, finds, inline
 from bridge.store.eventrows import (
     DEC_CHUNK,
     INSERT_CHUNK,
@@ -64,14 +62,6 @@ from bridge.store.records import (
 log = get_logger("bridge.store")
 
 MAX_BATCH = 5000
-#: A batch of at most this many operations and bytes, of one session's events, is committed on
-#: the event loop's thread when the writer thread has nothing in hand and the last commit ended
-#: at least INLINE_GAP_S before: commits that rare (an agent streaming at its own pace) each
-#: cost a hand-over to the writer thread and back, more CPU than the commit itself; under a
-#: steady load the writer thread, on the other core, takes whatever accumulated meanwhile.
-INLINE_OPS = 512
-INLINE_BYTES = 256 * 1024
-INLINE_GAP_S = 0.005
 CHECKPOINT_EVERY_S = 1.0
 #: How often the checkpoint thread looks at the WAL's length while it is past half its bound
 #: and writes go on (else once a second).
@@ -142,6 +132,16 @@ class Store(finds.Reads):
     def append_event(self, event: StoredEvent) -> None:
         raise NotImplementedError
 
+    def hold(self) -> None:
+        """Until ``release``, what is put waits for ``release`` instead of the loop's next
+        pass (a turn emitting one block's events)."""
+
+    def release(self) -> None:
+        """Commit what was put since ``hold`` now, if it is a batch the event loop's thread
+        commits (bridge/store/inline.py); else hand it over on the loop's next pass, as usual.
+        A paced agent's delta then reaches its clients in the pass that emitted it: one pass
+        of the event loop less per delta (docs/benchmarks.md, T12)."""
+
     def save_session(self, record: SessionRecord) -> None:
         raise NotImplementedError
 
@@ -206,6 +206,8 @@ class SqliteStore(finds.SqliteReads, Store):
         self._loop_thread = 0
         self._ops: list[_Op | StoredEvent] = []
         self._handover = False
+        #: between ``hold`` and ``release``: operations wait for ``release``, not for a pass
+        self._held = False
         self._read_lock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
         # Reads run on their own thread: on the shared default executor a replay waited
@@ -384,22 +386,39 @@ class SqliteStore(finds.SqliteReads, Store):
             loop.call_soon_threadsafe(self._put, op)
             return
         self._ops.append(op)
-        if not self._handover:
+        if not self._handover and not self._held:
             self._handover = True
             loop.call_soon(self._hand_over)
 
-    def _hand_over(self) -> None:
+    def hold(self) -> None:
+        self._held = True
+
+    def release(self) -> None:
+        self._held = False
+        if not self._ops or self._handover:
+            return  # nothing held, or a hand-over already due takes it
+        if self._inline_now(self._ops):
+            self._hand_over(inline_now=True)
+        else:
+            self._handover = True
+            assert self._loop is not None
+            self._loop.call_soon(self._hand_over)
+
+    def _inline_now(self, ops: list[_Op | StoredEvent]) -> bool:
+        # Nothing in the writer thread's hands, so nothing can be committed out of order.
+        return (
+            self._inline is not None
+            and self._handed == self._finished
+            and time.monotonic() - self._last_commit >= inline.GAP_S
+            and inline.fits(ops)
+        )
+
+    def _hand_over(self, *, inline_now: bool = False) -> None:
         ops, self._ops, self._handover = self._ops, [], False
         if not ops:
             return
         conn = self._inline
-        if (
-            conn is not None
-            and self._handed == self._finished
-            and time.monotonic() - self._last_commit >= INLINE_GAP_S
-            and _inline_batch(ops)
-        ):
-            # Nothing in the writer thread's hands, so nothing can be committed out of order.
+        if conn is not None and (inline_now or self._inline_now(ops)):
             try:
                 events, waiters, _ = self._commit(conn, ops)
             except (sqlite3.Error, OSError):
@@ -764,33 +783,6 @@ class SqliteStore(finds.SqliteReads, Store):
         if events and self.on_commit is not None:
             self.on_commit(events)
         self._resolve(waiters, True)
-
-
-#: Operations a commit on the event loop's thread may carry. Retention may take long, a reset
-#: of the WAL or a stop is the writer thread's, and a message's row holds its body (megabytes,
-#: rewritten by a change of its state): committed on the loop's thread, 40 MiB of queued
-#: messages grew the daemon by 36 MiB (tests/test_durability_memory.py).
-_INLINE_KINDS = frozenset({"session", "flush"})
-
-
-def _inline_batch(ops: list[_Op | StoredEvent]) -> bool:
-    """Small enough, one session's events (one row) and only quick operations, to commit on
-    the event loop's thread. Many sessions' events in one pass is a busy daemon, whose loop
-    is better spared the commit (a row, and a page, per session): the writer thread takes it."""
-    if len(ops) > INLINE_OPS:
-        return False
-    size = 0
-    session: str | None = None
-    for op in ops:
-        if isinstance(op, StoredEvent):
-            if session is None:
-                session = op.session
-            elif op.session != session:
-                return False
-            size += len(op.block_json)
-        elif op.kind not in _INLINE_KINDS:
-            return False
-    return size <= INLINE_BYTES
 
 
 def _size(path: str) -> int:

@@ -623,6 +623,21 @@ class EncodedFrame:
         return self.msgpack() if msgpack else self.json()
 
 
+#: The start of each session's ``event`` frames, up to the seq: the same for all of them.
+_EVENT_HEADS: dict[str, bytes] = {}
+_EVENT_HEADS_KEPT = 4096
+
+
+def _event_head(session: str) -> bytes:
+    head = _EVENT_HEADS.get(session)
+    if head is None:
+        if len(_EVENT_HEADS) >= _EVENT_HEADS_KEPT:
+            _EVENT_HEADS.clear()
+        head = b'{"t":"event","session":' + _json_enc.encode(session) + b',"seq":'
+        _EVENT_HEADS[session] = head
+    return head
+
+
 class EncodedEvent:
     """An ``event`` frame built around a block already encoded as JSON (as it is stored).
 
@@ -644,9 +659,7 @@ class EncodedEvent:
         if self._json is None:
             self._json = b"".join(
                 (
-                    b'{"t":"event","session":',
-                    _json_enc.encode(self.session),
-                    b',"seq":',
+                    _event_head(self.session),
                     str(self.seq).encode(),
                     b',"ts":',
                     _json_enc.encode(self.ts),
