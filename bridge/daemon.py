@@ -281,6 +281,8 @@ class Daemon:
         self.registry.begin_loading()
         adapters = self._scan_external_adapters()
         await self.hub.start()
+        # before the first client: a session past its retention is never listed again
+        self._retain()
         conf = self.config.server
         await self.server.start(conf.host, conf.port, self.config.unix_socket_path)
         self._write_runtime_info()
@@ -309,15 +311,18 @@ class Daemon:
             await self.tasks.close()
             await self.shutdown()
 
-    async def _retention(self) -> None:
+    def _retain(self) -> None:
         conf = self.config.store
+        ended_s = conf.ended_max_age_days * 86400
+        if ended_s > 0:
+            # Removed whole: the store deletes its rows (``prune``), the hub forgets it.
+            self.hub.forget_ended(time.time() - ended_s)
+        self.store.prune(conf.max_events_per_session, conf.max_age_days * 86400, ended_s)
+
+    async def _retention(self) -> None:
         while True:
-            ended_s = conf.ended_max_age_days * 86400
-            if ended_s > 0:
-                # Removed whole: the store deletes its rows (``prune``), the hub forgets it.
-                self.hub.forget_ended(time.time() - ended_s)
-            self.store.prune(conf.max_events_per_session, conf.max_age_days * 86400, ended_s)
             await asyncio.sleep(RETENTION_EVERY_S)
+            self._retain()
 
     async def shutdown(self) -> None:
         # A store that cannot write must not hold the shutdown forever.

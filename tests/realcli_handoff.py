@@ -132,12 +132,20 @@ async def resume_in_terminal(world: dict[str, Any], session: str, argv: list[str
 
 
 async def quit_tui(term: Tmux, pause: float = 0.5) -> None:
-    """Quit the TUI with Ctrl-C (twice, ``pause`` seconds apart, unless it is gone already)."""
-    term.keys("C-c")
-    await asyncio.sleep(pause)
-    if not term.dead():
+    """Quit the TUI with Ctrl-C (twice, ``pause`` seconds apart, unless it is gone already),
+    pressed again while it keeps running: on a loaded machine the two presses can land farther
+    apart than the TUI's window for "press again to exit", and each only clears the input."""
+    for attempt in range(4):
         term.keys("C-c")
-    await term.exits(30)
+        await asyncio.sleep(pause)
+        if not term.dead():
+            term.keys("C-c")
+        try:
+            await term.exits(30 if attempt == 3 else 8)
+            return
+        except TimeoutError:
+            if attempt == 3:
+                raise
 
 
 async def queued_then_handed_off(
