@@ -56,7 +56,8 @@ export function closePayload(code, reason = '') {
   return out;
 }
 
-function concat(a, b) {
+/** Two byte arrays as one (`b` itself when `a` is empty). */
+export function concat(a, b) {
   if (!a.length) return b;
   const out = new Uint8Array(a.length + b.length);
   out.set(a, 0);

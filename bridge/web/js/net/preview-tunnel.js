@@ -8,7 +8,7 @@
 // net/preview-socket.js).
 
 import {
-  FrameReader, OP, closePayload, frameBytes, upgradeAnswer, upgradeBytes,
+  FrameReader, OP, closePayload, concat, frameBytes, upgradeAnswer, upgradeBytes,
 } from './preview-socket.js';
 
 const encoder = new TextEncoder();
@@ -32,14 +32,6 @@ const AT_ONCE = 16;
 const LOST = new Set(['gap', 'closed']);
 /** The name of a preview's secret cookie begins so (`abpv_ID`, docs/protocol.md, "Preview"). */
 const SECRET_PREFIX = 'abpv_';
-
-function concat(a, b) {
-  if (!a.length) return b;
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a, 0);
-  out.set(b, a.length);
-  return out;
-}
 
 function indexOfBlankLine(bytes, from = 0) {
   for (let i = Math.max(0, from - 3); i + 3 < bytes.length; i++) {
