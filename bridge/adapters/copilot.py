@@ -34,7 +34,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from bridge.adapters.acp import AcpBase, AcpCallError
+from bridge.adapters.acp import AcpBase
 from bridge.adapters.base import (
     CONTINUE_PROMPT,
     AdapterConfig,
@@ -43,12 +43,10 @@ from bridge.adapters.base import (
     ResumeCommand,
     classify_failure,
 )
-from bridge.blocks import AgentInfoBlock, Block, ErrorBlock, SystemBlock
+from bridge.blocks import Block, ErrorBlock, SystemBlock
 from bridge.handoff import copilot as handoff_copilot
 from bridge.wire.agent_types import ExternalSession
 
-#: ACP's error code for "Authentication required" (Copilot without a login or a provider)
-AUTH_REQUIRED = -32000
 #: the prefix of Copilot's ACP mode ids; the rest is the bridge's mode id
 MODE_URL = "https://agentclientprotocol.com/protocol/session-modes#"
 
@@ -74,14 +72,6 @@ def reported_failure(text: str) -> ErrorBlock | None:
     if not _FAILED.match(text):
         return None
     return classify_failure("copilot", text.strip())
-
-
-def with_login_hint(exc: AcpCallError) -> Exception:
-    """``exc``, or when Copilot refused a session for want of a login (ACP ``auth_required``,
-    -32000 "Authentication required"), the same words with how to log it in."""
-    if exc.error.code != AUTH_REQUIRED and "authentication required" not in str(exc).lower():
-        return exc
-    return RuntimeError(f"{exc}. {classify_failure('copilot', str(exc)).hint}")
 
 
 class CopilotAdapter(AcpBase):
@@ -132,18 +122,9 @@ class CopilotAdapter(AcpBase):
             argv += ["--model", self.model]
         return argv
 
-    async def start(self, session_id: str) -> AgentInfoBlock:
-        try:
-            return await super().start(session_id)
-        except AcpCallError as exc:
-            raise with_login_hint(exc) from None
-
     async def send(self, text: str, attachments: list[Any] | None = None) -> None:
         self._retries, self._retried = 0, False
-        try:
-            await super().send(text, attachments)  # starts Copilot again if it had exited
-        except AcpCallError as exc:
-            raise with_login_hint(exc) from None
+        await super().send(text, attachments)
 
     def notices_in(self, update: dict[str, Any]) -> list[Block]:
         content = update.get("content")
