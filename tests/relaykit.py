@@ -458,6 +458,14 @@ async def events_until(
     return await collect_events(vc.next_push, predicate, timeout, session)
 
 
+def relay_pairing_link(d: DaemonProcess) -> str:
+    """The one-time link `agent-bridge pair --relay` prints for a phone of ``d``."""
+    from tests.daemonkit import run_bridge
+
+    printed = run_bridge("pair", "--relay", "--no-qr", env=d.env, check=True).stdout
+    return next(line for line in printed.splitlines() if "#relay=" in line).strip()
+
+
 def wait_relay(d: DaemonProcess, status: str, timeout: float = 20.0) -> None:
     """Until the daemon's /healthz says its relay link is ``status``; else fails with its log."""
     deadline = time.monotonic() + timeout

@@ -372,8 +372,7 @@ def test_a_relay_workstation_pushes_signed_with_the_browsers_key_and_the_worker_
     it sealed with the browser's own VAPID key; its push (a permission) is signed with that
     key, decrypts at the push service, and Allow in the notification is answered through the
     relay by the service worker itself (no page asked to open or answer)."""
-    from tests.daemonkit import run_bridge
-    from tests.relaykit import linked_daemon
+    from tests.relaykit import linked_daemon, relay_pairing_link
     from tests.web.pages import add_workstation_link
 
     remote_home = tmp_path / "remote"
@@ -381,8 +380,7 @@ def test_a_relay_workstation_pushes_signed_with_the_browsers_key_and_the_worker_
     remote_fixture = linked_daemon(remote_home, relay.rdir.account_file("ws-b"), more)
     remote = next(remote_fixture)
     try:
-        out = run_bridge("pair", "--relay", "--no-qr", env=remote.env, check=True).stdout
-        link = next(line for line in out.splitlines() if "#relay=" in line).strip()
+        link = relay_pairing_link(remote)
         add_workstation_link(page, link)
         page.wait(
             '#sessions li.ws-group[data-ws="relay:ws-b"][data-state="online"]', timeout_ms=30_000

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from bridge.relay import natsserver
-from tests.relaykit import ServedRelay, wait_port
+from tests.relaykit import ServedRelay, relay_pairing_link, wait_port
 
 DOMAIN = "relay.test"
 #: pebble's certificates live this long: renewal (at two thirds) comes within the test
@@ -352,7 +352,6 @@ def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
     import hashlib
 
     from tests.daemon import DaemonProcess
-    from tests.daemonkit import run_bridge
     from tests.previewkit import dev_server, make_site
     from tests.relaykit import decode_link, wait_relay
     from tests.web.browser import Browser, missing
@@ -386,8 +385,7 @@ def test_a_phone_pairs_over_wss_with_the_issued_certificate_and_runs_a_session(
     try:
         workstation.start()
         wait_relay(workstation, "connected")
-        printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True)
-        link = next(line for line in printed.stdout.splitlines() if "#relay=" in line).strip()
+        link = relay_pairing_link(workstation)
         page_url = f"https://{DOMAIN}:{relay.web_port}/"
         assert link.startswith(page_url + "#relay=")
         assert decode_link(link)["url"] == f"wss://{DOMAIN}:{relay.web_port}/nats"

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
-from tests.relaykit import ServedRelay, wait_relay
+from tests.relaykit import ServedRelay, relay_pairing_link, wait_relay
 from tests.shipkit import (
     CI_FAILED,
     CI_PASSED,
@@ -81,8 +80,7 @@ def test_checks_on_a_phone_pending_then_failure_sent_to_the_agent_then_success(
     _origin, repo = clone_with_origin(tmp_path)
     set_ci(state, pr=PR, checks=CI_PENDING)
     sid = asyncio.run(worktree_session(workstation, repo))
-    printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
-    link = next(line for line in printed.splitlines() if "#relay=" in line).strip()
+    link = relay_pairing_link(workstation)
     p = browser.page(*PHONE, mobile=True)
     try:
         p.goto(link)

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemonkit import run_bridge
 from tests.natslogins import HostedNats, phone_bearer_jwt, private
-from tests.relaykit import decode_link, relayed_daemon
+from tests.relaykit import decode_link, relay_pairing_link, relayed_daemon
 from tests.web.browser import BROWSER_TESTS, Browser
 from tests.web.pages import PHONE, demo_turn_in_a_new_session, page_errors, shot
 
@@ -46,8 +45,7 @@ def test_a_phone_pairs_and_works_through_a_hosted_nats_with_a_bearer_jwt(
     d = relayed_daemon(home, config)
     p = None
     try:
-        printed = run_bridge("pair", "--relay", "--no-qr", env=d.env, check=True).stdout
-        link = next(line for line in printed.splitlines() if "#relay=" in line).strip()
+        link = relay_pairing_link(d)
         info = decode_link(link)
         assert info["jwt"] == jwt and info["user"] is None and info["pass"] is None
         assert jwt not in d.log_text()  # a login: masked like a password

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge, user_texts
-from tests.relaykit import Relay, linked_daemon
+from tests.daemonkit import user_texts
+from tests.relaykit import Relay, linked_daemon, relay_pairing_link
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import (
     ARTIFACTS,
@@ -108,8 +108,7 @@ def studio_through_the_relay(
     p = browser.page(*PHONE, mobile=True)
     try:
         login(p, direct)
-        out = run_bridge("pair", "--relay", "--no-qr", env=remote.env, check=True).stdout
-        add_workstation_link(p, next(x for x in out.splitlines() if "#relay=" in x).strip())
+        add_workstation_link(p, relay_pairing_link(remote))
         p.wait(f'{GROUP}[data-state="online"]', timeout_ms=30_000)
         p.eval("window.agentBridge.app.showNewSession()")
         p.select("#ns-ws", "relay:ws-b")

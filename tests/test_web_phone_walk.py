@@ -15,7 +15,7 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge
-from tests.relaykit import ServedRelay, linked_daemon
+from tests.relaykit import ServedRelay, linked_daemon, relay_pairing_link
 from tests.test_workspace_ship import clone_with_origin
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import PHONE, page_errors, send, shot, wait_turns
@@ -68,8 +68,7 @@ def assert_nothing_cut_off(p: Page) -> None:
 
 def pair(p: Page, workstation: DaemonProcess) -> str:
     """The phone paired with ``workstation`` from the link `pair --relay` prints; the link."""
-    printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
-    link = next(line for line in printed.splitlines() if "#relay=" in line).strip()
+    link = relay_pairing_link(workstation)
     p.goto(link)
     p.wait(f'{GROUP}[data-state="online"]', timeout_ms=30_000)
     p.wait("#ns-agent option[value=demo]", state="attached")

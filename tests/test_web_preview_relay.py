@@ -30,9 +30,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
 from tests.previewkit import dev_server, make_site
-from tests.relaykit import ServedRelay, linked_daemon
+from tests.relaykit import ServedRelay, linked_daemon, relay_pairing_link
 from tests.web.browser import BROWSER_TESTS, Browser
 from tests.web.pages import PHONE, new_session, page_errors, shot
 
@@ -169,8 +168,7 @@ def test_a_phone_previews_a_dev_server_through_relay_serve_and_the_page_reaches_
     (site / "sw.js").write_text("self.addEventListener('fetch', () => {});\n")
     (site / "live.txt").write_text("off")
     heard = Overheard(served)
-    printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
-    link = next(line for line in printed.splitlines() if "#relay=" in line)
+    link = relay_pairing_link(workstation)
     relay_page = f"http://127.0.0.1:{served.web_port}"
     preview_origin = f"http://127.0.0.1:{served.preview_port}"
     p = browser.page(*PHONE, mobile=True)

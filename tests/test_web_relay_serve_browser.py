@@ -17,7 +17,7 @@ import pytest
 
 from tests.daemon import DaemonProcess
 from tests.daemonkit import run_bridge, user_texts
-from tests.relaykit import ServedRelay, decode_link, linked_daemon
+from tests.relaykit import ServedRelay, decode_link, linked_daemon, relay_pairing_link
 from tests.web.browser import BROWSER_TESTS, Browser
 from tests.web.pages import (
     PHONE,
@@ -46,8 +46,7 @@ def test_a_phone_pairs_from_the_page_the_relay_serves(
     browser: Browser, served: ServedRelay, workstation: DaemonProcess, tmp_path: Path
 ) -> None:
     relay_page = f"http://127.0.0.1:{served.web_port}/"
-    printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
-    link = next(line for line in printed.splitlines() if "#relay=" in line)
+    link = relay_pairing_link(workstation)
     assert link.startswith(relay_page + "#relay=")
     assert decode_link(link)["url"] == f"ws://127.0.0.1:{served.web_port}/nats"  # one port
 
@@ -114,8 +113,7 @@ def test_a_phone_with_its_own_user_leaves_a_message_on_its_own_queue_subject(
     """On `relay serve` the page queues on the subject only it can name (its token, from its
     own NATS password: bridge/relay/permissions.py): what it sends while the workstation is away
     waits on the relay, and reaches the agent when the workstation is back."""
-    printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
-    link = next(line for line in printed.splitlines() if "#relay=" in line)
+    link = relay_pairing_link(workstation)
     p = browser.page(*PHONE)
     try:
         p.goto(link)

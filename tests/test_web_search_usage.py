@@ -12,7 +12,7 @@ import pytest
 
 from tests.daemon import ROOT, DaemonProcess
 from tests.daemonkit import install_dropin, run_bridge, subscribed_session
-from tests.relaykit import ServedRelay, linked_daemon
+from tests.relaykit import ServedRelay, linked_daemon, relay_pairing_link
 from tests.test_limits import LIMITED_AGENT
 from tests.test_web_phone_walk import assert_nothing_cut_off
 from tests.web.browser import BROWSER_TESTS, Browser, BrowserError, Page
@@ -52,8 +52,7 @@ async def _turn(d: DaemonProcess, cwd: Path, agent: str, text: str) -> str:
 
 
 def _pair(p: Page, d: DaemonProcess, host: str, *, first: bool) -> None:
-    printed = run_bridge("pair", "--relay", "--no-qr", env=d.env, check=True).stdout
-    link = next(line for line in printed.splitlines() if "#relay=" in line).strip()
+    link = relay_pairing_link(d)
     if first:
         p.goto(link)
     else:

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge, running
+from tests.daemonkit import running
 from tests.gitrepo import git
-from tests.relaykit import ServedRelay, linked_daemon
+from tests.relaykit import ServedRelay, linked_daemon, relay_pairing_link
 from tests.shipkit import (
     SETUP,
     clone_with_origin,
@@ -48,8 +48,7 @@ def test_from_a_new_worktree_to_the_pull_request_on_a_phone(
     origin, repo = clone_with_origin(tmp_path)
     git(repo, "remote", "set-url", "origin", "git@github.com:acme/shop.git")
     git(repo, "remote", "set-url", "--push", "origin", str(origin))
-    printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
-    link = next(line for line in printed.splitlines() if "#relay=" in line).strip()
+    link = relay_pairing_link(workstation)
     p = browser.page(*PHONE, mobile=True)
     try:
         p.goto(link)

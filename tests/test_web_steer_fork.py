@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import DaemonProcess
-from tests.daemonkit import run_bridge
-from tests.relaykit import ServedRelay, linked_daemon
+from tests.relaykit import ServedRelay, linked_daemon, relay_pairing_link
 from tests.web.browser import BROWSER_TESTS, Browser, Page
 from tests.web.pages import PHONE, new_session, page_errors, send, shot
 
@@ -40,8 +39,7 @@ def workstation(served: ServedRelay, tmp_path: Path) -> Iterator[DaemonProcess]:
 def test_a_phone_steers_a_running_turn_then_forks_from_the_first_message(
     browser: Browser, served: ServedRelay, workstation: DaemonProcess, tmp_path: Path
 ) -> None:
-    printed = run_bridge("pair", "--relay", "--no-qr", env=workstation.env, check=True).stdout
-    link = next(line for line in printed.splitlines() if "#relay=" in line)
+    link = relay_pairing_link(workstation)
     p = browser.page(*PHONE)
     try:
         p.goto(link)
