@@ -10,8 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bridge.relay import spareaccounts
-from bridge.relay.natsserver import Cluster, RelayDir, RelayState
+from bridge.relay.natsserver import Cluster, RelayDir, RelayServeError, RelayState
 
 MiB = 1024 * 1024
 
@@ -90,3 +92,18 @@ def test_a_relay_json_from_before_keeps_its_accounts_and_declares_the_rest(
     rdir.add(old, "new")
     assert not rdir.conf_changed
     assert set(_accounts(rdir)) >= {"old", old.workstations["new"].nats_account}
+
+
+def test_a_relay_json_naming_another_account_is_refused_with_its_path(tmp_path: Path) -> None:
+    """A hand-edited relay.json cannot put a workstation into the relay's own account (where
+    the callout runs) or declare one by any other name: the start stops and names the file."""
+    rdir, state = _relay(tmp_path)
+    good = state.to_json()
+    for change in (
+        {"workstations": {"first": {**good["workstations"]["first"], "account": "RELAY"}}},
+        {"spare_accounts": ["SYS"]},
+        {"spare_accounts": "ws_0123456789ab"},
+    ):
+        rdir.state_file.write_text(json.dumps({**good, **change}))
+        with pytest.raises(RelayServeError, match=r"relay\.json"):
+            rdir.load()

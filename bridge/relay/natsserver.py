@@ -319,7 +319,7 @@ class RelayState:
                     str(w["daemon_password"]),
                     str(w["client_password"]),
                     {str(c): str(p) for c, p in dict(w.get("clients") or {}).items()},
-                    str(w.get("account") or ""),
+                    spareaccounts.read_name(w.get("account")),
                 )
                 for name, w in dict(raw.get("workstations", {})).items()
             },
@@ -331,7 +331,7 @@ class RelayState:
             queue_share_bytes=int(raw.get("queue_share_bytes", DEFAULT_SHARE_BYTES)),
             queue_dir=str(raw.get("queue_dir", "")),
             cluster=Cluster.from_json(raw.get("cluster")),
-            spare_accounts=[str(a) for a in list(raw.get("spare_accounts") or [])],
+            spare_accounts=spareaccounts.read(raw.get("spare_accounts")),
         )
 
 

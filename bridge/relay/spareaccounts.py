@@ -20,6 +20,7 @@ node reloads for it.
 
 from __future__ import annotations
 
+import re
 import secrets
 
 #: a host_id is [a-z0-9-]: no workstation's own account name looks like a spare's
@@ -28,8 +29,30 @@ PREFIX = "ws_"
 PLAIN_BATCH = 8
 
 
+_NAME = re.compile(PREFIX + r"[0-9a-f]{12}")
+
+
 def new_name() -> str:
     return PREFIX + secrets.token_hex(6)
+
+
+def read(raw: object) -> list[str]:
+    """The accounts relay.json says were declared ahead; ValueError for anything that is not
+    a list of names this module makes (never, say, the relay's own account)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError(f"spare_accounts: a list of account names, not {type(raw).__name__}")
+    return [read_name(name) for name in raw]
+
+
+def read_name(name: object) -> str:
+    """A workstation's account as relay.json records it: "" (named after it) or a spare's."""
+    if name in (None, ""):
+        return ""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"not an account declared ahead: {name!r}")
+    return name
 
 
 def top_up(spares: list[str], room: int, queues: bool) -> None:
