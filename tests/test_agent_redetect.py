@@ -55,7 +55,9 @@ async def test_a_detection_that_ran_out_of_time_is_tried_again_and_announced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(registry_module, "REDETECT_AFTER_S", (0.05, 0.05))
-    reg = Registry(Config(adapters=AdaptersConfig(detect_timeout=0.2)))
+    # the first probe blocks until released, so it runs out of the 2 s whatever the machine's
+    # load; the others answer at once, well within them
+    reg = Registry(Config(adapters=AdaptersConfig(detect_timeout=2.0)))
     changed = asyncio.Event()
     reg.on_change(changed.set)
     try:
@@ -98,7 +100,7 @@ def test_a_version_that_ran_out_of_time_is_not_remembered(tmp_path: Path) -> Non
     )
     cli.chmod(0o755)
     assert binary_version(str(cli), timeout=0.5) is None
-    assert marker.exists()
+    # asked again (a loaded machine may have stopped the first before it left its marker)
     assert binary_version(str(cli), timeout=10) == "slowcli 2.0"
 
 
