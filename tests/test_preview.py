@@ -51,7 +51,10 @@ async def test_a_dev_server_through_its_preview(daemon: DaemonProcess, tmp_path:
             base = got["url"].split("/__preview/")[0]
             async with httpx.AsyncClient(follow_redirects=True, timeout=10) as web:
                 # without the preview's secret: nothing
-                assert (await web.get(f"{base}/")).status_code == 403
+                refused = await web.get(f"{base}/")
+                assert refused.status_code == 403
+                # said to close, as it does after a refusal: no next request is sent into it
+                assert refused.headers.get("connection") == "close"
                 bad = got["url"].replace("/__preview/", "/__preview/x")
                 assert (await web.get(bad)).status_code == 403
                 page = await web.get(got["url"])

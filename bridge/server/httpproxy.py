@@ -228,7 +228,9 @@ class ProxyConnection:
             status = exc.status if isinstance(exc, Refused) else 400
             if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 with contextlib.suppress(h11.ProtocolError):
-                    self._plain(status, str(exc) or "bad request")
+                    # said, so that a keep-alive browser does not send its next request here
+                    close = [(b"connection", b"close")]
+                    self._plain(status, str(exc) or "bad request", close)
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
